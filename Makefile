@@ -1,0 +1,50 @@
+# ccplab: `make demo` installs what is missing, builds, and runs the default
+# comparison; `make test` runs the whole test suite (CI: .ci/run).
+SHELL := /bin/bash
+VENV  := .venv
+PY    := $(VENV)/bin/python
+CARGO ?= cargo
+# Debian packages: iperf3 (flows), clang/llvm + bpftool + libelf/zlib (BPF build),
+# iproute2 + ethtool (namespaces, veths, offloads).
+APT_PACKAGES := iperf3 clang llvm bpftool libbpf-dev libelf-dev zlib1g-dev pkg-config iproute2 ethtool
+APT_COMMANDS := iperf3 clang llc bpftool pkg-config ip ss ethtool
+
+.PHONY: demo test build deps deps-apt deps-rust deps-python test-rust test-python bench clean
+
+demo: build
+	$(VENV)/bin/ccplab demo
+
+test: build test-rust test-python
+
+test-rust:
+	$(CARGO) test --release --workspace
+
+test-python:
+	$(PY) -m pytest -v
+
+build: deps
+	$(CARGO) build --release --workspace
+
+deps: deps-apt deps-rust deps-python
+
+deps-apt:
+	@missing=""; for c in $(APT_COMMANDS); do command -v $$c >/dev/null || missing="$$missing $$c"; done; \
+	[ -f /usr/include/gelf.h ] || missing="$$missing libelf-dev"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages (missing:$$missing)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES); \
+	fi
+
+deps-rust:
+	@command -v $(CARGO) >/dev/null || { echo "error: cargo (Rust >= 1.86) is required; install it with rustup" >&2; exit 1; }
+
+deps-python: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+clean:
+	rm -rf target $(VENV)

@@ -1,0 +1,17 @@
+"""ccplab: run congestion-control experiments through an emulated bottleneck.
+
+Data flows one way: trace -> emulated link (``ccplab-link``) -> per-packet
+mahimahi log -> analysis (the ``transient`` package) -> report.
+
+Modules:
+    cca        parse and check a CCA name (``kernel:cubic``, ``ccp:reno``)
+    registry   the algorithm registry (algorithms/registry.toml) read by name
+    binaries   where the project's built binaries are
+    processes  start a daemon, wait until it is ready, stop it
+    scenario   an experiment scenario and its step-change trace
+    run        one flow through the link, saved as a run directory
+    compare    several CCAs x several runs of one scenario, then the report
+    cli        the ``ccplab`` command
+"""
+
+__version__ = "0.1.0"

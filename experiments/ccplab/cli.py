@@ -1,0 +1,173 @@
+"""The ``ccplab`` command: run, compare, demo, algorithms, analyze.
+
+Exit status: 0 on success, 2 on bad input or an unusable machine (the message
+names what is wrong), 130 when interrupted (after cleaning up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+from pathlib import Path
+
+from . import scenario as sc
+from .binaries import REPO_ROOT
+from .cca import parse_cca
+from .errors import CcplabError
+
+
+def _link_args(p: argparse.ArgumentParser, defaults: bool) -> None:
+    p.add_argument("--one-way-delay-ms", type=int, default=sc.DEMO_ONE_WAY_DELAY_MS if defaults else None,
+                   required=not defaults, help="fixed one-way delay each way, ms (RTT = 2x)")
+    p.add_argument("--queue-packets", type=int, default=sc.DEMO_QUEUE_PACKETS if defaults else None,
+                   required=not defaults, help="droptail queue limit of the bottleneck, packets")
+    p.add_argument("--duration-s", type=int, default=sc.DEMO_DURATION_S if defaults else None,
+                   required=not defaults, help="flow duration, s")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ccplab",
+        description="Run congestion-control experiments through an emulated bottleneck and "
+                    "score the CCAs' transient behaviour. CCAs: kernel:NAME (the kernel's own, "
+                    "e.g. kernel:cubic) or ccp:NAME (a Portus algorithm through ccp-datapath).",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="one flow of one CCA through the emulated link")
+    run.add_argument("--cca", required=True, help="kernel:NAME or ccp:NAME")
+    run.add_argument("--trace", required=True, type=Path, help="mahimahi trace of the uplink (data direction)")
+    run.add_argument("--step", action="append", default=[], metavar="AT_S:FROM_MBPS:TO_MBPS",
+                     help="a capacity step in the trace, for the analysis (default: the trace's sidecar)")
+    _link_args(run, defaults=False)
+    run.add_argument("--out", required=True, type=Path, help="run directory to create (must not exist)")
+
+    cmp_ = sub.add_parser("compare", help="several CCAs x several runs of one scenario, then the report")
+    cmp_.add_argument("--cca", action="append", required=True, help="a CCA; repeat for each (or comma-separate)")
+    cmp_.add_argument("--runs", type=int, default=sc.DEMO_RUNS, help="runs per CCA (default %(default)s)")
+    src = cmp_.add_mutually_exclusive_group()
+    src.add_argument("--trace", type=Path, help="an existing mahimahi trace (e.g. a cellular one)")
+    src.add_argument("--step", default="0:0:12", metavar="AT_S:FROM_MBPS:TO_MBPS",
+                     help="generate a step-change trace (default %(default)s)")
+    cmp_.add_argument("--sigma-mbps", type=float, default=sc.DEMO_SIGMA_MBPS,
+                      help="per-ms capacity noise of a generated trace, Mbit/s (default %(default)s)")
+    cmp_.add_argument("--seed", type=int, default=sc.DEMO_SEED, help="seed of a generated trace")
+    _link_args(cmp_, defaults=True)
+    cmp_.add_argument("--out", type=Path, required=True, help="comparison directory (new or empty)")
+    cmp_.add_argument("--no-analysis", action="store_true", help="only run; analyse later with ccplab analyze")
+
+    demo = sub.add_parser("demo", help="compare on the built-in default: step 0->12 Mbit/s, sigma 2, "
+                          "25 ms one way, droptail 40, kernel:cubic kernel:bbr ccp:reno ccp:cubic, 3 x 20 s")
+    demo.add_argument("--out", type=Path, help="default: results/demo-<timestamp>")
+    demo.add_argument("--runs", type=int, default=sc.DEMO_RUNS)
+    demo.add_argument("--duration-s", type=int, default=sc.DEMO_DURATION_S)
+
+    algs = sub.add_parser("algorithms", help="list the suite's algorithms and their flags")
+    algs.add_argument("name", nargs="?", help="one algorithm")
+    algs.add_argument("--dump-program", action="store_true", help="print its fold program")
+    algs.add_argument("--json", action="store_true", help="machine-readable output")
+
+    ana = sub.add_parser("analyze", help="analyse a link log, a run directory or a results directory")
+    ana.add_argument("path", type=Path)
+    ana.add_argument("--json", action="store_true", help="print per-run and per-step records as JSON")
+    ana.add_argument("--rtt-ms", type=float, default=None,
+                     help="RTT for a bare log without metadata, ms (default 50)")
+    ana.add_argument("--no-report", action="store_true", help="do not write runs.csv/report.html")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except CcplabError as exc:
+        print(f"ccplab: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("ccplab: interrupted; daemons stopped and partial results removed", file=sys.stderr)
+        return 130
+
+
+def cmd_run(args) -> int:
+    from .run import run_one
+
+    cca = parse_cca(args.cca)
+    steps = tuple(sc.Step.parse(s) for s in args.step)
+    scenario = sc.scenario_for_trace(args.trace.stem, args.trace, args.one_way_delay_ms,
+                                     args.queue_packets, args.duration_s, steps)
+    result = run_one(cca, scenario, args.out)
+    print(f"{cca}: {result.iperf3_mbps:.2f} Mbit/s (iperf3); run saved in {result.run_dir}")
+    return 0
+
+
+def _comparison(ccas, trace, step, sigma, seed, owd, queue, duration, runs, out, analyze=True) -> int:
+    from .compare import compare, prepare_out_dir
+
+    out = prepare_out_dir(out)
+    if trace is not None:
+        scenario = sc.scenario_for_trace(trace.stem, trace, owd, queue, duration)
+    else:
+        name = f"step-{step.from_mbps:g}-{step.to_mbps:g}-at-{step.at_s:g}s"
+        path = sc.generate_step_trace(out / "trace" / f"{name}.trace", step, duration, sigma, seed)
+        scenario = sc.scenario_for_trace(name, path, owd, queue, duration)
+    report = compare(ccas, scenario, runs, out, analyze=analyze)
+    print(f"results in {out}" + (f"; report: {report}" if report != out else ""))
+    return 0
+
+
+def cmd_compare(args) -> int:
+    names = [n.strip() for item in args.cca for n in item.split(",") if n.strip()]
+    ccas = [parse_cca(n) for n in names]
+    step = None if args.trace else sc.Step.parse(args.step)
+    return _comparison(ccas, args.trace, step, args.sigma_mbps, args.seed, args.one_way_delay_ms,
+                       args.queue_packets, args.duration_s, args.runs, args.out, not args.no_analysis)
+
+
+def cmd_demo(args) -> int:
+    out = args.out or REPO_ROOT / "results" / f"demo-{dt.datetime.now():%Y%m%d-%H%M%S}"
+    ccas = [parse_cca(n) for n in sc.DEMO_CCAS]
+    code = _comparison(ccas, None, sc.DEMO_STEP, sc.DEMO_SIGMA_MBPS, sc.DEMO_SEED, sc.DEMO_ONE_WAY_DELAY_MS,
+                       sc.DEMO_QUEUE_PACKETS, args.duration_s, args.runs, out)
+    latest = REPO_ROOT / "results" / "demo-latest"
+    if args.out is None:
+        latest.unlink(missing_ok=True)
+        latest.symlink_to(out.name)
+    return code
+
+
+def cmd_algorithms(args) -> int:
+    from .registry import load_registry, lookup
+
+    if args.dump_program:
+        if not args.name:
+            raise CcplabError("--dump-program needs an algorithm name: ccplab algorithms NAME --dump-program")
+        print(lookup(args.name).fold_program(), end="")
+        return 0
+    algos = [lookup(args.name)] if args.name else list(load_registry().values())
+    described = [a.describe() for a in algos]
+    if args.json:
+        print(json.dumps(described, indent=2))
+        return 0
+    for algo, desc in zip(algos, described):
+        print(f"ccp:{algo.name}  ({algo.binary}; {desc.get('source') or algo.source})")
+        print(f"    {desc.get('summary') or algo.summary}")
+        for flag in desc.get("flags", []):
+            default = flag.get("default")
+            shown = f" [default: {default}]" if default not in (None, "") else ""
+            print(f"    {flag['flag']:<28} {flag.get('help', '')}{shown}")
+    return 0
+
+
+def cmd_analyze(args) -> int:
+    from .analysis import analyze_path
+
+    return analyze_path(args.path, as_json=args.json, rtt_ms=args.rtt_ms, write=not args.no_report)
+
+
+COMMANDS = {"run": cmd_run, "compare": cmd_compare, "demo": cmd_demo,
+            "algorithms": cmd_algorithms, "analyze": cmd_analyze}
+
+if __name__ == "__main__":
+    sys.exit(main())

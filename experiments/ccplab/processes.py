@@ -1,0 +1,89 @@
+"""Start a daemon with its output in a log file, wait until it is ready, stop it.
+
+Every daemon of a run (the link, the algorithm, the datapath, iperf3's server)
+is a ``Daemon`` used as a context manager, so a failure or Ctrl-C anywhere
+stops all of them in reverse order and nothing is left running.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+from .errors import CcplabError
+
+
+class Daemon:
+    """A background process whose stdout and stderr go to ``log_path``.
+
+    ``name`` is used in error messages. ``stop_timeout_s``: seconds to wait
+    after SIGTERM before SIGKILL.
+    """
+
+    def __init__(self, name: str, argv: Sequence[str], log_path: Path, stop_timeout_s: float = 10.0):
+        self.name = name
+        self.argv = [str(a) for a in argv]
+        self.log_path = log_path
+        self.stop_timeout_s = stop_timeout_s
+        self.proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> "Daemon":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,  # our Ctrl-C reaches it through stop(), in order
+            )
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def wait_ready(self, is_ready: Callable[[], bool], timeout_s: float) -> None:
+        """Poll ``is_ready`` every 20 ms; CcplabError if the daemon exits or time runs out."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if is_ready():
+                return
+            if not self.running():
+                raise CcplabError(
+                    f"{self.name} exited with status {self.proc.returncode} before it was ready:\n"
+                    f"{self.log_tail()}"
+                )
+            time.sleep(0.02)
+        raise CcplabError(f"{self.name} was not ready after {timeout_s:.0f} s:\n{self.log_tail()}")
+
+    def stop(self) -> int | None:
+        """SIGTERM, then SIGKILL after ``stop_timeout_s``; returns the exit status."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self._signal(signal.SIGTERM)
+            try:
+                self.proc.wait(self.stop_timeout_s)
+            except subprocess.TimeoutExpired:
+                self._signal(signal.SIGKILL)
+                self.proc.wait()
+        return self.proc.returncode
+
+    def _signal(self, sig: int) -> None:
+        try:
+            os.killpg(self.proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return f"  (no log at {self.log_path})"
+        return "\n".join(f"  {self.name}| {line}" for line in text[-lines:])
