@@ -1,0 +1,127 @@
+"""Whole-run link metrics, defined exactly as mahimahi's ``mm-throughput-graph``.
+
+Source: mahimahi (Netravali et al., USENIX ATC'15), ``scripts/mm-throughput-graph``:
+
+* duration = last event time - first event time (first = the first event line
+  of the log, last = the largest event time);
+* capacity (Mbit/s) = sum of delivery-opportunity (``#``) bytes x 8 / duration;
+* throughput (Mbit/s) = sum of departure (``-``) bytes x 8 / duration;
+* utilization = throughput / capacity;
+* 95th-percentile per-packet queueing delay = ``sorted(delays)[int(0.95 N)]``
+  over the delays of all departures (ms, queueing + transmission in the link);
+* signal delay (ms) = the minimum time for a message created at time t to
+  reach the receiver: each departure at t with delay d gives a direct sample
+  ``sig[t - d] = min(d, sig[t - d])``; walking back from the last sending
+  time to the first, a millisecond without a direct sample gets
+  ``sig[t] = sig[t + 1] + 1``; the 95th percentile is taken over all those
+  milliseconds, again as ``sorted(sig)[int(0.95 N)]``.
+
+Power score = throughput (Mbit/s) / p95 signal delay (s): the score of the
+MIT 6.829 congestion-control contest built on mahimahi/Sprout (Winstein et
+al., NSDI'13), and Kleinrock's "power" with signal delay as the delay.
+
+The walk-back is vectorized: for every millisecond t, let u(t) be the next
+millisecond >= t that has a direct sample; the walk-back gives
+``sig[t] = sig_direct[u(t)] + (u(t) - t)``.  u(t) is a reverse cumulative
+minimum over the sample positions.  (On a FIFO link the departure time
+``t + sig_direct[t]`` grows with t, so this also equals the reverse
+cumulative minimum of ``sig_direct[u] + u`` minus t.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class LinkMetrics:
+    """Whole-run metrics of one mm-link log (units in the field names).
+
+    ``p95_*`` and ``power_score`` are NaN when the log has no departures;
+    ``utilization`` is NaN when the capacity is zero.
+    """
+
+    duration_s: float
+    capacity_mbps: float
+    throughput_mbps: float
+    utilization: float
+    p95_queueing_delay_ms: float
+    p95_signal_delay_ms: float
+    power_score: float
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+def mahimahi_percentile(values: np.ndarray, q: float = 0.95) -> float:
+    """``sorted(values)[int(q N)]`` as in mm-throughput-graph (NaN when empty).
+
+    Note: this index is one above numpy's "lower" percentile for some N; it
+    is kept for comparability with published mahimahi numbers.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    if values.size == 0:
+        return float("nan")
+    idx = min(int(q * values.size), values.size - 1)
+    return float(np.partition(values, idx)[idx])
+
+
+def signal_delay_series(events: pd.DataFrame) -> pd.Series:
+    """Per-millisecond signal delay (ms), indexed by sending time (ms).
+
+    Args:
+        events: `LinkLog.events` (only departures are used).
+
+    Returns:
+        float64 Series over every ms from the first to the last sending time
+        (departure time - delay) of any departed packet; empty if none.
+    """
+    dep = events.loc[events["kind"] == "departure", ["time_ms", "delay_ms"]]
+    if dep.empty:
+        return pd.Series([], dtype=np.float64, index=pd.Index([], dtype=np.int64, name="sent_ms"))
+    # mahimahi keys the hash by the (integer) timestamp - delay.
+    sent = (dep["time_ms"].to_numpy(np.float64) - dep["delay_ms"].to_numpy()).astype(np.int64)
+    direct = pd.Series(dep["delay_ms"].to_numpy()).groupby(sent).min()
+    lo, hi = int(direct.index.min()), int(direct.index.max())
+    n = hi - lo + 1
+    sig_direct = np.full(n, np.inf)
+    pos = direct.index.to_numpy() - lo
+    sig_direct[pos] = direct.to_numpy()
+    # u(t): next position >= t with a direct sample (reverse running minimum of
+    # the sample positions; positions without a sample hold n = "none yet").
+    cand = np.full(n, n, dtype=np.int64)
+    cand[pos] = pos
+    nxt = np.minimum.accumulate(cand[::-1])[::-1]
+    t = np.arange(n)
+    sig = sig_direct[nxt] + (nxt - t)
+    return pd.Series(sig, index=pd.Index(np.arange(lo, hi + 1), name="sent_ms"), name="signal_delay_ms")
+
+
+def link_metrics(events: pd.DataFrame) -> LinkMetrics:
+    """Whole-run metrics of a log's events (see the module docstring).
+
+    Raises:
+        ValueError: no events, or all events at the same millisecond (zero
+            duration, which mahimahi would divide by).
+    """
+    if events.empty:
+        raise ValueError("no events")
+    times = events["time_ms"].to_numpy()
+    duration_s = (int(times.max()) - int(times[0])) / 1000.0
+    if duration_s <= 0:
+        raise ValueError("zero duration: all events happen in the same millisecond")
+    kind = events["kind"]  # categorical: comparisons are on integer codes
+    nbytes = events["bytes"].to_numpy()
+    cap_bits = 8.0 * nbytes[(kind == "opportunity").to_numpy()].sum()
+    dep_mask = (kind == "departure").to_numpy()
+    dep_bits = 8.0 * nbytes[dep_mask].sum()
+    capacity = cap_bits / duration_s / 1e6
+    throughput = dep_bits / duration_s / 1e6
+    utilization = throughput / capacity if capacity > 0 else float("nan")
+    p95_q = mahimahi_percentile(events["delay_ms"].to_numpy()[dep_mask])
+    p95_s = mahimahi_percentile(signal_delay_series(events).to_numpy())
+    power = throughput / (p95_s / 1000.0) if p95_s > 0 else float("nan")
+    return LinkMetrics(duration_s, capacity, throughput, utilization, p95_q, p95_s, power)
