@@ -1,0 +1,72 @@
+"""Synthetic mm-link logs and run directories with known answers."""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+PKT = 1504  # mahimahi packet size incl. 4-byte TUN header
+
+
+def simulate_link(opps_per_ms, sends_per_ms, queue_packets=1000, base=1732270000000) -> str:
+    """A FIFO drop-tail link, one ms at a time: arrivals first, then delivery opportunities.
+
+    Returns the text of an mm-link log (times relative to trace start).
+    """
+    lines = ["# mahimahi mm-link [uplink] > synthetic", "# queue: droptail [packets=%d]" % queue_packets,
+             f"# base timestamp: {base}"]
+    q: deque[int] = deque()
+    for t in range(len(opps_per_ms)):
+        dropped = 0
+        for _ in range(int(sends_per_ms[t])):
+            lines.append(f"{t} + {PKT}")
+            if len(q) >= queue_packets:
+                dropped += 1
+            else:
+                q.append(t)
+        if dropped:
+            lines.append(f"{t} d {dropped} {dropped * PKT}")
+        for _ in range(int(opps_per_ms[t])):
+            lines.append(f"{t} # {PKT}")
+            if q:
+                sent = q.popleft()
+                lines.append(f"{t} - {PKT} {t - sent}")
+    return "\n".join(lines) + "\n"
+
+
+def write_run(run_dir: Path, cca: str, run: int, log_text: str, steps, owd_ms=25, name="step-0-12") -> Path:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "uplink.log").write_text(log_text)
+    meta = {
+        "schema": 1, "cca": cca, "run": run,
+        "scenario": {"name": name, "trace": "/x.trace", "trace_kind": "step" if steps else "cellular",
+                     "steps": steps, "sigma_mbps": 2.0, "seed": run, "one_way_delay_ms": owd_ms,
+                     "queue_packets": 40, "duration_s": 3},
+        "files": {"link_log": "uplink.log", "iperf3": "iperf3.json"},
+        "started_at": "2026-11-22T10:00:00Z", "finished_at": "2026-11-22T10:00:03Z",
+    }
+    (run_dir / "metadata.json").write_text(json.dumps(meta))
+    return run_dir
+
+
+def half_then_full(n_ms: int, switch_ms: int) -> np.ndarray:
+    """Sender: 1 packet every 2 ms before switch_ms, then 1 packet per ms."""
+    t = np.arange(n_ms)
+    return np.where(t < switch_ms, (t % 2 == 0).astype(int), 1)
+
+
+@pytest.fixture
+def results_dir(tmp_path: Path) -> Path:
+    """Two CCAs x two runs, 3 s at 1 packet/ms (12.03 Mbit/s), step 0 -> 12 at t = 0."""
+    root = tmp_path / "results"
+    steps = [{"at_s": 0.0, "from_mbps": 0.0, "to_mbps": 12.0}]
+    n = 3000
+    for cca, switches in (("ccp:reno", (1000, 1200)), ("ccp:cubic", (500, 600))):
+        for k, sw in enumerate(switches, start=1):
+            text = simulate_link(np.ones(n, int), half_then_full(n, sw))
+            write_run(root / "runs" / cca.replace(":", "-") / f"run-{k}", cca, k, text, steps)
+    return root

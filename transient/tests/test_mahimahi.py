@@ -1,0 +1,101 @@
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from transient import EVENT_KINDS, LogFormatError, parse_link_log, read_link_log
+
+LOG = """# mahimahi mm-link [uplink] > uplink.log
+# command line: mm-link up.trace down.trace --uplink-log=uplink.log
+# queue: droptail [packets=40]
+# base timestamp: 1732270000000
+0 # 1504
+0 + 1504
+3 + 100
+4 - 1504 4
+
+7 d 2 3008
+9 # 1504
+"""
+
+
+def test_parses_all_event_kinds_exactly(tmp_path):
+    p = tmp_path / "uplink.log"
+    p.write_text(LOG)
+    log = read_link_log(p)
+    assert log.base_timestamp_ms == 1732270000000
+    assert log.time_origin == "relative"
+    assert log.header["queue"] == "droptail [packets=40]"
+    assert log.header["command line"].startswith("mm-link up.trace")
+    expected = pd.DataFrame(
+        {
+            "time_ms": np.array([0, 0, 3, 4, 7, 9], dtype=np.int64),
+            "kind": pd.Categorical(
+                ["opportunity", "arrival", "arrival", "departure", "drop", "opportunity"], categories=list(EVENT_KINDS)
+            ),
+            "bytes": np.array([1504, 1504, 100, 1504, 3008, 1504], dtype=np.int64),
+            "delay_ms": [np.nan, np.nan, np.nan, 4.0, np.nan, np.nan],
+            "packets": np.array([1, 1, 1, 1, 2, 1], dtype=np.int64),
+        }
+    )
+    pd.testing.assert_frame_equal(log.events, expected)
+
+
+def test_original_mahimahi_clock_is_rebased():
+    # Original mahimahi writes event times on the same clock as the base timestamp.
+    log = parse_link_log("# base timestamp: 5000\n5000 # 1504\n5003 + 1504\n5010 - 1504 7\n")
+    assert log.time_origin == "base-subtracted"
+    assert log.events["time_ms"].tolist() == [0, 3, 10]
+
+
+@pytest.mark.parametrize(
+    "line, reason",
+    [
+        ("12 x 1504", "unknown event kind 'x'"),
+        ("12 +", "missing size field"),
+        ("12 - 1504", "missing delay field"),
+        ("12 d 2", "missing byte count"),
+        ("12.5 + 1504", "time '12.5' is not a non-negative integer"),
+        ("abc + 1504", "time 'abc'"),
+        ("12 + 15x4", "field '15x4' is not a non-negative integer"),
+        ("12 + 1504 9", "unexpected extra field '9'"),
+        ("12 - 1504 -3", "delay '-3' is not a non-negative number"),
+        ("12 - 1504 4 1 2", "too many fields"),
+    ],
+)
+def test_errors_name_file_and_line(tmp_path, line, reason):
+    p = tmp_path / "bad.log"
+    p.write_text(f"# base timestamp: 0\n0 # 1504\n\n{line}\n13 # 1504\n")
+    with pytest.raises(LogFormatError) as err:
+        read_link_log(p)
+    assert err.value.line == 4
+    assert str(err.value).startswith(f"{p}:4: ")
+    assert reason in str(err.value)
+
+
+def test_header_only_log_is_a_clear_error(tmp_path):
+    p = tmp_path / "empty.log"
+    p.write_text("# base timestamp: 0\n# queue: infinite\n")
+    with pytest.raises(LogFormatError, match="no events"):
+        read_link_log(p)
+
+
+def test_duplicate_base_timestamp_is_rejected():
+    with pytest.raises(LogFormatError, match="defined twice"):
+        parse_link_log("# base timestamp: 0\n# base timestamp: 1\n0 # 1504\n")
+
+
+def test_large_log_parses_in_seconds(tmp_path):
+    # ~60 s at 100 Mbit/s is ~1.5 M lines; 600 k lines must take well under the budget.
+    n = 200_000
+    t = np.arange(n) // 8
+    body = "\n".join(f"{a} # 1504\n{a} + 1504\n{a + 2} - 1504 2" for a in t)
+    p = tmp_path / "big.log"
+    p.write_text("# base timestamp: 1\n" + body + "\n")
+    start = time.perf_counter()
+    log = read_link_log(p)
+    elapsed = time.perf_counter() - start
+    assert len(log.events) == 3 * n
+    assert (log.events["kind"] == "departure").sum() == n
+    assert elapsed < 10.0
