@@ -1,0 +1,443 @@
+//! CUBIC window logic (RFC 9438), independent of Portus.
+//!
+//! Applied **per report** (one per RTT, plus an urgent report on loss or
+//! timeout) with the report's totals: the per-ACK rule
+//! `cwnd += (target - cwnd) / cwnd` becomes `cwnd += (target - cwnd) * acked / cwnd`
+//! (capped at target), and `W_est += alpha * segments_acked / cwnd` is applied
+//! with the report's acknowledged packets. Time `t` is the report's arrival time.
+//!
+//! - W_cubic(t) = C (t - K)^3 + W_max (§4.2, eq. 1), t in seconds since the
+//!   start of the congestion-avoidance epoch, K = cbrt((W_max - cwnd_epoch) / C)
+//!   (eq. 2); right after a reduction without fast convergence cwnd_epoch =
+//!   beta W_max, so K = cbrt(W_max (1 - beta) / C). When W_max <= cwnd_epoch
+//!   (after slow start or an RTO) K = 0 and W_max = cwnd_epoch (§4.2, §4.8).
+//! - target = W_cubic(t + SRTT) clamped to [cwnd, 1.5 cwnd] (§4.2).
+//! - Reno-friendly region (§4.3): W_est starts at cwnd_epoch and grows by
+//!   alpha_cubic = 3 (1 - beta) / (1 + beta) per window of ACKs (1 once
+//!   W_est >= cwnd_prior); when W_cubic(t) < W_est, cwnd = W_est.
+//! - Congestion event (§4.6): cwnd_prior = cwnd, ssthresh = max(beta cwnd, 2),
+//!   cwnd = ssthresh; W_max = cwnd, or with fast convergence (§4.7) and
+//!   cwnd < previous W_max: W_max = cwnd (1 + beta) / 2. Once per window, as in
+//!   Reno (no growth for one SRTT afterwards).
+//! - Timeout (§4.8): ssthresh = max(beta cwnd, 2), cwnd = 1, epoch and W_max
+//!   forgotten.
+//! - Slow start as Reno's (no HyStart++).
+//!
+//! Math: only `f64::cbrt` and multiplications, never `powf`/`ln` — the
+//! `libccp` crate exports a C symbol `log` that shadows libm's in any binary
+//! that links it (FIELD-NOTES), and that is tested in tests/libccp_glue.rs.
+
+use crate::window::{
+    slow_start, LossGuard, Measurement, Phase, RttEstimator, WindowAlgorithm, WindowParams,
+};
+
+/// CUBIC's constants (RFC 9438 §4.1, §4.7, §4.3).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CubicParams {
+    /// C, the cubic scaling constant in packets / s^3 (RFC default 0.4).
+    pub c: f64,
+    /// beta_cubic, the multiplicative decrease factor (RFC default 0.7).
+    pub beta: f64,
+    /// Fast convergence (§4.7) on or off.
+    pub fast_convergence: bool,
+    /// Reno-friendly region (§4.3) on or off.
+    pub reno_friendly: bool,
+}
+
+impl Default for CubicParams {
+    fn default() -> Self {
+        CubicParams { c: 0.4, beta: 0.7, fast_convergence: true, reno_friendly: true }
+    }
+}
+
+impl CubicParams {
+    /// alpha_cubic = 3 (1 - beta) / (1 + beta) (RFC 9438 §4.3).
+    pub fn alpha_cubic(&self) -> f64 {
+        3.0 * (1.0 - self.beta) / (1.0 + self.beta)
+    }
+}
+
+/// W_cubic(t) = C (t - K)^3 + W_max (RFC 9438 eq. 1); t and K in seconds,
+/// windows in packets.
+pub fn w_cubic(c: f64, k_s: f64, w_max_pkts: f64, t_s: f64) -> f64 {
+    let d = t_s - k_s;
+    c * d * d * d + w_max_pkts
+}
+
+/// One congestion-avoidance epoch (from its first ACK to the next congestion event).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Epoch {
+    /// Start time (report time) in microseconds.
+    pub start_us: u64,
+    /// cwnd at the start of the epoch, packets.
+    pub cwnd_epoch: f64,
+    /// W_max used by W_cubic in this epoch, packets.
+    pub w_max: f64,
+    /// K in seconds.
+    pub k_s: f64,
+}
+
+/// CUBIC's per-flow state.
+#[derive(Clone, Debug)]
+pub struct Cubic {
+    params: WindowParams,
+    cp: CubicParams,
+    cwnd: f64,
+    ssthresh: f64,
+    /// W_max from the last congestion event (None before one, or after an RTO).
+    w_max: Option<f64>,
+    /// cwnd just before the last congestion event.
+    cwnd_prior: Option<f64>,
+    epoch: Option<Epoch>,
+    w_est: f64,
+    rtt: RttEstimator,
+    guard: LossGuard,
+    last_now_us: u64,
+}
+
+impl Cubic {
+    /// A new flow starting at `params.init_cwnd_pkts` in slow start.
+    pub fn new(params: WindowParams, cp: CubicParams) -> Self {
+        Cubic {
+            cwnd: params.clamp(params.init_cwnd_pkts),
+            ssthresh: params.init_ssthresh_pkts,
+            params,
+            cp,
+            w_max: None,
+            cwnd_prior: None,
+            epoch: None,
+            w_est: 0.0,
+            rtt: RttEstimator::default(),
+            guard: LossGuard::default(),
+            last_now_us: 0,
+        }
+    }
+
+    /// W_max remembered from the last congestion event, packets.
+    pub fn w_max(&self) -> Option<f64> {
+        self.w_max
+    }
+
+    /// The current congestion-avoidance epoch, if one has started.
+    pub fn epoch(&self) -> Option<Epoch> {
+        self.epoch
+    }
+
+    /// The Reno-friendly estimate W_est, packets (meaningful during an epoch).
+    pub fn w_est(&self) -> f64 {
+        self.w_est
+    }
+
+    /// Smoothed RTT in microseconds (0 before the first sample).
+    pub fn srtt_us(&self) -> f64 {
+        self.rtt.srtt_us
+    }
+
+    fn on_timeout(&mut self, now_us: u64) {
+        if !self.guard.after_timeout(now_us) {
+            self.ssthresh = (self.cwnd * self.cp.beta).max(2.0);
+            self.cwnd_prior = Some(self.cwnd);
+        }
+        self.cwnd = 1.0;
+        self.w_max = None;
+        self.epoch = None;
+        self.guard.start(now_us, self.rtt.srtt_us, true);
+    }
+
+    fn on_congestion_event(&mut self, now_us: u64) {
+        let cwnd = self.cwnd;
+        self.w_max = Some(match self.w_max {
+            Some(prev) if self.cp.fast_convergence && cwnd < prev => {
+                cwnd * (1.0 + self.cp.beta) / 2.0
+            }
+            _ => cwnd,
+        });
+        self.cwnd_prior = Some(cwnd);
+        self.ssthresh = (cwnd * self.cp.beta).max(2.0);
+        self.cwnd = self.ssthresh;
+        self.epoch = None;
+        self.guard.start(now_us, self.rtt.srtt_us, false);
+    }
+
+    fn start_epoch(&mut self, now_us: u64) -> Epoch {
+        let cwnd_epoch = self.cwnd;
+        let (w_max, k_s) = match self.w_max {
+            Some(w) if w > cwnd_epoch => (w, ((w - cwnd_epoch) / self.cp.c).cbrt()),
+            _ => (cwnd_epoch, 0.0),
+        };
+        self.w_max = Some(w_max);
+        self.w_est = cwnd_epoch;
+        let e = Epoch { start_us: now_us, cwnd_epoch, w_max, k_s };
+        self.epoch = Some(e);
+        e
+    }
+
+    fn congestion_avoidance(&mut self, now_us: u64, acked_pkts: f64) {
+        let e = match self.epoch {
+            Some(e) => e,
+            None => self.start_epoch(now_us),
+        };
+        let t_s = now_us.saturating_sub(e.start_us) as f64 / 1e6;
+        let rtt_s = self.rtt.srtt_us / 1e6;
+        let cwnd = self.cwnd;
+        let target = w_cubic(self.cp.c, e.k_s, e.w_max, t_s + rtt_s)
+            .max(cwnd)
+            .min(1.5 * cwnd);
+        let cubic_next = (cwnd + (target - cwnd) * acked_pkts / cwnd).min(target);
+        if self.cp.reno_friendly {
+            let alpha = match self.cwnd_prior {
+                Some(prior) if self.w_est < prior => self.cp.alpha_cubic(),
+                _ => 1.0,
+            };
+            self.w_est += alpha * acked_pkts / cwnd;
+            if w_cubic(self.cp.c, e.k_s, e.w_max, t_s) < self.w_est {
+                self.cwnd = self.w_est.max(cwnd);
+                return;
+            }
+        }
+        self.cwnd = cubic_next;
+    }
+}
+
+impl WindowAlgorithm for Cubic {
+    fn on_report(&mut self, m: &Measurement) -> u32 {
+        self.rtt.update(m);
+        self.last_now_us = m.now_us;
+        if m.timeout {
+            self.on_timeout(m.now_us);
+        } else if m.has_loss() && !self.guard.active(m.now_us) {
+            self.on_congestion_event(m.now_us);
+        } else if !self.guard.active(m.now_us) {
+            let leftover =
+                slow_start(&mut self.cwnd, self.ssthresh, m.acked_pkts(self.params.mss_bytes));
+            if leftover > 0.0 {
+                self.congestion_avoidance(m.now_us, leftover);
+            }
+        }
+        self.cwnd = self.params.clamp(self.cwnd);
+        self.cwnd_bytes()
+    }
+
+    fn cwnd_pkts(&self) -> f64 {
+        self.cwnd
+    }
+
+    fn ssthresh_pkts(&self) -> f64 {
+        self.ssthresh
+    }
+
+    fn phase(&self) -> Phase {
+        if self.guard.after_timeout(self.last_now_us) {
+            Phase::TimeoutRecovery
+        } else if self.guard.active(self.last_now_us) {
+            Phase::Recovery
+        } else if self.cwnd < self.ssthresh {
+            Phase::SlowStart
+        } else {
+            Phase::CongestionAvoidance
+        }
+    }
+
+    fn params(&self) -> &WindowParams {
+        &self.params
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MSS: u32 = 1000;
+    const C: f64 = 0.4;
+    const BETA: f64 = 0.7;
+
+    fn params(init: f64, ssthresh: f64) -> WindowParams {
+        WindowParams {
+            mss_bytes: MSS,
+            init_cwnd_pkts: init,
+            init_ssthresh_pkts: ssthresh,
+            min_cwnd_pkts: 1.0,
+            max_cwnd_pkts: 1e6,
+        }
+    }
+
+    fn report(now_us: u64, acked_pkts: f64, rtt_us: u64) -> Measurement {
+        Measurement {
+            now_us,
+            acked_bytes: (acked_pkts * f64::from(MSS)).round() as u64,
+            rtt_us,
+            min_rtt_us: rtt_us,
+            ..Default::default()
+        }
+    }
+
+    fn loss(now_us: u64, rtt_us: u64) -> Measurement {
+        Measurement { lost_pkts: 1, ..report(now_us, 0.0, rtt_us) }
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-6 * b.abs().max(1.0)
+    }
+
+    #[test]
+    fn w_cubic_matches_eq1_and_passes_w_max_at_k() {
+        let w_max = 100.0;
+        let k = (w_max * (1.0 - BETA) / C).cbrt();
+        // At t = 0 the curve starts at beta W_max, at t = K it reaches W_max.
+        assert!(close(w_cubic(C, k, w_max, 0.0), BETA * w_max));
+        assert!(close(w_cubic(C, k, w_max, k), w_max));
+        for t in [0.5, 1.0, 2.0, 5.0, 6.0] {
+            let expected = C * (t - k) * (t - k) * (t - k) + w_max;
+            assert!(close(w_cubic(C, k, w_max, t), expected));
+        }
+    }
+
+    #[test]
+    fn loss_sets_w_max_and_k_from_rfc_formula() {
+        let mut cu = Cubic::new(params(100.0, 100.0), CubicParams::default());
+        cu.on_report(&report(0, 1.0, 100_000));
+        let w = cu.cwnd_pkts();
+        cu.on_report(&loss(100_000, 100_000));
+        assert_eq!(cu.w_max(), Some(w));
+        assert!(close(cu.cwnd_pkts(), BETA * w));
+        assert!(close(cu.ssthresh_pkts(), BETA * w));
+        // The next epoch (after one RTT of recovery) uses K = cbrt(W_max (1 - beta) / C).
+        cu.on_report(&report(200_001, 1.0, 100_000));
+        let e = cu.epoch().expect("epoch started");
+        assert!(close(e.k_s, (w * (1.0 - BETA) / C).cbrt()));
+        assert!(close(e.w_max, w));
+    }
+
+    /// cwnd follows W_cubic(t + RTT) (clamped to [cwnd, 1.5 cwnd]) when every
+    /// report acknowledges a full window, in the concave and the convex region.
+    #[test]
+    fn cwnd_tracks_cubic_curve_in_time() {
+        let cp = CubicParams { reno_friendly: false, ..Default::default() };
+        let rtt_us = 100_000;
+        let mut cu = Cubic::new(params(200.0, 200.0), cp);
+        cu.on_report(&report(0, 1.0, rtt_us));
+        let w_max = cu.cwnd_pkts();
+        cu.on_report(&loss(rtt_us, rtt_us));
+        let k = (w_max * (1.0 - BETA) / C).cbrt();
+        let epoch_start = 2 * rtt_us + 1;
+        let mut now = epoch_start;
+        let mut saw_concave = false;
+        let mut saw_convex = false;
+        while now < epoch_start + 80 * rtt_us {
+            let before = cu.cwnd_pkts();
+            // More than a window acknowledged: the per-report step is capped at target.
+            cu.on_report(&report(now, before + 1.0, rtt_us));
+            let t = (now - epoch_start) as f64 / 1e6;
+            let rtt_s = rtt_us as f64 / 1e6;
+            let expected = (C * (t + rtt_s - k).powi(3) + w_max).max(before).min(1.5 * before);
+            assert!(close(cu.cwnd_pkts(), expected), "t={t}: {} vs {expected}", cu.cwnd_pkts());
+            saw_concave |= cu.cwnd_pkts() < w_max && cu.cwnd_pkts() > before;
+            saw_convex |= cu.cwnd_pkts() > w_max + 1.0;
+            now += rtt_us;
+        }
+        assert!(saw_concave && saw_convex);
+    }
+
+    #[test]
+    fn fast_convergence_lowers_w_max() {
+        let mut cu = Cubic::new(params(100.0, 100.0), CubicParams::default());
+        cu.on_report(&report(0, 1.0, 10_000));
+        let first = cu.cwnd_pkts();
+        cu.on_report(&loss(10_000, 10_000));
+        assert_eq!(cu.w_max(), Some(first));
+        // Second loss below W_max: W_max = cwnd (1 + beta) / 2.
+        cu.on_report(&report(30_000, 1.0, 10_000));
+        let second = cu.cwnd_pkts();
+        assert!(second < first);
+        cu.on_report(&loss(40_000, 10_000));
+        let expected = second * (1.0 + BETA) / 2.0;
+        assert!(close(cu.w_max().unwrap(), expected));
+        assert!(close(cu.cwnd_pkts(), BETA * second));
+        // K then uses eq. 2 with cwnd_epoch = beta * second.
+        cu.on_report(&report(60_000, 1.0, 10_000));
+        let e = cu.epoch().unwrap();
+        assert!(close(e.k_s, ((expected - BETA * second) / C).cbrt()));
+        // Without fast convergence W_max is the plain cwnd at the event.
+        let cp = CubicParams { fast_convergence: false, ..Default::default() };
+        let mut cu = Cubic::new(params(100.0, 100.0), cp);
+        cu.on_report(&loss(0, 10_000));
+        cu.on_report(&report(20_000, 1.0, 10_000));
+        let w = cu.cwnd_pkts();
+        cu.on_report(&loss(30_000, 10_000));
+        assert_eq!(cu.w_max(), Some(w));
+    }
+
+    /// Short RTT, small W_max: W_est (AIMD with alpha_cubic) outgrows W_cubic(t)
+    /// and cwnd = W_est; alpha switches to 1 once W_est >= cwnd_prior.
+    #[test]
+    fn reno_friendly_region_takes_over() {
+        let rtt_us = 10_000;
+        let mut cu = Cubic::new(params(10.0, 10.0), CubicParams::default());
+        cu.on_report(&report(0, 1.0, rtt_us));
+        let prior = cu.cwnd_pkts();
+        cu.on_report(&loss(rtt_us, rtt_us));
+        let k = (prior * (1.0 - BETA) / C).cbrt();
+        let alpha = 3.0 * (1.0 - BETA) / (1.0 + BETA);
+        let start = 2 * rtt_us + 1;
+        let mut w_est = BETA * prior;
+        let mut now = start;
+        let mut friendly_rounds = 0;
+        for _ in 0..40 {
+            let before = cu.cwnd_pkts();
+            cu.on_report(&report(now, before, rtt_us));
+            let a = if w_est < prior { alpha } else { 1.0 };
+            let acked = (before * f64::from(MSS)).round() / f64::from(MSS);
+            w_est += a * acked / before;
+            let t = (now - start) as f64 / 1e6;
+            let cubic_t = C * (t - k).powi(3) + prior;
+            assert!(close(cu.w_est(), w_est));
+            if cubic_t < w_est {
+                assert!(close(cu.cwnd_pkts(), w_est));
+                friendly_rounds += 1;
+            }
+            now += rtt_us;
+        }
+        // 40 RTTs = 0.4 s << K: the Reno-friendly region governed most of them.
+        assert!(friendly_rounds > 30, "{friendly_rounds}");
+        assert!(cu.cwnd_pkts() > prior);
+    }
+
+    #[test]
+    fn timeout_resets_and_next_epoch_has_k_zero() {
+        let mut cu = Cubic::new(params(50.0, 50.0), CubicParams::default());
+        cu.on_report(&report(0, 1.0, 10_000));
+        let before = cu.cwnd_pkts();
+        cu.on_report(&Measurement { timeout: true, ..report(10_000, 0.0, 10_000) });
+        assert_eq!(cu.cwnd_pkts(), 1.0);
+        assert!(close(cu.ssthresh_pkts(), BETA * before));
+        assert_eq!(cu.phase(), Phase::TimeoutRecovery);
+        assert_eq!(cu.w_max(), None);
+        // Slow start back to ssthresh, then an epoch with K = 0, W_max = cwnd_epoch.
+        let mut now = 30_000;
+        while cu.cwnd_pkts() < cu.ssthresh_pkts() {
+            cu.on_report(&report(now, cu.cwnd_pkts(), 10_000));
+            now += 10_000;
+        }
+        let e = cu.epoch().expect("epoch after slow start");
+        assert_eq!(e.k_s, 0.0);
+        assert!(close(e.w_max, e.cwnd_epoch));
+    }
+
+    #[test]
+    fn floor_and_ceiling_hold() {
+        let p = WindowParams { max_cwnd_pkts: 30.0, ..params(10.0, f64::INFINITY) };
+        let mut cu = Cubic::new(p, CubicParams::default());
+        for i in 1..10 {
+            cu.on_report(&report(i * 10_000, cu.cwnd_pkts(), 10_000));
+            assert!(cu.cwnd_pkts() <= 30.0);
+        }
+        assert_eq!(cu.cwnd_pkts(), 30.0);
+        // Repeated losses never take cwnd below ssthresh floor 2 / cwnd floor 1.
+        let mut cu = Cubic::new(params(2.0, f64::INFINITY), CubicParams::default());
+        cu.on_report(&loss(0, 0));
+        assert_eq!(cu.cwnd_pkts(), 2.0);
+        cu.on_report(&Measurement { timeout: true, ..report(1, 0.0, 0) });
+        assert_eq!(cu.cwnd_pkts(), 1.0);
+        assert_eq!(cu.cwnd_bytes(), MSS);
+    }
+}

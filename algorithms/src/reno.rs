@@ -1,0 +1,247 @@
+//! Reno window logic (RFC 5681), independent of Portus.
+//!
+//! Applied **per report** (one report per RTT, plus an urgent report on loss or
+//! timeout) with the report's totals, as ALGORITHMS.md allows: the per-ACK
+//! rules sum to the same growth over an RTT and a per-report rule keeps the
+//! fold program and the IPC rate small.
+//!
+//! - Slow start (§3.1, byte counting as RFC 3465 / Linux): cwnd += acked
+//!   packets, up to ssthresh; the rest of the report's ACKs go to congestion
+//!   avoidance.
+//! - Congestion avoidance (§3.1): cwnd += acked / cwnd (per ACK: 1/cwnd), i.e.
+//!   +1 packet per RTT.
+//! - Loss event (fast retransmit / fast recovery, §3.2, modelled as cwnd
+//!   halving): ssthresh = max(cwnd / 2, 2), cwnd = ssthresh; once per window:
+//!   for one smoothed RTT afterwards the window neither grows nor is cut again
+//!   (the datapath retransmits; recovery ends with cwnd = ssthresh).
+//! - Retransmission timeout (§3.1, loss window): ssthresh = max(cwnd / 2, 2),
+//!   cwnd = 1 packet, then slow start. A second RTO within one RTT of the first
+//!   keeps ssthresh (as Linux does while in the Loss state).
+//!
+//! ssthresh uses cwnd rather than FlightSize, as Linux `tcp_reno_ssthresh` does.
+
+use crate::window::{
+    slow_start, LossGuard, Measurement, Phase, RttEstimator, WindowAlgorithm, WindowParams,
+};
+
+/// Reno's per-flow state.
+#[derive(Clone, Debug)]
+pub struct Reno {
+    params: WindowParams,
+    cwnd: f64,
+    ssthresh: f64,
+    rtt: RttEstimator,
+    guard: LossGuard,
+    last_now_us: u64,
+}
+
+impl Reno {
+    /// A new flow starting at `params.init_cwnd_pkts` in slow start.
+    pub fn new(params: WindowParams) -> Self {
+        Reno {
+            cwnd: params.clamp(params.init_cwnd_pkts),
+            ssthresh: params.init_ssthresh_pkts,
+            params,
+            rtt: RttEstimator::default(),
+            guard: LossGuard::default(),
+            last_now_us: 0,
+        }
+    }
+
+    /// Smoothed RTT in microseconds (0 before the first sample).
+    pub fn srtt_us(&self) -> f64 {
+        self.rtt.srtt_us
+    }
+
+    fn on_timeout(&mut self, now_us: u64) {
+        if !self.guard.after_timeout(now_us) {
+            self.ssthresh = (self.cwnd / 2.0).max(2.0);
+        }
+        self.cwnd = 1.0;
+        self.guard.start(now_us, self.rtt.srtt_us, true);
+    }
+
+    fn on_loss_event(&mut self, now_us: u64) {
+        self.ssthresh = (self.cwnd / 2.0).max(2.0);
+        self.cwnd = self.ssthresh;
+        self.guard.start(now_us, self.rtt.srtt_us, false);
+    }
+
+    fn grow(&mut self, acked_pkts: f64) {
+        let leftover = slow_start(&mut self.cwnd, self.ssthresh, acked_pkts);
+        if leftover > 0.0 {
+            self.cwnd += leftover / self.cwnd;
+        }
+    }
+}
+
+impl WindowAlgorithm for Reno {
+    fn on_report(&mut self, m: &Measurement) -> u32 {
+        self.rtt.update(m);
+        self.last_now_us = m.now_us;
+        if m.timeout {
+            self.on_timeout(m.now_us);
+        } else if m.has_loss() && !self.guard.active(m.now_us) {
+            self.on_loss_event(m.now_us);
+        } else if !self.guard.active(m.now_us) {
+            self.grow(m.acked_pkts(self.params.mss_bytes));
+        }
+        self.cwnd = self.params.clamp(self.cwnd);
+        self.cwnd_bytes()
+    }
+
+    fn cwnd_pkts(&self) -> f64 {
+        self.cwnd
+    }
+
+    fn ssthresh_pkts(&self) -> f64 {
+        self.ssthresh
+    }
+
+    fn phase(&self) -> Phase {
+        if self.guard.after_timeout(self.last_now_us) {
+            Phase::TimeoutRecovery
+        } else if self.guard.active(self.last_now_us) {
+            Phase::Recovery
+        } else if self.cwnd < self.ssthresh {
+            Phase::SlowStart
+        } else {
+            Phase::CongestionAvoidance
+        }
+    }
+
+    fn params(&self) -> &WindowParams {
+        &self.params
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MSS: u32 = 1000;
+    const RTT_US: u64 = 50_000;
+
+    fn params(init: f64, ssthresh: f64, max: f64) -> WindowParams {
+        WindowParams {
+            mss_bytes: MSS,
+            init_cwnd_pkts: init,
+            init_ssthresh_pkts: ssthresh,
+            min_cwnd_pkts: 1.0,
+            max_cwnd_pkts: max,
+        }
+    }
+
+    /// A per-RTT report at round `round` that acknowledges `acked_pkts` packets.
+    fn ack_report(round: u64, acked_pkts: f64) -> Measurement {
+        Measurement {
+            now_us: round * RTT_US,
+            acked_bytes: (acked_pkts * f64::from(MSS)).round() as u64,
+            rtt_us: RTT_US,
+            min_rtt_us: RTT_US,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn slow_start_doubles_per_rtt() {
+        let mut r = Reno::new(params(10.0, f64::INFINITY, 1e6));
+        let mut expected = 10.0;
+        for round in 1..=6 {
+            // A full window is acknowledged in each RTT: cwnd += cwnd.
+            let bytes = r.on_report(&ack_report(round, r.cwnd_pkts()));
+            expected *= 2.0;
+            assert_eq!(r.cwnd_pkts(), expected);
+            assert_eq!(bytes, (expected * f64::from(MSS)) as u32);
+            assert_eq!(r.phase(), Phase::SlowStart);
+        }
+    }
+
+    #[test]
+    fn slow_start_hands_over_to_congestion_avoidance_at_ssthresh() {
+        let mut r = Reno::new(params(10.0, 16.0, 1e6));
+        r.on_report(&ack_report(1, 10.0));
+        // 6 packets fill slow start up to ssthresh 16; the other 4 grow by 4/16.
+        assert_eq!(r.cwnd_pkts(), 16.0 + 4.0 / 16.0);
+        assert_eq!(r.phase(), Phase::CongestionAvoidance);
+    }
+
+    #[test]
+    fn congestion_avoidance_adds_one_mss_per_rtt() {
+        let mut r = Reno::new(params(20.0, 20.0, 1e6));
+        for round in 1..=5 {
+            let before = r.cwnd_pkts();
+            r.on_report(&ack_report(round, before));
+            // RFC 5681: +1/cwnd per ACK; a window of ACKs adds one packet.
+            assert!((r.cwnd_pkts() - (before + 1.0)).abs() < 1e-9);
+        }
+    }
+
+    #[test]
+    fn loss_halves_once_per_window_then_recovers() {
+        let mut r = Reno::new(params(40.0, 40.0, 1e6));
+        r.on_report(&ack_report(1, 40.0));
+        let at_loss = r.cwnd_pkts();
+        let loss = Measurement { lost_pkts: 3, ..ack_report(2, 5.0) };
+        r.on_report(&loss);
+        let halved = (at_loss / 2.0).max(2.0);
+        assert_eq!(r.cwnd_pkts(), halved);
+        assert_eq!(r.ssthresh_pkts(), halved);
+        assert_eq!(r.phase(), Phase::Recovery);
+        // Another loss report of the same window (half an RTT later): no second cut,
+        // no growth.
+        let again = Measurement {
+            now_us: 2 * RTT_US + RTT_US / 2,
+            lost_pkts: 1,
+            ..ack_report(2, 5.0)
+        };
+        r.on_report(&again);
+        assert_eq!(r.cwnd_pkts(), halved);
+        // One RTT later: congestion avoidance from ssthresh.
+        r.on_report(&ack_report(3, halved));
+        assert!((r.cwnd_pkts() - (halved + 1.0)).abs() < 1e-9);
+        // A loss in a later window cuts again.
+        let before = r.cwnd_pkts();
+        r.on_report(&Measurement { lost_pkts: 1, ..ack_report(4, 1.0) });
+        assert_eq!(r.cwnd_pkts(), before / 2.0);
+    }
+
+    #[test]
+    fn timeout_resets_to_one_packet_and_halves_ssthresh() {
+        let mut r = Reno::new(params(30.0, f64::INFINITY, 1e6));
+        r.on_report(&ack_report(1, 30.0));
+        let before = r.cwnd_pkts();
+        r.on_report(&Measurement { timeout: true, ..ack_report(2, 0.0) });
+        assert_eq!(r.cwnd_pkts(), 1.0);
+        assert_eq!(r.ssthresh_pkts(), before / 2.0);
+        assert_eq!(r.phase(), Phase::TimeoutRecovery);
+        // A second RTO within that RTT keeps ssthresh.
+        r.on_report(&Measurement { timeout: true, now_us: 2 * RTT_US + 10, ..Default::default() });
+        assert_eq!(r.ssthresh_pkts(), before / 2.0);
+        // Then slow start again: 1 -> 2 -> 4.
+        r.on_report(&ack_report(4, 1.0));
+        assert_eq!(r.cwnd_pkts(), 2.0);
+        r.on_report(&ack_report(5, 2.0));
+        assert_eq!(r.cwnd_pkts(), 4.0);
+        assert_eq!(r.phase(), Phase::SlowStart);
+    }
+
+    #[test]
+    fn floor_and_ceiling_hold() {
+        // ssthresh never goes below 2 and cwnd never below the floor of 1 packet.
+        let mut r = Reno::new(params(2.0, f64::INFINITY, 25.0));
+        r.on_report(&Measurement { lost_pkts: 1, ..ack_report(1, 0.0) });
+        assert_eq!(r.ssthresh_pkts(), 2.0);
+        assert_eq!(r.cwnd_pkts(), 2.0);
+        r.on_report(&Measurement { timeout: true, ..ack_report(3, 0.0) });
+        assert_eq!(r.cwnd_pkts(), 1.0);
+        // Ceiling: slow start is capped at max_cwnd_pkts = 25.
+        let mut r = Reno::new(params(10.0, f64::INFINITY, 25.0));
+        for round in 1..=4 {
+            r.on_report(&ack_report(round, r.cwnd_pkts()));
+            assert!(r.cwnd_pkts() <= 25.0);
+        }
+        assert_eq!(r.cwnd_pkts(), 25.0);
+        assert_eq!(r.cwnd_bytes(), 25 * MSS);
+    }
+}
