@@ -1,0 +1,270 @@
+//! A rattan `Cell` that runs [`LinkQueue`] in real time: our replacement
+//! for rattan 0.1.1's BwReplay cell (which panics on zero capacity and
+//! cannot log opportunities or drops).
+//!
+//! Time 0 ("base") is shared by the uplink and downlink cells. In
+//! first-packet mode the uplink sets it on its first IPv4 packet; in now
+//! mode the caller sets it before the link starts. Until time 0 exists,
+//! a downlink cell forwards packets unshaped (nothing to replay yet).
+//! Non-IPv4 frames (IPv6 neighbour discovery etc.; mahimahi carries only
+//! IPv4) bypass the queue unlogged so they cannot shift time 0.
+
+use std::{
+    collections::VecDeque,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, OnceLock,
+    },
+    time::Duration,
+};
+
+use async_trait::async_trait;
+use rattan_core::{
+    cells::{Cell, ControlInterface, Egress, Ingress, Packet},
+    error::Error,
+    metal::timer::Timer,
+};
+use tokio::{sync::mpsc, time::Instant};
+
+use crate::{
+    mmlog::{unix_ms_now, MmLog},
+    queue::{Delivered, LinkQueue, NullSink, QueueLimit, OPPORTUNITY_BYTES},
+};
+
+/// Time 0 of the trace replay, shared by all cells and main.
+#[derive(Clone, Default)]
+pub struct Clock0 {
+    base: Arc<OnceLock<Instant>>,
+}
+
+impl Clock0 {
+    /// Sets time 0 (first caller wins) and returns the effective value.
+    pub fn set(&self, at: Instant) -> Instant {
+        *self.base.get_or_init(|| at)
+    }
+    pub fn get(&self) -> Option<Instant> {
+        self.base.get().copied()
+    }
+    /// Unix ms of `at` (by offsetting the current wall clock).
+    pub fn unix_ms_of(at: Instant) -> u64 {
+        let ago = Instant::now().saturating_duration_since(at);
+        unix_ms_now().saturating_sub(ago.as_millis() as u64)
+    }
+}
+
+/// Counters readable while the link runs.
+#[derive(Default)]
+pub struct LinkStats {
+    pub arrivals: AtomicU64,
+    pub drops: AtomicU64,
+    pub departures: AtomicU64,
+    pub bypassed: AtomicU64,
+    pub oversize: AtomicU64,
+}
+
+/// Static settings of one trace-driven direction.
+pub struct LinkCellConfig {
+    pub schedule: Arc<[u64]>,
+    pub limit: QueueLimit,
+    /// Whether this cell's first IPv4 packet sets time 0.
+    pub sets_clock0: bool,
+    pub log: Option<MmLog>,
+}
+
+pub struct LinkCellIngress<P: Packet> {
+    tx: mpsc::UnboundedSender<P>,
+}
+
+impl<P: Packet + Send + Sync> Ingress<P> for LinkCellIngress<P> {
+    fn enqueue(&self, packet: P) -> Result<(), Error> {
+        self.tx
+            .send(packet)
+            .map_err(|_| Error::ChannelError("link cell closed".to_string()))
+    }
+}
+
+pub struct LinkCellEgress<P: Packet> {
+    rx: mpsc::UnboundedReceiver<P>,
+    queue: LinkQueue<P>,
+    out: VecDeque<Delivered<P>>,
+    bypass: VecDeque<P>,
+    clock0: Clock0,
+    sets_clock0: bool,
+    log: Option<MmLog>,
+    timer: Timer,
+    stats: Arc<LinkStats>,
+}
+
+/// IP packet length + 4 (mahimahi's TUN header), or None if not IPv4.
+fn mm_size<P: Packet>(p: &P) -> Option<u32> {
+    let ip = p.ip_hdr()?;
+    Some(ip.total_len as u32 + 4)
+}
+
+impl<P: Packet + Send + Sync> LinkCellEgress<P> {
+    fn ms_since_0(base: Instant, at: Instant) -> u64 {
+        at.saturating_duration_since(base).as_millis() as u64
+    }
+
+    /// Runs the queue up to now (or to an arrival) with the log locked.
+    fn with_sink<R>(
+        log: &Option<MmLog>,
+        f: impl FnOnce(&mut dyn crate::queue::EventSink) -> R,
+    ) -> R {
+        match log {
+            Some(l) => f(&mut l.lock()),
+            None => f(&mut NullSink),
+        }
+    }
+
+    fn collect(&mut self, delivered: VecDeque<Delivered<P>>) {
+        self.stats
+            .departures
+            .fetch_add(delivered.len() as u64, Ordering::Relaxed);
+        self.out.extend(delivered);
+    }
+
+    fn on_packet(&mut self, p: P) {
+        let Some(size) = mm_size(&p) else {
+            self.stats.bypassed.fetch_add(1, Ordering::Relaxed);
+            self.bypass.push_back(p);
+            return;
+        };
+        let arrived = p.get_timestamp();
+        let base = match self.clock0.get() {
+            Some(b) => b,
+            None if self.sets_clock0 => {
+                let b = self.clock0.set(arrived);
+                if let Some(l) = &self.log {
+                    l.start(Clock0::unix_ms_of(b));
+                }
+                b
+            }
+            None => {
+                // Downlink before time 0: nothing to replay yet.
+                self.stats.bypassed.fetch_add(1, Ordering::Relaxed);
+                self.bypass.push_back(p);
+                return;
+            }
+        };
+        if let Some(l) = &self.log {
+            // now-mode: header written by main when time 0 was set; this is
+            // a no-op then.
+            l.start(Clock0::unix_ms_of(base));
+        }
+        if size > OPPORTUNITY_BYTES && self.stats.oversize.fetch_add(1, Ordering::Relaxed) == 0 {
+            tracing::warn!(
+                size,
+                "packet larger than one 1504-byte opportunity (offloads on?); it will span opportunities"
+            );
+        }
+        self.stats.arrivals.fetch_add(1, Ordering::Relaxed);
+        let now_ms = Self::ms_since_0(base, arrived);
+        let mut delivered = VecDeque::new();
+        let queue = &mut self.queue;
+        let accepted =
+            Self::with_sink(&self.log, |s| queue.arrive(now_ms, p, size, s, &mut delivered));
+        if !accepted {
+            self.stats.drops.fetch_add(1, Ordering::Relaxed);
+        }
+        self.collect(delivered);
+    }
+
+    fn on_tick(&mut self) {
+        let Some(base) = self.clock0.get() else { return };
+        let now_ms = Self::ms_since_0(base, Instant::now());
+        let mut delivered = VecDeque::new();
+        let queue = &mut self.queue;
+        Self::with_sink(&self.log, |s| queue.rationalize(now_ms, s, &mut delivered));
+        self.collect(delivered);
+    }
+}
+
+#[async_trait]
+impl<P: Packet + Send + Sync> Egress<P> for LinkCellEgress<P> {
+    async fn dequeue(&mut self) -> Option<P> {
+        loop {
+            if let Some(p) = self.bypass.pop_front() {
+                return Some(p);
+            }
+            if let Some(d) = self.out.pop_front() {
+                let mut p = d.item;
+                if let Some(base) = self.clock0.get() {
+                    // Logical departure time: later cells (delay) count
+                    // from here, not from our possibly late wakeup.
+                    p.delay_until(base + Duration::from_millis(d.departure_ms));
+                }
+                return Some(p);
+            }
+            let wake = self
+                .clock0
+                .get()
+                .map(|b| b + Duration::from_millis(self.queue.next_opportunity_ms()));
+            tokio::select! {
+                biased;
+                p = self.rx.recv() => self.on_packet(p?),
+                _ = self.timer.sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => self.on_tick(),
+                // Time 0 may be set by another cell while we idle: re-check.
+                _ = tokio::time::sleep(Duration::from_millis(50)), if wake.is_none() => {}
+            }
+        }
+    }
+}
+
+/// No runtime configuration; `()` keeps rattan's optional serde bound happy.
+pub struct LinkCellControl;
+
+impl ControlInterface for LinkCellControl {
+    type Config = ();
+    fn set_config(&self, _config: ()) -> Result<(), Error> {
+        Ok(())
+    }
+}
+
+pub struct LinkCell<P: Packet> {
+    ingress: Arc<LinkCellIngress<P>>,
+    egress: LinkCellEgress<P>,
+    control: Arc<LinkCellControl>,
+}
+
+impl<P: Packet + Send + Sync> LinkCell<P> {
+    /// Must be called inside the rattan runtime (the timer registers with
+    /// its reactor).
+    pub fn new(config: LinkCellConfig, clock0: Clock0, stats: Arc<LinkStats>) -> Result<Self, Error> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        Ok(Self {
+            ingress: Arc::new(LinkCellIngress { tx }),
+            egress: LinkCellEgress {
+                rx,
+                queue: LinkQueue::new(config.schedule, config.limit),
+                out: VecDeque::new(),
+                bypass: VecDeque::new(),
+                clock0,
+                sets_clock0: config.sets_clock0,
+                log: config.log,
+                timer: Timer::new()?,
+                stats,
+            },
+            control: Arc::new(LinkCellControl),
+        })
+    }
+}
+
+impl<P: Packet + Send + Sync> Cell<P> for LinkCell<P> {
+    type IngressType = LinkCellIngress<P>;
+    type EgressType = LinkCellEgress<P>;
+    type ControlInterfaceType = LinkCellControl;
+
+    fn sender(&self) -> Arc<Self::IngressType> {
+        self.ingress.clone()
+    }
+    fn receiver(&mut self) -> &mut Self::EgressType {
+        &mut self.egress
+    }
+    fn into_receiver(self) -> Self::EgressType {
+        self.egress
+    }
+    fn control_interface(&self) -> Arc<Self::ControlInterfaceType> {
+        self.control.clone()
+    }
+}

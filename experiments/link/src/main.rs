@@ -1,0 +1,358 @@
+//! `ccplab-link`: an emulated bottleneck (rattan-core 0.1.1 + our own
+//! mm-link-style cell) between a sender and a receiver network namespace.
+//!
+//! ```text
+//!  sender netns            emulator netns (rattan)                receiver netns
+//!  10.1.1.1  --veth-->  [uplink: droptail queue drained by trace  --veth-->  10.2.1.1
+//!                        opportunities] -> [one-way delay]
+//!            <--veth--  [downlink: delay (+ optional trace)]     <--veth--
+//! ```
+//! The uplink (sender -> receiver, the data direction) is logged in
+//! mahimahi's mm-link format (see `mmlog`).
+
+mod cell;
+mod mmlog;
+mod netns;
+mod queue;
+mod signals;
+
+use std::{
+    panic::AssertUnwindSafe,
+    path::PathBuf,
+    process::ExitCode,
+    sync::{atomic::Ordering, Arc},
+    time::{Duration, Instant as StdInstant},
+};
+
+use anyhow::{bail, Context, Result};
+use ccplab_traces::{trace::write_atomically, Trace};
+use clap::Parser;
+use rattan_core::{
+    cells::{delay::DelayCell, StdPacket},
+    config::RattanConfig,
+    env::{StdNetEnvConfig, StdNetEnvMode},
+    metal::io::af_packet::AfPacketDriver,
+    radix::RattanRadix,
+};
+
+use crate::{
+    cell::{Clock0, LinkCell, LinkCellConfig, LinkStats},
+    mmlog::{display_path, LogBase, LogHeader, MmLog},
+    netns::{CleanupGuard, Namespaces},
+    queue::QueueLimit,
+    signals::Stop,
+};
+
+/// When trace replay (time 0 of the trace and of the log) starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum TraceStart {
+    /// At the first IPv4 packet on the uplink (e.g. the client's SYN), so a
+    /// step at trace time 0 meets the flow's start.
+    FirstPacket,
+    /// As soon as the link is up (before the ready file is written).
+    Now,
+}
+
+/// Emulated bottleneck between two network namespaces, replaying a
+/// mahimahi trace on the uplink (sender -> receiver) and logging it in
+/// mahimahi's mm-link format.
+///
+/// Addresses: sender 10.1.1.1 in the sender namespace, receiver 10.2.1.1 in
+/// the receiver namespace (rattan-env Isolated mode; fixed per namespace,
+/// so parallel runs do not clash). Namespace names are unique per run and
+/// written to --ready-file as JSON {"sender_netns", "receiver_netns",
+/// "sender_ip", "receiver_ip", "pid", ...} once the link is up. Run e.g.
+/// `ip netns exec <receiver_netns> iperf3 -s` and
+/// `ip netns exec <sender_netns> iperf3 -c <receiver_ip> -C cubic`.
+///
+/// Stops on SIGINT/SIGTERM/SIGHUP or after --duration-s; then the log is
+/// flushed and moved into place, the ready file removed and every
+/// namespace/veth deleted (also after errors or a panic in a worker).
+/// Needs root. Exit status: 0 on a normal stop, 1 on error.
+#[derive(Parser, Debug)]
+#[command(name = "ccplab-link", version)]
+struct Args {
+    /// Uplink (data direction) mahimahi trace: one line per 1500-byte
+    /// delivery opportunity, ms timestamps, looping with period = last line.
+    #[arg(long, value_name = "FILE")]
+    uplink_trace: PathBuf,
+    /// Downlink (ACK direction) trace; default: unlimited bandwidth.
+    /// Its queue is unlimited (infinite), like mahimahi's default.
+    #[arg(long, value_name = "FILE")]
+    downlink_trace: Option<PathBuf>,
+    /// Fixed one-way propagation delay, ms, applied in each direction
+    /// (after the uplink queue, like `mm-delay MS mm-link ...`); RTT = 2 x MS
+    /// plus queueing.
+    #[arg(long, value_name = "MS")]
+    one_way_delay_ms: u64,
+    /// Uplink droptail limit in packets (waiting, excluding the one in transit).
+    #[arg(long, value_name = "N", group = "queue", required = true)]
+    queue_packets: Option<u64>,
+    /// Uplink droptail limit in bytes (sizes include the 4-byte TUN header).
+    #[arg(long, value_name = "B", group = "queue", required = true)]
+    queue_bytes: Option<u64>,
+    /// Where to write the uplink mm-link log (moved into place at exit).
+    #[arg(long, value_name = "FILE")]
+    uplink_log: PathBuf,
+    /// mm-link log of the downlink (only with --downlink-trace).
+    #[arg(long, value_name = "FILE", requires = "downlink_trace")]
+    downlink_log: Option<PathBuf>,
+    /// JSON file written atomically once the link is up (removed at exit).
+    #[arg(long, value_name = "FILE")]
+    ready_file: PathBuf,
+    /// Stop after this many seconds (default: run until a signal).
+    #[arg(long, value_name = "S")]
+    duration_s: Option<f64>,
+    /// When trace replay and log time 0 start.
+    #[arg(long, value_enum, default_value_t = TraceStart::FirstPacket)]
+    trace_start: TraceStart,
+    /// Value of the log's `# base timestamp:` line: `zero` (event times are
+    /// ms since time 0, mahimahi tools work; unix ms of time 0 is in
+    /// `# init timestamp:`) or `unix` (unix ms of time 0).
+    #[arg(long, value_enum, default_value_t = LogBase::Zero)]
+    log_base: LogBase,
+}
+
+/// Sender/receiver addresses of rattan-env's first veth pairs (Isolated mode).
+#[derive(serde::Serialize)]
+struct Ready {
+    sender_netns: String,
+    receiver_netns: String,
+    emulator_netns: String,
+    sender_ip: String,
+    receiver_ip: String,
+    pid: u32,
+    uplink_log: PathBuf,
+    trace_start: String,
+}
+
+fn main() -> ExitCode {
+    // Before any thread exists, so every thread inherits the blocked mask
+    // and only the main thread takes SIGINT/SIGTERM (via sigtimedwait).
+    if let Err(e) = signals::block_stop_signals() {
+        eprintln!("ccplab-link: error: cannot block signals: {e}");
+        return ExitCode::FAILURE;
+    }
+    signals::install_panic_hook();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("CCPLAB_LINK_LOG")
+                .unwrap_or_else(|_| "warn,netlink_packet_route=error,ccplab_link=info".into()),
+        )
+        .init();
+    let args = Args::parse();
+    match run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ccplab-link: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn queue_limit(args: &Args) -> Result<QueueLimit> {
+    match (args.queue_packets, args.queue_bytes) {
+        (Some(0), _) => bail!("--queue-packets must be >= 1"),
+        (_, Some(b)) if b < 1504 => bail!("--queue-bytes {b} cannot hold one 1504-byte packet"),
+        (Some(n), None) => Ok(QueueLimit::Packets(n)),
+        (None, Some(b)) => Ok(QueueLimit::Bytes(b)),
+        _ => bail!("give exactly one of --queue-packets or --queue-bytes"),
+    }
+}
+
+fn run(args: Args) -> Result<()> {
+    // Validate everything before creating any namespace.
+    let uplink = Trace::read(&args.uplink_trace)?;
+    let downlink = args.downlink_trace.as_ref().map(Trace::read).transpose()?;
+    let limit = queue_limit(&args)?;
+    let duration = match args.duration_s {
+        Some(s) if !(s.is_finite() && s > 0.0) => bail!("--duration-s {s} must be > 0"),
+        Some(s) => Some(Duration::from_secs_f64(s)),
+        None => None,
+    };
+    let command_line = std::env::args().collect::<Vec<_>>().join(" ");
+    let make_log = |trace: &PathBuf, path: &PathBuf, queue: String| {
+        MmLog::create(LogHeader {
+            trace_path: display_path(trace),
+            log_path: path.clone(),
+            command_line: command_line.clone(),
+            queue,
+            base: args.log_base,
+        })
+        .with_context(|| format!("cannot create log {}", path.display()))
+    };
+    let up_log = make_log(&args.uplink_trace, &args.uplink_log, limit.describe())?;
+    let down_log = match (&args.downlink_trace, &args.downlink_log) {
+        (Some(t), Some(p)) => match make_log(t, p, QueueLimit::Infinite.describe()) {
+            Ok(l) => Some(l),
+            Err(e) => {
+                up_log.abandon();
+                return Err(e);
+            }
+        },
+        _ => None,
+    };
+    let logs: Vec<MmLog> = [Some(up_log.clone()), down_log.clone()].into_iter().flatten().collect();
+
+    let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        run_link(&args, &uplink, downlink.as_ref(), limit, duration, up_log.clone(), down_log.clone())
+    }));
+    let _ = std::fs::remove_file(&args.ready_file);
+    let link_started = up_log.started();
+    for log in &logs {
+        if link_started || result.as_ref().is_ok_and(|r| r.is_ok()) {
+            if let Err(e) = log.finish(mmlog::unix_ms_now()) {
+                tracing::error!("cannot save log {}: {e}", log.path().display());
+            }
+        } else {
+            log.abandon();
+        }
+    }
+    match result {
+        Ok(r) => r,
+        Err(_) => bail!("the link panicked (namespaces were removed)"),
+    }
+}
+
+fn run_link(
+    args: &Args,
+    uplink: &Trace,
+    downlink: Option<&Trace>,
+    limit: QueueLimit,
+    duration: Option<Duration>,
+    up_log: MmLog,
+    down_log: Option<MmLog>,
+) -> Result<()> {
+    let config = RattanConfig::<StdPacket> {
+        env: StdNetEnvConfig {
+            mode: StdNetEnvMode::Isolated,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let mut radix = RattanRadix::<AfPacketDriver>::new(config)
+        .map_err(|e| anyhow::anyhow!("cannot create the emulator namespaces (root needed): {e}"))?;
+    // Declared after radix: dropped (cleanup by name) after it.
+    let ns = Namespaces::for_rattan_id(radix.get_rattan_id());
+    let _cleanup = CleanupGuard(ns.clone());
+    let outcome = serve(args, &mut radix, &ns, uplink, downlink, limit, duration, up_log, down_log);
+    // rattan's teardown joins its tasks with unwrap(): a panicked worker
+    // would panic here; contain it, the guard then deletes by name.
+    if std::panic::catch_unwind(AssertUnwindSafe(move || drop(radix))).is_err() {
+        tracing::error!("rattan teardown panicked; deleting namespaces by name");
+    }
+    outcome
+}
+
+#[allow(clippy::too_many_arguments)]
+fn serve(
+    args: &Args,
+    radix: &mut RattanRadix<AfPacketDriver>,
+    ns: &Namespaces,
+    uplink: &Trace,
+    downlink: Option<&Trace>,
+    limit: QueueLimit,
+    duration: Option<Duration>,
+    up_log: MmLog,
+    down_log: Option<MmLog>,
+) -> Result<()> {
+    let err = |e: rattan_core::error::Error| anyhow::anyhow!("rattan: {e}");
+    let clock0 = Clock0::default();
+    let up_stats = Arc::new(LinkStats::default());
+    let delay = Duration::from_millis(args.one_way_delay_ms);
+
+    let up_cfg = LinkCellConfig {
+        schedule: uplink.timestamps().into(),
+        limit,
+        sets_clock0: args.trace_start == TraceStart::FirstPacket,
+        log: Some(up_log.clone()),
+    };
+    let (c0, st) = (clock0.clone(), up_stats.clone());
+    radix
+        .build_cell("up".into(), move |rt| {
+            let _g = rt.enter();
+            LinkCell::<StdPacket>::new(up_cfg, c0, st)
+        })
+        .map_err(err)?;
+    radix
+        .build_cell("up_delay".into(), move |rt| {
+            let _g = rt.enter();
+            DelayCell::<StdPacket>::new(delay)
+        })
+        .map_err(err)?;
+    radix
+        .build_cell("down_delay".into(), move |rt| {
+            let _g = rt.enter();
+            DelayCell::<StdPacket>::new(delay)
+        })
+        .map_err(err)?;
+    radix.link_cell("left".into(), "up".into());
+    radix.link_cell("up".into(), "up_delay".into());
+    radix.link_cell("up_delay".into(), "right".into());
+    if let Some(down) = downlink {
+        let cfg = LinkCellConfig {
+            schedule: down.timestamps().into(),
+            limit: QueueLimit::Infinite,
+            sets_clock0: false,
+            log: down_log.clone(),
+        };
+        let c0 = clock0.clone();
+        radix
+            .build_cell("down".into(), move |rt| {
+                let _g = rt.enter();
+                LinkCell::<StdPacket>::new(cfg, c0, Arc::new(LinkStats::default()))
+            })
+            .map_err(err)?;
+        radix.link_cell("right".into(), "down_delay".into());
+        radix.link_cell("down_delay".into(), "down".into());
+        radix.link_cell("down".into(), "left".into());
+    } else {
+        radix.link_cell("right".into(), "down_delay".into());
+        radix.link_cell("down_delay".into(), "left".into());
+    }
+    radix.spawn_rattan().map_err(err)?;
+    radix.start_rattan().map_err(err)?;
+    if args.trace_start == TraceStart::Now {
+        let t0 = clock0.set(tokio::time::Instant::now());
+        for log in [Some(&up_log), down_log.as_ref()].into_iter().flatten() {
+            log.start(Clock0::unix_ms_of(t0));
+        }
+    }
+
+    let ready = Ready {
+        sender_netns: ns.sender.clone(),
+        receiver_netns: ns.receiver.clone(),
+        emulator_netns: ns.emulator.clone(),
+        sender_ip: radix.left_ip(1).to_string(),
+        receiver_ip: radix.right_ip(1).to_string(),
+        pid: std::process::id(),
+        uplink_log: display_path(&args.uplink_log),
+        trace_start: format!("{:?}", args.trace_start),
+    };
+    let json = serde_json::to_string_pretty(&ready)?;
+    write_atomically(&args.ready_file, |w| writeln!(w, "{json}"))
+        .with_context(|| format!("cannot write ready file {}", args.ready_file.display()))?;
+    tracing::info!(
+        sender_netns = %ready.sender_netns,
+        receiver_netns = %ready.receiver_netns,
+        receiver_ip = %ready.receiver_ip,
+        "link up"
+    );
+
+    let started = StdInstant::now();
+    let stop = signals::wait_for_stop(|| duration.is_some_and(|d| started.elapsed() >= d));
+    tracing::info!(
+        ?stop,
+        arrivals = up_stats.arrivals.load(Ordering::Relaxed),
+        departures = up_stats.departures.load(Ordering::Relaxed),
+        drops = up_stats.drops.load(Ordering::Relaxed),
+        bypassed = up_stats.bypassed.load(Ordering::Relaxed),
+        "stopping"
+    );
+    match stop {
+        Stop::WorkerPanicked => bail!("a worker thread panicked"),
+        Stop::Signal(_) | Stop::Duration => Ok(()),
+    }
+}
+
