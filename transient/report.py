@@ -83,7 +83,7 @@ Tables: <a href="runs.csv">runs.csv</a>, <a href="steps.csv">steps.csv</a>.</p>
 <h2>Scenario {{ sc.name }}</h2>
 <h3>Summary per CCA (mean &plusmn; std over runs)</h3>
 <table><tr><th>CCA</th><th>runs</th><th>converged</th>{% for _, label in metrics %}<th>{{ label }}</th>{% endfor %}</tr>
-{% for row in sc.summary %}<tr><td class="t">{{ row.cca }}</td><td>{{ row.n }}</td><td>{{ row.converged }}</td>{% for v in row.values %}<td>{{ v }}</td>{% endfor %}</tr>
+{% for row in sc.summary %}<tr><td class="t">{{ row.cca }}</td><td>{{ row.n }}</td><td>{{ row.converged }}</td>{% for v in row.cells %}<td>{{ v }}</td>{% endfor %}</tr>
 {% endfor %}</table>
 {% for img, caption in sc.images %}<figure><img src="{{ img }}" alt="{{ caption }}"><figcaption>{{ caption }}</figcaption></figure>
 {% endfor %}
@@ -137,7 +137,7 @@ def summary_by_cca(runs: pd.DataFrame) -> list[dict]:
                 "cca": cca,
                 "n": len(g),
                 "converged": f"{int(conv.astype(bool).sum())}/{len(conv)}" if len(conv) else "n/a",
-                "values": [Markup(_mean_std(g[c])) for c, _ in SUMMARY_METRICS],
+                "cells": [Markup(_mean_std(g[c])) for c, _ in SUMMARY_METRICS],
             }
         )
     return out

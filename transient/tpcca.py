@@ -212,5 +212,5 @@ def step_transient(
         return StepTransient(False, nan, nan, nan, nan, nan, first, end, None)
     c = found.convergence_index
     na, area = normalized_area(x[:c], bin_s, reference_mbps)
-    point = float(starts[first]) + c * bin_s
-    return StepTransient(True, point, point - at_s, na, area, found.level_mbps, first, end, first + c)
+    point = round(float(starts[first]) + c * bin_s, 9)  # drop float noise from bin arithmetic
+    return StepTransient(True, point, round(point - at_s, 9), na, area, found.level_mbps, first, end, first + c)

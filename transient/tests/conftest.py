@@ -53,20 +53,21 @@ def write_run(run_dir: Path, cca: str, run: int, log_text: str, steps, owd_ms=25
     return run_dir
 
 
-def half_then_full(n_ms: int, switch_ms: int) -> np.ndarray:
-    """Sender: 1 packet every 2 ms before switch_ms, then 1 packet per ms."""
-    t = np.arange(n_ms)
-    return np.where(t < switch_ms, (t % 2 == 0).astype(int), 1)
+def ramp_then_full(n_ms: int, ramp_ms: int) -> np.ndarray:
+    """Sender: rate grows linearly from 0 to 1 packet/ms over ramp_ms (slow-start-like), then 1/ms."""
+    t = np.arange(n_ms + 1)
+    sent = np.floor(np.where(t < ramp_ms, t * t / (2.0 * ramp_ms), t - ramp_ms / 2.0))
+    return np.diff(sent).astype(int)
 
 
 @pytest.fixture
 def results_dir(tmp_path: Path) -> Path:
-    """Two CCAs x two runs, 3 s at 1 packet/ms (12.03 Mbit/s), step 0 -> 12 at t = 0."""
+    """Two CCAs x two runs, 3 s at 1 packet/ms (12.03 Mbit/s), step 0 -> 12 at t = 0, ramps of 0.5-1.2 s."""
     root = tmp_path / "results"
     steps = [{"at_s": 0.0, "from_mbps": 0.0, "to_mbps": 12.0}]
     n = 3000
     for cca, switches in (("ccp:reno", (1000, 1200)), ("ccp:cubic", (500, 600))):
         for k, sw in enumerate(switches, start=1):
-            text = simulate_link(np.ones(n, int), half_then_full(n, sw))
+            text = simulate_link(np.ones(n, int), ramp_then_full(n, sw))
             write_run(root / "runs" / cca.replace(":", "-") / f"run-{k}", cca, k, text, steps)
     return root
