@@ -1,4 +1,3 @@
-import json
 import math
 
 import numpy as np
@@ -138,4 +137,3 @@ def test_missing_or_empty_paths(tmp_path):
         analyze_results(tmp_path / "nope")
     with pytest.raises(AnalysisError, match="no run directories"):
         analyze_results(tmp_path)
-    json.dumps({})  # keep json import used for clarity of intent in fixtures
