@@ -1,0 +1,356 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * ccp.bpf.c: an eBPF struct_ops `tcp_congestion_ops` named "ccp".
+ *
+ * The kernel half of the ccp-datapath daemon (see ../src/bpf.rs):
+ *   - every flow gets a flow id from a global counter, kept in icsk_ca_priv
+ *     (bpf_get_socket_cookie is not allowed in struct_ops);
+ *   - flow created / per-ACK measurements / flow released go to user space
+ *     over the `events` ring buffer (layouts mirrored in ../src/wire.rs);
+ *   - user space answers with a command (cwnd in bytes, pacing rate in
+ *     bytes/s) in the `commands` hash map keyed by flow id; cong_control
+ *     applies it on the next ACK;
+ *   - without a command, or when the daemon's heartbeat is older than
+ *     `stale_after_ns`, the flow runs a Reno-like fallback so it never freezes
+ *     (the struct_ops program keeps running for existing sockets even after
+ *     the daemon is gone).
+ *
+ * vmlinux.h is generated at build time by build.rs from the running kernel's
+ * BTF (bpftool btf dump file /sys/kernel/btf/vmlinux format c).
+ * Needs clang -mcpu=v3 for the atomic fetch-add on the flow-id counter.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_endian.h>
+
+char LICENSE[] SEC("license") = "GPL";
+
+/* Event kinds (ccp_event.kind); mirrored in wire.rs. */
+#define EV_CREATE 1
+#define EV_ACK 2
+#define EV_RELEASE 3
+
+/* ccp_priv.flags */
+#define PRIV_PACED 1     /* we set sk_pacing_rate from a command */
+#define PRIV_CMD_SEEN 2  /* a command has been applied at least once */
+
+/* Event record, one layout for all kinds (unused fields are zero).
+ * 128 bytes; wire.rs decodes it field by field at these offsets. */
+struct ccp_event {
+	__u32 kind;            /*   0 */
+	__u32 flow_id;         /*   4 */
+	__u64 ts_ns;           /*   8  bpf_ktime_get_ns (CLOCK_MONOTONIC) */
+	/* flow identity (create) */
+	__u32 saddr;           /*  16  IPv4, network byte order as in the kernel */
+	__u32 daddr;           /*  20 */
+	__u16 sport;           /*  24  host byte order */
+	__u16 dport;           /*  26  host byte order */
+	__u32 mss;             /*  28  tp->mss_cache, bytes */
+	/* per-ACK snapshot (cumulative counters are deltas'd in user space) */
+	__u64 bytes_acked;     /*  32  tp->bytes_acked (RFC 4898), cumulative */
+	__s64 rtt_us;          /*  40  rs->rtt_us, -1 if no sample */
+	__s64 interval_us;     /*  48  rs->interval_us */
+	__s32 delivered;       /*  56  rs->delivered, packets */
+	__u32 snd_interval_us; /*  60 */
+	__u32 rcv_interval_us; /*  64 */
+	__s32 losses;          /*  68  rs->losses, packets */
+	__u32 acked_sacked;    /*  72  rs->acked_sacked, packets */
+	__u32 sacked_out;      /*  76  packets */
+	__u32 lost_out;        /*  80 */
+	__u32 retrans_out;     /*  84 */
+	__u32 packets_out;     /*  88 */
+	__u32 snd_cwnd;        /*  92  packets (kernel's current) */
+	__u32 write_seq;       /*  96 */
+	__u32 snd_una;         /* 100 */
+	__u32 ecn_bytes;       /* 104  cumulative bytes acked with ECE */
+	__u32 timeouts;        /* 108  cumulative entries into TCP_CA_Loss */
+	__u32 ca_state;        /* 112 */
+	__u32 flags;           /* 116  ccp_priv.flags */
+	__u64 pacing_rate;     /* 120  sk->sk_pacing_rate, bytes/s */
+};
+_Static_assert(sizeof(struct ccp_event) == 128, "ccp_event layout");
+
+/* Command from user space (wire.rs Command). cwnd_bytes == 0: leave cwnd;
+ * rate_bytes_per_sec == 0: no pacing. */
+struct ccp_cmd {
+	__u32 cwnd_bytes;
+	__u32 _pad;
+	__u64 rate_bytes_per_sec;
+};
+_Static_assert(sizeof(struct ccp_cmd) == 16, "ccp_cmd layout");
+
+/* Per-flow state in icsk_ca_priv (13 u64s available). */
+struct ccp_priv {
+	__u32 flow_id;
+	__u32 ca_state;
+	__u32 ecn_bytes;
+	__u32 timeouts;
+	__u32 last_snd_una;
+	__u32 flags;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4 << 20);
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct ccp_cmd);
+} commands SEC(".maps");
+
+/* Configuration, set by user space before load. */
+const volatile __u64 wake_interval_ns = 200000;    /* force a wakeup at most this often */
+const volatile __u64 stale_after_ns = 500000000;   /* heartbeat age that means "daemon gone" */
+
+/* Written by user space through the mmaped .bss on every loop iteration. */
+__u64 heartbeat_ns = 0;
+/* Statistics, read by user space. */
+__u64 dropped_events = 0;
+__u64 fallback_acks = 0;
+__u64 command_acks = 0;
+__u32 next_flow_id = 0;
+__u64 last_wake_ns = 0;
+
+extern void tcp_reno_cong_avoid(struct sock *sk, __u32 ack, __u32 acked) __ksym;
+
+static __always_inline struct tcp_sock *tcp_sk(const struct sock *sk)
+{
+	return (struct tcp_sock *)sk;
+}
+
+static __always_inline struct ccp_priv *ca_priv(const struct sock *sk)
+{
+	return (void *)((struct inet_connection_sock *)sk)->icsk_ca_priv;
+}
+
+/* Wake the consumer at most every wake_interval_ns: per-ACK wakeups cost
+ * 7-20 us each in this VM, BPF_RB_NO_WAKEUP 0.3-0.5 us (FIELD-NOTES); the
+ * daemon also polls with a 1 ms timeout, which bounds the delay of records
+ * submitted without a wakeup. */
+static __always_inline __u64 wake_flag(__u64 now)
+{
+	if (now - last_wake_ns >= wake_interval_ns) {
+		last_wake_ns = now;
+		return BPF_RB_FORCE_WAKEUP;
+	}
+	return BPF_RB_NO_WAKEUP;
+}
+
+static __always_inline struct ccp_event *reserve_event(__u32 kind, __u32 flow_id, __u64 now)
+{
+	struct ccp_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
+
+	if (!ev) {
+		__sync_fetch_and_add(&dropped_events, 1);
+		return NULL;
+	}
+	__builtin_memset(ev, 0, sizeof(*ev));
+	ev->kind = kind;
+	ev->flow_id = flow_id;
+	ev->ts_ns = now;
+	return ev;
+}
+
+SEC("struct_ops")
+void BPF_PROG(ccp_init, struct sock *sk)
+{
+	struct tcp_sock *tp = tcp_sk(sk);
+	struct ccp_priv *ca = ca_priv(sk);
+	__u64 now = bpf_ktime_get_ns();
+	struct ccp_event *ev;
+
+	ca->flow_id = __sync_fetch_and_add(&next_flow_id, 1) + 1;
+	ca->ca_state = 0;
+	ca->ecn_bytes = 0;
+	ca->timeouts = 0;
+	ca->last_snd_una = tp->snd_una;
+	ca->flags = 0;
+
+	ev = reserve_event(EV_CREATE, ca->flow_id, now);
+	if (!ev)
+		return;
+	ev->saddr = sk->__sk_common.skc_rcv_saddr;
+	ev->daddr = sk->__sk_common.skc_daddr;
+	ev->sport = sk->__sk_common.skc_num;
+	ev->dport = bpf_ntohs(sk->__sk_common.skc_dport);
+	ev->mss = tp->mss_cache;
+	ev->snd_cwnd = tp->snd_cwnd;
+	ev->bytes_acked = tp->bytes_acked;
+	ev->write_seq = tp->write_seq;
+	ev->snd_una = tp->snd_una;
+	bpf_ringbuf_submit(ev, BPF_RB_FORCE_WAKEUP);
+}
+
+SEC("struct_ops")
+void BPF_PROG(ccp_release, struct sock *sk)
+{
+	struct ccp_priv *ca = ca_priv(sk);
+	__u32 id = ca->flow_id;
+	struct ccp_event *ev;
+
+	bpf_map_delete_elem(&commands, &id);
+	ev = reserve_event(EV_RELEASE, id, bpf_ktime_get_ns());
+	if (ev)
+		bpf_ringbuf_submit(ev, BPF_RB_FORCE_WAKEUP);
+}
+
+/* Slow start threshold: half the cwnd, at least 2 (as Reno and ccp-kernel). */
+SEC("struct_ops")
+__u32 BPF_PROG(ccp_ssthresh, struct sock *sk)
+{
+	const struct tcp_sock *tp = tcp_sk(sk);
+	__u32 half = tp->snd_cwnd >> 1;
+
+	return half > 2 ? half : 2;
+}
+
+/* Undo a spurious reduction: back to the cwnd before it (as tcp_reno_undo_cwnd). */
+SEC("struct_ops")
+__u32 BPF_PROG(ccp_undo_cwnd, struct sock *sk)
+{
+	const struct tcp_sock *tp = tcp_sk(sk);
+
+	return tp->snd_cwnd > tp->prior_cwnd ? tp->snd_cwnd : tp->prior_cwnd;
+}
+
+SEC("struct_ops")
+void BPF_PROG(ccp_set_state, struct sock *sk, __u8 new_state)
+{
+	struct ccp_priv *ca = ca_priv(sk);
+
+	if (new_state == TCP_CA_Loss && ca->ca_state != TCP_CA_Loss)
+		ca->timeouts++;
+	ca->ca_state = new_state;
+}
+
+/* ECN accounting like ccp-kernel's in_ack_event: bytes newly acked by an ACK
+ * carrying ECE. Called before cong_control for the same ACK. */
+SEC("struct_ops")
+void BPF_PROG(ccp_in_ack_event, struct sock *sk, __u32 flags)
+{
+	const struct tcp_sock *tp = tcp_sk(sk);
+	struct ccp_priv *ca = ca_priv(sk);
+	__u32 acked = tp->snd_una - ca->last_snd_una;
+
+	ca->last_snd_una = tp->snd_una;
+	if (flags & CA_ACK_ECE)
+		ca->ecn_bytes += acked;
+}
+
+static __always_inline void emit_ack(struct sock *sk, struct tcp_sock *tp, struct ccp_priv *ca,
+				     const struct rate_sample *rs, __u64 now)
+{
+	struct ccp_event *ev = reserve_event(EV_ACK, ca->flow_id, now);
+
+	if (!ev)
+		return;
+	ev->mss = tp->mss_cache;
+	ev->bytes_acked = tp->bytes_acked;
+	ev->rtt_us = rs->rtt_us;
+	ev->interval_us = rs->interval_us;
+	ev->delivered = rs->delivered;
+	ev->snd_interval_us = rs->snd_interval_us;
+	ev->rcv_interval_us = rs->rcv_interval_us;
+	ev->losses = rs->losses;
+	ev->acked_sacked = rs->acked_sacked;
+	ev->sacked_out = tp->sacked_out;
+	ev->lost_out = tp->lost_out;
+	ev->retrans_out = tp->retrans_out;
+	ev->packets_out = tp->packets_out;
+	ev->snd_cwnd = tp->snd_cwnd;
+	ev->write_seq = tp->write_seq;
+	ev->snd_una = tp->snd_una;
+	ev->ecn_bytes = ca->ecn_bytes;
+	ev->timeouts = ca->timeouts;
+	ev->ca_state = ca->ca_state;
+	ev->flags = ca->flags;
+	ev->pacing_rate = sk->sk_pacing_rate;
+	bpf_ringbuf_submit(ev, wake_flag(now));
+}
+
+static __always_inline void apply_command(struct sock *sk, struct tcp_sock *tp, struct ccp_priv *ca,
+					  const struct ccp_cmd *cmd)
+{
+	__u32 mss = tp->mss_cache ? tp->mss_cache : 1;
+
+	if (cmd->cwnd_bytes) {
+		/* bytes -> packets, as ccp-kernel's do_set_cwnd; at least 1 */
+		__u32 cwnd = cmd->cwnd_bytes / mss;
+
+		if (cwnd < 1)
+			cwnd = 1;
+		if (cwnd > tp->snd_cwnd_clamp)
+			cwnd = tp->snd_cwnd_clamp;
+		tp->snd_cwnd = cwnd;
+	}
+	if (cmd->rate_bytes_per_sec) {
+		/* cong_control owners must pace themselves: TCP-internal pacing */
+		sk->sk_pacing_rate = cmd->rate_bytes_per_sec;
+		sk->sk_pacing_status = SK_PACING_NEEDED;
+		ca->flags |= PRIV_PACED;
+	} else if (ca->flags & PRIV_PACED) {
+		sk->sk_pacing_rate = ~0UL;
+		ca->flags &= ~PRIV_PACED;
+	}
+	ca->flags |= PRIV_CMD_SEEN;
+}
+
+/* Reno-like fallback: during a cwnd reduction (Recovery/CWR) hold cwnd at
+ * ssthresh (the kernel's PRR is skipped when cong_control is set), otherwise
+ * the kernel's Reno slow start / AIMD (kfunc tcp_reno_cong_avoid). */
+static __always_inline void fallback(struct sock *sk, struct tcp_sock *tp, struct ccp_priv *ca,
+				     __u32 ack, const struct rate_sample *rs)
+{
+	if (ca->flags & PRIV_PACED) {
+		sk->sk_pacing_rate = ~0UL;
+		ca->flags &= ~PRIV_PACED;
+	}
+	if (ca->ca_state == TCP_CA_Recovery || ca->ca_state == TCP_CA_CWR) {
+		__u32 target = tp->snd_ssthresh > 2 ? tp->snd_ssthresh : 2;
+
+		if (tp->snd_cwnd > target)
+			tp->snd_cwnd = target;
+		return;
+	}
+	tcp_reno_cong_avoid(sk, ack, rs->acked_sacked);
+}
+
+SEC("struct_ops")
+void BPF_PROG(ccp_cong_control, struct sock *sk, __u32 ack, int flag, const struct rate_sample *rs)
+{
+	struct tcp_sock *tp = tcp_sk(sk);
+	struct ccp_priv *ca = ca_priv(sk);
+	__u64 now = bpf_ktime_get_ns();
+	__u64 hb = heartbeat_ns;
+	struct ccp_cmd *cmd = NULL;
+	__u32 id = ca->flow_id;
+
+	emit_ack(sk, tp, ca, rs, now);
+
+	/* hb > now can happen when user space stamped between our two reads */
+	if (hb && (hb > now || now - hb < stale_after_ns))
+		cmd = bpf_map_lookup_elem(&commands, &id);
+	if (cmd) {
+		apply_command(sk, tp, ca, cmd);
+		__sync_fetch_and_add(&command_acks, 1);
+	} else {
+		fallback(sk, tp, ca, ack, rs);
+		__sync_fetch_and_add(&fallback_acks, 1);
+	}
+}
+
+SEC(".struct_ops.link")
+struct tcp_congestion_ops ccp = {
+	.init = (void *)ccp_init,
+	.release = (void *)ccp_release,
+	.ssthresh = (void *)ccp_ssthresh,
+	.undo_cwnd = (void *)ccp_undo_cwnd,
+	.set_state = (void *)ccp_set_state,
+	.in_ack_event = (void *)ccp_in_ack_event,
+	.cong_control = (void *)ccp_cong_control,
+	.name = "ccp",
+};

@@ -1,0 +1,186 @@
+//! Loading and driving the eBPF struct_ops congestion control `ccp`
+//! (`bpf/ccp.bpf.c`): registration, the event ring buffer, the command map
+//! and the heartbeat that keeps the BPF side out of its Reno fallback.
+
+use std::cell::RefCell;
+use std::mem::MaybeUninit;
+use std::rc::Rc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder};
+
+use crate::wire::{decode_event, Command, Event};
+
+mod skel {
+    #![allow(clippy::all, unused_imports, dead_code, non_camel_case_types, non_upper_case_globals)]
+    include!(concat!(env!("OUT_DIR"), "/ccp.skel.rs"));
+}
+use skel::{CcpSkel, CcpSkelBuilder};
+
+/// Name the struct_ops registers under (`struct tcp_congestion_ops.name`).
+pub const CA_NAME: &str = "ccp";
+
+/// Tunables baked into the BPF object's .rodata before load.
+#[derive(Debug, Clone, Copy)]
+pub struct BpfConfig {
+    /// Force a ring-buffer wakeup at most this often; other per-ACK records
+    /// are submitted without a wakeup (the daemon polls at least every 1 ms).
+    pub wake_interval: Duration,
+    /// If the daemon's heartbeat is older than this, commands are ignored and
+    /// flows run the Reno fallback.
+    pub stale_after: Duration,
+}
+
+impl Default for BpfConfig {
+    fn default() -> Self {
+        BpfConfig {
+            wake_interval: Duration::from_micros(200),
+            stale_after: Duration::from_millis(500),
+        }
+    }
+}
+
+/// Counters kept by the BPF side (.bss).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BpfStats {
+    /// Ring-buffer records lost because the buffer was full.
+    pub dropped_events: u64,
+    /// cong_control calls that ran the Reno fallback.
+    pub fallback_acks: u64,
+    /// cong_control calls that applied a command.
+    pub command_acks: u64,
+    /// Flows seen (ids handed out).
+    pub flows: u32,
+}
+
+/// The loaded BPF object; the congestion control is registered while
+/// `link` is held. Dropping this unregisters `ccp` and closes all maps;
+/// nothing is pinned.
+pub struct BpfDatapath {
+    link: Option<Link>,
+    /// The skeleton's mmaped .bss (heartbeat and counters), shared with the
+    /// kernel; valid as long as `skel` lives.
+    bss: *mut skel::types::bss,
+    skel: CcpSkel<'static>,
+}
+
+/// CLOCK_MONOTONIC in ns, the clock of bpf_ktime_get_ns().
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid pointer to a timespec; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+impl BpfDatapath {
+    /// Open and load (verify) the BPF object with `cfg`. Does not register
+    /// the congestion control yet (see [`BpfDatapath::register`]).
+    ///
+    /// Errors: the kernel rejects the object (no BPF, no struct_ops
+    /// support, missing BTF, verifier failure); libbpf's log is printed to
+    /// stderr in that case.
+    pub fn load(cfg: BpfConfig) -> Result<Self> {
+        // The skeleton borrows its OpenObject for its whole life; one per
+        // process, so leaking it is the simplest sound way to get 'static.
+        let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
+        let mut open = CcpSkelBuilder::default()
+            .open(storage)
+            .context("opening the BPF object (libbpf)")?;
+        let rodata = open
+            .maps
+            .rodata_data
+            .as_deref_mut()
+            .context("BPF object has no .rodata")?;
+        rodata.wake_interval_ns = cfg.wake_interval.as_nanos() as u64;
+        rodata.stale_after_ns = cfg.stale_after.as_nanos() as u64;
+        let mut skel = open.load().context(
+            "loading the BPF struct_ops object into the kernel failed \
+             (needs root/CAP_BPF, a kernel with BPF struct_ops for tcp_congestion_ops and BTF)",
+        )?;
+        let bss: *mut skel::types::bss = match skel.maps.bss_data.as_deref_mut() {
+            Some(b) => b,
+            None => bail!("BPF object has no mmapable .bss"),
+        };
+        Ok(BpfDatapath { link: None, bss, skel })
+    }
+
+    /// Register the congestion control `ccp` (attach the struct_ops map;
+    /// plain `attach()` would not register it).
+    ///
+    /// Errors: `ccp` already registered by another process (EEXIST), or the
+    /// kernel refuses the struct_ops.
+    pub fn register(&mut self) -> Result<()> {
+        let link = self.skel.maps.ccp.attach_struct_ops().with_context(|| {
+            format!("registering tcp congestion control `{CA_NAME}` (is another ccp-datapath running?)")
+        })?;
+        self.link = Some(link);
+        Ok(())
+    }
+
+    /// Unregister `ccp`. Sockets already using it keep running its BPF code
+    /// (which falls back to Reno once the heartbeat goes stale).
+    pub fn unregister(&mut self) {
+        self.link.take();
+    }
+
+    /// Build a ring-buffer consumer that appends decoded events to `queue`.
+    /// Undecodable records are counted in `bad`.
+    pub fn event_reader(&self, queue: Rc<RefCell<Vec<Event>>>, bad: Rc<RefCell<u64>>) -> Result<RingBuffer<'static>> {
+        let mut b = RingBufferBuilder::new();
+        b.add(&self.skel.maps.events, move |data: &[u8]| {
+            match decode_event(data) {
+                Ok(ev) => queue.borrow_mut().push(ev),
+                Err(_) => *bad.borrow_mut() += 1,
+            }
+            0
+        })?;
+        b.build().context("creating the ring-buffer consumer")
+    }
+
+    /// Write (insert or replace) the command for `flow_id`; the BPF side
+    /// applies it on the flow's next ACK.
+    pub fn set_command(&self, flow_id: u32, cmd: Command) -> Result<()> {
+        self.skel
+            .maps
+            .commands
+            .update(&flow_id.to_ne_bytes(), &cmd.to_bytes(), MapFlags::ANY)
+            .with_context(|| format!("writing command for flow {flow_id}"))
+    }
+
+    /// Remove the command of a released flow (the BPF release hook also does).
+    pub fn delete_command(&self, flow_id: u32) {
+        let _ = self.skel.maps.commands.delete(&flow_id.to_ne_bytes());
+    }
+
+    /// Stamp the heartbeat (CLOCK_MONOTONIC ns) the BPF side checks before
+    /// applying commands. A plain store into the mmaped .bss: no syscall.
+    pub fn heartbeat(&self, now_ns: u64) {
+        let bss = self.bss;
+        // SAFETY: bss points into the object's mmaped .bss for the life of
+        // self; the kernel reads it concurrently, hence volatile.
+        unsafe { std::ptr::addr_of_mut!((*bss).heartbeat_ns).write_volatile(now_ns) };
+    }
+
+    /// Read the BPF side's counters.
+    pub fn stats(&self) -> BpfStats {
+        let bss = self.bss;
+        // SAFETY: as in heartbeat().
+        unsafe {
+            BpfStats {
+                dropped_events: std::ptr::addr_of!((*bss).dropped_events).read_volatile(),
+                fallback_acks: std::ptr::addr_of!((*bss).fallback_acks).read_volatile(),
+                command_acks: std::ptr::addr_of!((*bss).command_acks).read_volatile(),
+                flows: std::ptr::addr_of!((*bss).next_flow_id).read_volatile(),
+            }
+        }
+    }
+}
+
+/// True if `name` is listed in /proc/sys/net/ipv4/tcp_available_congestion_control.
+pub fn ca_available(name: &str) -> Result<bool> {
+    let p = "/proc/sys/net/ipv4/tcp_available_congestion_control";
+    let s = std::fs::read_to_string(p).with_context(|| format!("reading {p}"))?;
+    Ok(s.split_whitespace().any(|n| n == name))
+}

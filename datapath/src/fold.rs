@@ -1,0 +1,293 @@
+//! The fold engine: libccp (crate `libccp` 1.2) runs the datapath programs
+//! (fold functions) that the Portus algorithm installed, one libccp
+//! Connection per flow, invoked with each ACK's primitives. libccp's
+//! set_cwnd / set_rate_abs callbacks are recorded and turned into
+//! [`Command`]s for the BPF side.
+//!
+//! IPC is not done here: outgoing libccp messages go to a [`MsgSink`],
+//! incoming ones are handed to [`FoldEngine::recv_msg`].
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use anyhow::{anyhow, Result};
+use libccp::{CongestionOps, Connection, Datapath, DatapathBuilder, DatapathOps, FlowInfo, Primitives};
+
+use crate::primitives::{compute, sample_valid, Baseline, Prims};
+use crate::wire::{AckSample, Command, FlowCreated};
+
+/// Where libccp's outgoing messages go (the Portus socket).
+pub trait MsgSink {
+    /// Send one message; false if it was not delivered.
+    fn send(&mut self, msg: &[u8]) -> bool;
+}
+
+impl MsgSink for crate::ipc::PortusSender {
+    fn send(&mut self, msg: &[u8]) -> bool {
+        crate::ipc::PortusSender::send(self, msg)
+    }
+}
+
+/// If a flow's create message could not be delivered (Portus not up yet),
+/// re-announce the flow this often (ns).
+const CREATE_RETRY_NS: u64 = 1_000_000_000;
+
+struct Ops {
+    sink: Box<dyn MsgSink>,
+    /// Set when a send fails: the libccp shim always reports success to C,
+    /// so this is how we learn that a create message was lost.
+    send_failed: Rc<Cell<bool>>,
+}
+
+impl DatapathOps for Ops {
+    fn send_msg(&mut self, msg: &[u8]) {
+        if !self.sink.send(msg) {
+            self.send_failed.set(true);
+        }
+    }
+    // log(): libccp's level type is private in the crate, so its log
+    // messages are dropped (the default).
+}
+
+/// Per-connection libccp callbacks: remember what the algorithm asked for.
+#[derive(Debug, Default)]
+struct Requested {
+    cwnd_bytes: Option<u32>,
+    rate: Option<u32>,
+}
+
+impl CongestionOps for Requested {
+    fn set_cwnd(&mut self, cwnd: u32) {
+        self.cwnd_bytes = Some(cwnd);
+    }
+
+    fn set_rate_abs(&mut self, rate: u32) {
+        self.rate = Some(rate);
+    }
+}
+
+struct Flow {
+    info: FlowCreated,
+    conn: Option<Connection<'static, Requested>>,
+    base: Baseline,
+    /// Monotonic ns of the last create attempt that failed to reach Portus;
+    /// None once announced.
+    create_failed_at: Option<u64>,
+    last_cmd: Option<Command>,
+    invokes: u64,
+}
+
+/// Counters for logging / the exit summary.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct FoldStats {
+    pub flows_created: u64,
+    pub flows_released: u64,
+    pub invokes: u64,
+    pub skipped_invalid: u64,
+    pub invoke_errors: u64,
+    pub commands: u64,
+    pub unknown_flow_acks: u64,
+    pub recv_errors: u64,
+}
+
+/// libccp datapath plus one Connection per `ccp` flow.
+pub struct FoldEngine {
+    /// Boxed and leaked: libccp Connections keep a raw pointer into the
+    /// Datapath, so it must never move and must outlive every Connection.
+    dp: &'static Datapath,
+    send_failed: Rc<Cell<bool>>,
+    congalg: String,
+    flows: HashMap<u32, Flow>,
+    stats: FoldStats,
+}
+
+impl FoldEngine {
+    /// Initialize libccp (this sends the ready message to Portus) with
+    /// datapath id `id`; flows will ask Portus for algorithm `congalg`
+    /// (matched against `CongAlg::name()`, at most 63 bytes).
+    ///
+    /// Errors: `congalg` too long or libccp initialization failing.
+    pub fn new(sink: Box<dyn MsgSink>, id: u32, congalg: &str) -> Result<Self> {
+        FlowInfo::default()
+            .with_cong_alg(congalg)
+            .map_err(|e| anyhow!("--congalg {congalg:?}: {e}"))?;
+        let send_failed = Rc::new(Cell::new(false));
+        let ops = Ops { sink, send_failed: send_failed.clone() };
+        let dp = DatapathBuilder::default()
+            .with_ops(ops)
+            .with_id(id)
+            .init()
+            .map_err(|e| anyhow!("libccp init: {e}"))?;
+        let dp: &'static Datapath = Box::leak(Box::new(dp));
+        zero_connection_table(dp)?;
+        if send_failed.replace(false) {
+            tracing::info!("Portus not reachable yet; flows will be announced when it is");
+        }
+        Ok(FoldEngine { dp, send_failed, congalg: congalg.to_string(), flows: HashMap::new(), stats: FoldStats::default() })
+    }
+
+    /// A flow switched to `ccp`: start its libccp Connection (announces the
+    /// flow to Portus with a create message).
+    pub fn create(&mut self, info: &FlowCreated, now_ns: u64) -> Result<()> {
+        self.send_failed.set(false);
+        let conn = Self::start_conn_for(self.dp, &self.congalg, info)?;
+        let create_failed_at = self.send_failed.replace(false).then_some(now_ns);
+        self.stats.flows_created += 1;
+        self.flows.insert(
+            info.flow_id,
+            Flow {
+                info: info.clone(),
+                conn: Some(conn),
+                base: Baseline::at_start(info.bytes_acked),
+                create_failed_at,
+                last_cmd: None,
+                invokes: 0,
+            },
+        );
+        Ok(())
+    }
+
+    /// The flow is gone: free its Connection (sends the close message).
+    pub fn release(&mut self, flow_id: u32) -> bool {
+        let known = self.flows.remove(&flow_id).is_some();
+        if known {
+            self.stats.flows_released += 1;
+        }
+        known
+    }
+
+    /// Feed one ACK: compute the primitives, run the installed fold program,
+    /// and return a command if what the algorithm requests changed.
+    pub fn on_ack(&mut self, s: &AckSample, now_ns: u64) -> Option<Command> {
+        let Some(flow) = self.flows.get_mut(&s.flow_id) else {
+            self.stats.unknown_flow_acks += 1;
+            return None;
+        };
+        // Re-announce a flow whose create message was lost.
+        if let Some(t) = flow.create_failed_at {
+            if now_ns.saturating_sub(t) < CREATE_RETRY_NS {
+                return None;
+            }
+            flow.conn = None; // frees the libccp slot first
+            self.send_failed.set(false);
+            let info = flow.info.clone();
+            match Self::start_conn_for(self.dp, &self.congalg, &info) {
+                Ok(c) => flow.conn = Some(c),
+                Err(e) => tracing::warn!(flow = s.flow_id, error = %e, "re-announcing flow failed"),
+            }
+            flow.create_failed_at = self.send_failed.replace(false).then_some(now_ns);
+            if flow.create_failed_at.is_none() {
+                tracing::info!(flow = s.flow_id, "flow announced to Portus");
+            }
+        }
+        let conn = flow.conn.as_mut()?;
+        if !sample_valid(s) {
+            self.stats.skipped_invalid += 1;
+            return None;
+        }
+        let p = compute(&mut flow.base, s, conn.cwnd_bytes, conn.rate.map(u64::from));
+        conn.load_primitives(to_libccp(&p));
+        flow.invokes += 1;
+        self.stats.invokes += 1;
+        if let Err(e) = conn.invoke() {
+            // LibccpProgIsNull until Portus installed a program: expected.
+            self.stats.invoke_errors += 1;
+            tracing::trace!(flow = s.flow_id, error = %e, "libccp invoke");
+        }
+        if conn.cwnd_bytes.is_none() && conn.rate.is_none() {
+            return None;
+        }
+        let cmd = Command {
+            cwnd_bytes: conn.cwnd_bytes.unwrap_or(0),
+            rate_bytes_per_sec: conn.rate.map(u64::from).unwrap_or(0),
+        };
+        if flow.last_cmd == Some(cmd) {
+            return None;
+        }
+        flow.last_cmd = Some(cmd);
+        self.stats.commands += 1;
+        Some(cmd)
+    }
+
+    fn start_conn_for(dp: &'static Datapath, congalg: &str, info: &FlowCreated) -> Result<Connection<'static, Requested>> {
+        let fi = FlowInfo::default()
+            .with_init_cwnd(info.init_cwnd_pkts.saturating_mul(info.mss))
+            .with_mss(info.mss)
+            .with_four_tuple(info.saddr, info.sport as u32, info.daddr, info.dport as u32)
+            .with_cong_alg(congalg)
+            .map_err(|e| anyhow!("{e}"))?;
+        Connection::start(dp, Requested::default(), fi).map_err(|e| anyhow!("libccp connection start: {e}"))
+    }
+
+    /// Hand one message received from Portus to libccp (install program,
+    /// change program, update fields). Staged changes apply on the flow's
+    /// next invocation.
+    pub fn recv_msg(&mut self, msg: &mut [u8]) -> Result<()> {
+        self.dp.recv_msg(msg).map_err(|e| {
+            self.stats.recv_errors += 1;
+            anyhow!("libccp rejected a Portus message: {e}")
+        })
+    }
+
+    /// Number of flows with a libccp Connection.
+    pub fn active_flows(&self) -> usize {
+        self.flows.len()
+    }
+
+    pub fn stats(&self) -> FoldStats {
+        self.stats
+    }
+}
+
+/// libccp 1.2's `DatapathBuilder::init` mallocs the 1024-entry connection
+/// table without zeroing it, but `ccp_connection_start` treats `index == 0`
+/// as "free slot" and `send_conn_create` reads `last_create_msg_sent`
+/// (garbage there panicked with a subtraction overflow in `since_usecs`).
+/// The table pointer is private, so it is read at its C offset inside
+/// `struct ccp_datapath` after checking the neighbouring fields hold the
+/// values the crate sets (max_connections 1024, fto_us 1000, max_programs 10).
+fn zero_connection_table(dp: &Datapath) -> Result<()> {
+    const MAX_CONNECTIONS: usize = 1024;
+    // sizeof(struct ccp_connection) on x86_64/aarch64 for libccp 1.2
+    const CONN_SIZE: usize = 216;
+    if std::mem::size_of::<Datapath>() != 128 {
+        anyhow::bail!("unexpected libccp Datapath layout ({} bytes)", std::mem::size_of::<Datapath>());
+    }
+    let base = dp as *const Datapath as *const u8;
+    // SAFETY: Datapath is a newtype around `struct ccp_datapath` (128 bytes,
+    // checked above); we only read word-aligned fields inside it and write
+    // the table it owns, before any connection exists.
+    unsafe {
+        let word = |off: usize| (base.add(off) as *const usize).read();
+        if word(64) != MAX_CONNECTIONS || word(80) != 1000 || word(104) != 10 {
+            anyhow::bail!("unexpected libccp ccp_datapath field values; cannot zero its connection table");
+        }
+        let table = word(72) as *mut u8;
+        if table.is_null() || libc::malloc_usable_size(table as *mut libc::c_void) < MAX_CONNECTIONS * CONN_SIZE {
+            anyhow::bail!("libccp connection table smaller than expected");
+        }
+        std::ptr::write_bytes(table, 0, MAX_CONNECTIONS * CONN_SIZE);
+    }
+    Ok(())
+}
+
+fn to_libccp(p: &Prims) -> Primitives {
+    Primitives::default()
+        .with_bytes_acked(p.bytes_acked)
+        .with_packets_acked(p.packets_acked)
+        .with_bytes_misordered(p.bytes_misordered)
+        .with_packets_misordered(p.packets_misordered)
+        .with_ecn_bytes(p.ecn_bytes)
+        .with_ecn_packets(p.ecn_packets)
+        .with_lost_pkts_sample(p.lost_pkts_sample)
+        .with_was_timeout(p.was_timeout)
+        .with_rtt_sample_us(p.rtt_sample_us)
+        .with_rate_outgoing(p.rate_outgoing)
+        .with_rate_incoming(p.rate_incoming)
+        .with_bytes_in_flight(p.bytes_in_flight)
+        .with_packets_in_flight(p.packets_in_flight)
+        .with_snd_cwnd(p.snd_cwnd)
+        .with_snd_rate(p.snd_rate)
+        .with_bytes_pending(p.bytes_pending)
+}

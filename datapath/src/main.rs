@@ -1,0 +1,329 @@
+//! ccp-datapath: registers the eBPF struct_ops TCP congestion control `ccp`
+//! and drives it from a Portus algorithm through libccp.
+//!
+//! Data flow: kernel (bpf/ccp.bpf.c) --ring buffer--> [`bpf`] --events-->
+//! [`fold`] (libccp runs the algorithm's fold programs) --commands (cwnd,
+//! pacing rate)--> BPF `commands` map --next ACK--> socket; libccp <-> Portus
+//! over [`ipc`] (unix datagrams).
+//!
+//! WARNING for maintainers: the `libccp` crate exports an unmangled C symbol
+//! `log` that shadows libm's `log`, so `f64::ln()` (and anything calling it)
+//! crashes this binary. Keep float logarithms out; tests/no_libm_log.rs
+//! checks the binary has no call to `log`.
+
+mod bpf;
+mod fold;
+mod ipc;
+mod primitives;
+mod stats;
+mod wire;
+
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use serde::Serialize;
+
+use crate::bpf::{ca_available, monotonic_ns, BpfConfig, BpfDatapath, CA_NAME};
+use crate::fold::FoldEngine;
+use crate::ipc::PortusIpc;
+use crate::stats::Samples;
+use crate::wire::Event;
+
+/// eBPF struct_ops datapath for CCP: registers the TCP congestion control
+/// `ccp` and lets a Portus algorithm (unix IPC) set each flow's cwnd and
+/// pacing rate through libccp fold programs.
+///
+/// Flows opt in with `iperf3 -C ccp` or setsockopt(TCP_CONGESTION, "ccp").
+/// Until the algorithm sets a cwnd/rate for a flow (or if this daemon stops),
+/// the flow runs a Reno fallback inside BPF. Start the Portus algorithm
+/// before the flows (it can start before or after this daemon; flows that
+/// start while Portus is down are announced again every second).
+/// Needs root. Runs until SIGINT/SIGTERM, then unregisters `ccp`.
+#[derive(Parser, Debug)]
+#[command(name = "ccp-datapath", version)]
+struct Cli {
+    /// Portus's unix datagram socket (Portus binds /tmp/ccp/<name>).
+    #[arg(long, default_value = "/tmp/ccp/portus")]
+    portus_socket: PathBuf,
+    /// Directory for this datapath's own socket, bound as
+    /// <bind-dir>/ccp-datapath-<pid> (Portus replies to it).
+    #[arg(long, default_value = "/tmp/ccp")]
+    bind_dir: PathBuf,
+    /// Congestion algorithm name sent in each flow's create message; Portus
+    /// matches it against CongAlg::name() (falls back to its default alg).
+    #[arg(long, default_value = "reno")]
+    congalg: String,
+    /// When `ccp` is registered, atomically write this JSON file:
+    /// {"ca":"ccp","pid":N,"socket":"<bound socket path>"}. Removed on exit.
+    #[arg(long)]
+    ready_file: Option<PathBuf>,
+    /// Heartbeat age (ms) after which the BPF side ignores commands and runs
+    /// its Reno fallback (covers a dead or stuck daemon).
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    stale_ms: u64,
+    /// Force a ring-buffer wakeup at most every this many µs (other ACK
+    /// events are picked up by the 1 ms poll or the next wakeup).
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    wake_us: u64,
+    /// More logging (-v: debug incl. each command applied, -vv: trace).
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    verbose: u8,
+}
+
+/// Contents of --ready-file.
+#[derive(Serialize)]
+struct Ready<'a> {
+    ca: &'a str,
+    pid: u32,
+    socket: &'a str,
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+fn install_signal_handlers() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic (async-signal-safe).
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_signal as *const () as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
+fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "info",
+        1 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+}
+
+/// Write `content` to `path` atomically (temp file in the same dir + rename).
+fn write_atomic(path: &Path, content: &[u8]) -> Result<()> {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().with_context(|| format!("--ready-file {}: not a file path", path.display()))?;
+    let tmp = dir.join(format!(".{}.tmp{}", name.to_string_lossy(), std::process::id()));
+    std::fs::write(&tmp, content).with_context(|| format!("--ready-file: writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("--ready-file: renaming to {}", path.display()))
+}
+
+fn preflight() -> Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("must run as root (loading BPF struct_ops needs CAP_BPF/CAP_SYS_ADMIN and CAP_NET_ADMIN)");
+    }
+    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
+        bail!("kernel BTF (/sys/kernel/btf/vmlinux) missing: BPF struct_ops is not supported on this kernel");
+    }
+    if ca_available(CA_NAME)? {
+        bail!("congestion control `{CA_NAME}` is already registered (another ccp-datapath running?)");
+    }
+    Ok(())
+}
+
+/// Removes the ready file when dropped (also on error paths).
+struct ReadyFile(Option<PathBuf>);
+impl Drop for ReadyFile {
+    fn drop(&mut self) {
+        if let Some(p) = &self.0 {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+struct Loop {
+    bpf: BpfDatapath,
+    ipc: PortusIpc,
+    fold: FoldEngine,
+    /// Per-ACK user-space cost: decode-to-command, ns.
+    ack_cost: Samples,
+    /// Kernel event timestamp to command written into the map, ns.
+    cmd_latency: Samples,
+    bad_records: Rc<RefCell<u64>>,
+}
+
+impl Loop {
+    fn handle(&mut self, ev: Event) {
+        match ev {
+            Event::Created(c) => {
+                tracing::info!(
+                    flow = c.flow_id,
+                    src = %format!("{}:{}", std::net::Ipv4Addr::from(u32::from_be(c.saddr)), c.sport),
+                    dst = %format!("{}:{}", std::net::Ipv4Addr::from(u32::from_be(c.daddr)), c.dport),
+                    mss = c.mss,
+                    init_cwnd_pkts = c.init_cwnd_pkts,
+                    "flow created"
+                );
+                if let Err(e) = self.fold.create(&c, monotonic_ns()) {
+                    tracing::warn!(flow = c.flow_id, error = %e, "flow not managed by libccp (Reno fallback)");
+                }
+            }
+            Event::Ack(s) => {
+                let t0 = Instant::now();
+                let cmd = self.fold.on_ack(&s, monotonic_ns());
+                if let Some(cmd) = cmd {
+                    match self.bpf.set_command(s.flow_id, cmd) {
+                        Ok(()) => {
+                            self.cmd_latency.push(monotonic_ns().saturating_sub(s.ts_ns));
+                            tracing::debug!(
+                                flow = s.flow_id,
+                                cwnd_bytes = cmd.cwnd_bytes,
+                                cwnd_pkts = cmd.cwnd_bytes / s.mss.max(1),
+                                rate_bytes_per_sec = cmd.rate_bytes_per_sec,
+                                "command applied"
+                            );
+                        }
+                        Err(e) => tracing::warn!(flow = s.flow_id, error = %e, "cannot write command"),
+                    }
+                }
+                self.ack_cost.push(t0.elapsed().as_nanos() as u64);
+            }
+            Event::Released { flow_id, .. } => {
+                self.bpf.delete_command(flow_id);
+                if self.fold.release(flow_id) {
+                    tracing::info!(flow = flow_id, "flow released");
+                }
+            }
+        }
+    }
+
+    fn drain_ipc(&mut self, buf: &mut [u8]) {
+        loop {
+            match self.ipc.try_recv(buf) {
+                Ok(Some(n)) => {
+                    if let Err(e) = self.fold.recv_msg(&mut buf[..n]) {
+                        tracing::debug!(error = %e, len = n, "Portus message");
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::warn!(error = %e, "receiving from Portus");
+                    break;
+                }
+            }
+        }
+    }
+
+    fn summary(&self, level_info: bool) {
+        let b = self.bpf.stats();
+        let f = self.fold.stats();
+        // integer formatting: µs with 3 decimals, no floats in this binary
+        let us = |v: Option<u64>| match v {
+            Some(ns) => format!("{}.{:03}", ns / 1000, ns % 1000),
+            None => "-".to_string(),
+        };
+        let msg = format!(
+            "flows={} (bpf ids {}) active={} invokes={} commands={} skipped_invalid={} unknown_flow_acks={} \
+             bpf: command_acks={} fallback_acks={} dropped_events={} bad_records={} \
+             per-ACK user cost us: mean={} p50={} p99={}; event->command us: p50={} p99={} (n={})",
+            f.flows_created,
+            b.flows,
+            self.fold.active_flows(),
+            f.invokes,
+            f.commands,
+            f.skipped_invalid,
+            f.unknown_flow_acks,
+            b.command_acks,
+            b.fallback_acks,
+            b.dropped_events,
+            self.bad_records.borrow(),
+            us(self.ack_cost.mean()),
+            us(self.ack_cost.percentile(50)),
+            us(self.ack_cost.percentile(99)),
+            us(self.cmd_latency.percentile(50)),
+            us(self.cmd_latency.percentile(99)),
+            self.cmd_latency.count,
+        );
+        if level_info {
+            tracing::info!("{msg}");
+        } else {
+            tracing::debug!("{msg}");
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    preflight()?;
+    let ipc = PortusIpc::bind(&cli.bind_dir, &cli.portus_socket)?;
+    let mut bpf = BpfDatapath::load(BpfConfig {
+        wake_interval: Duration::from_micros(cli.wake_us),
+        stale_after: Duration::from_millis(cli.stale_ms),
+    })?;
+    bpf.heartbeat(monotonic_ns());
+    let fold = FoldEngine::new(Box::new(ipc.sender()?), std::process::id(), &cli.congalg)?;
+    let queue = Rc::new(RefCell::new(Vec::<Event>::new()));
+    let bad_records = Rc::new(RefCell::new(0u64));
+    let ring = bpf.event_reader(queue.clone(), bad_records.clone())?;
+    bpf.register()?;
+    if !ca_available(CA_NAME)? {
+        bail!("attached the struct_ops but `{CA_NAME}` is not in tcp_available_congestion_control");
+    }
+    let socket = ipc.path().to_string_lossy().into_owned();
+    let _ready = ReadyFile(cli.ready_file.clone());
+    if let Some(p) = &cli.ready_file {
+        let body = serde_json::to_vec(&Ready { ca: CA_NAME, pid: std::process::id(), socket: &socket })?;
+        write_atomic(p, &body)?;
+    }
+    tracing::info!(ca = CA_NAME, socket = %socket, portus = %cli.portus_socket.display(), congalg = %cli.congalg, "registered; ready");
+
+    let mut lp = Loop { bpf, ipc, fold, ack_cost: Samples::new(65536), cmd_latency: Samples::new(65536), bad_records };
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut fds = [
+        libc::pollfd { fd: ring.epoll_fd(), events: libc::POLLIN, revents: 0 },
+        libc::pollfd { fd: lp.ipc.fd(), events: libc::POLLIN, revents: 0 },
+    ];
+    let mut last_summary = Instant::now();
+    while !STOP.load(Ordering::SeqCst) {
+        lp.bpf.heartbeat(monotonic_ns());
+        // 1 ms timeout bounds the delay of ring records submitted without a
+        // wakeup and keeps the heartbeat fresh.
+        // SAFETY: fds is a valid array of pollfd for the call's duration.
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 1) };
+        lp.drain_ipc(&mut buf);
+        if let Err(e) = ring.consume() {
+            tracing::warn!(error = %e, "ring buffer consume");
+        }
+        let events = std::mem::take(&mut *queue.borrow_mut());
+        for ev in events {
+            lp.handle(ev);
+        }
+        if last_summary.elapsed() >= Duration::from_secs(10) {
+            lp.summary(false);
+            last_summary = Instant::now();
+        }
+    }
+    tracing::info!("signal received; unregistering {CA_NAME}");
+    lp.summary(true);
+    lp.bpf.unregister();
+    drop(ring);
+    drop(lp); // closes maps, removes the socket file
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.verbose);
+    install_signal_handlers();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ccp-datapath: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
