@@ -54,7 +54,8 @@ METRIC_NOTES = [
      "1-RTT bins: three 10-RTT windows starting 4 RTT apart; steady when the variance of their means and of "
      "their variances are both <= 0.02 (Mbit/s units). Convergence point = middle of the middle window; "
      "convergence time is measured from the capacity step. Unlike TPCCA, a run that never becomes steady "
-     "is reported as not converged (NaN), not as bin 40."),
+     "is reported as not converged (NaN), not as bin 40. As in TPCCA, a plateau at the wrong level (even a "
+     "silent sender) counts as steady: compare steady_level_mbps in steps.csv with the step's to_mbps."),
     ("Normalized Area",
      "(12 / B) x sum over bins before convergence of |B - throughput| x bin width, divided by the time from "
      "the step to convergence; B = nominal new capacity (Mbit/s). Source: TPCCA. Lower is better."),
@@ -123,7 +124,10 @@ def _mean_std(values: pd.Series) -> str:
         return "NaN"
     if len(v) == 1:
         return _fmt(float(v.iloc[0]))
-    return f"{_fmt(float(v.mean()))} &plusmn; {_fmt(float(v.std(ddof=1)))}"
+    mean, std = float(v.mean()), float(v.std(ddof=1))
+    if std <= 1e-9 * max(abs(mean), 1e-12):  # identical runs: show 0, not float noise
+        std = 0.0
+    return f"{_fmt(mean)} &plusmn; {_fmt(std)}"
 
 
 def summary_by_cca(runs: pd.DataFrame) -> list[dict]:
