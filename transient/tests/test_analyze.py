@@ -137,3 +137,10 @@ def test_missing_or_empty_paths(tmp_path):
         analyze_results(tmp_path / "nope")
     with pytest.raises(AnalysisError, match="no run directories"):
         analyze_results(tmp_path)
+
+
+def test_single_run_dir_and_its_metadata_file(results_dir):
+    run = results_dir / "runs" / "ccp-reno" / "run-2"
+    for target in (run, run / "metadata.json"):
+        runs, steps = analyze_results(target)
+        assert runs["run_id"].tolist() == ["run-2"] and steps["run"].tolist() == [2]
