@@ -1,0 +1,249 @@
+//! The real binaries: `--dump-program`, `--describe-json`, the registry, and a
+//! running `ccp-cubic` daemon driven over its unix socket by an in-process
+//! libccp datapath (readiness, algorithm matching by name, log lines, socket
+//! in use, clean stop on SIGTERM). Bounded in time; the daemon is killed and
+//! the socket files removed also when an assertion fails.
+//!
+//! This binary links libccp (its `log` symbol shadows libm's): no f64::ln here.
+
+use ccp_algorithms::{AlgorithmSpec, CubicSpec, RenoSpec};
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const CUBIC: &str = env!("CARGO_BIN_EXE_ccp-cubic");
+const RENO: &str = env!("CARGO_BIN_EXE_ccp-reno");
+const MSS: u32 = 1460;
+
+fn run(bin: &str, args: &[&str]) -> Output {
+    Command::new(bin).args(args).output().expect("binary runs")
+}
+
+#[test]
+fn dump_program_prints_the_installed_fold() {
+    for bin in [CUBIC, RENO] {
+        let out = run(bin, &["--dump-program"]);
+        assert!(out.status.success());
+        assert_eq!(String::from_utf8(out.stdout).unwrap(), ccp_algorithms::fold::PER_RTT_FOLD);
+    }
+}
+
+#[test]
+fn describe_json_lists_flags_with_defaults() {
+    let out = run(CUBIC, &["--describe-json"]);
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["name"], "cubic");
+    assert_eq!(v["source"], "RFC 9438");
+    let flags = v["flags"].as_array().unwrap();
+    let default_of = |f: &str| {
+        flags.iter().find(|x| x["flag"] == f).unwrap_or_else(|| panic!("{f} listed"))["default"].clone()
+    };
+    assert_eq!(default_of("--beta"), "0.7");
+    assert_eq!(default_of("--c"), "0.4");
+    assert_eq!(default_of("--ipc"), "unix");
+    assert_eq!(default_of("--min-cwnd-pkts"), "1");
+    assert!(flags.iter().all(|f| f["flag"] != "--dump-program" && f["flag"] != "--help"));
+    // Reno has only the shared flags.
+    let v: serde_json::Value = serde_json::from_slice(&run(RENO, &["--describe-json"]).stdout).unwrap();
+    assert!(v["flags"].as_array().unwrap().iter().all(|f| f["flag"] != "--beta"));
+}
+
+#[test]
+fn bad_flags_exit_2_naming_the_flag() {
+    let out = run(CUBIC, &["--beta", "1.2"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--beta"));
+    let out = run(RENO, &["--max-cwnd-pkts", "0.5", "--min-cwnd-pkts", "2"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--max-cwnd-pkts"));
+}
+
+#[test]
+fn registry_matches_the_binaries() {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/registry.toml")).unwrap();
+    let reg: toml::Value = toml::from_str(&text).expect("registry.toml parses");
+    let algs = reg["algorithm"].as_array().expect("[[algorithm]] entries");
+    let specs = [
+        (RenoSpec::NAME, RenoSpec::BINARY, RenoSpec::SOURCE),
+        (CubicSpec::NAME, CubicSpec::BINARY, CubicSpec::SOURCE),
+    ];
+    assert_eq!(algs.len(), specs.len());
+    for (name, binary, source) in specs {
+        let e = algs.iter().find(|a| a["name"].as_str() == Some(name)).expect(name);
+        assert_eq!(e["binary"].as_str(), Some(binary));
+        assert_eq!(e["source"].as_str(), Some(source));
+        assert!(e["summary"].as_str().is_some_and(|s| !s.is_empty()));
+        let out = run(if name == "reno" { RENO } else { CUBIC }, &["--describe-json"]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["binary"], binary);
+    }
+}
+
+/// Kills the daemon and removes the socket files when dropped (also on panic).
+struct Daemon {
+    child: Option<Child>,
+    files: Vec<PathBuf>,
+    log: PathBuf,
+}
+
+impl Daemon {
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn wait_log(&self, needle: &str, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if self.log_text().contains(needle) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for f in &self.files {
+            let _ = std::fs::remove_file(f);
+        }
+    }
+}
+
+fn wait_for(path: &Path, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if path.exists() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
+}
+
+struct UnixOut {
+    sock: UnixDatagram,
+    to: PathBuf,
+}
+
+impl libccp::DatapathOps for UnixOut {
+    fn send_msg(&mut self, msg: &[u8]) {
+        let _ = self.sock.send_to(msg, &self.to);
+    }
+}
+
+struct Conn {
+    cwnd: u32,
+}
+
+impl libccp::CongestionOps for Conn {
+    fn set_cwnd(&mut self, cwnd: u32) {
+        self.cwnd = cwnd;
+    }
+    fn set_rate_abs(&mut self, _rate: u32) {}
+}
+
+/// Receive one datagram from Portus (at most 5 s) and hand it to libccp.
+fn deliver(dp: &libccp::Datapath, sock: &UnixDatagram) -> Vec<u8> {
+    let mut buf = vec![0u8; 4096];
+    let n = sock.recv(&mut buf).expect("a message from the daemon within 5 s");
+    buf.truncate(n);
+    let mut m = buf.clone();
+    dp.recv_msg(&mut m[..]).expect("libccp accepts the daemon's message");
+    buf
+}
+
+#[test]
+fn cubic_daemon_over_unix_socket() {
+    let pid = std::process::id();
+    let name = format!("ccplab-test-{pid}");
+    let portus_path = PathBuf::from(format!("/tmp/ccp/{name}"));
+    let dp_path = PathBuf::from(format!("/tmp/ccp/{name}-dp"));
+    let log = std::env::temp_dir().join(format!("{name}.log"));
+    let stderr = std::fs::File::create(&log).unwrap();
+    let child = Command::new(CUBIC)
+        .args(["--ipc", "unix", "--ipc-name", &name, "--init-cwnd-pkts", "12"])
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .expect("daemon starts");
+    let mut daemon = Daemon {
+        child: Some(child),
+        files: vec![portus_path.clone(), dp_path.clone(), log.clone()],
+        log,
+    };
+    assert!(wait_for(&portus_path, Duration::from_secs(10)), "socket {portus_path:?} appears");
+    assert!(daemon.wait_log("ready alg=cubic ipc=unix socket=", Duration::from_secs(5)));
+
+    // A second daemon on the same name refuses to steal the socket.
+    let second = Command::new(CUBIC).args(["--ipc-name", &name]).output().unwrap();
+    assert_eq!(second.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&second.stderr).contains("in use"), "{second:?}");
+    assert!(portus_path.exists());
+
+    // A libccp datapath on its own bound path (Portus answers the sender's address).
+    let _ = std::fs::remove_file(&dp_path);
+    let sock = UnixDatagram::bind(&dp_path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let out = UnixOut { sock: sock.try_clone().unwrap(), to: portus_path.clone() };
+    let dp = Box::new(libccp::DatapathBuilder::default().with_ops(out).init().unwrap());
+    deliver(&dp, &sock); // install
+    let info = libccp::FlowInfo::default().with_mss(MSS).with_init_cwnd(10 * MSS);
+    let info = info.with_cong_alg("cubic").unwrap();
+    let mut conn = libccp::Connection::start(&dp, Conn { cwnd: 10 * MSS }, info).unwrap();
+    deliver(&dp, &sock); // changeprog
+    deliver(&dp, &sock); // update_field Cwnd
+    assert!(daemon.wait_log("flow sid=1 alg=cubic mss=1460", Duration::from_secs(5)));
+
+    let ack = |conn: &mut libccp::Connection<'_, Conn>, lost: u32| {
+        let cwnd = conn.cwnd;
+        conn.load_primitives(
+            libccp::Primitives::default()
+                .with_bytes_acked(MSS)
+                .with_lost_pkts_sample(lost)
+                .with_rtt_sample_us(5_000)
+                .with_packets_in_flight(cwnd / MSS)
+                .with_snd_cwnd(cwnd),
+        );
+        conn.invoke().unwrap();
+    };
+    ack(&mut conn, 0);
+    assert_eq!(conn.cwnd, 12 * MSS, "--init-cwnd-pkts 12 applied");
+    // A loss: the urgent report comes back as cwnd = 0.7 x 12 packets.
+    ack(&mut conn, 3);
+    let reply = deliver(&dp, &sock);
+    // Header: u16 type (3 = update_field; portus's parser does not implement it), u16 len, u32 sid.
+    assert_eq!(u16::from_le_bytes([reply[0], reply[1]]), 3, "an update_field message");
+    assert_eq!(u32::from_le_bytes([reply[4], reply[5], reply[6], reply[7]]), 1, "for sid 1");
+    ack(&mut conn, 0);
+    assert_eq!(conn.cwnd, (0.7f64 * 12.0 * f64::from(MSS)).round() as u32);
+    let line = format!("-> cwnd={} bytes", conn.cwnd);
+    assert!(daemon.wait_log(&line, Duration::from_secs(5)), "log:\n{}", daemon.log_text());
+    assert!(daemon.log_text().contains("report sid=1 acked=2920 sacked=0 loss=3 timeout=false rtt_us=5000"));
+
+    // SIGTERM: clean exit 0 within ~1 s (Portus's receive timeout), socket removed.
+    let child = daemon.child.as_mut().unwrap();
+    let st = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(st.success());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "daemon did not stop within 5 s of SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    daemon.child = None;
+    assert!(status.success(), "exit status {status:?}\n{}", daemon.log_text());
+    assert!(!portus_path.exists(), "socket file removed on exit");
+    assert!(daemon.log_text().contains("stopped alg=cubic"));
+    drop(conn);
+    drop(dp);
+}

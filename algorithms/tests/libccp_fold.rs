@@ -1,0 +1,184 @@
+//! The fold program runs in a real libccp 1.2 datapath (in-process): libccp
+//! accepts the install, and the reports arrive once per RTT and at once on loss
+//! or timeout, with the accumulated fields.
+//!
+//! This binary links libccp, whose exported `log` symbol shadows libm's: no
+//! f64::ln here (FIELD-NOTES).
+
+use ccp_algorithms::fold::{PER_RTT_FOLD, REPORT_FIELDS};
+use portus::lang::{Reg, Scope};
+use portus::serialize::{self, Msg};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const RTT_US: u64 = 20_000;
+const MSS: u32 = 1448;
+
+/// libccp's outgoing messages, collected.
+#[derive(Clone, Default)]
+struct Outbox(Arc<Mutex<Vec<Vec<u8>>>>);
+
+impl libccp::DatapathOps for Outbox {
+    fn send_msg(&mut self, msg: &[u8]) {
+        self.0.lock().unwrap().push(msg.to_vec());
+    }
+}
+
+impl Outbox {
+    fn take(&self) -> Vec<Vec<u8>> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
+
+struct Conn {
+    cwnd: u32,
+}
+
+impl libccp::CongestionOps for Conn {
+    fn set_cwnd(&mut self, cwnd: u32) {
+        self.cwnd = cwnd;
+    }
+    fn set_rate_abs(&mut self, _rate: u32) {}
+}
+
+/// A decoded measurement message: field name -> value.
+#[derive(Debug)]
+struct Seen {
+    fields: std::collections::HashMap<&'static str, u64>,
+}
+
+fn decode_reports(msgs: Vec<Vec<u8>>, sc: &Scope) -> Vec<Seen> {
+    let mut out = vec![];
+    for buf in msgs {
+        if let Ok((Msg::Ms(m), _)) = Msg::from_buf(&buf) {
+            assert_eq!(m.program_uid, sc.program_uid, "report of the installed program");
+            let mut fields = std::collections::HashMap::new();
+            for name in REPORT_FIELDS {
+                let Some(Reg::Report(idx, _, _)) = sc.get(name) else {
+                    panic!("{name} is not a report register")
+                };
+                fields.insert(name, m.fields[*idx as usize]);
+            }
+            out.push(Seen { fields });
+        }
+    }
+    out
+}
+
+fn send(dp: &libccp::Datapath, mut buf: Vec<u8>) {
+    dp.recv_msg(&mut buf[..]).expect("libccp accepts the message");
+}
+
+#[test]
+fn fold_reports_once_per_rtt_and_at_once_on_loss_or_timeout() {
+    let outbox = Outbox::default();
+    let dp = libccp::DatapathBuilder::default().with_ops(outbox.clone()).init().expect("libccp init");
+    // The Datapath must not move while a Connection points into it: keep it boxed.
+    let dp = Box::new(dp);
+
+    let (bin, sc) = portus::lang::compile(PER_RTT_FOLD.as_bytes(), &[]).expect("fold compiles");
+    let install = serialize::install::Msg {
+        sid: 0,
+        program_uid: sc.program_uid,
+        num_events: bin.events.len() as u32,
+        num_instrs: bin.instrs.len() as u32,
+        instrs: bin,
+    };
+    send(&dp, serialize::serialize(&install).unwrap());
+
+    let info = libccp::FlowInfo::default().with_mss(MSS).with_init_cwnd(10 * MSS);
+    let info = info.with_cong_alg("reno").unwrap();
+    let mut conn = libccp::Connection::start(&dp, Conn { cwnd: 10 * MSS }, info).expect("conn");
+    let sid = outbox
+        .take()
+        .iter()
+        .find_map(|b| match Msg::from_buf(b) {
+            Ok((Msg::Cr(c), _)) => Some(c.sid),
+            _ => None,
+        })
+        .expect("libccp sent a create message");
+    let change = serialize::changeprog::Msg {
+        sid,
+        program_uid: sc.program_uid,
+        num_fields: 0,
+        fields: vec![],
+    };
+    send(&dp, serialize::serialize(&change).unwrap());
+
+    // Scripted ACKs every 2 ms; an RTT sample on every other ACK (0 = none).
+    let mut invoke = |i: u32, lost: u32, timeout: bool| -> (Instant, Instant, Vec<Seen>) {
+        let rtt = if i % 2 == 0 { RTT_US } else { 0 };
+        let rtt = if i == 4 { RTT_US + 5_000 } else { rtt };
+        let cwnd = conn.cwnd;
+        conn.load_primitives(
+            libccp::Primitives::default()
+                .with_bytes_acked(MSS)
+                .with_packets_acked(1)
+                .with_packets_misordered(i % 3)
+                .with_lost_pkts_sample(lost)
+                .with_was_timeout(timeout)
+                .with_rtt_sample_us(rtt)
+                .with_packets_in_flight(7 + i)
+                .with_snd_cwnd(cwnd),
+        );
+        let before = Instant::now();
+        conn.invoke().expect("invoke");
+        let after = Instant::now();
+        (before, after, decode_reports(outbox.take(), &sc))
+    };
+
+    let rtt = Duration::from_micros(RTT_US);
+    // The program (and Micros) start at the first invoke.
+    let (mut last_before, mut last_after, first) = invoke(0, 0, false);
+    assert!(first.is_empty(), "no report on the first ACK");
+    let (mut acked, mut sacked) = (MSS as u64, 0u64);
+    let mut reports = 0;
+    for i in 1..40u32 {
+        std::thread::sleep(Duration::from_millis(2));
+        let (before, after, seen) = invoke(i, 0, false);
+        acked += u64::from(MSS);
+        sacked += u64::from(i % 3);
+        let inflight = u64::from(7 + i);
+        if seen.is_empty() {
+            // Micros <= RTT at evaluation, so less than an RTT can have passed.
+            assert!(before - last_after <= rtt, "ACK {i}: a report is overdue");
+            continue;
+        }
+        assert_eq!(seen.len(), 1, "one report per ACK at most");
+        let f = &seen[0].fields;
+        assert!(after - last_before > rtt, "ACK {i}: report before one RTT passed");
+        assert_eq!(f["Report.acked"], acked, "acked bytes accumulate");
+        assert_eq!(f["Report.sacked"], sacked, "misordered packets accumulate");
+        assert_eq!(f["Report.loss"], 0);
+        assert_eq!(f["Report.timeout"], 0);
+        assert_eq!(f["Report.rtt"], RTT_US, "latest nonzero RTT sample");
+        let min_expected = RTT_US; // samples are RTT_US (and RTT_US + 5 ms once)
+        assert_eq!(f["Report.minrtt"], min_expected);
+        assert_eq!(f["Report.inflight"], inflight);
+        assert_eq!(f["Report.cwnd"], u64::from(10 * MSS));
+        (acked, sacked) = (0, 0);
+        (last_before, last_after) = (before, after);
+        reports += 1;
+    }
+    assert!(reports >= 2, "about one report per 20 ms over 80 ms, got {reports}");
+
+    // A loss is reported on the very ACK that carries it, with the totals so far.
+    let (_, _, seen) = invoke(100, 2, false);
+    assert_eq!(seen.len(), 1, "urgent report on loss");
+    assert_eq!(seen[0].fields["Report.loss"], 2);
+    assert_eq!(seen[0].fields["Report.timeout"], 0);
+    assert_eq!(seen[0].fields["Report.acked"], acked + u64::from(MSS));
+
+    // The next ACK without loss does not report (Micros was reset)...
+    let (_, _, seen) = invoke(102, 0, false);
+    assert!(seen.is_empty());
+    // ...and a timeout is reported at once too.
+    let (_, _, seen) = invoke(104, 0, true);
+    assert_eq!(seen.len(), 1, "urgent report on timeout");
+    assert_eq!(seen[0].fields["Report.timeout"], 1);
+    assert_eq!(seen[0].fields["Report.loss"], 0);
+    assert_eq!(seen[0].fields["Report.acked"], 2 * u64::from(MSS));
+
+    drop(conn);
+    drop(dp);
+}
