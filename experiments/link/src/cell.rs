@@ -69,6 +69,8 @@ pub struct LinkCellConfig {
     /// Whether this cell's first IPv4 packet sets time 0.
     pub sets_clock0: bool,
     pub log: Option<MmLog>,
+    /// Test hook: panic on the first packet (CCPLAB_LINK_FAULT=panic-on-packet).
+    pub inject_panic: bool,
 }
 
 pub struct LinkCellIngress<P: Packet> {
@@ -93,6 +95,7 @@ pub struct LinkCellEgress<P: Packet> {
     log: Option<MmLog>,
     timer: Timer,
     stats: Arc<LinkStats>,
+    inject_panic: bool,
 }
 
 /// IP packet length + 4 (mahimahi's TUN header), or None if not IPv4.
@@ -125,6 +128,11 @@ impl<P: Packet + Send + Sync> LinkCellEgress<P> {
     }
 
     fn on_packet(&mut self, p: P) {
+        // Fault injection for the cleanup test: a worker panic must still
+        // remove every namespace and keep the log.
+        if self.inject_panic {
+            panic!("CCPLAB_LINK_FAULT=panic-on-packet: injected panic in the uplink cell");
+        }
         let Some(size) = mm_size(&p) else {
             self.stats.bypassed.fetch_add(1, Ordering::Relaxed);
             self.bypass.push_back(p);
@@ -244,6 +252,7 @@ impl<P: Packet + Send + Sync> LinkCell<P> {
                 log: config.log,
                 timer: Timer::new()?,
                 stats,
+                inject_panic: config.inject_panic,
             },
             control: Arc::new(LinkCellControl),
         })

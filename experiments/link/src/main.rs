@@ -267,6 +267,8 @@ fn serve(
         limit,
         sets_clock0: args.trace_start == TraceStart::FirstPacket,
         log: Some(up_log.clone()),
+        // Fault injection used by the cleanup test only.
+        inject_panic: std::env::var_os("CCPLAB_LINK_FAULT").is_some_and(|v| v == "panic-on-packet"),
     };
     let (c0, st) = (clock0.clone(), up_stats.clone());
     radix
@@ -296,6 +298,7 @@ fn serve(
             limit: QueueLimit::Infinite,
             sets_clock0: false,
             log: down_log.clone(),
+            inject_panic: false,
         };
         let c0 = clock0.clone();
         radix
