@@ -1,0 +1,600 @@
+//! End-to-end tests of `ccp-datapath` (need root, BPF struct_ops, netns).
+//!
+//! Each test: two fresh network namespaces joined by a veth pair whose
+//! sender side has a TBF bottleneck (no netem on this kernel); an in-process
+//! Portus algorithm on its own unix socket; the built `ccp-datapath` binary;
+//! a TCP flow with congestion control `ccp` from namespace A to B. The
+//! sender's TCP_INFO shows whether the algorithm's cwnd reached the socket.
+//!
+//! Only one datapath can register `ccp` at a time: tests hold a process-wide
+//! mutex plus a file lock, and wait for a foreign `ccp` to go away.
+//! Everything (namespaces, processes, Portus thread, files) is torn down by
+//! Drop guards, also when an assertion fails.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use portus::ipc::{BackendBuilder, Blocking, Ipc};
+use portus::lang::Scope;
+use portus::{CCPHandle, CongAlg, Datapath, DatapathInfo, DatapathTrait, Flow, Report, RunBuilder};
+
+const BIN: &str = env!("CARGO_BIN_EXE_ccp-datapath");
+/// Bottleneck rate on A's veth egress (TBF), bits/s.
+const LINK_BPS: u64 = 20_000_000;
+/// Bytes on the wire per full-size segment (1448 payload + TCP/IP/timestamps + Ethernet).
+const WIRE_BYTES_PER_SEG: u64 = 1514;
+
+// ---------------------------------------------------------------- locking
+
+static LOCAL: Mutex<()> = Mutex::new(());
+
+struct TestLock {
+    _local: MutexGuard<'static, ()>,
+    _file: File,
+}
+
+/// Serialize tests that register `ccp` (this binary and other processes
+/// using the same lock file), then wait until no other `ccp` is registered.
+fn lock() -> TestLock {
+    let local = LOCAL.lock().unwrap_or_else(|p| p.into_inner());
+    let file = File::create("/tmp/ccp-datapath-tests.lock").expect("lock file");
+    // SAFETY: flock on an fd we own.
+    assert_eq!(unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) }, 0, "flock");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while ca_registered() {
+        assert!(Instant::now() < deadline, "another process keeps congestion control `ccp` registered");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    TestLock { _local: local, _file: file }
+}
+
+fn ca_registered() -> bool {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+        .unwrap()
+        .split_whitespace()
+        .any(|n| n == "ccp")
+}
+
+fn uniq(tag: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!("{tag}{}x{}", std::process::id() % 100_000, N.fetch_add(1, Ordering::SeqCst))
+}
+
+// ---------------------------------------------------------------- netns
+
+fn sh(args: &[&str]) {
+    let out = Command::new(args[0]).args(&args[1..]).output().expect("spawn");
+    assert!(out.status.success(), "{:?} failed: {}", args, String::from_utf8_lossy(&out.stderr));
+}
+
+/// Namespaces A (sender, 10.201.0.1) and B (receiver, 10.201.0.2) joined by a
+/// veth pair; TBF at LINK_BPS on A's side. Deleted on drop.
+struct Net {
+    a: String,
+    b: String,
+}
+
+impl Net {
+    fn new() -> Net {
+        let id = uniq("");
+        let net = Net { a: format!("ccpdpA{id}"), b: format!("ccpdpB{id}") };
+        let (va, vb) = (format!("cda{id}"), format!("cdb{id}"));
+        sh(&["ip", "netns", "add", &net.a]);
+        sh(&["ip", "netns", "add", &net.b]);
+        sh(&["ip", "link", "add", &va, "netns", &net.a, "type", "veth", "peer", "name", &vb, "netns", &net.b]);
+        sh(&["ip", "-n", &net.a, "addr", "add", "10.201.0.1/24", "dev", &va]);
+        sh(&["ip", "-n", &net.b, "addr", "add", "10.201.0.2/24", "dev", &vb]);
+        for (ns, dev) in [(&net.a, &va), (&net.b, &vb)] {
+            sh(&["ip", "-n", ns, "link", "set", dev, "up"]);
+            sh(&["ip", "-n", ns, "link", "set", "lo", "up"]);
+        }
+        let rate = format!("{}bit", LINK_BPS);
+        sh(&["tc", "-n", &net.a, "qdisc", "add", "dev", &va, "root", "tbf", "rate", &rate, "burst", "4kb", "limit", "1mb"]);
+        net
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        for ns in [&self.a, &self.b] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+fn enter_netns(name: &str) {
+    let f = File::open(format!("/var/run/netns/{name}")).expect("netns file");
+    // SAFETY: setns on this thread only (network namespaces are per thread).
+    assert_eq!(unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) }, 0, "setns {name}");
+}
+
+// ---------------------------------------------------------------- TCP flow
+
+/// A bulk TCP flow A -> B with congestion control `ccp`, sender socket
+/// readable from the test thread.
+struct BulkFlow {
+    stream: Arc<TcpStream>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+fn connect_with_cc(dst: Ipv4Addr, port: u16, cc: &str) -> std::io::Result<TcpStream> {
+    // SAFETY: plain socket syscalls on an fd we own until wrapped in TcpStream.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let stream = TcpStream::from_raw_fd(fd);
+        let r = libc::setsockopt(fd, libc::IPPROTO_TCP, libc::TCP_CONGESTION, cc.as_ptr() as *const libc::c_void, cc.len() as u32);
+        if r != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let addr = libc::sockaddr_in {
+            sin_family: libc::AF_INET as u16,
+            sin_port: port.to_be(),
+            sin_addr: libc::in_addr { s_addr: u32::from(dst).to_be() },
+            sin_zero: [0; 8],
+        };
+        let r = libc::connect(fd, &addr as *const _ as *const libc::sockaddr, std::mem::size_of_val(&addr) as u32);
+        if r != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(stream)
+    }
+}
+
+impl BulkFlow {
+    fn start(net: &Net) -> BulkFlow {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let b = net.b.clone();
+        let stop_r = stop.clone();
+        let receiver = std::thread::spawn(move || {
+            enter_netns(&b);
+            let l = TcpListener::bind("10.201.0.2:5201").expect("listen in B");
+            ready_tx.send(()).unwrap();
+            let (mut s, _) = l.accept().expect("accept");
+            s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+            let mut buf = vec![0u8; 1 << 16];
+            while !stop_r.load(Ordering::SeqCst) {
+                match s.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(_) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut => {}
+                    Err(_) => break,
+                }
+            }
+        });
+        ready_rx.recv_timeout(Duration::from_secs(5)).expect("receiver ready");
+        let (stream_tx, stream_rx) = mpsc::channel();
+        let a = net.a.clone();
+        let stop_s = stop.clone();
+        let sender = std::thread::spawn(move || {
+            enter_netns(&a);
+            let s = Arc::new(connect_with_cc(Ipv4Addr::new(10, 201, 0, 2), 5201, "ccp").expect("connect with ccp"));
+            s.set_write_timeout(Some(Duration::from_millis(200))).unwrap();
+            stream_tx.send(s.clone()).unwrap();
+            let buf = vec![0x5au8; 1 << 16];
+            while !stop_s.load(Ordering::SeqCst) {
+                match (&*s).write(&buf) {
+                    Ok(_) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut => {}
+                    Err(_) => break,
+                }
+            }
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        });
+        let stream = stream_rx.recv_timeout(Duration::from_secs(5)).expect("sender connected");
+        BulkFlow { stream, stop, threads: vec![receiver, sender] }
+    }
+
+    fn info(&self) -> libc::tcp_info {
+        // SAFETY: getsockopt into a correctly sized tcp_info.
+        unsafe {
+            let mut ti: libc::tcp_info = std::mem::zeroed();
+            let mut len = std::mem::size_of::<libc::tcp_info>() as u32;
+            let r = libc::getsockopt(
+                self.stream.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_INFO,
+                &mut ti as *mut _ as *mut libc::c_void,
+                &mut len,
+            );
+            assert_eq!(r, 0, "TCP_INFO");
+            ti
+        }
+    }
+
+    fn congestion_control(&self) -> String {
+        let mut buf = [0u8; 16];
+        let mut len = buf.len() as u32;
+        // SAFETY: getsockopt into a 16-byte buffer.
+        let r = unsafe {
+            libc::getsockopt(
+                self.stream.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_CONGESTION,
+                buf.as_mut_ptr() as *mut libc::c_void,
+                &mut len,
+            )
+        };
+        assert_eq!(r, 0, "TCP_CONGESTION");
+        String::from_utf8_lossy(&buf[..len as usize]).trim_end_matches('\0').to_string()
+    }
+
+    /// Poll TCP_INFO until `pred` holds or `timeout` passes.
+    fn wait_for(&self, timeout: Duration, pred: impl Fn(&libc::tcp_info) -> bool) -> Option<libc::tcp_info> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            let ti = self.info();
+            if pred(&ti) {
+                return Some(ti);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+impl Drop for BulkFlow {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+// ---------------------------------------------------------------- Portus alg
+
+/// Test algorithm: installs a fold program that reports every RTT and sets
+/// a fixed cwnd of `target_pkts * MSS`; changes it when `target_pkts` changes.
+#[derive(Clone)]
+struct FixedCwnd {
+    target_pkts: Arc<AtomicU32>,
+    reports: Arc<AtomicU64>,
+    flows: Arc<AtomicU32>,
+}
+
+const PROGRAM: &str = "
+(def (Report (volatile acked 0) (volatile rtt 0) (volatile cwnd 0)))
+(when true
+    (:= Report.acked (+ Report.acked Ack.bytes_acked))
+    (:= Report.rtt Flow.rtt_sample_us)
+    (:= Report.cwnd Cwnd)
+    (fallthrough))
+(when (> Micros Report.rtt)
+    (report)
+    (:= Micros 0))
+";
+
+struct FixedFlow<I: Ipc> {
+    control: Datapath<I>,
+    sc: Scope,
+    mss: u32,
+    sent_pkts: u32,
+    alg: FixedCwnd,
+}
+
+impl<I: Ipc> CongAlg<I> for FixedCwnd {
+    type Flow = FixedFlow<I>;
+
+    fn name() -> &'static str {
+        "ccpdp-test-fixed"
+    }
+
+    fn datapath_programs(&self) -> HashMap<&'static str, String> {
+        HashMap::from([("fixed", PROGRAM.to_string())])
+    }
+
+    fn new_flow(&self, mut control: Datapath<I>, info: DatapathInfo) -> FixedFlow<I> {
+        let pkts = self.target_pkts.load(Ordering::SeqCst);
+        let sc = control.set_program("fixed", Some(&[("Cwnd", pkts * info.mss)])).expect("set_program");
+        self.flows.fetch_add(1, Ordering::SeqCst);
+        FixedFlow { control, sc, mss: info.mss, sent_pkts: pkts, alg: self.clone() }
+    }
+}
+
+impl<I: Ipc> Flow for FixedFlow<I> {
+    fn on_report(&mut self, _sock_id: u32, m: Report) {
+        if m.get_field("Report.acked", &self.sc).is_ok() {
+            self.alg.reports.fetch_add(1, Ordering::SeqCst);
+        }
+        let want = self.alg.target_pkts.load(Ordering::SeqCst);
+        if want != self.sent_pkts {
+            self.control.update_field(&self.sc, &[("Cwnd", want * self.mss)]).expect("update_field");
+            self.sent_pkts = want;
+        }
+    }
+}
+
+/// In-process Portus on /tmp/ccp/<name>; stopped and unlinked on drop.
+struct Portus {
+    handle: Option<CCPHandle>,
+    path: PathBuf,
+    alg: FixedCwnd,
+}
+
+impl Portus {
+    fn start(target_pkts: u32) -> Portus {
+        let name = uniq("ccpdp-test-portus-");
+        let alg = FixedCwnd {
+            target_pkts: Arc::new(AtomicU32::new(target_pkts)),
+            reports: Arc::new(AtomicU64::new(0)),
+            flows: Arc::new(AtomicU32::new(0)),
+        };
+        let sock = portus::ipc::unix::Socket::<Blocking>::new(&name).expect("bind Portus socket");
+        let handle = RunBuilder::new(BackendBuilder { sock })
+            .default_alg(alg.clone())
+            .spawn_thread()
+            .run()
+            .expect("spawn Portus");
+        Portus { handle: Some(handle), path: PathBuf::from(format!("/tmp/ccp/{name}")), alg }
+    }
+}
+
+impl Drop for Portus {
+    fn drop(&mut self) {
+        if let Some(h) = self.handle.take() {
+            h.kill();
+            let _ = h.wait(); // its socket has a 1 s read timeout
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+// ---------------------------------------------------------------- datapath
+
+/// The `ccp-datapath` binary; SIGTERM on drop (SIGKILL if it hangs).
+struct DatapathProc {
+    child: Option<Child>,
+    ready: PathBuf,
+    log: PathBuf,
+    /// Its bound socket (from the ready file); removed on drop in case the
+    /// process was SIGKILLed and could not remove it itself.
+    socket: PathBuf,
+}
+
+impl DatapathProc {
+    fn start(portus_socket: &Path, congalg: &str) -> DatapathProc {
+        let tag = uniq("");
+        let ready = std::env::temp_dir().join(format!("ccp-dp-test-ready-{tag}.json"));
+        let log = std::env::temp_dir().join(format!("ccp-dp-test-{tag}.log"));
+        let child = Command::new(BIN)
+            .args(["--portus-socket", portus_socket.to_str().unwrap(), "--congalg", congalg, "-v", "--ready-file"])
+            .arg(&ready)
+            .stdout(Stdio::null())
+            .stderr(File::create(&log).unwrap())
+            .spawn()
+            .expect("spawn ccp-datapath");
+        let mut dp = DatapathProc { child: Some(child), ready, log, socket: PathBuf::new() };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while !dp.ready.exists() {
+            if let Some(st) = dp.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("ccp-datapath exited early ({st}): {}", dp.log_text());
+            }
+            assert!(Instant::now() < deadline, "ccp-datapath not ready: {}", dp.log_text());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let ready: serde_json::Value = serde_json::from_slice(&std::fs::read(&dp.ready).unwrap()).unwrap();
+        assert_eq!(ready["ca"], "ccp");
+        assert_eq!(ready["pid"], dp.child.as_ref().unwrap().id());
+        dp.socket = PathBuf::from(ready["socket"].as_str().unwrap());
+        assert!(dp.socket.exists(), "bound socket exists");
+        assert!(ca_registered(), "ccp registered once ready");
+        dp
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn signal(&mut self, sig: libc::c_int) {
+        if let Some(c) = &self.child {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(c.id() as i32, sig) };
+        }
+    }
+
+    /// Stop with `sig`; returns the exit status (None if it had to be killed).
+    fn stop(&mut self, sig: libc::c_int) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.take()?;
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(child.id() as i32, sig) };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                return Some(st);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for DatapathProc {
+    fn drop(&mut self) {
+        self.stop(libc::SIGTERM);
+        let _ = std::fs::remove_file(&self.ready);
+        if !self.socket.as_os_str().is_empty() {
+            let _ = std::fs::remove_file(&self.socket);
+        }
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_file(&self.log);
+        } else {
+            eprintln!("ccp-datapath log kept at {}", self.log.display());
+        }
+    }
+}
+
+/// Expected smoothed RTT when `cwnd_pkts` full segments sit in the TBF queue.
+fn queueing_rtt_us(cwnd_pkts: u64) -> u64 {
+    cwnd_pkts * WIRE_BYTES_PER_SEG * 8 * 1_000_000 / LINK_BPS
+}
+
+/// Check over `window` that the sender's cwnd stays at `pkts`, the flow is
+/// cwnd-limited (in flight reaches cwnd) and the RTT is the queueing delay
+/// of `pkts` segments at the bottleneck (so cwnd/RTT ~= link rate).
+fn assert_held_at(flow: &BulkFlow, pkts: u32, window: Duration) -> libc::tcp_info {
+    let end = Instant::now() + window;
+    let mut saw_full = false;
+    let mut last = flow.info();
+    while Instant::now() < end {
+        last = flow.info();
+        assert_eq!(last.tcpi_snd_cwnd, pkts, "cwnd drifted from the algorithm's value");
+        assert!(last.tcpi_unacked <= pkts, "more in flight ({}) than cwnd {pkts}", last.tcpi_unacked);
+        saw_full |= last.tcpi_unacked + 1 >= pkts;
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    assert!(saw_full, "flow never filled its cwnd of {pkts}");
+    let want = queueing_rtt_us(pkts as u64);
+    let rtt = last.tcpi_rtt as u64;
+    assert!(
+        rtt * 10 >= want * 6 && rtt * 10 <= want * 16,
+        "srtt {rtt} us, expected about {want} us for {pkts} packets queued at {LINK_BPS} bit/s"
+    );
+    last
+}
+
+// ---------------------------------------------------------------- tests
+
+#[test]
+fn fixed_cwnd_from_portus_reaches_the_socket_and_follows_changes() {
+    let _l = lock();
+    let net = Net::new();
+    let portus = Portus::start(10);
+    let mut dp = DatapathProc::start(&portus.path, "ccpdp-test-fixed");
+    let flow = BulkFlow::start(&net);
+    assert_eq!(flow.congestion_control(), "ccp");
+
+    let ti = flow.wait_for(Duration::from_secs(5), |t| t.tcpi_snd_cwnd == 10);
+    assert!(ti.is_some(), "cwnd never became 10 (now {}): {}", flow.info().tcpi_snd_cwnd, dp.log_text());
+    assert_eq!(ti.unwrap().tcpi_snd_mss, 1448);
+    std::thread::sleep(Duration::from_millis(300)); // let the queue settle
+    let at10 = assert_held_at(&flow, 10, Duration::from_secs(2));
+    assert!(portus.alg.reports.load(Ordering::SeqCst) > 20, "fold program reports every RTT");
+    assert_eq!(portus.alg.flows.load(Ordering::SeqCst), 1);
+
+    // the algorithm changes its mind mid-flow
+    let t0 = Instant::now();
+    portus.alg.target_pkts.store(40, Ordering::SeqCst);
+    let ti = flow.wait_for(Duration::from_secs(5), |t| t.tcpi_snd_cwnd == 40);
+    assert!(ti.is_some(), "cwnd did not follow 10 -> 40 (now {})", flow.info().tcpi_snd_cwnd);
+    eprintln!("cwnd 10 -> 40 visible in TCP_INFO after {:?}", t0.elapsed());
+    std::thread::sleep(Duration::from_millis(500));
+    let at40 = assert_held_at(&flow, 40, Duration::from_secs(2));
+    eprintln!("srtt at cwnd 10: {} us, at cwnd 40: {} us (expected {} / {})", at10.tcpi_rtt, at40.tcpi_rtt, queueing_rtt_us(10), queueing_rtt_us(40));
+    assert!(at40.tcpi_rtt > at10.tcpi_rtt * 3, "RTT should grow ~4x with 4x the queued packets");
+
+    drop(flow);
+    let st = dp.stop(libc::SIGINT).expect("datapath exits on SIGINT");
+    assert!(st.success(), "exit status {st}");
+    assert!(!ca_registered(), "ccp unregistered after exit");
+    assert!(!dp.ready.exists(), "ready file removed on exit");
+    assert!(!dp.socket.exists(), "socket file removed on exit");
+    drop(net);
+}
+
+#[test]
+fn flow_keeps_moving_without_an_algorithm() {
+    let _l = lock();
+    let net = Net::new();
+    // nobody listens on this Portus path
+    let missing = PathBuf::from(format!("/tmp/ccp/{}", uniq("ccpdp-test-nobody-")));
+    let mut dp = DatapathProc::start(&missing, "reno");
+    let flow = BulkFlow::start(&net);
+    assert_eq!(flow.congestion_control(), "ccp");
+    let start = flow.info();
+    std::thread::sleep(Duration::from_secs(3));
+    let end = flow.info();
+    let rate_bps = (end.tcpi_bytes_acked - start.tcpi_bytes_acked) * 8 / 3;
+    assert!(rate_bps > LINK_BPS / 2, "fallback flow delivered only {rate_bps} bit/s");
+    // Reno grew the window well beyond its initial 10 packets
+    assert!(end.tcpi_snd_cwnd > 10, "no Reno growth: cwnd {}", end.tcpi_snd_cwnd);
+    drop(flow);
+    assert!(dp.stop(libc::SIGTERM).expect("exits on SIGTERM").success());
+}
+
+#[test]
+fn flow_falls_back_to_reno_when_the_datapath_dies() {
+    let _l = lock();
+    let net = Net::new();
+    let portus = Portus::start(10);
+    let mut dp = DatapathProc::start(&portus.path, "ccpdp-test-fixed");
+    let flow = BulkFlow::start(&net);
+    assert!(flow.wait_for(Duration::from_secs(5), |t| t.tcpi_snd_cwnd == 10).is_some(), "{}", dp.log_text());
+    // SIGKILL: no cleanup; the kernel drops the struct_ops link with the process
+    dp.signal(libc::SIGKILL);
+    let st = dp.stop(libc::SIGKILL);
+    assert!(st.is_some());
+    assert!(!ca_registered(), "ccp unregistered when its process died");
+    // heartbeat goes stale after 500 ms: the BPF side runs Reno again
+    let grown = flow.wait_for(Duration::from_secs(5), |t| t.tcpi_snd_cwnd > 12);
+    assert!(grown.is_some(), "flow stuck at cwnd {} after the datapath died", flow.info().tcpi_snd_cwnd);
+    let a = flow.info().tcpi_bytes_acked;
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(flow.info().tcpi_bytes_acked - a > LINK_BPS / 8 / 2, "flow not moving after fallback");
+    drop(flow);
+    drop(net);
+}
+
+fn run_expect_failure(args: &[&str], setpriv_nobody: bool) -> String {
+    let mut cmd = if setpriv_nobody {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", BIN]);
+        c
+    } else {
+        Command::new(BIN)
+    };
+    let mut child = cmd.args(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{args:?} did not exit");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success(), "{args:?} should fail");
+    assert_eq!(out.status.code(), Some(1), "{args:?}: exit code");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn clear_errors_for_bad_environment() {
+    let _l = lock();
+    let err = run_expect_failure(&[], true);
+    assert!(err.contains("must run as root"), "{err}");
+    let err = run_expect_failure(&["--bind-dir", "/proc/ccp-not-writable"], false);
+    assert!(err.contains("--bind-dir"), "{err}");
+    assert!(!ca_registered(), "a failed start leaves nothing registered");
+    let err = run_expect_failure(&["--congalg", &"x".repeat(64)], false);
+    assert!(err.contains("--congalg"), "{err}");
+    assert!(!ca_registered());
+
+    // a second datapath while one is running
+    let missing = PathBuf::from(format!("/tmp/ccp/{}", uniq("ccpdp-test-nobody-")));
+    let mut dp = DatapathProc::start(&missing, "reno");
+    let err = run_expect_failure(&[], false);
+    assert!(err.contains("already registered"), "{err}");
+    assert!(ca_registered(), "the first datapath is unaffected");
+    assert!(dp.stop(libc::SIGTERM).expect("exits").success());
+    assert!(!ca_registered());
+}
