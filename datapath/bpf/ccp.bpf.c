@@ -329,6 +329,12 @@ void BPF_PROG(ccp_cong_control, struct sock *sk, __u32 ack, int flag, const stru
 	struct ccp_cmd *cmd = NULL;
 	__u32 id = ca->flow_id;
 
+	/* An active open's SYN-ACK is acked before init() ran (tcp_ack in
+	 * SYN_SENT precedes tcp_finish_connect): no flow id yet, plain Reno. */
+	if (id == 0) {
+		fallback(sk, tp, ca, ack, rs);
+		return;
+	}
 	emit_ack(sk, tp, ca, rs, now);
 
 	/* hb > now can happen when user space stamped between our two reads */

@@ -434,7 +434,9 @@ impl Drop for DatapathProc {
         if !self.socket.as_os_str().is_empty() {
             let _ = std::fs::remove_file(&self.socket);
         }
-        if !std::thread::panicking() {
+        if std::env::var_os("CCP_DP_TEST_KEEP_LOGS").is_some() {
+            eprintln!("ccp-datapath log kept at {}", self.log.display());
+        } else if !std::thread::panicking() {
             let _ = std::fs::remove_file(&self.log);
         } else {
             eprintln!("ccp-datapath log kept at {}", self.log.display());
