@@ -177,7 +177,10 @@ mod tests {
         s.schedule[0].start_ms = 5;
         assert_eq!(s.validate(), Err(GenerateError::ScheduleNotFromZero(5)));
         let s = StepTraceSpec::single_step(0.0, 12.0, 3000, 2000, 1.0, 1);
-        assert!(matches!(s.validate(), Err(GenerateError::SegmentAfterEnd { .. })));
+        assert!(matches!(
+            s.validate(),
+            Err(GenerateError::SegmentAfterEnd { .. })
+        ));
         let s = StepTraceSpec::single_step(-1.0, 12.0, 1000, 2000, 1.0, 1);
         assert_eq!(s.validate(), Err(GenerateError::BadRate(-1.0)));
     }

@@ -64,8 +64,14 @@ fn parse_step(s: &str) -> Result<(f64, f64), String> {
     let (at, rate) = s
         .split_once(':')
         .ok_or_else(|| format!("{s:?}: expected AT_S:MBPS, e.g. 20:48"))?;
-    let at: f64 = at.trim().parse().map_err(|_| format!("{s:?}: {at:?} is not a number of seconds"))?;
-    let rate: f64 = rate.trim().parse().map_err(|_| format!("{s:?}: {rate:?} is not a rate in Mbit/s"))?;
+    let at: f64 = at
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?}: {at:?} is not a number of seconds"))?;
+    let rate: f64 = rate
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?}: {rate:?} is not a rate in Mbit/s"))?;
     Ok((at, rate))
 }
 

@@ -161,7 +161,10 @@ impl Trace {
 
     /// Loop period in ms (= last timestamp; mahimahi convention).
     pub fn period_ms(&self) -> u64 {
-        *self.timestamps.last().expect("validated trace is non-empty")
+        *self
+            .timestamps
+            .last()
+            .expect("validated trace is non-empty")
     }
 
     /// Delivery opportunities per period.
@@ -231,9 +234,9 @@ pub fn write_atomically(
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let file_name = path
-        .file_name()
-        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "path has no file name"))?;
+    let file_name = path.file_name().ok_or_else(|| {
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, "path has no file name")
+    })?;
     let tmp = dir.join(format!(
         ".{}.tmp.{}",
         file_name.to_string_lossy(),

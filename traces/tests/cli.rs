@@ -12,7 +12,17 @@ fn step_then_check_json() {
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join("step.trace");
     let st = bin()
-        .args(["step", "--before-mbps", "0", "--after-mbps", "12", "--at-s", "1", "--duration-s", "3"])
+        .args([
+            "step",
+            "--before-mbps",
+            "0",
+            "--after-mbps",
+            "12",
+            "--at-s",
+            "1",
+            "--duration-s",
+            "3",
+        ])
         .args(["--sigma-mbps", "0", "--seed", "3", "--out"])
         .arg(&out)
         .status()

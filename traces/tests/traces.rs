@@ -40,7 +40,10 @@ fn long_trace_mean_close_to_nominal() {
     let dir = tmpdir("mean");
     for (rate, seed) in [(12.0, 1u64), (48.0, 2)] {
         let spec = StepTraceSpec {
-            schedule: vec![Segment { start_ms: 0, mbps: rate }],
+            schedule: vec![Segment {
+                start_ms: 0,
+                mbps: rate,
+            }],
             duration_ms: 60_000,
             sigma_mbps: 2.0,
             seed,
@@ -63,10 +66,17 @@ fn long_trace_mean_close_to_nominal() {
 fn zero_segment_stays_empty_and_period_is_duration() {
     let spec = StepTraceSpec::single_step(0.0, 12.0, 2000, 5000, 2.0, 9);
     let t = spec.generate().unwrap();
-    assert!(t.timestamps().iter().all(|&ts| ts > 2000), "0 Mbit/s segment got an opportunity");
+    assert!(
+        t.timestamps().iter().all(|&ts| ts > 2000),
+        "0 Mbit/s segment got an opportunity"
+    );
     assert_eq!(t.period_ms(), 5000);
     // The first opportunity comes right after the step (noise may delay it a few ms).
-    assert!((2001..=2005).contains(&t.timestamps()[0]), "first ts {}", t.timestamps()[0]);
+    assert!(
+        (2001..=2005).contains(&t.timestamps()[0]),
+        "first ts {}",
+        t.timestamps()[0]
+    );
     // After the step the rate is about 12 Mbit/s.
     let cap = t.capacity_per_interval(1000);
     assert_eq!(cap[0..2], [0.0, 0.0]);
@@ -82,7 +92,11 @@ fn last_line_forced_when_final_segment_is_zero() {
     let t = spec.generate().unwrap();
     assert_eq!(t.period_ms(), 3000);
     let ts = t.timestamps();
-    assert_eq!(ts.iter().filter(|&&x| x > 1000).count(), 1, "only the forced period line");
+    assert_eq!(
+        ts.iter().filter(|&&x| x > 1000).count(),
+        1,
+        "only the forced period line"
+    );
     assert_eq!(ts.len(), 1001);
 }
 
@@ -107,10 +121,22 @@ fn truncation_bound_respected() {
 fn multi_step_schedule() {
     let spec = StepTraceSpec {
         schedule: vec![
-            Segment { start_ms: 0, mbps: 12.0 },
-            Segment { start_ms: 1000, mbps: 24.0 },
-            Segment { start_ms: 2000, mbps: 0.0 },
-            Segment { start_ms: 3000, mbps: 6.0 },
+            Segment {
+                start_ms: 0,
+                mbps: 12.0,
+            },
+            Segment {
+                start_ms: 1000,
+                mbps: 24.0,
+            },
+            Segment {
+                start_ms: 2000,
+                mbps: 0.0,
+            },
+            Segment {
+                start_ms: 3000,
+                mbps: 6.0,
+            },
         ],
         duration_ms: 4000,
         sigma_mbps: 0.0,
@@ -125,7 +151,10 @@ fn err_of(content: &str) -> (TraceError, String) {
     let p = write_file(&dir, "bad.trace", content);
     let e = Trace::read(&p).unwrap_err();
     let msg = e.to_string();
-    assert!(msg.contains(&p.display().to_string()), "message {msg:?} lacks the file name");
+    assert!(
+        msg.contains(&p.display().to_string()),
+        "message {msg:?} lacks the file name"
+    );
     (e, msg)
 }
 
@@ -144,7 +173,15 @@ fn validation_errors_name_file_and_line() {
     let (e, _) = err_of("1\n2\n\n");
     assert!(matches!(e, TraceError::BlankLine { line: 3, .. }));
     let (e, msg) = err_of("1\n5\n4\n");
-    assert!(matches!(e, TraceError::Decreasing { line: 3, prev: 5, ts: 4, .. }));
+    assert!(matches!(
+        e,
+        TraceError::Decreasing {
+            line: 3,
+            prev: 5,
+            ts: 4,
+            ..
+        }
+    ));
     assert!(msg.contains(":3:"), "{msg}");
     let (e, msg) = err_of("0\n0\n");
     assert!(matches!(e, TraceError::ZeroPeriod { line: 2, .. }));
@@ -163,10 +200,16 @@ fn write_is_atomic_and_roundtrips() {
     assert_eq!(std::fs::read_to_string(&p).unwrap(), "0\n1\n1\n7\n");
     assert_eq!(Trace::read(&p).unwrap(), t);
     // No temporary file left behind.
-    let names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
     assert_eq!(names.len(), 1, "{names:?}");
     // Writing into a missing directory fails cleanly.
-    assert!(matches!(t.write(dir.join("no/such/dir/x")), Err(TraceError::Write { .. })));
+    assert!(matches!(
+        t.write(dir.join("no/such/dir/x")),
+        Err(TraceError::Write { .. })
+    ));
     std::fs::remove_dir_all(dir).unwrap();
 }
 
@@ -188,7 +231,10 @@ fn reads_every_cellular_trace() {
         }
         let t = Trace::read(&p).unwrap_or_else(|e| panic!("{e}"));
         let mean = t.mean_mbps();
-        assert!(mean > 0.1 && mean < 100.0, "{name}: implausible mean {mean}");
+        assert!(
+            mean > 0.1 && mean < 100.0,
+            "{name}: implausible mean {mean}"
+        );
         n += 1;
     }
     assert!(n >= 10, "expected the mahimahi cellular traces, found {n}");
@@ -202,5 +248,8 @@ fn verizon_lte_short_down_mean() {
         return;
     }
     let mean = Trace::read(&p).unwrap().mean_mbps();
-    assert!((4.9..5.2).contains(&mean), "Verizon-LTE-short.down mean {mean} Mbit/s, expected ~5.04");
+    assert!(
+        (4.9..5.2).contains(&mean),
+        "Verizon-LTE-short.down mean {mean} Mbit/s, expected ~5.04"
+    );
 }

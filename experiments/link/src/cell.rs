@@ -170,8 +170,9 @@ impl<P: Packet + Send + Sync> LinkCellEgress<P> {
         let now_ms = Self::ms_since_0(base, arrived);
         let mut delivered = VecDeque::new();
         let queue = &mut self.queue;
-        let accepted =
-            Self::with_sink(&self.log, |s| queue.arrive(now_ms, p, size, s, &mut delivered));
+        let accepted = Self::with_sink(&self.log, |s| {
+            queue.arrive(now_ms, p, size, s, &mut delivered)
+        });
         if !accepted {
             self.stats.drops.fetch_add(1, Ordering::Relaxed);
         }
@@ -179,7 +180,9 @@ impl<P: Packet + Send + Sync> LinkCellEgress<P> {
     }
 
     fn on_tick(&mut self) {
-        let Some(base) = self.clock0.get() else { return };
+        let Some(base) = self.clock0.get() else {
+            return;
+        };
         let now_ms = Self::ms_since_0(base, Instant::now());
         let mut delivered = VecDeque::new();
         let queue = &mut self.queue;
@@ -238,7 +241,11 @@ pub struct LinkCell<P: Packet> {
 impl<P: Packet + Send + Sync> LinkCell<P> {
     /// Must be called inside the rattan runtime (the timer registers with
     /// its reactor).
-    pub fn new(config: LinkCellConfig, clock0: Clock0, stats: Arc<LinkStats>) -> Result<Self, Error> {
+    pub fn new(
+        config: LinkCellConfig,
+        clock0: Clock0,
+        stats: Arc<LinkStats>,
+    ) -> Result<Self, Error> {
         let (tx, rx) = mpsc::unbounded_channel();
         Ok(Self {
             ingress: Arc::new(LinkCellIngress { tx }),

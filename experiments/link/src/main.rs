@@ -65,8 +65,9 @@ enum TraceStart {
 /// `ip netns exec <receiver_netns> iperf3 -s` and
 /// `ip netns exec <sender_netns> iperf3 -c <receiver_ip> -C cubic`.
 ///
-/// Stops on SIGINT/SIGTERM/SIGHUP or after --duration-s; then the log is
-/// flushed and moved into place, the ready file removed and every
+/// Stops on SIGINT/SIGTERM/SIGHUP or after --duration-s; then processes
+/// left inside its namespaces are stopped (see --keep-processes), the log
+/// is flushed and moved into place, the ready file removed and every
 /// namespace/veth deleted (also after errors or a panic in a worker).
 /// Needs root. Exit status: 0 on a normal stop, 1 on error.
 #[derive(Parser, Debug)]
@@ -106,6 +107,11 @@ struct Args {
     /// When trace replay and log time 0 start.
     #[arg(long, value_enum, default_value_t = TraceStart::FirstPacket)]
     trace_start: TraceStart,
+    /// Do not stop processes still running inside the link's namespaces at
+    /// exit (by default they get SIGTERM, then SIGKILL after 1 s, because
+    /// a process inside keeps a deleted namespace and its veths alive).
+    #[arg(long)]
+    keep_processes: bool,
     /// Value of the log's `# base timestamp:` line: `zero` (event times are
     /// ms since time 0, mahimahi tools work; unix ms of time 0 is in
     /// `# init timestamp:`) or `unix` (unix ms of time 0).
@@ -193,10 +199,21 @@ fn run(args: Args) -> Result<()> {
         },
         _ => None,
     };
-    let logs: Vec<MmLog> = [Some(up_log.clone()), down_log.clone()].into_iter().flatten().collect();
+    let logs: Vec<MmLog> = [Some(up_log.clone()), down_log.clone()]
+        .into_iter()
+        .flatten()
+        .collect();
 
     let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        run_link(&args, &uplink, downlink.as_ref(), limit, duration, up_log.clone(), down_log.clone())
+        run_link(
+            &args,
+            &uplink,
+            downlink.as_ref(),
+            limit,
+            duration,
+            up_log.clone(),
+            down_log.clone(),
+        )
     }));
     let _ = std::fs::remove_file(&args.ready_file);
     let link_started = up_log.started();
@@ -236,7 +253,12 @@ fn run_link(
     // Declared after radix: dropped (cleanup by name) after it.
     let ns = Namespaces::for_rattan_id(radix.get_rattan_id());
     let _cleanup = CleanupGuard(ns.clone());
-    let outcome = serve(args, &mut radix, &ns, uplink, downlink, limit, duration, up_log, down_log);
+    let outcome = serve(
+        args, &mut radix, &ns, uplink, downlink, limit, duration, up_log, down_log,
+    );
+    if !args.keep_processes {
+        netns::stop_processes_inside(&ns);
+    }
     // rattan's teardown joins its tasks with unwrap(): a panicked worker
     // would panic here; contain it, the guard then deletes by name.
     if std::panic::catch_unwind(AssertUnwindSafe(move || drop(radix))).is_err() {
@@ -358,4 +380,3 @@ fn serve(
         Stop::Signal(_) | Stop::Duration => Ok(()),
     }
 }
-

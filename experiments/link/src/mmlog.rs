@@ -82,9 +82,16 @@ impl MmLog {
             _ => PathBuf::from("."),
         };
         let name = path.file_name().ok_or_else(|| {
-            std::io::Error::new(std::io::ErrorKind::InvalidInput, "log path has no file name")
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "log path has no file name",
+            )
         })?;
-        let tmp_path = dir.join(format!(".{}.tmp.{}", name.to_string_lossy(), std::process::id()));
+        let tmp_path = dir.join(format!(
+            ".{}.tmp.{}",
+            name.to_string_lossy(),
+            std::process::id()
+        ));
         let file = File::create(&tmp_path)?;
         Ok(Self {
             inner: Arc::new(Mutex::new(Inner {

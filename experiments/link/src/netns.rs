@@ -58,6 +58,63 @@ pub fn remove_leftovers(ns: &Namespaces) -> Vec<String> {
     failed
 }
 
+/// Network-namespace inode of `/var/run/netns/<name>`, if it exists.
+fn netns_inode(name: &str) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(Path::new("/var/run/netns").join(name))
+        .ok()
+        .map(|m| m.ino())
+}
+
+/// Pids of processes whose network namespace is one of `ns`.
+pub fn processes_inside(ns: &Namespaces) -> Vec<i32> {
+    let inodes: Vec<String> = ns
+        .all()
+        .iter()
+        .filter_map(|n| netns_inode(n))
+        .map(|ino| format!("net:[{ino}]"))
+        .collect();
+    let me = std::process::id() as i32;
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| pid != me)
+        .filter(|pid| {
+            std::fs::read_link(format!("/proc/{pid}/ns/net"))
+                .is_ok_and(|l| inodes.iter().any(|i| l.as_os_str() == i.as_str()))
+        })
+        .collect()
+}
+
+/// Stops processes still running in `ns` (e.g. an iperf3 server left by a
+/// runner): SIGTERM, up to 1 s grace, then SIGKILL. A process inside keeps
+/// a namespace (and its veths) alive after its name is deleted.
+pub fn stop_processes_inside(ns: &Namespaces) {
+    use nix::{
+        sys::signal::{kill, Signal},
+        unistd::Pid,
+    };
+    let pids = processes_inside(ns);
+    if pids.is_empty() {
+        return;
+    }
+    tracing::info!(?pids, "stopping processes left in the link's namespaces");
+    for &p in &pids {
+        let _ = kill(Pid::from_raw(p), Signal::SIGTERM);
+    }
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < std::time::Duration::from_secs(1) {
+        if processes_inside(ns).is_empty() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    for p in processes_inside(ns) {
+        let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
+    }
+}
+
 /// Runs [`remove_leftovers`] when dropped (also during unwinding).
 pub struct CleanupGuard(pub Namespaces);
 
@@ -65,7 +122,10 @@ impl Drop for CleanupGuard {
     fn drop(&mut self) {
         let failed = remove_leftovers(&self.0);
         if !failed.is_empty() {
-            tracing::error!(?failed, "could not delete namespaces; remove with `ip netns del`");
+            tracing::error!(
+                ?failed,
+                "could not delete namespaces; remove with `ip netns del`"
+            );
         }
     }
 }

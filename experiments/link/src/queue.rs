@@ -149,7 +149,9 @@ impl<T> LinkQueue<T> {
             let mut left = OPPORTUNITY_BYTES;
             while left > 0 {
                 if self.in_transit.is_none() {
-                    let Some(p) = self.queue.pop_front() else { break };
+                    let Some(p) = self.queue.pop_front() else {
+                        break;
+                    };
                     self.queued_bytes -= p.size as u64;
                     let size = p.size;
                     self.in_transit = Some((p, size));
@@ -235,7 +237,15 @@ mod tests {
         l.rationalize(3, &mut s, &mut out);
         assert_eq!(
             s.0,
-            ["0 + 1504", "0 + 1504", "1 # 1504", "1 - 1504 1", "2 # 1504", "2 - 1504 2", "3 # 1504"]
+            [
+                "0 + 1504",
+                "0 + 1504",
+                "1 # 1504",
+                "1 - 1504 1",
+                "2 # 1504",
+                "2 - 1504 2",
+                "3 # 1504"
+            ]
         );
         let d: Vec<_> = out.iter().map(|d| (d.item, d.departure_ms)).collect();
         assert_eq!(d, [(1, 1), (2, 2)]);
@@ -303,7 +313,10 @@ mod tests {
         assert!(l.arrive(1, 3, 3000, &mut s, &mut out));
         l.rationalize(1000, &mut s, &mut out); // 3 in transit (1504 of 3000)
         assert_eq!(l.queued_packets(), 0);
-        assert!(l.arrive(1000, 4, 100, &mut s, &mut out), "queue is free while 3 is in transit");
+        assert!(
+            l.arrive(1000, 4, 100, &mut s, &mut out),
+            "queue is free while 3 is in transit"
+        );
     }
 
     #[test]

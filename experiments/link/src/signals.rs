@@ -22,7 +22,12 @@ pub enum Stop {
 
 fn stop_set() -> SigSet {
     let mut set = SigSet::empty();
-    for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP, Signal::SIGUSR1] {
+    for s in [
+        Signal::SIGINT,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+        Signal::SIGUSR1,
+    ] {
         set.add(s);
     }
     set

@@ -108,7 +108,9 @@ impl Link {
 
     fn in_ns(&self, ns: &str, timeout_s: u32, cmd: &[&str]) -> Command {
         let mut c = Command::new("timeout");
-        c.arg(timeout_s.to_string()).args(["ip", "netns", "exec", ns]).args(cmd);
+        c.arg(timeout_s.to_string())
+            .args(["ip", "netns", "exec", ns])
+            .args(cmd);
         c
     }
 
@@ -132,7 +134,9 @@ impl Link {
     }
 
     fn alive(&mut self) -> bool {
-        self.child.as_mut().is_some_and(|c| c.try_wait().unwrap().is_none())
+        self.child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().unwrap().is_none())
     }
 
     fn namespaces(&self) -> [String; 3] {
@@ -168,8 +172,10 @@ impl Drop for Bg {
 }
 
 fn iperf_server(link: &Link) -> Bg {
-    let child = link
-        .in_ns(&link.ready.receiver_netns, 60, &["iperf3", "-s"])
+    // No `timeout` wrapper: `ip netns exec` execs iperf3, so killing the
+    // child kills the server itself.
+    let child = Command::new("ip")
+        .args(["netns", "exec", &link.ready.receiver_netns, "iperf3", "-s"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -183,7 +189,16 @@ fn iperf_client(link: &Link, seconds: u32, cc: &str) -> Output {
     link.in_ns(
         &link.ready.sender_netns,
         seconds + 30,
-        &["iperf3", "-c", &link.ready.receiver_ip, "-t", &t, "-C", cc, "-J"],
+        &[
+            "iperf3",
+            "-c",
+            &link.ready.receiver_ip,
+            "-t",
+            &t,
+            "-C",
+            cc,
+            "-J",
+        ],
     )
     .output()
     .unwrap()
@@ -199,7 +214,11 @@ fn handshake_rtt_ms(link: &Link, n: u32) -> f64 {
         .in_ns(&link.ready.sender_netns, 20, &["python3", "-c", &script])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
 }
 
@@ -233,7 +252,10 @@ fn parse_log(path: &Path) -> ParsedLog {
             .split(' ')
             .enumerate()
             .filter(|(k, _)| *k != 1)
-            .map(|(_, x)| x.parse().unwrap_or_else(|_| panic!("line {}: {line:?}", i + 1)))
+            .map(|(_, x)| {
+                x.parse()
+                    .unwrap_or_else(|_| panic!("line {}: {line:?}", i + 1))
+            })
             .collect();
         let kind = line.split(' ').nth(1).unwrap();
         match (kind, f.len()) {
@@ -247,9 +269,14 @@ fn parse_log(path: &Path) -> ParsedLog {
             _ => panic!("line {}: not an mm-link event: {line:?}", i + 1),
         }
     }
-    assert!(headers[0].starts_with("# mahimahi mm-link (ccplab-link) ["), "{headers:?}");
+    assert!(
+        headers[0].starts_with("# mahimahi mm-link (ccplab-link) ["),
+        "{headers:?}"
+    );
     assert!(headers.iter().any(|h| h.starts_with("# command line: ")));
-    assert!(headers.iter().any(|h| h.starts_with("# queue: droptail [packets=")));
+    assert!(headers
+        .iter()
+        .any(|h| h.starts_with("# queue: droptail [packets=")));
     assert!(headers.iter().any(|h| h.starts_with("# init timestamp: ")));
     assert_eq!(log.base, Some(0));
     log
@@ -261,7 +288,10 @@ fn cpu_seconds(pid: u32) -> f64 {
     let after = &stat[stat.rfind(')').unwrap() + 2..];
     let f: Vec<&str> = after.split_whitespace().collect();
     let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
-    ticks / nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).unwrap().unwrap() as f64
+    ticks
+        / nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+            .unwrap()
+            .unwrap() as f64
 }
 
 fn write_trace(dir: &Path, name: &str, content: &str) -> PathBuf {
@@ -290,17 +320,40 @@ fn constant_12mbps_cubic_fidelity_and_sigterm_cleanup() {
     let t0 = Instant::now();
     let out = iperf_client(&link, 5, "cubic");
     let cpu_pct = 100.0 * (cpu_seconds(link.ready.pid) - cpu0) / t0.elapsed().as_secs_f64();
-    assert!(out.status.success(), "iperf3: {}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.status.success(),
+        "iperf3: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let iperf_mbps = j["end"]["sum_received"]["bits_per_second"].as_f64().unwrap() / 1e6;
-    let mean_rtt_ms = j["end"]["streams"][0]["sender"]["mean_rtt"].as_f64().unwrap_or(f64::NAN) / 1000.0;
+    let iperf_mbps = j["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .unwrap()
+        / 1e6;
+    let mean_rtt_ms = j["end"]["streams"][0]["sender"]["mean_rtt"]
+        .as_f64()
+        .unwrap_or(f64::NAN)
+        / 1000.0;
     let retrans = j["end"]["sum_sent"]["retransmits"].as_u64().unwrap_or(0);
     println!("iperf3 cubic: {iperf_mbps:.2} Mbit/s, mean RTT {mean_rtt_ms:.1} ms, {retrans} retransmits, emulator CPU {cpu_pct:.1}%");
-    assert!((10.5..=12.5).contains(&iperf_mbps), "iperf3 throughput {iperf_mbps}");
+    assert!(
+        (10.5..=12.5).contains(&iperf_mbps),
+        "iperf3 throughput {iperf_mbps}"
+    );
     assert!(cpu_pct < 90.0, "emulator used {cpu_pct}% CPU");
 
+    let mut srv = _srv;
     let st = link.stop();
     assert!(st.success(), "exit status after SIGTERM: {st}");
+    // The link stops processes left in its namespaces (the iperf3 server).
+    let t1 = Instant::now();
+    while srv.0.try_wait().unwrap().is_none() && t1.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        srv.0.try_wait().unwrap().is_some(),
+        "iperf3 server still running after link exit"
+    );
     let names = link.namespaces();
     let now = netns_list();
     for ns in &names {
@@ -317,22 +370,44 @@ fn constant_12mbps_cubic_fidelity_and_sigterm_cleanup() {
     // probes and iperf3's control exchange are small packets before it.
     let data: Vec<_> = deps.iter().filter(|d| d.1 == 1504).collect();
     let (first, last) = (data[0].0, data[data.len() - 1].0);
-    let bytes: u64 = deps.iter().filter(|d| d.0 > first && d.0 <= last).map(|d| d.1).sum();
+    let bytes: u64 = deps
+        .iter()
+        .filter(|d| d.0 > first && d.0 <= last)
+        .map(|d| d.1)
+        .sum();
     let log_mbps = bytes as f64 * 8.0 / ((last - first) as f64 / 1000.0) / 1e6;
-    println!("log throughput {log_mbps:.2} Mbit/s over {} ms", last - first);
-    assert!((10.5..=12.5).contains(&log_mbps), "log throughput {log_mbps}");
+    println!(
+        "log throughput {log_mbps:.2} Mbit/s over {} ms",
+        last - first
+    );
+    assert!(
+        (10.5..=12.5).contains(&log_mbps),
+        "log throughput {log_mbps}"
+    );
     for &(t, size, delay) in deps {
-        assert!(delay <= t && size <= 1504, "bad departure {t} {size} {delay}");
-        assert!(delay <= 41 + 1, "delay {delay} ms exceeds a 40-packet queue at 1 pkt/ms");
+        assert!(
+            delay <= t && size <= 1504,
+            "bad departure {t} {size} {delay}"
+        );
+        assert!(
+            delay <= 41 + 1,
+            "delay {delay} ms exceeds a 40-packet queue at 1 pkt/ms"
+        );
     }
     // One opportunity per ms, every ms, from 1 to the end.
     let opp = &log.opportunities;
     assert_eq!(opp[0], 1);
-    assert!(opp.windows(2).all(|w| w[1] == w[0] + 1), "gaps or repeats in # lines");
+    assert!(
+        opp.windows(2).all(|w| w[1] == w[0] + 1),
+        "gaps or repeats in # lines"
+    );
     // Times never go back.
     let mut all: Vec<u64> = log.arrivals.iter().map(|a| a.0).collect();
     all.sort_unstable();
-    assert_eq!(all[0], 0, "first arrival defines time 0 (first-packet mode)");
+    assert_eq!(
+        all[0], 0,
+        "first arrival defines time 0 (first-packet mode)"
+    );
     std::fs::remove_dir_all(dir).unwrap();
 }
 
@@ -344,8 +419,14 @@ fn zero_capacity_start_does_not_crash() {
     // 0 Mbit/s for 2 s, then 12 Mbit/s; loops every 4 s (another 2 s gap).
     let spec = StepTraceSpec {
         schedule: vec![
-            Segment { start_ms: 0, mbps: 0.0 },
-            Segment { start_ms: 2000, mbps: 12.0 },
+            Segment {
+                start_ms: 0,
+                mbps: 0.0,
+            },
+            Segment {
+                start_ms: 2000,
+                mbps: 12.0,
+            },
         ],
         duration_ms: 4000,
         sigma_mbps: 0.0,
@@ -357,9 +438,16 @@ fn zero_capacity_start_does_not_crash() {
     let _srv = iperf_server(&link);
     let out = iperf_client(&link, 6, "cubic");
     assert!(link.alive(), "link died during zero-capacity stretches");
-    assert!(out.status.success(), "iperf3 failed: {}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.status.success(),
+        "iperf3 failed: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let mbps = j["end"]["sum_received"]["bits_per_second"].as_f64().unwrap() / 1e6;
+    let mbps = j["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .unwrap()
+        / 1e6;
     println!("iperf3 over 0/12 Mbit/s on-off trace: {mbps:.2} Mbit/s");
     assert!(mbps > 1.0, "nothing got through ({mbps} Mbit/s)");
     assert!(link.stop().success());
@@ -367,11 +455,17 @@ fn zero_capacity_start_does_not_crash() {
     // Nothing leaves in the zero stretches (0, 2000] + k * 4000.
     for &(t, _, _) in &log.departures {
         let phase = (t + 3999) % 4000 + 1; // 1..=4000
-        assert!(phase > 2000, "departure at {t} ms inside a 0 Mbit/s stretch");
+        assert!(
+            phase > 2000,
+            "departure at {t} ms inside a 0 Mbit/s stretch"
+        );
     }
     for &t in &log.opportunities {
         let phase = (t + 3999) % 4000 + 1;
-        assert!(phase > 2000, "opportunity at {t} ms inside a 0 Mbit/s stretch");
+        assert!(
+            phase > 2000,
+            "opportunity at {t} ms inside a 0 Mbit/s stretch"
+        );
     }
     // The SYN arrived at 0 and waited for the first opportunity at 2001.
     assert_eq!(log.arrivals[0].0, 0);
@@ -396,14 +490,24 @@ fn small_queue_overflow_logs_drops() {
         assert_eq!(n, 1);
         assert!(bytes > 0 && bytes <= 1504, "drop at {t}: {bytes} bytes");
         // A drop is logged right after the arrival it rejects.
-        assert!(log.arrivals.iter().any(|a| a.0 == t), "drop at {t} without arrival");
+        assert!(
+            log.arrivals.iter().any(|a| a.0 == t),
+            "drop at {t} without arrival"
+        );
     }
     // The queue bound shows in the delays: <= 5 waiting + 1 in transit.
     let max_delay = log.departures.iter().map(|d| d.2).max().unwrap();
-    assert!(max_delay <= 7, "max delay {max_delay} ms with a 5-packet queue");
+    assert!(
+        max_delay <= 7,
+        "max delay {max_delay} ms with a 5-packet queue"
+    );
     let accepted = log.arrivals.len() - log.drops.len();
     assert!(log.departures.len() <= accepted);
-    println!("drops: {} of {} arrivals, max delay {max_delay} ms", log.drops.len(), log.arrivals.len());
+    println!(
+        "drops: {} of {} arrivals, max delay {max_delay} ms",
+        log.drops.len(),
+        log.arrivals.len()
+    );
     std::fs::remove_dir_all(dir).unwrap();
 }
 
@@ -428,10 +532,16 @@ fn bad_trace_fails_before_creating_namespaces() {
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains(&format!("{}:3:", trace.display())), "stderr: {err}");
+    assert!(
+        err.contains(&format!("{}:3:", trace.display())),
+        "stderr: {err}"
+    );
     assert_eq!(netns_list(), before, "namespaces changed");
     assert!(!dir.join("ready.json").exists());
-    let leftovers: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let leftovers: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
     assert_eq!(leftovers.len(), 1, "files left: {leftovers:?}");
     std::fs::remove_dir_all(dir).unwrap();
 }
@@ -463,7 +573,10 @@ fn worker_panic_cleans_up_and_keeps_log() {
         }
         std::thread::sleep(Duration::from_millis(50));
     };
-    assert!(!st.success(), "a worker panic must give a failing exit status");
+    assert!(
+        !st.success(),
+        "a worker panic must give a failing exit status"
+    );
     let now = netns_list();
     for ns in link.namespaces() {
         assert!(!now.contains(&ns), "{ns} left behind after a worker panic");
