@@ -4,10 +4,26 @@ use std::path::{Path, PathBuf};
 
 use ccplab_traces::{Segment, StepTraceSpec, Trace, TraceError};
 
-fn tmpdir(name: &str) -> PathBuf {
+/// A temporary directory removed on drop (also when a test fails).
+struct TmpDir(PathBuf);
+
+impl std::ops::Deref for TmpDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TmpDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn tmpdir(name: &str) -> TmpDir {
     let d = std::env::temp_dir().join(format!("ccplab-traces-test-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
-    d
+    TmpDir(d)
 }
 
 fn write_file(dir: &Path, name: &str, content: &str) -> PathBuf {
@@ -32,7 +48,6 @@ fn same_seed_same_bytes_different_seed_differs() {
     let other = StepTraceSpec { seed: 43, ..spec };
     let c = gen_bytes(&other, &dir, "c");
     assert_ne!(a, c, "different seeds should give different noise");
-    std::fs::remove_dir_all(dir).unwrap();
 }
 
 #[test]
@@ -59,7 +74,6 @@ fn long_trace_mean_close_to_nominal() {
         );
         assert_eq!(t.period_ms(), 60_000);
     }
-    std::fs::remove_dir_all(dir).unwrap();
 }
 
 #[test]
@@ -200,7 +214,7 @@ fn write_is_atomic_and_roundtrips() {
     assert_eq!(std::fs::read_to_string(&p).unwrap(), "0\n1\n1\n7\n");
     assert_eq!(Trace::read(&p).unwrap(), t);
     // No temporary file left behind.
-    let names: Vec<_> = std::fs::read_dir(&dir)
+    let names: Vec<_> = std::fs::read_dir(&*dir)
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
@@ -210,7 +224,6 @@ fn write_is_atomic_and_roundtrips() {
         t.write(dir.join("no/such/dir/x")),
         Err(TraceError::Write { .. })
     ));
-    std::fs::remove_dir_all(dir).unwrap();
 }
 
 const CELLULAR: &str = "/work/shared/traces/cellular";

@@ -28,11 +28,27 @@ macro_rules! require_root {
     };
 }
 
-fn tmpdir(name: &str) -> PathBuf {
+/// A temporary directory removed on drop (also when a test fails).
+struct TmpDir(PathBuf);
+
+impl std::ops::Deref for TmpDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TmpDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn tmpdir(name: &str) -> TmpDir {
     let d = std::env::temp_dir().join(format!("ccplab-link-test-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
-    d
+    TmpDir(d)
 }
 
 fn netns_list() -> HashSet<String> {
@@ -408,7 +424,6 @@ fn constant_12mbps_cubic_fidelity_and_sigterm_cleanup() {
         all[0], 0,
         "first arrival defines time 0 (first-packet mode)"
     );
-    std::fs::remove_dir_all(dir).unwrap();
 }
 
 #[test]
@@ -470,7 +485,6 @@ fn zero_capacity_start_does_not_crash() {
     // The SYN arrived at 0 and waited for the first opportunity at 2001.
     assert_eq!(log.arrivals[0].0, 0);
     assert_eq!(log.departures[0].0, 2001);
-    std::fs::remove_dir_all(dir).unwrap();
 }
 
 #[test]
@@ -508,7 +522,6 @@ fn small_queue_overflow_logs_drops() {
         log.drops.len(),
         log.arrivals.len()
     );
-    std::fs::remove_dir_all(dir).unwrap();
 }
 
 #[test]
@@ -538,12 +551,11 @@ fn bad_trace_fails_before_creating_namespaces() {
     );
     assert_eq!(netns_list(), before, "namespaces changed");
     assert!(!dir.join("ready.json").exists());
-    let leftovers: Vec<_> = std::fs::read_dir(&dir)
+    let leftovers: Vec<_> = std::fs::read_dir(&*dir)
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
     assert_eq!(leftovers.len(), 1, "files left: {leftovers:?}");
-    std::fs::remove_dir_all(dir).unwrap();
 }
 
 #[test]
@@ -584,7 +596,6 @@ fn worker_panic_cleans_up_and_keeps_log() {
     assert!(!link.ready_file.exists());
     let text = std::fs::read_to_string(&link.log).expect("log kept after a panic");
     assert!(text.contains("# base timestamp: 0"));
-    std::fs::remove_dir_all(dir).unwrap();
 }
 
 /// One TCP connect attempt (result ignored) to make uplink traffic.
