@@ -34,6 +34,7 @@ char LICENSE[] SEC("license") = "GPL";
 /* ccp_priv.flags */
 #define PRIV_PACED 1     /* we set sk_pacing_rate from a command */
 #define PRIV_CMD_SEEN 2  /* a command has been applied at least once */
+#define USEC_PER_SEC_X8 8000000ULL /* us per s, times 8 (srtt_us is SRTT << 3) */
 
 /* Event record, one layout for all kinds (unused fields are zero).
  * 128 bytes; wire.rs decodes it field by field at these offsets. */
@@ -169,6 +170,11 @@ void BPF_PROG(ccp_init, struct sock *sk)
 	ca->timeouts = 0;
 	ca->last_snd_una = tp->snd_una;
 	ca->flags = 0;
+	/* A CA set before us (e.g. bbr, the namespace default, before iperf3's
+	 * TCP_CONGESTION) may have left TCP-internal pacing on at its own rate.
+	 * From now on pacing is ours: off unless a command sets a rate. */
+	if (sk->sk_pacing_status == SK_PACING_NEEDED)
+		sk->sk_pacing_status = SK_PACING_NONE;
 
 	ev = reserve_event(EV_CREATE, ca->flow_id, now);
 	if (!ev)
@@ -272,6 +278,26 @@ static __always_inline void emit_ack(struct sock *sk, struct tcp_sock *tp, struc
 	bpf_ringbuf_submit(ev, wake_flag(now));
 }
 
+/* What tcp_update_pacing_rate() does for CCAs without cong_control (which
+ * TCP skips once cong_control is set): 200% of cwnd/SRTT in slow start, 120%
+ * after, capped by SO_MAX_PACING_RATE. It only limits sending where pacing is
+ * active (an fq qdisc, or a rate we commanded earlier). */
+static __always_inline void kernel_like_pacing(struct sock *sk, struct tcp_sock *tp)
+{
+	__u64 srtt = tp->srtt_us;	/* SRTT << 3, in us */
+	__u64 rate;
+
+	if (!srtt)
+		return;
+	rate = (__u64)tp->mss_cache * USEC_PER_SEC_X8;
+	rate *= tp->snd_cwnd < tp->snd_ssthresh / 2 ? 200 : 120;
+	rate *= tp->snd_cwnd > tp->packets_out ? tp->snd_cwnd : tp->packets_out;
+	rate /= 100 * srtt;
+	if (rate > sk->sk_max_pacing_rate)
+		rate = sk->sk_max_pacing_rate;
+	sk->sk_pacing_rate = rate;
+}
+
 static __always_inline void apply_command(struct sock *sk, struct tcp_sock *tp, struct ccp_priv *ca,
 					  const struct ccp_cmd *cmd)
 {
@@ -292,9 +318,12 @@ static __always_inline void apply_command(struct sock *sk, struct tcp_sock *tp, 
 		sk->sk_pacing_rate = cmd->rate_bytes_per_sec;
 		sk->sk_pacing_status = SK_PACING_NEEDED;
 		ca->flags |= PRIV_PACED;
-	} else if (ca->flags & PRIV_PACED) {
-		sk->sk_pacing_rate = ~0UL;
-		ca->flags &= ~PRIV_PACED;
+	} else {
+		if (ca->flags & PRIV_PACED) {
+			sk->sk_pacing_status = SK_PACING_NONE;
+			ca->flags &= ~PRIV_PACED;
+		}
+		kernel_like_pacing(sk, tp);
 	}
 	ca->flags |= PRIV_CMD_SEEN;
 }
@@ -306,9 +335,10 @@ static __always_inline void fallback(struct sock *sk, struct tcp_sock *tp, struc
 				     __u32 ack, const struct rate_sample *rs)
 {
 	if (ca->flags & PRIV_PACED) {
-		sk->sk_pacing_rate = ~0UL;
+		sk->sk_pacing_status = SK_PACING_NONE;
 		ca->flags &= ~PRIV_PACED;
 	}
+	kernel_like_pacing(sk, tp);
 	if (ca->ca_state == TCP_CA_Recovery || ca->ca_state == TCP_CA_CWR) {
 		__u32 target = tp->snd_ssthresh > 2 ? tp->snd_ssthresh : 2;
 

@@ -32,17 +32,21 @@ class Daemon:
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> "Daemon":
-        self.start()
+        if self.proc is None:  # a daemon started (and waited for) before ``with`` is not started twice
+            self.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self.stop()
 
     def start(self) -> None:
+        if self.proc is not None:
+            raise RuntimeError(f"{self.name} was already started")
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True,  # our Ctrl-C reaches it through stop(), in order
+                env={**os.environ, "NO_COLOR": "1"},  # plain text in the log files
             )
 
     def running(self) -> bool:

@@ -1,0 +1,42 @@
+"""Daemon: started once, stopped for sure, readiness errors carry the log tail."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from ccplab.errors import CcplabError
+from ccplab.processes import Daemon
+
+SLEEPER = [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"]
+
+
+def test_started_daemon_is_not_started_again_by_with(tmp_path):
+    daemon = Daemon("sleeper", SLEEPER, tmp_path / "log")
+    daemon.start()
+    first = daemon.proc
+    with daemon as d:
+        assert d.proc is first and d.running()
+    assert not daemon.running()
+    with pytest.raises(RuntimeError, match="already started"):
+        daemon.start()
+
+
+def test_stop_terminates_and_reports_status(tmp_path):
+    with Daemon("sleeper", SLEEPER, tmp_path / "log") as daemon:
+        daemon.wait_ready(lambda: "up" in (tmp_path / "log").read_text(), timeout_s=10)
+    assert daemon.proc.returncode == -15  # SIGTERM
+
+
+def test_wait_ready_fails_when_daemon_exits(tmp_path):
+    argv = [sys.executable, "-c", "print('bad flag --x'); raise SystemExit(3)"]
+    with Daemon("quitter", argv, tmp_path / "log") as daemon:
+        with pytest.raises(CcplabError, match=r"quitter exited with status 3 before it was ready(.|\n)*bad flag"):
+            daemon.wait_ready(lambda: False, timeout_s=10)
+
+
+def test_wait_ready_times_out(tmp_path):
+    with Daemon("sleeper", SLEEPER, tmp_path / "log") as daemon:
+        with pytest.raises(CcplabError, match="not ready after"):
+            daemon.wait_ready(lambda: False, timeout_s=0.2)
