@@ -227,15 +227,7 @@ impl WindowAlgorithm for Cubic {
     }
 
     fn phase(&self) -> Phase {
-        if self.guard.after_timeout(self.last_now_us) {
-            Phase::TimeoutRecovery
-        } else if self.guard.active(self.last_now_us) {
-            Phase::Recovery
-        } else if self.cwnd < self.ssthresh {
-            Phase::SlowStart
-        } else {
-            Phase::CongestionAvoidance
-        }
+        self.guard.phase(self.last_now_us, self.cwnd, self.ssthresh)
     }
 
     fn params(&self) -> &WindowParams {

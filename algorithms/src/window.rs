@@ -167,6 +167,20 @@ impl LossGuard {
         self.active(now_us) && self.after_timeout
     }
 
+    /// The phase a loss-based window is in at `now_us`: the guard's recovery
+    /// states first, then slow start below ssthresh, else congestion avoidance.
+    pub fn phase(&self, now_us: u64, cwnd_pkts: f64, ssthresh_pkts: f64) -> Phase {
+        if self.after_timeout(now_us) {
+            Phase::TimeoutRecovery
+        } else if self.active(now_us) {
+            Phase::Recovery
+        } else if cwnd_pkts < ssthresh_pkts {
+            Phase::SlowStart
+        } else {
+            Phase::CongestionAvoidance
+        }
+    }
+
     /// Start the guard at `now_us` for one RTT (`rtt_us`; 0 = no guard).
     pub fn start(&mut self, now_us: u64, rtt_us: f64, after_timeout: bool) {
         self.until_us = Some(now_us + rtt_us.max(0.0) as u64);

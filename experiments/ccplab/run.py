@@ -128,6 +128,17 @@ def _run_flow(cca: Cca, scenario: Scenario, rundir: Path) -> dict:
     return result
 
 
+def _started(daemon: Daemon, is_ready) -> Daemon:
+    """Start ``daemon`` and wait until ``is_ready()``; stop it again if it never gets there."""
+    daemon.start()
+    try:
+        daemon.wait_ready(is_ready, READY_TIMEOUT_S)
+    except BaseException:
+        daemon.stop()
+        raise
+    return daemon
+
+
 def _start_link(scenario: Scenario, rundir: Path) -> Daemon:
     ready_file = rundir / ".link-ready.json"
     link = Daemon("ccplab-link", [
@@ -135,26 +146,14 @@ def _start_link(scenario: Scenario, rundir: Path) -> Daemon:
         "--one-way-delay-ms", scenario.one_way_delay_ms, "--queue-packets", scenario.queue_packets,
         "--uplink-log", rundir / "uplink.log", "--ready-file", ready_file,
     ], rundir / "link.log")
-    link.start()
-    try:
-        link.wait_ready(ready_file.exists, READY_TIMEOUT_S)
-    except BaseException:
-        link.stop()
-        raise
-    return link
+    return _started(link, ready_file.exists)
 
 
 def _start_algorithm(cca: Cca, rundir: Path) -> Daemon:
     algo = registry.lookup(cca.name)
     PORTUS_SOCKET.unlink(missing_ok=True)  # so that its appearance means this daemon bound it
     daemon = Daemon(algo.binary, [algo.binary_path(), "--ipc", "unix"], rundir / "algorithm.log")
-    daemon.start()
-    try:
-        daemon.wait_ready(PORTUS_SOCKET.exists, READY_TIMEOUT_S)
-    except BaseException:
-        daemon.stop()
-        raise
-    return daemon
+    return _started(daemon, PORTUS_SOCKET.exists)
 
 
 def _start_datapath(cca: Cca, rundir: Path) -> Daemon:
@@ -162,13 +161,7 @@ def _start_datapath(cca: Cca, rundir: Path) -> Daemon:
     daemon = Daemon("ccp-datapath", [
         project_binary("ccp-datapath"), "--congalg", cca.name, "--ready-file", ready_file,
     ], rundir / "datapath.log")
-    daemon.start()
-    try:
-        daemon.wait_ready(ready_file.exists, READY_TIMEOUT_S)
-    except BaseException:
-        daemon.stop()
-        raise
-    return daemon
+    return _started(daemon, ready_file.exists)
 
 
 def _start_iperf_server(ready: dict, rundir: Path) -> Daemon:
@@ -176,13 +169,7 @@ def _start_iperf_server(ready: dict, rundir: Path) -> Daemon:
         "ip", "netns", "exec", ready["receiver_netns"], "iperf3", "-s", "-1",
         "-B", ready["receiver_ip"], "-p", IPERF_PORT,
     ], rundir / "iperf3-server.log", stop_timeout_s=3)
-    server.start()
-    try:
-        server.wait_ready(lambda: _listening(ready["receiver_netns"], IPERF_PORT), READY_TIMEOUT_S)
-    except BaseException:
-        server.stop()
-        raise
-    return server
+    return _started(server, lambda: _listening(ready["receiver_netns"], IPERF_PORT))
 
 
 def _listening(netns: str, port: int) -> bool:
