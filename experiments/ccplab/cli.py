@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -78,8 +79,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _interrupt_on_sigterm() -> None:
+    """Treat SIGTERM like Ctrl-C, so that a killed run also stops its daemons and removes its partial files."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _interrupt_on_sigterm()
     try:
         return COMMANDS[args.command](args)
     except CcplabError as exc:
@@ -97,6 +107,7 @@ def cmd_run(args) -> int:
     steps = tuple(sc.Step.parse(s) for s in args.step)
     scenario = sc.scenario_for_trace(args.trace.stem, args.trace, args.one_way_delay_ms,
                                      args.queue_packets, args.duration_s, steps)
+    print(f"running {cca} for {scenario.duration_s} s through {scenario.trace.name} ...", file=sys.stderr, flush=True)
     result = run_one(cca, scenario, args.out)
     print(f"{cca}: {result.iperf3_mbps:.2f} Mbit/s (iperf3); run saved in {result.run_dir}")
     return 0

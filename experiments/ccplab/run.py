@@ -123,6 +123,10 @@ def _run_flow(cca: Cca, scenario: Scenario, rundir: Path) -> dict:
         result = _run_iperf_client(cca, scenario, ready, rundir)
         if not link.running():
             raise CcplabError(f"the emulated link died during the run:\n{link.log_tail()}")
+        # Stop the link (and so its log) as the flow ends, as mm-link ends with its
+        # command: stopping the daemons first would add idle time to the log.
+        if link.stop() != 0:
+            raise CcplabError(f"the emulated link failed while stopping:\n{link.log_tail()}")
     (rundir / ".link-ready.json").unlink(missing_ok=True)
     (rundir / ".datapath-ready.json").unlink(missing_ok=True)
     return result

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
+import sys
+import time
 
 import pytest
 
@@ -103,4 +106,28 @@ def test_compare_writes_the_report(step_trace, tmp_path):
     html = (out / "report.html").read_text()
     assert "ccp:cubic" in html and "kernel:reno" in html and "Normalized Area" in html
     assert all(p.stat().st_size > 1000 for p in (out / "plots").glob("*.png"))
+    _assert_left_nothing(before)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupted_run_cleans_up(step_trace, tmp_path, sig):
+    """Ctrl-C (or SIGTERM) in the middle of a ccp run: exit 130, daemons stopped, no partial directory."""
+    before = _namespaces()
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "ccplab.cli", "run", "--cca", "ccp:reno", "--trace",
+                             str(step_trace), "--one-way-delay-ms", "25", "--queue-packets", "40",
+                             "--duration-s", "30", "--out", str(out)], stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while "ccp" not in kernel_ccs() and time.monotonic() < deadline:  # the datapath is up
+            time.sleep(0.1)
+        time.sleep(1.0)  # the flow is running
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    assert not out.exists() and not list(tmp_path.glob(".run.partial*"))
     _assert_left_nothing(before)
