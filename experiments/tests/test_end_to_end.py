@@ -109,7 +109,7 @@ def test_compare_writes_the_report(step_trace, tmp_path):
     _assert_left_nothing(before)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_interrupted_run_cleans_up(step_trace, tmp_path, sig):
     """Ctrl-C (or SIGTERM) in the middle of a ccp run: exit 130, daemons stopped, no partial directory."""
     before = _namespaces()
