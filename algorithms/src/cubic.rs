@@ -28,7 +28,8 @@
 //! that links it (FIELD-NOTES), and that is tested in tests/libccp_glue.rs.
 
 use crate::window::{
-    slow_start, LossGuard, Measurement, Phase, RttEstimator, WindowAlgorithm, WindowParams,
+    slow_start, LossGuard, Measurement, Phase, ReportEvent, RttEstimator, WindowAlgorithm,
+    WindowParams,
 };
 
 /// CUBIC's constants (RFC 9438 §4.1, §4.7, §4.3).
@@ -203,16 +204,17 @@ impl WindowAlgorithm for Cubic {
     fn on_report(&mut self, m: &Measurement) -> u32 {
         self.rtt.update(m);
         self.last_now_us = m.now_us;
-        if m.timeout {
-            self.on_timeout(m.now_us);
-        } else if m.has_loss() && !self.guard.active(m.now_us) {
-            self.on_congestion_event(m.now_us);
-        } else if !self.guard.active(m.now_us) {
-            let leftover =
-                slow_start(&mut self.cwnd, self.ssthresh, m.acked_pkts(self.params.mss_bytes));
-            if leftover > 0.0 {
-                self.congestion_avoidance(m.now_us, leftover);
+        match self.guard.classify(m) {
+            ReportEvent::Timeout => self.on_timeout(m.now_us),
+            ReportEvent::LossEvent => self.on_congestion_event(m.now_us),
+            ReportEvent::Growth => {
+                let acked = m.acked_pkts(self.params.mss_bytes);
+                let leftover = slow_start(&mut self.cwnd, self.ssthresh, acked);
+                if leftover > 0.0 {
+                    self.congestion_avoidance(m.now_us, leftover);
+                }
             }
+            ReportEvent::Hold => {}
         }
         self.cwnd = self.params.clamp(self.cwnd);
         self.cwnd_bytes()

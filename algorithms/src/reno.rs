@@ -21,7 +21,8 @@
 //! ssthresh uses cwnd rather than FlightSize, as Linux `tcp_reno_ssthresh` does.
 
 use crate::window::{
-    slow_start, LossGuard, Measurement, Phase, RttEstimator, WindowAlgorithm, WindowParams,
+    slow_start, LossGuard, Measurement, Phase, ReportEvent, RttEstimator, WindowAlgorithm,
+    WindowParams,
 };
 
 /// Reno's per-flow state.
@@ -79,12 +80,11 @@ impl WindowAlgorithm for Reno {
     fn on_report(&mut self, m: &Measurement) -> u32 {
         self.rtt.update(m);
         self.last_now_us = m.now_us;
-        if m.timeout {
-            self.on_timeout(m.now_us);
-        } else if m.has_loss() && !self.guard.active(m.now_us) {
-            self.on_loss_event(m.now_us);
-        } else if !self.guard.active(m.now_us) {
-            self.grow(m.acked_pkts(self.params.mss_bytes));
+        match self.guard.classify(m) {
+            ReportEvent::Timeout => self.on_timeout(m.now_us),
+            ReportEvent::LossEvent => self.on_loss_event(m.now_us),
+            ReportEvent::Growth => self.grow(m.acked_pkts(self.params.mss_bytes)),
+            ReportEvent::Hold => {}
         }
         self.cwnd = self.params.clamp(self.cwnd);
         self.cwnd_bytes()

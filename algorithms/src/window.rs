@@ -156,7 +156,34 @@ pub struct LossGuard {
     after_timeout: bool,
 }
 
+/// What one report asks of a loss-based window (RFC 5681 §3, RFC 9438 §4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReportEvent {
+    /// A retransmission timeout: reset the window.
+    Timeout,
+    /// The first loss of a window: one multiplicative decrease.
+    LossEvent,
+    /// No new congestion signal: grow (slow start or congestion avoidance).
+    Growth,
+    /// Within one RTT of a reduction: neither grow nor cut again.
+    Hold,
+}
+
 impl LossGuard {
+    /// Classify report `m`: a timeout wins, then a loss outside the guard,
+    /// then growth outside the guard; anything inside the guard holds.
+    pub fn classify(&self, m: &Measurement) -> ReportEvent {
+        if m.timeout {
+            ReportEvent::Timeout
+        } else if self.active(m.now_us) {
+            ReportEvent::Hold
+        } else if m.has_loss() {
+            ReportEvent::LossEvent
+        } else {
+            ReportEvent::Growth
+        }
+    }
+
     /// True while within one RTT after the last reduction at time `now_us`.
     pub fn active(&self, now_us: u64) -> bool {
         self.until_us.is_some_and(|t| now_us < t)

@@ -6,6 +6,8 @@
 //!
 //! This binary links libccp (its `log` symbol shadows libm's): no f64::ln here.
 
+mod common;
+use common::Conn;
 use ccp_algorithms::{AlgorithmSpec, CubicSpec, RenoSpec};
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
@@ -139,16 +141,6 @@ impl libccp::DatapathOps for UnixOut {
     }
 }
 
-struct Conn {
-    cwnd: u32,
-}
-
-impl libccp::CongestionOps for Conn {
-    fn set_cwnd(&mut self, cwnd: u32) {
-        self.cwnd = cwnd;
-    }
-    fn set_rate_abs(&mut self, _rate: u32) {}
-}
 
 /// Receive one datagram from Portus (at most 5 s) and hand it to libccp.
 fn deliver(dp: &libccp::Datapath, sock: &UnixDatagram) -> Vec<u8> {

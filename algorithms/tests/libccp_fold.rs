@@ -5,6 +5,8 @@
 //! This binary links libccp, whose exported `log` symbol shadows libm's: no
 //! f64::ln here (FIELD-NOTES).
 
+mod common;
+use common::Conn;
 use ccp_algorithms::fold::{PER_RTT_FOLD, REPORT_FIELDS};
 use portus::lang::{Reg, Scope};
 use portus::serialize::{self, Msg};
@@ -30,16 +32,6 @@ impl Outbox {
     }
 }
 
-struct Conn {
-    cwnd: u32,
-}
-
-impl libccp::CongestionOps for Conn {
-    fn set_cwnd(&mut self, cwnd: u32) {
-        self.cwnd = cwnd;
-    }
-    fn set_rate_abs(&mut self, _rate: u32) {}
-}
 
 /// A decoded measurement message: field name -> value.
 #[derive(Debug)]

@@ -7,6 +7,8 @@
 //! (FIELD-NOTES): running Cubic's math here (f64::cbrt, no powf/ln) proves it
 //! does not go through that symbol.
 
+mod common;
+use common::Conn;
 use ccp_algorithms::cli::parse_from;
 use ccp_algorithms::cubic::{Cubic, CubicParams};
 use ccp_algorithms::portus_glue::PortusAlg;
@@ -35,16 +37,6 @@ impl libccp::DatapathOps for ToCcp {
     }
 }
 
-struct Conn {
-    cwnd: u32,
-}
-
-impl libccp::CongestionOps for Conn {
-    fn set_cwnd(&mut self, cwnd: u32) {
-        self.cwnd = cwnd;
-    }
-    fn set_rate_abs(&mut self, _rate: u32) {}
-}
 
 /// Feed `n` messages from Portus into libccp, waiting at most 5 s in total.
 fn pump(dp: &libccp::Datapath, from_ccp: &Receiver<Vec<u8>>, n: usize) {

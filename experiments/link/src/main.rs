@@ -205,15 +205,15 @@ fn run(args: Args) -> Result<()> {
         .collect();
 
     let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        run_link(
-            &args,
-            &uplink,
-            downlink.as_ref(),
+        let plan = LinkPlan {
+            uplink: &uplink,
+            downlink: downlink.as_ref(),
             limit,
             duration,
-            up_log.clone(),
-            down_log.clone(),
-        )
+            up_log: up_log.clone(),
+            down_log: down_log.clone(),
+        };
+        run_link(&args, plan)
     }));
     let _ = std::fs::remove_file(&args.ready_file);
     let link_started = up_log.started();
@@ -232,15 +232,17 @@ fn run(args: Args) -> Result<()> {
     }
 }
 
-fn run_link(
-    args: &Args,
-    uplink: &Trace,
-    downlink: Option<&Trace>,
+/// What the emulator is to do, checked and prepared from the command line.
+struct LinkPlan<'a> {
+    uplink: &'a Trace,
+    downlink: Option<&'a Trace>,
     limit: QueueLimit,
     duration: Option<Duration>,
     up_log: MmLog,
     down_log: Option<MmLog>,
-) -> Result<()> {
+}
+
+fn run_link(args: &Args, plan: LinkPlan<'_>) -> Result<()> {
     let config = RattanConfig::<StdPacket> {
         env: StdNetEnvConfig {
             mode: StdNetEnvMode::Isolated,
@@ -253,9 +255,7 @@ fn run_link(
     // Declared after radix: dropped (cleanup by name) after it.
     let ns = Namespaces::for_rattan_id(radix.get_rattan_id());
     let _cleanup = CleanupGuard(ns.clone());
-    let outcome = serve(
-        args, &mut radix, &ns, uplink, downlink, limit, duration, up_log, down_log,
-    );
+    let outcome = serve(args, &mut radix, &ns, plan);
     if !args.keep_processes {
         netns::stop_processes_inside(&ns);
     }
@@ -267,18 +267,20 @@ fn run_link(
     outcome
 }
 
-#[allow(clippy::too_many_arguments)]
 fn serve(
     args: &Args,
     radix: &mut RattanRadix<AfPacketDriver>,
     ns: &Namespaces,
-    uplink: &Trace,
-    downlink: Option<&Trace>,
-    limit: QueueLimit,
-    duration: Option<Duration>,
-    up_log: MmLog,
-    down_log: Option<MmLog>,
+    plan: LinkPlan<'_>,
 ) -> Result<()> {
+    let LinkPlan {
+        uplink,
+        downlink,
+        limit,
+        duration,
+        up_log,
+        down_log,
+    } = plan;
     let err = |e: rattan_core::error::Error| anyhow::anyhow!("rattan: {e}");
     let clock0 = Clock0::default();
     let up_stats = Arc::new(LinkStats::default());
