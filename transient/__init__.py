@@ -22,7 +22,6 @@ from .analyze import (
     STEP_COLUMNS,
     Analysis,
     RunResult,
-    Step,
     analyze_all,
     analyze_log,
     analyze_results,
@@ -30,11 +29,14 @@ from .analyze import (
     find_run_dirs,
     load_metadata,
 )
-from .errors import AnalysisError, LogFormatError, TransientError
+from .atomic import write_atomic
+from .errors import AnalysisError, LogFormatError, StepFormatError, TransientError
 from .mahimahi import EVENT_KINDS, LinkLog, parse_link_log, read_link_log
 from .metrics import LinkMetrics, link_metrics, mahimahi_percentile, signal_delay_series
 from .report import write_report
 from .series import rate_series
+from .steps import Step, parse_steps
+from .timezero import FLOW_START_MIN_BYTES, flow_start_s
 from .tpcca import (
     SteadyState,
     SteadyStateParams,
@@ -51,5 +53,5 @@ __all__ = [
     "TransientError", "LogFormatError", "AnalysisError",
     "analyze_all", "analyze_log", "analyze_results", "analyze_run", "find_run_dirs", "load_metadata",
     "read_link_log", "parse_link_log", "link_metrics", "mahimahi_percentile", "signal_delay_series",
-    "rate_series", "find_steady_state", "normalized_area", "step_transient", "write_report",
+    "rate_series", "parse_steps", "flow_start_s", "FLOW_START_MIN_BYTES", "write_atomic", "StepFormatError", "find_steady_state", "normalized_area", "step_transient", "write_report",
 ]

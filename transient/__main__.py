@@ -15,7 +15,8 @@ from typing import Sequence
 
 import pandas as pd
 
-from .analyze import Step, analyze_all
+from .analyze import analyze_all
+from .steps import Step
 from .errors import TransientError
 from .report import write_report
 from .tpcca import SteadyStateParams
@@ -23,10 +24,9 @@ from .tpcca import SteadyStateParams
 
 def _step(text: str) -> Step:
     try:
-        at, frm, to = (float(x) for x in text.split(":"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected AT_S:FROM_MBPS:TO_MBPS, e.g. 0:0:12, got {text!r}") from None
-    return Step(at, frm, to)
+        return Step.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:

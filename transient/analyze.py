@@ -37,6 +37,7 @@ from .errors import AnalysisError, TransientError
 from .mahimahi import read_link_log
 from .metrics import LinkMetrics, link_metrics
 from .series import rate_series
+from .steps import Step
 from .tpcca import SteadyStateParams, step_transient
 
 DEFAULT_RTT_MS = 50.0
@@ -60,15 +61,6 @@ STEP_COLUMNS = [
 """Columns of the per-(run, step) table (`analyze_results`' second frame, steps.csv)."""
 
 _FIRST_STEP_FIELDS = ["converged", "convergence_time_s", "normalized_area", "steady_throughput_mbps", "steady_utilization"]
-
-
-@dataclass(frozen=True)
-class Step:
-    """A capacity change at ``at_s`` seconds from ``from_mbps`` to ``to_mbps`` (nominal)."""
-
-    at_s: float
-    from_mbps: float
-    to_mbps: float
 
 
 @dataclass
@@ -161,20 +153,22 @@ def load_metadata(run_dir: str | Path) -> dict[str, Any]:
 
 
 def steps_from_metadata(meta: dict[str, Any], where: str) -> list[Step]:
-    """Parse ``scenario.steps`` into `Step`s sorted by time."""
+    """Parse ``scenario.steps`` into `Step`s sorted by time (a missing from_mbps = the previous step's to, or 0)."""
     steps = []
-    for k, raw in enumerate(meta.get("scenario", {}).get("steps", []) or []):
+    prev_to = 0.0
+    raws = sorted(meta.get("scenario", {}).get("steps", []) or [],
+                  key=lambda r: r.get("at_s", 0) if isinstance(r, dict) and isinstance(r.get("at_s"), (int, float)) else 0)
+    for k, raw in enumerate(raws):
         loc = f"{where}: scenario.steps[{k}]"
-        if not isinstance(raw, dict):
-            raise AnalysisError(f"{loc}: expected an object")
-        steps.append(
-            Step(
-                _number(raw.get("at_s"), f"{loc}.at_s"),
-                _number(raw.get("from_mbps"), f"{loc}.from_mbps", allow_none=True),
-                _number(raw.get("to_mbps"), f"{loc}.to_mbps"),
-            )
-        )
-    return sorted(steps, key=lambda s: s.at_s)
+        if isinstance(raw, dict) and raw.get("from_mbps") is None:
+            raw = {**raw, "from_mbps": prev_to}
+        try:
+            step = Step.from_dict(raw, loc)
+        except ValueError as exc:
+            raise AnalysisError(str(exc)) from None
+        steps.append(step)
+        prev_to = step.to_mbps
+    return steps
 
 
 # ---------------------------------------------------------------- analysis

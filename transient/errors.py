@@ -34,3 +34,7 @@ class AnalysisError(TransientError):
 
     The message starts with the offending path.
     """
+
+
+class StepFormatError(TransientError, ValueError):
+    """A capacity step is malformed (see `transient.steps`); the message quotes it."""

@@ -1,0 +1,71 @@
+"""The project's step syntax, atomic write and flow time zero."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from transient import FLOW_START_MIN_BYTES, AnalysisError, Step, StepFormatError, flow_start_s, parse_steps, write_atomic
+from transient.mahimahi import parse_link_log
+
+
+
+def test_step_parse_round_trip():
+    s = Step.parse("10:12:4")
+    assert (s.at_s, s.from_mbps, s.to_mbps) == (10.0, 12.0, 4.0)
+    assert s.kind == "down" and Step.parse("0:0:12").kind == "up"
+    assert str(s) == "10:12:4" and Step.parse(str(s)) == s
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("10:12", "3 fields"), ("1:2:3:4", "3 fields"), ("a:0:12", "AT_S 'a' is not a number"),
+    ("0:-1:12", "FROM_MBPS must be a finite number >= 0"), ("0:0:nan", "TO_MBPS must be a finite"),
+    ("", "3 fields"),
+])
+def test_step_parse_errors_quote_the_text(text, needle):
+    with pytest.raises(StepFormatError, match=needle) as info:
+        Step.parse(text)
+    assert isinstance(info.value, ValueError)
+    assert repr(text) in str(info.value)
+
+
+def test_parse_steps_sorts_and_rejects_duplicates():
+    assert parse_steps(["10:12:4", "0:0:12"]) == [Step(0, 0, 12), Step(10, 12, 4)]
+    with pytest.raises(StepFormatError, match="two steps at 3 s"):
+        parse_steps(["3:0:1", "3:1:2"])
+
+
+def test_step_from_dict_names_the_field():
+    with pytest.raises(StepFormatError, match=r"meta\.steps\[0\]\.at_s"):
+        Step.from_dict({"at_s": "soon", "from_mbps": 0, "to_mbps": 1}, "meta.steps[0]")
+
+
+def test_write_atomic_replaces_and_keeps_old_on_error(tmp_path):
+    p = tmp_path / "f.txt"
+    write_atomic(p, "one")
+    write_atomic(p, b"two")
+    assert p.read_bytes() == b"two"
+    with pytest.raises(TypeError):
+        write_atomic(p, 3)  # type: ignore[arg-type]
+    with pytest.raises(OSError):
+        write_atomic(tmp_path / "missing-dir" / "g.txt", "x")
+    assert p.read_text() == "two"
+    assert os.listdir(tmp_path) == ["f.txt"], "no temporary file may be left behind"
+
+
+def test_flow_start_is_first_full_size_arrival():
+    log = parse_link_log("# base timestamp: 0\n" + "".join(f"{t} + 90\n" for t in (0, 20, 250))
+                         + "".join(f"{t} + 1504\n{t} # 1504\n{t} - 1504 0\n" for t in range(300, 400)))
+    assert FLOW_START_MIN_BYTES == 1000
+    assert flow_start_s(log) == pytest.approx(0.300)
+    assert flow_start_s(log.events) == pytest.approx(0.300)
+
+
+def test_flow_start_from_path_and_missing_flow(tmp_path):
+    p = tmp_path / "up.log"
+    p.write_text("# base timestamp: 0\n5 + 100\n7 + 1504\n")
+    assert flow_start_s(p) == pytest.approx(0.007)
+    p.write_text("# base timestamp: 0\n5 + 100\n7 # 1504\n")
+    with pytest.raises(AnalysisError, match=r"up\.log: no data flow"):
+        flow_start_s(str(p))
