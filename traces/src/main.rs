@@ -18,25 +18,27 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Generate a seeded step-change trace (TPCCA poster model): nominal
-    /// rate A Mbit/s before T s, B after (more steps with --step), plus
+    /// rate A Mbit/s before T s, B after (or any steps with --step), plus
     /// per-ms noise N(0, sigma) truncated at +-3 sigma by resampling, rate
     /// clipped at >= 0, no noise where the nominal rate is 0. Rate becomes
     /// opportunities via a fractional credit (12 Mbit/s = 1 packet/ms).
     /// Timestamps run 1..=D*1000; the last line is always D*1000 (the period).
     /// The same arguments and seed give a byte-identical file.
     Step {
-        /// Nominal rate from time 0, Mbit/s.
-        #[arg(long, value_name = "A")]
-        before_mbps: f64,
+        /// Nominal rate from time 0, Mbit/s (default: FROM of the earliest --step).
+        #[arg(long, value_name = "A", required_unless_present = "steps")]
+        before_mbps: Option<f64>,
         /// Nominal rate from --at-s on, Mbit/s (needs --at-s).
         #[arg(long, value_name = "B", requires = "at_s")]
         after_mbps: Option<f64>,
         /// Time of the step, seconds (whole milliseconds).
         #[arg(long, value_name = "T", requires = "after_mbps")]
         at_s: Option<f64>,
-        /// Further steps AT_S:MBPS (repeatable), e.g. --step 20:48 --step 40:12.
-        #[arg(long = "step", value_name = "AT_S:MBPS", value_parser = parse_step)]
-        steps: Vec<(f64, f64)>,
+        /// A step AT_S:FROM_MBPS:TO_MBPS (repeatable; the project's one step
+        /// syntax), e.g. --step 0:0:12 --step 10:12:4. FROM must be the rate
+        /// in effect just before AT_S.
+        #[arg(long = "step", value_name = "AT_S:FROM_MBPS:TO_MBPS", value_parser = parse_step)]
+        steps: Vec<(f64, f64, f64)>,
         /// Trace length = loop period, seconds (whole milliseconds).
         #[arg(long, value_name = "D")]
         duration_s: f64,
@@ -60,19 +62,58 @@ enum Command {
     },
 }
 
-fn parse_step(s: &str) -> Result<(f64, f64), String> {
-    let (at, rate) = s
-        .split_once(':')
-        .ok_or_else(|| format!("{s:?}: expected AT_S:MBPS, e.g. 20:48"))?;
-    let at: f64 = at
-        .trim()
-        .parse()
-        .map_err(|_| format!("{s:?}: {at:?} is not a number of seconds"))?;
-    let rate: f64 = rate
-        .trim()
-        .parse()
-        .map_err(|_| format!("{s:?}: {rate:?} is not a rate in Mbit/s"))?;
-    Ok((at, rate))
+fn parse_step(s: &str) -> Result<(f64, f64, f64), String> {
+    let fields: Vec<&str> = s.split(':').collect();
+    let [at, from, to] = fields[..] else {
+        return Err(format!(
+            "{s:?}: expected AT_S:FROM_MBPS:TO_MBPS, e.g. 0:0:12 or 10:12:4"
+        ));
+    };
+    let num = |text: &str, what: &str| -> Result<f64, String> {
+        match text.trim().parse::<f64>() {
+            Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+            _ => Err(format!("{s:?}: {what} {text:?} is not a number >= 0")),
+        }
+    };
+    Ok((
+        num(at, "AT_S")?,
+        num(from, "FROM_MBPS")?,
+        num(to, "TO_MBPS")?,
+    ))
+}
+
+/// The schedule's points (start ms, Mbit/s): time 0 at `before` (or the
+/// earliest step's FROM), then each step; a step's FROM must be the rate in
+/// effect just before it, so a mistyped step cannot silently change the trace.
+fn schedule_points(
+    before_mbps: Option<f64>,
+    after: Option<(f64, f64)>,
+    mut steps: Vec<(f64, f64, f64)>,
+) -> Result<Vec<(u64, f64)>> {
+    steps.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let initial = match (before_mbps, steps.first()) {
+        (Some(a), _) => a,
+        (None, Some(first)) => first.1,
+        (None, None) => bail!("--before-mbps or at least one --step is required"),
+    };
+    let mut points: Vec<(u64, f64)> = vec![(0, initial)];
+    if let Some((t, b)) = after {
+        points.push((seconds_to_ms("--at-s", t)?, b));
+    }
+    for (t, from, to) in steps {
+        let at_ms = seconds_to_ms("--step time", t)?;
+        let current = points
+            .iter()
+            .filter(|p| p.0 <= at_ms)
+            .max_by_key(|p| p.0) // the last one pushed among equal times
+            .map_or(initial, |p| p.1);
+        if (current - from).abs() > 1e-9 {
+            bail!("--step {t}:{from}:{to}: the rate before {t} s is {current} Mbit/s, not {from}");
+        }
+        points.push((at_ms, to));
+    }
+    points.sort_by_key(|p| p.0);
+    Ok(points)
 }
 
 /// Seconds -> whole milliseconds; errors if negative, not finite or not whole ms.
@@ -96,14 +137,8 @@ fn run(cli: Cli) -> Result<()> {
             seed,
             out,
         } => {
-            let mut points: Vec<(u64, f64)> = vec![(0, before_mbps)];
-            if let (Some(b), Some(t)) = (after_mbps, at_s) {
-                points.push((seconds_to_ms("--at-s", t)?, b));
-            }
-            for (t, r) in steps {
-                points.push((seconds_to_ms("--step time", t)?, r));
-            }
-            points.sort_by_key(|p| p.0);
+            let after = at_s.zip(after_mbps);
+            let points = schedule_points(before_mbps, after, steps)?;
             // A step at 0 s replaces the initial rate.
             let mut schedule: Vec<Segment> = Vec::new();
             for (start_ms, mbps) in points {
