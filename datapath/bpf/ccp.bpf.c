@@ -37,7 +37,7 @@ char LICENSE[] SEC("license") = "GPL";
 #define USEC_PER_SEC_X8 8000000ULL /* us per s, times 8 (srtt_us is SRTT << 3) */
 
 /* Event record, one layout for all kinds (unused fields are zero).
- * 128 bytes; wire.rs decodes it field by field at these offsets. */
+ * 128 bytes; wire.rs mirrors it (checked at build time from BTF). */
 struct ccp_event {
 	__u32 kind;            /*   0 */
 	__u32 flow_id;         /*   4 */
@@ -71,6 +71,9 @@ struct ccp_event {
 	__u64 pacing_rate;     /* 120  sk->sk_pacing_rate, bytes/s */
 };
 _Static_assert(sizeof(struct ccp_event) == 128, "ccp_event layout");
+/* Referenced by a global so clang emits the struct's BTF: build.rs reads
+ * its layout from the object and wire.rs asserts its mirror against it. */
+struct ccp_event *ccp_event_btf __attribute__((unused));
 
 /* Command from user space (wire.rs Command). cwnd_bytes == 0: leave cwnd;
  * rate_bytes_per_sec == 0: no pacing. */
