@@ -1,0 +1,11 @@
+//! Shared helpers for ccplab's Rust crates, so each chore is done one way:
+//!
+//! - [`fs`]: atomic file writes (tempfile's `NamedTempFile::persist`);
+//! - [`signals`]: stop signals (SIGINT, SIGTERM, ...) via signal-hook;
+//! - [`testkit`]: the test policy for missing resources (root, a tool, a
+//!   file: the test fails naming what is missing) and readiness waits with
+//!   a timeout (a condition, a file, a TCP listener, a process exit).
+
+pub mod fs;
+pub mod signals;
+pub mod testkit;
