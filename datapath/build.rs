@@ -104,12 +104,21 @@ fn main() {
         .clang_args([
             OsString::from("-mcpu=v3"),
             OsString::from("-I"),
-            include_dir.into_os_string(),
+            include_dir.clone().into_os_string(),
             OsString::from("-Wall"),
         ])
         .build_and_generate(out.join("ccp.skel.rs"))
         .expect("building bpf/ccp.bpf.c and its skeleton");
     fs::write(out.join("wire_layout.rs"), wire_layout(&obj)).expect("writing wire_layout.rs into OUT_DIR");
     println!("cargo:rerun-if-changed={SRC}");
+    // Fold interpreter test harness (fold_vm.h run by BPF_PROG_TEST_RUN in tests/fold_differential.rs).
+    SkeletonBuilder::new()
+        .source("bpf/fold_test.bpf.c")
+        .clang("clang")
+        .clang_args([OsString::from("-mcpu=v3"), OsString::from("-I"), include_dir.clone().into_os_string(), OsString::from("-Wall")])
+        .build_and_generate(out.join("fold_test.skel.rs"))
+        .expect("building bpf/fold_test.bpf.c and its skeleton");
+    println!("cargo:rerun-if-changed=bpf/fold_test.bpf.c");
+    println!("cargo:rerun-if-changed=bpf/fold_vm.h");
     println!("cargo:rerun-if-env-changed=CCP_VMLINUX_H");
 }

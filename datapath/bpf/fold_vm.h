@@ -1,0 +1,475 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * fold_vm.h: an interpreter of libccp 1.2's fold-program instruction set for
+ * BPF programs, so a Portus datapath program (fold function) runs per ACK in
+ * the kernel. libccp is the oracle: tests/fold_differential.rs requires the
+ * same reports, cwnd and rate for the same ACK sequences.
+ *
+ * Semantics follow libccp 1.2 (machine.c, ccp.c), read and re-implemented:
+ *   - u64 arithmetic; ADD aborts when the sum wraps (sum < left), MUL aborts
+ *     only when (product < left && right > 0) (libccp's partial check: some
+ *     wrapped products pass), SUB aborts on underflow (result > left), DIV on
+ *     a zero divisor. An abort ends the invocation at once: no set_cwnd,
+ *     no set_rate, no report, but registers written before it stay written.
+ *   - ewma(a, cur, v) = cur == 0 ? v : (a*cur + (10-a)*v) / 10, u64 wrapping.
+ *   - wrapped_max compares the low 32 bits on a circle (0 = "unset").
+ *   - if / !if write only when the condition is non-zero / zero.
+ *   - writes outside a register class's bounds are ignored; reads index the
+ *     flat register file [report 110 | control 110 | implicit 6 | tmp 8 |
+ *     local 8] like libccp's struct register_file (a tmp index 8..15, which
+ *     Portus emits for expressions nested 9+ deep, reads local 0..7);
+ *     anything past the file reads 0 (libccp reads its zeroed staging area).
+ *   - each invocation: Cwnd/Rate re-seeded from the primitives, a staged
+ *     program change resets volatile registers, initialises non-volatile
+ *     ones and restarts Micros, staged field updates apply (cwnd/rate
+ *     updates call set_cwnd/set_rate at once), then the expressions run in
+ *     order until one whose condition holds has no (fallthrough); a non-zero
+ *     Cwnd calls set_cwnd, a non-zero Rate set_rate; (report) sends the first
+ *     num_to_return report registers and then resets the volatile ones.
+ *   - Micros = (now_ns - time_zero_ns) / 1000; writing Micros sets
+ *     time_zero_ns = now_ns - value (libccp subtracts the us value from a ns
+ *     clock; kept as is). Ack.now = (now_ns - datapath_time_zero_ns) / 1000.
+ *     Flow.rtt_sample_us 0 reads as 4294967295.
+ *
+ * The program text is compiled by user space (src/fold_kernel.rs) from
+ * Portus's install message into a linear form: per expression its condition
+ * instructions, FOLD_OP_JZ (skip the body when the expression flag is 0), the
+ * body, FOLD_OP_BRK (stop when flag && !fallthrough). DEF instructions become
+ * two extra sections of plain binds: the volatile resets (after a report and
+ * on a program change) and the non-volatile initialisation (program change).
+ * Register operands are pre-resolved to offsets in fold_state.regs, so the
+ * interpreter never branches on register classes.
+ *
+ * Layouts are mirrored byte for byte in src/fold_kernel.rs (checked by size
+ * asserts on both sides). Names carry a fold_/FOLD_ prefix: vmlinux.h
+ * already defines OP_GT, struct insn, NONE ...
+ *
+ * The includer provides vmlinux.h and bpf_helpers.h before this file. Maps
+ * stay with the includer; functions take the program table map as argument.
+ */
+#ifndef CCP_FOLD_VM_H
+#define CCP_FOLD_VM_H
+
+/* ---- register file (offsets into fold_state.regs) ---- */
+#define FOLD_MAX_REPORT 110
+#define FOLD_MAX_CONTROL 110
+#define FOLD_N_IMPLICIT 6
+#define FOLD_MAX_TMP 8
+#define FOLD_MAX_LOCAL 8
+#define FOLD_OFF_REPORT 0
+#define FOLD_OFF_CONTROL 110
+#define FOLD_OFF_IMPLICIT 220
+#define FOLD_OFF_TMP 226
+#define FOLD_OFF_LOCAL 234
+#define FOLD_N_FILE 242		/* end of libccp's register_file */
+#define FOLD_OFF_PRIM 256	/* the 15 primitives, libccp's index order */
+#define FOLD_N_PRIM 15
+#define FOLD_OFF_ZERO 272	/* always 0: reads outside the file */
+#define FOLD_OFF_DISCARD 273	/* sink for ignored writes, never read */
+#define FOLD_NREGS 512		/* power of two: offsets are masked */
+#define FOLD_REG_MASK (FOLD_NREGS - 1)
+
+/* implicit registers (libccp ccp_priv.h) */
+#define FOLD_R_EXPR_FLAG (FOLD_OFF_IMPLICIT + 0)
+#define FOLD_R_FALLTHROUGH (FOLD_OFF_IMPLICIT + 1)
+#define FOLD_R_REPORT (FOLD_OFF_IMPLICIT + 2)
+#define FOLD_R_MICROS (FOLD_OFF_IMPLICIT + 3)
+#define FOLD_R_CWND (FOLD_OFF_IMPLICIT + 4)
+#define FOLD_R_RATE (FOLD_OFF_IMPLICIT + 5)
+
+/* primitive indices (libccp ccp_priv.h) that need a transform */
+#define FOLD_PRIM_ACK_NOW 5
+#define FOLD_PRIM_RTT_SAMPLE_US 13
+
+/* ---- opcodes: libccp's numbers; DEF never reaches the kernel ---- */
+#define FOLD_OP_ADD 0
+#define FOLD_OP_BIND 1
+#define FOLD_OP_DIV 3
+#define FOLD_OP_EQUIV 4
+#define FOLD_OP_EWMA 5
+#define FOLD_OP_GT 6
+#define FOLD_OP_IF 7
+#define FOLD_OP_LT 8
+#define FOLD_OP_MAX 9
+#define FOLD_OP_MAXWRAP 10
+#define FOLD_OP_MIN 11
+#define FOLD_OP_MUL 12
+#define FOLD_OP_NOTIF 13
+#define FOLD_OP_SUB 14
+#define FOLD_OP_JZ 15	/* expression flag == 0: pc = right */
+#define FOLD_OP_BRK 16	/* flag && !fallthrough: stop */
+
+/* fold_insn.flags */
+#define FOLD_F_LIMM 1	/* left is an immediate, not a register offset */
+#define FOLD_F_RIMM 2	/* right is an immediate */
+#define FOLD_F_WTIME 4	/* the write goes to Micros: move time_zero_ns too */
+
+/* return codes: libccp's (ccp_error.h) */
+#define FOLD_OK 0
+#define FOLD_ERR_ADD_OVERFLOW (-91)
+#define FOLD_ERR_DIV_BY_ZERO (-92)
+#define FOLD_ERR_MUL_OVERFLOW (-93)
+#define FOLD_ERR_SUB_UNDERFLOW (-94)
+#define FOLD_ERR_PROG_IS_NULL (-96)
+
+#define FOLD_MAX_LINEAR 1024	/* instructions per compiled program */
+#define FOLD_INSN_MASK (FOLD_MAX_LINEAR - 1)
+#define FOLD_MAX_SLOTS 16	/* program table entries (slot 0 unused) */
+
+#define FOLD_INFINITY 4294967295ULL
+
+struct fold_insn {
+	__u8 op;
+	__u8 flags;
+	__u16 wr;	/* register written (FOLD_OFF_DISCARD: ignored) */
+	__u16 cur;	/* register read as the current value (ewma) */
+	__u16 _pad;
+	__u32 left;	/* immediate or register offset (FOLD_F_LIMM) */
+	__u32 right;	/* immediate or register offset (FOLD_F_RIMM); JZ target */
+};
+_Static_assert(sizeof(struct fold_insn) == 16, "fold_insn layout");
+
+/* One installed program, stored at its libccp slot number (1-based) in an
+ * array map; index == slot when valid, 0 when the slot is empty. */
+struct fold_prog {
+	__u32 index;
+	__u32 uid;		/* Portus program_uid, sent with reports */
+	__u32 n_main;		/* main section: [0, n_main) */
+	__u32 reset_off;	/* volatile resets: [reset_off, reset_off + reset_len) */
+	__u32 reset_len;
+	__u32 init_off;		/* non-volatile init: [init_off, init_off + init_len) */
+	__u32 init_len;
+	__u32 num_to_return;	/* report registers sent with a report */
+	struct fold_insn insns[FOLD_MAX_LINEAR];
+};
+_Static_assert(sizeof(struct fold_prog) == 32 + 16 * FOLD_MAX_LINEAR, "fold_prog layout");
+
+/* Per-flow interpreter state (libccp ccp_priv_state without the staging). */
+struct fold_state {
+	__u64 regs[FOLD_NREGS];
+	__u64 time_zero_ns;	/* Micros counts from here */
+	__u32 slot;		/* running program's slot, 0 = none */
+	__u32 _pad;
+};
+_Static_assert(sizeof(struct fold_state) == 8 * FOLD_NREGS + 16, "fold_state layout");
+
+/* fold_staged.flags */
+#define FOLD_STAGED_CHANGE 1
+#define FOLD_STAGED_CWND 2
+#define FOLD_STAGED_RATE 4
+#define FOLD_STAGED_CONTROL 8
+
+/* Updates staged by Portus messages, applied at the next invocation
+ * (libccp staged_update + staged_program_index). */
+struct fold_staged {
+	__u32 flags;
+	__u32 change_slot;
+	__u64 cwnd;
+	__u64 rate;
+	__u64 control_mask[2];	/* bit i: control register i is pending */
+	__u64 control[FOLD_MAX_CONTROL];
+};
+_Static_assert(sizeof(struct fold_staged) == 40 + 8 * FOLD_MAX_CONTROL, "fold_staged layout");
+
+/* What one invocation did (libccp's callbacks and its return code). */
+struct fold_result {
+	__s32 ret;		/* FOLD_OK or a libccp error code */
+	__u32 n_cwnd;		/* set_cwnd calls (0..2) */
+	__u32 cwnd[2];		/* their arguments (u32, as libccp passes them) */
+	__u32 n_rate;		/* set_rate_abs calls (0..2) */
+	__u32 rate[2];
+	__u32 report;		/* 1: a report is due; call fold_finish_report after sending */
+	__u32 report_uid;
+	__u32 n_fields;		/* report fields: regs[0 .. n_fields) */
+};
+
+/* ---- arithmetic helpers (libccp machine.c semantics) ---- */
+
+static __always_inline __u64 fold_ewma(__u64 a, __u64 cur, __u64 v)
+{
+	if (cur == 0)
+		return v;
+	return (a * cur + (10 - a) * v) / 10;
+}
+
+/* libccp dif32: distance walking from left to right on the u32 circle */
+static __always_inline __u32 fold_dif32(__u32 left, __u32 right)
+{
+	if (right > left)
+		return right - left;
+	return (0xffffffffU - left) + right;
+}
+
+static __always_inline __u64 fold_max_wrap(__u64 a, __u64 b)
+{
+	__u32 a32 = (__u32)a, b32 = (__u32)b;
+
+	if (a == 0)
+		return b;
+	if (b == 0)
+		return a;
+	if (fold_dif32(b32, a32) < fold_dif32(a32, b32))
+		return a32;
+	return b32;
+}
+
+/* ---- the instruction loop (bpf_loop callback) ---- */
+
+struct fold_run {
+	struct fold_state *st;
+	struct fold_prog *prog;
+	__u64 now_ns;
+	__u32 pc;
+	__u32 end;
+	__s32 err;
+};
+
+static __always_inline __u64 fold_operand(const struct fold_state *st, __u32 v, int imm)
+{
+	return imm ? (__u64)v : st->regs[v & FOLD_REG_MASK];
+}
+
+/* One instruction per call; returns 1 to stop the loop. */
+static long fold_step(__u32 i, void *arg)
+{
+	struct fold_run *r = arg;
+	struct fold_state *st = r->st;
+	struct fold_prog *p = r->prog;
+	struct fold_insn *in;
+	__u32 pc = r->pc;
+	__u64 a, b, res;
+
+	if (pc >= r->end)
+		return 1;
+	in = &p->insns[pc & FOLD_INSN_MASK];
+	r->pc = pc + 1;
+	a = fold_operand(st, in->left, in->flags & FOLD_F_LIMM);
+	b = fold_operand(st, in->right, in->flags & FOLD_F_RIMM);
+	switch (in->op) {
+	case FOLD_OP_ADD:
+		res = a + b;
+		if (res < a) {
+			r->err = FOLD_ERR_ADD_OVERFLOW;
+			return 1;
+		}
+		break;
+	case FOLD_OP_BIND:
+		res = b;
+		break;
+	case FOLD_OP_DIV:
+		if (b == 0) {
+			r->err = FOLD_ERR_DIV_BY_ZERO;
+			return 1;
+		}
+		res = a / b;
+		break;
+	case FOLD_OP_EQUIV:
+		res = a == b;
+		break;
+	case FOLD_OP_EWMA:
+		res = fold_ewma(a, st->regs[in->cur & FOLD_REG_MASK], b);
+		break;
+	case FOLD_OP_GT:
+		res = a > b;
+		break;
+	case FOLD_OP_IF:
+		if (!a)
+			return 0;
+		res = b;
+		break;
+	case FOLD_OP_LT:
+		res = a < b;
+		break;
+	case FOLD_OP_MAX:
+		res = a > b ? a : b;
+		break;
+	case FOLD_OP_MAXWRAP:
+		res = fold_max_wrap(a, b);
+		break;
+	case FOLD_OP_MIN:
+		res = a < b ? a : b;
+		break;
+	case FOLD_OP_MUL:
+		res = a * b;
+		if (res < a && b > 0) {
+			r->err = FOLD_ERR_MUL_OVERFLOW;
+			return 1;
+		}
+		break;
+	case FOLD_OP_NOTIF:
+		if (a)
+			return 0;
+		res = b;
+		break;
+	case FOLD_OP_SUB:
+		res = a - b;
+		if (res > a) {
+			r->err = FOLD_ERR_SUB_UNDERFLOW;
+			return 1;
+		}
+		break;
+	case FOLD_OP_JZ:
+		if (!st->regs[FOLD_R_EXPR_FLAG])
+			r->pc = in->right;
+		return 0;
+	case FOLD_OP_BRK:
+		if (st->regs[FOLD_R_EXPR_FLAG] && !st->regs[FOLD_R_FALLTHROUGH])
+			return 1;
+		return 0;
+	default:
+		return 0;
+	}
+	st->regs[in->wr & FOLD_REG_MASK] = res;
+	if (in->flags & FOLD_F_WTIME)
+		st->time_zero_ns = r->now_ns - res;
+	return 0;
+}
+
+/* Run instructions [off, off + len) of prog; returns FOLD_OK or an abort code. */
+static __always_inline int fold_run_section(struct fold_state *st, struct fold_prog *prog,
+					    __u32 off, __u32 len, __u64 now_ns)
+{
+	struct fold_run r = {
+		.st = st, .prog = prog, .now_ns = now_ns, .pc = off, .end = off + len, .err = 0,
+	};
+
+	if (len == 0)
+		return FOLD_OK;
+	/* Jumps only go forward: at most len steps. */
+	bpf_loop(len, fold_step, &r, 0);
+	return r.err;
+}
+
+struct fold_apply_ctl {
+	struct fold_state *st;
+	struct fold_staged *sg;
+};
+
+static long fold_apply_control(__u32 i, void *arg)
+{
+	struct fold_apply_ctl *c = arg;
+
+	if (i >= FOLD_MAX_CONTROL)
+		return 1;
+	if (c->sg->control_mask[(i >> 6) & 1] & (1ULL << (i & 63)))
+		c->st->regs[FOLD_OFF_CONTROL + i] = c->sg->control[i];
+	return 0;
+}
+
+static __always_inline struct fold_prog *fold_lookup(void *progs, __u32 slot)
+{
+	struct fold_prog *p;
+
+	if (slot == 0)
+		return NULL;
+	p = bpf_map_lookup_elem(progs, &slot);
+	if (!p || p->index != slot)
+		return NULL;
+	return p;
+}
+
+static __always_inline void fold_called(__u32 *n, __u32 *vals, __u64 v)
+{
+	if (*n < 2)
+		vals[*n & 1] = (__u32)v;
+	*n += 1;
+}
+
+/* libccp reset_state + init_register_state + reset_time for a program change */
+static __always_inline void fold_change_program(struct fold_state *st, void *progs, __u32 slot,
+						__u64 now_ns)
+{
+	struct fold_prog *p;
+
+	st->slot = slot;
+	p = fold_lookup(progs, slot);
+	if (p) {
+		fold_run_section(st, p, p->reset_off, p->reset_len, now_ns);
+		fold_run_section(st, p, p->init_off, p->init_len, now_ns);
+	}
+	st->time_zero_ns = now_ns;
+	st->regs[FOLD_R_MICROS] = 0;
+}
+
+/*
+ * One libccp invocation (ccp_invoke after the create message went out).
+ *
+ * st: the flow's state; progs: the program table (array map of struct
+ * fold_prog keyed by slot); sg: staged updates or NULL (consumed: the caller
+ * clears them afterwards); prims: the 15 primitives in libccp's order
+ * (raw: rtt 0 = no sample, ACK_NOW ignored); snd_cwnd (bytes) and snd_rate
+ * (bytes/s) re-seed Cwnd/Rate; now_ns and dp_time_zero_ns drive Micros and
+ * Ack.now. On out->report the caller sends regs[0 .. n_fields) and then
+ * calls fold_finish_report.
+ */
+static __always_inline void fold_invoke(struct fold_state *st, void *progs, struct fold_staged *sg,
+					const __u64 *prims, __u32 snd_cwnd, __u64 snd_rate,
+					__u64 now_ns, __u64 dp_time_zero_ns, struct fold_result *out)
+{
+	struct fold_prog *p;
+	int k, err;
+
+	__builtin_memset(out, 0, sizeof(*out));
+	st->regs[FOLD_R_CWND] = snd_cwnd;
+	st->regs[FOLD_R_RATE] = snd_rate;
+	if (sg && sg->flags) {
+		if (sg->flags & FOLD_STAGED_CHANGE)
+			fold_change_program(st, progs, sg->change_slot, now_ns);
+		if (sg->flags & FOLD_STAGED_CONTROL) {
+			struct fold_apply_ctl c = { .st = st, .sg = sg };
+
+			bpf_loop(FOLD_MAX_CONTROL, fold_apply_control, &c, 0);
+		}
+		if (sg->flags & FOLD_STAGED_CWND) {
+			st->regs[FOLD_R_CWND] = sg->cwnd;
+			if (sg->cwnd)
+				fold_called(&out->n_cwnd, out->cwnd, sg->cwnd);
+		}
+		if (sg->flags & FOLD_STAGED_RATE) {
+			st->regs[FOLD_R_RATE] = sg->rate;
+			if (sg->rate)
+				fold_called(&out->n_rate, out->rate, sg->rate);
+		}
+	}
+
+	p = fold_lookup(progs, st->slot);
+	if (!p) {
+		out->ret = FOLD_ERR_PROG_IS_NULL;
+		return;
+	}
+	st->regs[FOLD_R_EXPR_FLAG] = 0;
+	st->regs[FOLD_R_FALLTHROUGH] = 0;
+	st->regs[FOLD_R_REPORT] = 0;
+	st->regs[FOLD_R_MICROS] = (now_ns - st->time_zero_ns) / 1000;
+	for (k = 0; k < FOLD_N_PRIM; k++)
+		st->regs[FOLD_OFF_PRIM + k] = prims[k];
+	if (prims[FOLD_PRIM_RTT_SAMPLE_US] == 0)
+		st->regs[FOLD_OFF_PRIM + FOLD_PRIM_RTT_SAMPLE_US] = FOLD_INFINITY;
+	st->regs[FOLD_OFF_PRIM + FOLD_PRIM_ACK_NOW] = (now_ns - dp_time_zero_ns) / 1000;
+
+	err = fold_run_section(st, p, 0, p->n_main, now_ns);
+	if (err) {
+		out->ret = err;
+		return;
+	}
+	if (st->regs[FOLD_R_CWND] > 0)
+		fold_called(&out->n_cwnd, out->cwnd, st->regs[FOLD_R_CWND]);
+	if (st->regs[FOLD_R_RATE] != 0)
+		fold_called(&out->n_rate, out->rate, st->regs[FOLD_R_RATE]);
+	if (st->regs[FOLD_R_REPORT]) {
+		out->report = 1;
+		out->report_uid = p->uid;
+		out->n_fields = p->num_to_return;
+	}
+}
+
+/* After a report was sent: reset the volatile registers (libccp reset_state). */
+static __always_inline void fold_finish_report(struct fold_state *st, void *progs, __u64 now_ns)
+{
+	struct fold_prog *p = fold_lookup(progs, st->slot);
+
+	if (p)
+		fold_run_section(st, p, p->reset_off, p->reset_len, now_ns);
+}
+
+#endif /* CCP_FOLD_VM_H */
