@@ -9,6 +9,7 @@
 //! millisecond. The trace loops with period = its last timestamp, so
 //! 12 Mbit/s (one 1500-byte packet per ms) is the one-line file `1`.
 
+pub mod cellular;
 pub mod error;
 pub mod generate;
 pub mod trace;

@@ -1,7 +1,7 @@
 //! The [`Trace`] type: parse/validate, write atomically, summarise.
 
 use std::{
-    io::{BufRead, BufReader, Read, Write},
+    io::{BufRead, BufReader, Read},
     path::{Path, PathBuf},
 };
 
@@ -136,16 +136,16 @@ impl Trace {
         Ok(Self { timestamps })
     }
 
-    /// Writes the trace (one timestamp per line, final newline) atomically:
-    /// to a temporary file in the same directory, fsync, then rename, so a
-    /// reader never sees a half-written trace.
+    /// Writes the trace (one timestamp per line, final newline) atomically
+    /// ([`ccplab_util::fs::write_atomically`]: temporary file beside it,
+    /// fsync, rename), so a reader never sees a half-written trace.
     pub fn write(&self, path: impl AsRef<Path>) -> Result<(), TraceError> {
         let path = path.as_ref();
         let err = |source| TraceError::Write {
             path: path.to_path_buf(),
             source,
         };
-        write_atomically(path, |w| {
+        ccplab_util::fs::write_atomically(path, |w| {
             for ts in &self.timestamps {
                 writeln!(w, "{ts}")?;
             }
@@ -221,39 +221,6 @@ impl Trace {
         }
         v
     }
-}
-
-/// Writes `path` atomically: `fill` writes into a temporary file next to
-/// `path` (same filesystem), which is flushed, fsynced and renamed over
-/// `path`. On any error the temporary file is removed.
-pub fn write_atomically(
-    path: &Path,
-    fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
-) -> std::io::Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let file_name = path.file_name().ok_or_else(|| {
-        std::io::Error::new(std::io::ErrorKind::InvalidInput, "path has no file name")
-    })?;
-    let tmp = dir.join(format!(
-        ".{}.tmp.{}",
-        file_name.to_string_lossy(),
-        std::process::id()
-    ));
-    let result = (|| {
-        let file = std::fs::File::create(&tmp)?;
-        let mut w = std::io::BufWriter::new(file);
-        fill(&mut w)?;
-        let file = w.into_inner().map_err(|e| e.into_error())?;
-        file.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
 }
 
 #[cfg(test)]

@@ -226,17 +226,23 @@ fn write_is_atomic_and_roundtrips() {
     ));
 }
 
-const CELLULAR: &str = "/work/shared/traces/cellular";
+/// The cellular traces in the repository; the tests fail, naming the
+/// directory, if they are missing (never a silent pass).
+fn cellular_dir() -> PathBuf {
+    let dir = ccplab_traces::cellular::dir();
+    assert!(
+        dir.is_dir(),
+        "MISSING: the mahimahi cellular traces: {} does not exist (they are tracked in the repository under traces/cellular)",
+        dir.display()
+    );
+    dir
+}
 
 #[test]
 fn reads_every_cellular_trace() {
-    let dir = Path::new(CELLULAR);
-    if !dir.is_dir() {
-        println!("note: {CELLULAR} absent, skipping cellular trace test");
-        return;
-    }
-    let mut n = 0;
-    for entry in std::fs::read_dir(dir).unwrap() {
+    let dir = cellular_dir();
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
         let p = entry.unwrap().path();
         let name = p.file_name().unwrap().to_string_lossy().to_string();
         if !(name.ends_with(".up") || name.ends_with(".down")) {
@@ -248,18 +254,22 @@ fn reads_every_cellular_trace() {
             mean > 0.1 && mean < 100.0,
             "{name}: implausible mean {mean}"
         );
-        n += 1;
+        names.push(name);
     }
-    assert!(n >= 10, "expected the mahimahi cellular traces, found {n}");
+    names.sort();
+    assert_eq!(names.len(), 13, "expected the 13 mahimahi cellular traces, found {names:?}");
+    for want in ["Verizon-LTE-short.down", "Verizon-LTE-short.up", "TMobile-LTE-short.down", "TMobile-LTE-short.up"] {
+        assert!(names.iter().any(|n| n == want), "{want} missing from {}", dir.display());
+    }
+    for doc in ["README", "SOURCE.md"] {
+        assert!(dir.join(doc).is_file(), "{doc} (source and licence) missing from {}", dir.display());
+    }
 }
 
 #[test]
 fn verizon_lte_short_down_mean() {
-    let p = Path::new(CELLULAR).join("Verizon-LTE-short.down");
-    if !p.exists() {
-        println!("note: {} absent, skipping", p.display());
-        return;
-    }
+    let p = cellular_dir().join("Verizon-LTE-short.down");
+    assert_eq!(p, ccplab_traces::cellular::trace("Verizon-LTE-short.down"));
     let mean = Trace::read(&p).unwrap().mean_mbps();
     assert!(
         (4.9..5.2).contains(&mean),

@@ -25,7 +25,8 @@ use std::{
 };
 
 use anyhow::{bail, Context, Result};
-use ccplab_traces::{trace::write_atomically, Trace};
+use ccplab_traces::Trace;
+use ccplab_util::fs::write_atomically;
 use clap::Parser;
 use rattan_core::{
     cells::{delay::DelayCell, StdPacket},
