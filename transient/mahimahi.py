@@ -1,7 +1,6 @@
 """Reader for mahimahi mm-link packet logs (``--uplink-log`` / ``--downlink-log``).
 
-Format (mahimahi, ``src/frontend/link_queue.cc``; also written by ccplab's
-runner):
+Format (mahimahi, ``src/frontend/link_queue.cc``; also written by ccplab-link):
 
 * header lines start with ``#``, e.g. ``# base timestamp: 1732270000000``,
   ``# queue: droptail [packets=40]``, ``# command line: ...``;
@@ -17,18 +16,24 @@ runner):
 
 Sizes include mahimahi's 4-byte TUN header (a full packet is 1504 bytes).
 
-Time origin: ccplab's runner writes event times relative to the base
-timestamp (time 0 = start of trace replay) and an epoch base timestamp.
-Original mahimahi writes both the base timestamp and the event times on its
-own monotonic clock, and mm-throughput-graph subtracts the base.  The reader
-handles both: when every event time is >= the base timestamp, the base is
-subtracted (``LinkLog.time_origin == "base-subtracted"``); otherwise the
-times are taken as already relative (``"relative"``).
+Time origin: ccplab-link writes ``# base timestamp: 0`` and times relative
+to the start of trace replay.  Stock mahimahi writes both the base timestamp
+and the event times on its own monotonic clock, and mm-throughput-graph
+subtracts the base.  The reader handles both: when every event time is >=
+the base timestamp, the base is subtracted (``LinkLog.time_origin ==
+"base-subtracted"``); otherwise the times are taken as already relative
+(``"relative"``).
+
+Speed: the file is parsed as raw bytes with numpy (no Python loop over
+lines): the positions of spaces and newlines give every line's tokens, and
+each numeric token is read as the unaligned 8-byte word that ends with it and
+decoded with SWAR arithmetic (see `_swar_digits`).  Only header lines (a handful) and malformed lines (to word
+the error) are looked at in Python.  Parsed logs are cached as Parquet
+beside the log (see `transient.cache`), so re-analysis skips parsing.
 """
 
 from __future__ import annotations
 
-import io
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,10 +44,13 @@ import pandas as pd
 from .errors import LogFormatError
 
 EVENT_KINDS = ("arrival", "departure", "opportunity", "drop")
-"""Categories of ``LinkLog.events['kind']``."""
+"""Categories of ``LinkLog.events['kind']`` (codes 0..3 in this order)."""
 
-_SYMBOL_TO_KIND = {"+": "arrival", "-": "departure", "#": "opportunity", "d": "drop"}
-_COLUMNS = ["time_ms", "symbol", "f1", "f2", "extra"]
+KIND_DTYPE = pd.CategoricalDtype(list(EVENT_KINDS))
+"""dtype of ``LinkLog.events['kind']``."""
+
+_SYMBOLS = {ord("+"): 0, ord("-"): 1, ord("#"): 2, ord("d"): 3}
+_MAX_DIGITS = 16  # two 8-byte SWAR words; unix-ms timestamps have 13
 
 
 @dataclass(frozen=True)
@@ -56,7 +64,7 @@ class LinkLog:
         base_timestamp_ms: the ``# base timestamp:`` value, or None.
         time_origin: "relative" or "base-subtracted" (see module docstring).
         events: one row per event line, in file order, columns
-            ``time_ms`` (int64, ms since trace start), ``kind`` (category:
+            ``time_ms`` (int64, ms on the log clock), ``kind`` (category:
             arrival/departure/opportunity/drop), ``bytes`` (int64, bytes incl.
             TUN header; for drops the total dropped), ``delay_ms`` (float64,
             NaN unless departure), ``packets`` (int64; 1, or npkts for drops).
@@ -69,8 +77,14 @@ class LinkLog:
     events: pd.DataFrame
 
 
-def read_link_log(path: str | Path) -> LinkLog:
+def read_link_log(path: str | Path, *, cache: bool = True) -> LinkLog:
     """Read a mahimahi mm-link log file.
+
+    Args:
+        path: the log.
+        cache: use / write the Parquet cache beside the log
+            (``<log>.parquet``, see `transient.cache`); a stale or unreadable
+            cache is re-parsed, an unwritable directory only skips caching.
 
     Raises:
         FileNotFoundError / OSError: the file cannot be read.
@@ -78,52 +92,123 @@ def read_link_log(path: str | Path) -> LinkLog:
             unknown event kind, missing or extra field, non-integer time or
             size, negative delay), a bad base timestamp, or no events at all.
     """
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise LogFormatError(str(path), None, f"not UTF-8 text ({exc})") from None
-    return parse_link_log(text, str(path))
+    if cache:
+        from .cache import cached_read
+
+        return cached_read(Path(path))
+    return parse_link_bytes(Path(path).read_bytes(), str(path))
 
 
 def parse_link_log(text: str, name: str = "<text>") -> LinkLog:
     """Parse the text of an mm-link log; see `read_link_log`. ``name`` is used in errors."""
-    lines = text.split("\n")
-    header_lines: list[tuple[int, str]] = []
-    event_lines: list[str] = []
-    event_lineno: list[int] = []
-    # One pass in Python over the lines is needed anyway to split headers from
-    # events and remember line numbers for error messages; the fields
-    # themselves are parsed by pandas' C reader below.
-    for i, line in enumerate(lines):
-        if not line or line.isspace():
-            continue
-        if line[0] == "#":
-            header_lines.append((i + 1, line))
-        else:
-            event_lines.append(line)
-            event_lineno.append(i + 1)
-    header, base = _parse_header(header_lines, name)
-    if not event_lines:
+    return parse_link_bytes(text.encode("utf-8"), name)
+
+
+def parse_link_bytes(raw: bytes, name: str = "<bytes>") -> LinkLog:
+    """Parse the bytes of an mm-link log; see `read_link_log`. ``name`` is used in errors."""
+    if not raw.endswith(b"\n"):
+        raw += b"\n"
+    try:
+        return _parse(raw, name)
+    except LogFormatError:
+        # mahimahi writes single spaces and LF; a hand-edited log may not.
+        # Normalising keeps every newline, so a real error keeps its line.
+        tidy = _normalize_whitespace(raw)
+        if tidy == raw:
+            raise
+        return _parse(tidy, name)
+
+
+def _normalize_whitespace(raw: bytes) -> bytes:
+    """Single spaces between fields, no leading/trailing blanks, LF line ends (C-speed regexes)."""
+    raw = re.sub(rb"[ \t\r\f\v]+", b" ", raw)
+    return re.sub(rb"(?m)^ | $", b"", raw)
+
+
+_PAD = 16  # bytes in front of the text, so every token has 16 readable bytes before its end
+_U = np.uint64
+_ASCII_ZEROS = _U(0x3030303030303030)
+_HIGH_NIBBLES = _U(0xF0F0F0F0F0F0F0F0)
+
+
+def _swar_digits(words: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Decode up to 8 ASCII digits held in the top ``length`` bytes of little-endian uint64 words.
+
+    SWAR ("SIMD within a register"): the bytes below the token are replaced
+    by '0', every byte is checked to be '0'..'9', and the 8 digits are
+    combined pairwise (x10, x100, x10000) with three multiply-shift steps.
+    Returns (values, ok); ok is False where a byte of the token is not a digit.
+    """
+    low_bits = (8 - np.minimum(length, 8)).astype(_U) * _U(8)
+    low = np.where(low_bits >= 64, ~_U(0), (_U(1) << np.minimum(low_bits, _U(63))) - _U(1))
+    w = (words & ~low) | (_ASCII_ZEROS & low)
+    ok = ((w & _HIGH_NIBBLES) == _ASCII_ZEROS) & (((w + _U(0x0606060606060606)) & _HIGH_NIBBLES) == _ASCII_ZEROS)
+    w &= _U(0x0F0F0F0F0F0F0F0F)
+    w = (w * _U(2561)) >> _U(8)
+    w = ((w & _U(0x00FF00FF00FF00FF)) * _U(6553601)) >> _U(16)
+    w = ((w & _U(0x0000FFFF0000FFFF)) * _U(42949672960001)) >> _U(32)
+    return w, ok
+
+
+def _uint_tokens(words: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Unsigned decimal integers in the byte ranges [start, end) of the padded text.
+
+    ``words[i]`` is the unaligned little-endian uint64 at byte i.  Tokens of
+    9..16 digits are read as two 8-byte halves.  Returns (int64 values, ok);
+    ok is False for an empty token, a non-digit or more than 16 digits.
+    """
+    length = end - start
+    lo, ok = _swar_digits(words[end - 8], length)
+    ok &= (length >= 1) & (length <= _MAX_DIGITS)
+    long = length > 8
+    if long.any():
+        hi, hi_ok = _swar_digits(words[end[long] - 16], length[long] - 8)
+        lo[long] += hi * _U(100_000_000)
+        ok[long] &= hi_ok
+    return lo.astype(np.int64), ok
+
+
+def _parse(raw: bytes, name: str) -> LinkLog:
+    padded = b" " * _PAD + raw
+    buf = np.frombuffer(padded, dtype=np.uint8)
+    words = np.ndarray(shape=(buf.size - 7,), dtype="<u8", buffer=padded, strides=(1,))
+    # Every space or newline ends a token; token k spans [tok_start[k], seps[k]).
+    seps = np.flatnonzero((buf == 32) | (buf == 10))
+    tok_start = np.empty_like(seps)
+    tok_start[:1] = _PAD
+    tok_start[1:] = seps[:-1] + 1
+    line_last_tok = np.flatnonzero(buf[seps] == 10)
+    line_first_tok = np.empty_like(line_last_tok)
+    line_first_tok[:1] = 0
+    line_first_tok[1:] = line_last_tok[:-1] + 1
+    n_tok = line_last_tok - line_first_tok + 1
+    first_len = seps[line_first_tok] - tok_start[line_first_tok]
+    blank = (n_tok == 1) & (first_len == 0)
+    is_header = ~blank & (buf[tok_start[line_first_tok]] == ord("#"))
+    header_lines = np.flatnonzero(is_header)
+    header, base = _parse_header(
+        padded, tok_start[line_first_tok[header_lines]], seps[line_last_tok[header_lines]], header_lines + 1, name)
+    ev_lines = np.flatnonzero(~blank & ~is_header)
+    if ev_lines.size == 0:
         raise LogFormatError(name, None, "log has no events (only header lines or empty)")
-    lineno = np.asarray(event_lineno, dtype=np.int64)
-    raw = _read_fields(event_lines, lineno, name)
-    events = _build_events(raw, lineno, name)
+    events = _parse_events(padded, buf, words, seps, tok_start, line_first_tok[ev_lines], n_tok[ev_lines], ev_lines + 1, name)
     origin = "relative"
-    if base is not None and len(events) and int(events["time_ms"].min()) >= base:
+    if base is not None and int(events["time_ms"].min()) >= base:
         events["time_ms"] -= base
         origin = "base-subtracted"
     return LinkLog(name, header, base, origin, events)
 
 
-def _parse_header(header_lines: list[tuple[int, str]], name: str) -> tuple[dict[str, str], int | None]:
+def _parse_header(raw: bytes, starts: np.ndarray, ends: np.ndarray, linenos: np.ndarray, name: str):
     header: dict[str, str] = {}
-    for _, line in header_lines:
-        body = line[1:].strip()
-        key, sep, value = body.partition(":")
-        header[key.strip()] = value.strip() if sep else ""
     base = None
-    for lineno, line in header_lines:
+    for s, e, lineno in zip(starts.tolist(), ends.tolist(), linenos.tolist()):
+        try:
+            line = raw[s:e].decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise LogFormatError(name, lineno, f"header line is not UTF-8 text ({exc.reason})") from None
+        key, sep, value = line[1:].strip().partition(":")
+        header[key.strip()] = value.strip() if sep else ""
         m = re.match(r"#\s*base timestamp:\s*(\S*)", line)
         if m:
             if base is not None:
@@ -135,101 +220,88 @@ def _parse_header(header_lines: list[tuple[int, str]], name: str) -> tuple[dict[
     return header, base
 
 
-def _read_fields(event_lines: list[str], lineno: np.ndarray, name: str) -> pd.DataFrame:
-    """Split event lines into up to 5 whitespace-separated fields (C parser)."""
-    try:
-        return pd.read_csv(
-            io.StringIO("\n".join(event_lines)),
-            sep=r"\s+",
-            header=None,
-            names=_COLUMNS,
-            dtype={"symbol": str},
-            comment=None,
-            skip_blank_lines=False,
-            engine="c",
-        )
-    except pd.errors.ParserError as exc:
-        # pandas reports "Expected 5 fields in line N, saw M" with N 1-based
-        # over the event lines it was given.
-        m = re.search(r"line (\d+), saw (\d+)", str(exc))
-        if m:
-            row = int(m.group(1)) - 1
-            line = int(lineno[row]) if 0 <= row < len(lineno) else None
-            raise LogFormatError(name, line, f"too many fields ({m.group(2)}); expected at most 4") from None
-        raise LogFormatError(name, None, f"cannot split into fields: {exc}") from None
+def _parse_events(padded: bytes, buf: np.ndarray, words: np.ndarray, seps: np.ndarray, tok_start: np.ndarray,
+                  ft: np.ndarray, n_tok: np.ndarray, linenos: np.ndarray, name: str) -> pd.DataFrame:
+    """Decode event lines whose first token index is ``ft`` (tokens: time, symbol, field1[, field2])."""
+    last = seps.size - 1
+    shaped = (n_tok == 3) | (n_tok == 4)
+    # 4 sentinel tokens (empty, at the text's end) so that ft + 3 is always a valid index
+    end = seps[-1]
+    seps = np.concatenate([seps, np.full(4, end)])
+    tok_start = np.concatenate([tok_start, np.full(4, end)])
+
+    def tok(j: int) -> tuple[np.ndarray, np.ndarray]:
+        k = ft + j
+        return tok_start[k], seps[k]
+
+    s0, e0 = tok(0)
+    s1, e1 = tok(1)
+    s2, e2 = tok(2)
+    s3, e3 = tok(3)
+    code = np.full(ft.size, -1, dtype=np.int8)
+    sym = buf[s1]
+    one_char = shaped & (e1 - s1 == 1)
+    for char, c in _SYMBOLS.items():
+        code[one_char & (sym == char)] = c
+    four = (code == 1) | (code == 3)  # departures and drops carry 4 fields, the others 3
+    shape_ok = (code >= 0) & (n_tok == np.where(four, 4, 3))
+
+    t, t_ok = _uint_tokens(words, s0, e0)
+    f1, f1_ok = _uint_tokens(words, s2, e2)
+    f2, f2_ok = _uint_tokens(words, np.where(four, s3, e3), e3)
+    dep = code == 1
+    delay = f2.astype(np.float64)
+    # A departure delay written with a fraction ("4.5"): rare, parsed one by one.
+    for i in np.flatnonzero(shape_ok & dep & ~f2_ok).tolist():
+        try:
+            v = float(padded[s3[i] : e3[i]])
+        except ValueError:
+            continue
+        if v >= 0 and np.isfinite(v):
+            delay[i], f2_ok[i] = v, True
+    good = shape_ok & t_ok & f1_ok & (f2_ok | ~four)
+    if not good.all():
+        i = int(np.flatnonzero(~good)[0])
+        line_end = seps[min(int(ft[i] + n_tok[i] - 1), last)]
+        raise LogFormatError(name, int(linenos[i]), _diagnose(padded[s0[i] : line_end].decode("utf-8", "replace")))
+
+    is_drop = code == 3
+    return pd.DataFrame({
+        "time_ms": t,
+        "kind": pd.Categorical.from_codes(code, dtype=KIND_DTYPE, validate=False),
+        "bytes": np.where(is_drop, f2, f1),
+        "delay_ms": np.where(dep, delay, np.nan),
+        "packets": np.where(is_drop, f1, 1),
+    })
 
 
-def _numeric(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """Return (values as float64 with NaN where missing/invalid, mask of invalid tokens)."""
-    if pd.api.types.is_numeric_dtype(col.dtype):
-        vals = col.to_numpy(dtype=np.float64, na_value=np.nan)
-        return vals, np.zeros(len(col), dtype=bool)
-    num = pd.to_numeric(col, errors="coerce")
-    vals = num.to_numpy(dtype=np.float64, na_value=np.nan)
-    invalid = col.notna().to_numpy() & np.isnan(vals)
-    return vals, invalid
+def _is_uint(tok: str) -> bool:
+    return tok.isascii() and tok.isdigit() and len(tok) <= _MAX_DIGITS
 
 
-def _tok(value: object) -> str:
-    """Show a parsed field as it was written (pandas turns '7' into 7.0)."""
-    if isinstance(value, (float, np.floating)) and float(value).is_integer():
-        return repr(str(int(value)))
-    if isinstance(value, (int, np.integer, float, np.floating)):
-        return repr(str(value))
-    return repr(value)
-
-
-def _build_events(raw: pd.DataFrame, lineno: np.ndarray, name: str) -> pd.DataFrame:
-    symbol = raw["symbol"].to_numpy(dtype=object)
-    t, t_bad = _numeric(raw["time_ms"])
-    f1, f1_bad = _numeric(raw["f1"])
-    f2, f2_bad = _numeric(raw["f2"])
-    has_extra = raw["extra"].notna().to_numpy()
-
-    is_arr = symbol == "+"
-    is_dep = symbol == "-"
-    is_opp = symbol == "#"
-    is_drop = symbol == "d"
-    known = is_arr | is_dep | is_opp | is_drop
-    two_field = is_dep | is_drop
-
-    def nonint(v: np.ndarray) -> np.ndarray:
-        with np.errstate(invalid="ignore"):
-            return ~np.isnan(v) & ((v != np.floor(v)) | (v < 0))
-
-    # Each check is (mask of offending rows, message builder); the error
-    # reported is the one on the earliest line.
-    checks: list[tuple[np.ndarray, object]] = [
-        (pd.isna(symbol), lambda i: "missing event kind"),
-        (~pd.isna(symbol) & ~known, lambda i: f"unknown event kind {symbol[i]!r} (expected + - # d)"),
-        (t_bad | nonint(t), lambda i: f"time {_tok(raw['time_ms'].iloc[i])} is not a non-negative integer"),
-        (known & (f1_bad | nonint(f1)), lambda i: f"field {_tok(raw['f1'].iloc[i])} is not a non-negative integer"),
-        (known & np.isnan(f1) & ~f1_bad, lambda i: f"missing size field for {symbol[i]!r} event"),
-        (two_field & np.isnan(f2) & ~f2_bad, lambda i: f"missing {'delay' if symbol[i] == '-' else 'byte count'} field for {symbol[i]!r} event"),
-        (is_drop & (f2_bad | nonint(f2)), lambda i: f"dropped byte count {_tok(raw['f2'].iloc[i])} is not a non-negative integer"),
-        (is_dep & (f2_bad | (f2 < 0)), lambda i: f"delay {_tok(raw['f2'].iloc[i])} is not a non-negative number"),
-        ((is_arr | is_opp) & ~(np.isnan(f2) & ~f2_bad), lambda i: f"unexpected extra field {_tok(raw['f2'].iloc[i])} for {symbol[i]!r} event"),
-        (has_extra, lambda i: f"unexpected extra field {_tok(raw['extra'].iloc[i])}"),
-    ]
-    first_bad: tuple[int, str] | None = None
-    for mask, msg in checks:
-        idx = np.flatnonzero(mask)
-        if idx.size and (first_bad is None or idx[0] < first_bad[0]):
-            first_bad = (int(idx[0]), msg(int(idx[0])))  # type: ignore[operator]
-    if first_bad is not None:
-        raise LogFormatError(name, int(lineno[first_bad[0]]), first_bad[1])
-
-    kind_codes = np.select([is_arr, is_dep, is_opp, is_drop], [0, 1, 2, 3])
-    kind = pd.Categorical.from_codes(kind_codes, categories=list(EVENT_KINDS))
-    nbytes = np.where(is_drop, f2, f1).astype(np.int64)
-    packets = np.where(is_drop, f1, 1).astype(np.int64)
-    delay = np.where(is_dep, f2, np.nan)
-    return pd.DataFrame(
-        {
-            "time_ms": t.astype(np.int64),
-            "kind": kind,
-            "bytes": nbytes,
-            "delay_ms": delay.astype(np.float64),
-            "packets": packets,
-        }
-    )
+def _diagnose(line: str) -> str:
+    """Say what is wrong with one event line (only called for a line the fast check rejected)."""
+    f = line.split(" ")
+    sym = f[1] if len(f) > 1 else None
+    if sym is None:
+        return "missing event kind"
+    if sym not in ("+", "-", "#", "d"):
+        return f"unknown event kind {sym!r} (expected + - # d)"
+    if len(f) > 4:
+        return f"too many fields ({len(f)}); expected at most 4"
+    if not _is_uint(f[0]):
+        return f"time {f[0]!r} is not a non-negative integer"
+    if len(f) < 3:
+        return f"missing size field for {sym!r} event"
+    if not _is_uint(f[2]):
+        return f"field {f[2]!r} is not a non-negative integer"
+    if sym in ("-", "d"):
+        if len(f) < 4:
+            return f"missing {'delay' if sym == '-' else 'byte count'} field for {sym!r} event"
+        if sym == "d" and not _is_uint(f[3]):
+            return f"dropped byte count {f[3]!r} is not a non-negative integer"
+        if sym == "-":
+            return f"delay {f[3]!r} is not a non-negative number"
+    if len(f) > 3:
+        return f"unexpected extra field {f[3]!r} for {sym!r} event"
+    return f"malformed event line {line!r}"
