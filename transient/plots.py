@@ -1,20 +1,34 @@
-"""Matplotlib figures of a results set (Agg backend, PNG, dpi 150).
+"""Figures of a report, each written twice: ``NAME.png`` for the page and ``NAME.pdf`` for a paper.
 
-Each function draws one scenario and writes one PNG to the given path:
+Every function draws one scenario (or one step of it) from the analysis
+frames (TRANSIENT-CONTRACT column names), writes ``base.png`` and
+``base.pdf`` (``base`` = a path without suffix) and returns True, or writes
+nothing and returns False when there is nothing to draw:
 
-* `plot_throughput`: departure throughput over time per CCA (one panel per
-  CCA, runs overlaid) against the measured link capacity, step times marked;
-* `plot_transient`: Normalized Area and convergence time per CCA across runs
-  (box plot with the runs as jittered points; non-converged runs counted);
-* `plot_tradeoff`: throughput vs. 95th-percentile per-packet queueing delay,
-  one marker per run, delay axis reversed (better is up and to the right),
-  as in mahimahi / Remy / Pantheon plots.
+* `plot_timeseries`: per label, departure throughput (runs overlaid) against
+  the reference capacity, and the queueing delay, over the whole run;
+* `plot_step_zoom`: one step, from just before it to a little past the
+  slowest convergence: throughput with the reference capacity, the 2% and
+  5% settling bands around the step's new nominal capacity and each run's
+  convergence point; queueing delay below;
+* `plot_violins`: Normalized Area, convergence time (converged runs only)
+  and peak queueing delay per label per step: violins of the runs' values
+  with the runs as dots, as in the TPCCA poster;
+* `plot_plane`: throughput vs. p95 queueing delay, one dot per run and the
+  median with its bootstrap 95% CI per label; delay axis reversed (better
+  is up and right), as in mahimahi / Remy / Pantheon plots.
+
+Colors: one per label from the Okabe-Ito palette (colorblind-safe; Okabe &
+Ito 2008, "Color Universal Design"), assigned once per report by
+`label_colors` so a label has the same color in every figure.  Capacity and
+reference lines are black/grey, never a label color.
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Mapping
+from typing import Iterator, Mapping
 
 import matplotlib
 
@@ -25,117 +39,312 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 DPI = 150
+"""Resolution of the PNGs (the PDFs are vector)."""
+
+FORMATS = ("png", "pdf")
+"""Every figure is written in these formats, same base name."""
+
+OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000", "#F0E442"]
+"""Okabe-Ito colors, most distinct first (yellow last: faint on white)."""
+
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
+"""Marker per label (second cue besides color, and for more than 8 labels)."""
+
+BANDS = (0.02, 0.05)
+"""Settling bands drawn around the new nominal capacity (fractions), as in the contract."""
+
+PAPER_STYLE = {
+    "font.size": 9, "axes.titlesize": 9, "axes.labelsize": 9, "legend.fontsize": 7.5,
+    "xtick.labelsize": 8, "ytick.labelsize": 8, "axes.grid": True, "grid.alpha": 0.3,
+    "axes.spines.top": False, "axes.spines.right": False, "pdf.fonttype": 42,  # TrueType in PDFs (editable text)
+}
 
 
-def cca_colors(ccas: list[str]) -> dict[str, tuple]:
-    """A stable color per CCA (tab10 order of the sorted names)."""
-    cmap = plt.get_cmap("tab10")
-    return {c: cmap(i % 10) for i, c in enumerate(sorted(ccas))}
+def label_colors(labels) -> dict[str, str]:
+    """A stable color per label: Okabe-Ito in the order of the sorted labels (cycled past 8)."""
+    return {lab: OKABE_ITO[i % len(OKABE_ITO)] for i, lab in enumerate(sorted({str(x) for x in labels}))}
 
 
-def _label(cca: object) -> str:
-    return "unknown" if cca is None or (isinstance(cca, float) and np.isnan(cca)) else str(cca)
+def label_markers(labels) -> dict[str, str]:
+    """A stable marker per label, same order as `label_colors`."""
+    return {lab: MARKERS[i % len(MARKERS)] for i, lab in enumerate(sorted({str(x) for x in labels}))}
 
 
-def plot_throughput(
-    runs: pd.DataFrame, series: Mapping[str, pd.DataFrame], steps: pd.DataFrame, path: Path, title: str
-) -> bool:
-    """Throughput per CCA vs. capacity; returns False (nothing written) if no series."""
-    ccas = sorted({_label(c) for c in runs["cca"]})
-    have = [rid for rid in runs["run_id"] if rid in series and len(series[rid])]
+def label_of(df: pd.DataFrame) -> pd.Series:
+    """The grouping label of each row: ``label`` (contract), else ``cca``."""
+    col = df["label"] if "label" in df.columns else df["cca"]
+    return col.map(lambda v: "unknown" if v is None or v != v else str(v))
+
+
+@contextmanager
+def _style() -> Iterator[None]:
+    with plt.rc_context(PAPER_STYLE):
+        yield
+
+
+def save_figure(fig: plt.Figure, base: Path) -> list[Path]:
+    """Write ``fig`` as base.png and base.pdf (tight layout), close it, return the two paths."""
+    out = []
+    try:
+        for fmt in FORMATS:
+            path = base.with_name(f"{base.name}.{fmt}")
+            fig.savefig(path, format=fmt, dpi=DPI)
+            out.append(path)
+    finally:
+        plt.close(fig)
+    return out
+
+
+def _step_label(step) -> str:
+    return f"step {int(step['step'])} ({step['kind']}): {step['from_mbps']:g} → {step['to_mbps']:g} Mbit/s"
+
+
+def _legend_below(fig: plt.Figure, axes, ncol: int = 4) -> None:
+    """One legend for the figure, below the panels, without duplicate entries."""
+    seen: dict[str, object] = {}
+    for ax in np.ravel(axes):
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(lab, h)
+    if seen:
+        fig.legend(list(seen.values()), list(seen.keys()), loc="lower center", ncol=min(ncol, len(seen)),
+                   frameon=False, bbox_to_anchor=(0.5, 0.0))
+
+
+def plot_timeseries(runs: pd.DataFrame, series: Mapping[str, pd.DataFrame], steps: pd.DataFrame,
+                    colors: Mapping[str, str], base: Path, title: str) -> bool:
+    """Whole-run throughput vs. reference capacity and queueing delay, one row per label.
+
+    Args:
+        runs, steps: one scenario's rows; series: run_id -> series frame
+        (index t_s on the log clock); colors: `label_colors` of the report;
+        base: output path without suffix; title: the scenario name.
+    """
+    labels = sorted(set(label_of(runs)))
+    have = {rid for rid in runs["run_id"] if rid in series and len(series[rid])}
     if not have:
         return False
-    colors = cca_colors(ccas)
-    fig, axes = plt.subplots(len(ccas), 1, figsize=(7.0, 1.0 + 2.0 * len(ccas)), sharex=True, squeeze=False)
     step_times = sorted(set(steps["at_s"].dropna())) if len(steps) else []
-    for ax, cca in zip(axes[:, 0], ccas):
-        sub = runs[runs["cca"].map(_label) == cca]
-        caps = []
-        for k, rid in enumerate(sub["run_id"]):
-            s = series.get(rid)
-            if s is None or not len(s):
-                continue
-            ax.plot(s.index, s["throughput_mbps"], color=colors[cca], lw=0.8, alpha=0.6,
-                    label="throughput (each run)" if k == 0 else None)
-            caps.append(s["capacity_mbps"])
-        if caps:
-            cap = pd.concat(caps, axis=1).mean(axis=1)
-            ax.plot(cap.index, cap.to_numpy(), color="black", lw=1.2, ls="--",
-                    label="capacity (mean over runs)")
-        for i, t in enumerate(step_times):
-            ax.axvline(t, color="gray", lw=0.8, ls=":", label="capacity step" if i == 0 else None)
-        ax.set_ylabel("Mbit/s")
-        ax.set_title(f"{cca} ({len(sub)} run{'s' if len(sub) != 1 else ''})", fontsize=10)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="lower right")
-    axes[-1, 0].set_xlabel("time since trace start (s)")
-    fig.suptitle(f"{title}: throughput (1-RTT bins) vs. link capacity", fontsize=11)
-    _save(fig, path)
+    with _style():
+        fig, axes = plt.subplots(len(labels), 2, figsize=(7.2, 0.6 + 1.7 * len(labels)), sharex=True, sharey="col",
+                                 squeeze=False)
+        for row, lab in zip(axes, labels):
+            ids = [r for r in runs.loc[label_of(runs) == lab, "run_id"] if r in have]
+            for rid in ids:
+                s = series[rid]
+                row[0].plot(s.index, s["throughput_mbps"], color=colors[lab], lw=0.7, alpha=0.7)
+                row[1].plot(s.index, s["queueing_delay_ms"], color=colors[lab], lw=0.7, alpha=0.7)
+            if ids:
+                ref = pd.concat([series[r]["reference_mbps"] for r in ids], axis=1).mean(axis=1)
+                row[0].plot(ref.index, ref.to_numpy(), color="black", lw=1.0, ls="--",
+                            label="reference capacity (mean over runs)")
+            for ax in row:
+                for t in step_times:
+                    ax.axvline(t, color="grey", lw=0.8, ls=":")
+            row[0].set_ylabel("throughput (Mbit/s)")
+            row[1].set_ylabel("queueing delay (ms)")
+            row[0].set_title(f"{lab} ({len(ids)} run{'s' if len(ids) != 1 else ''})", loc="left")
+        for ax in axes[-1]:
+            ax.set_xlabel("time on the link-log clock (s)")
+        axes[0, 0].plot([], [], color="dimgrey", lw=0.7, label="throughput / queueing delay, each run (label color)")
+        axes[0, 0].plot([], [], color="grey", lw=0.8, ls=":", label="capacity step")
+        fig.suptitle(f"{title}: departure throughput vs. capacity, and queueing delay ({_bin_text(series, have)})")
+        fig.tight_layout(rect=(0, 0.06 if len(labels) > 2 else 0.1, 1, 1))
+        _legend_below(fig, axes)
+        save_figure(fig, base)
     return True
 
 
-def plot_transient(steps: pd.DataFrame, path: Path, title: str) -> bool:
-    """Box + strip plots of Normalized Area and convergence time; False if no steps."""
+def _bin_text(series: Mapping[str, pd.DataFrame], ids) -> str:
+    bins = {series[r].attrs.get("bin_s") for r in ids}
+    bins.discard(None)
+    return f"{next(iter(bins)) * 1000:g} ms bins" if len(bins) == 1 else "per-run bins"
+
+
+def zoom_window(step_rows: pd.DataFrame) -> tuple[float, float]:
+    """(start, end) on the log clock of a step's zoomed plot, s.
+
+    From just before the step (15% of the shown transient, at least 0.2 s)
+    to 25% past the slowest convergence point of the converged runs (at
+    least 0.3 s); runs that did not converge have no point and do not
+    stretch the zoom (the plot's titles count them).  When no run converged,
+    the whole step up to its end (``end_s``).  Never past the step's end.
+    """
+    at = float(step_rows["at_s"].min())
+    end = float(step_rows["end_s"].max())
+    conv = step_rows["convergence_point_s"].where(step_rows["converged"].astype(bool)).dropna()
+    slowest = float(conv.max()) if len(conv) else end
+    span = max(slowest - at, 0.2)
+    return at - max(0.15 * span, 0.2), min(slowest + max(0.25 * span, 0.3), end)
+
+
+def plot_step_zoom(runs: pd.DataFrame, series: Mapping[str, pd.DataFrame], step_rows: pd.DataFrame,
+                   colors: Mapping[str, str], base: Path, title: str) -> bool:
+    """Zoom on one step: throughput, reference, 2%/5% bands, convergence points; queueing delay.
+
+    Args:
+        step_rows: the steps-frame rows of ONE step (same scenario, same step
+            index) of all runs; series, colors, base, title: as in
+            `plot_timeseries`.  The x axis is time since the step (s).
+    """
+    rows = step_rows[step_rows["run_id"].isin([r for r in series if len(series[r])])]
+    if not len(rows):
+        return False
+    first = rows.iloc[0]
+    at, to = float(first["at_s"]), float(first["to_mbps"])
+    lo, hi = zoom_window(rows)
+    labels = sorted(set(label_of(rows)))
+    with _style():
+        fig, axes = plt.subplots(len(labels), 2, figsize=(7.2, 0.7 + 1.6 * len(labels)), sharex=True, sharey="col",
+                                 squeeze=False)
+        for row, lab in zip(axes, labels):
+            mine = rows[label_of(rows) == lab]
+            refs = []
+            for k, r in enumerate(mine.itertuples(index=False)):
+                s = series[r.run_id]
+                w = s[(s.index >= lo) & (s.index <= hi)]
+                x = w.index.to_numpy() - at
+                row[0].plot(x, w["throughput_mbps"], color=colors[lab], lw=0.9, alpha=0.75)
+                row[1].plot(x, w["queueing_delay_ms"], color=colors[lab], lw=0.9, alpha=0.75)
+                refs.append(w["reference_mbps"])
+                if bool(r.converged) and np.isfinite(r.convergence_point_s):
+                    tc = float(r.convergence_point_s)
+                    y = float(np.interp(tc, s.index.to_numpy(), s["throughput_mbps"].to_numpy()))
+                    for ax in row:
+                        ax.axvline(tc - at, color=colors[lab], lw=0.8, ls="-.", alpha=0.8)
+                    row[0].plot(tc - at, y, marker="o", ms=6, mfc="white", mec="black", mew=1.0, ls="none",
+                                label="convergence point" if k == 0 else None, zorder=5)
+            if refs:
+                ref = pd.concat(refs, axis=1).mean(axis=1)
+                row[0].plot(ref.index.to_numpy() - at, ref.to_numpy(), color="black", lw=1.1, ls="--",
+                            label="reference capacity", zorder=4)
+            for band, alpha in zip(sorted(BANDS, reverse=True), (0.18, 0.35)):
+                row[0].axhspan(to * (1 - band), to * (1 + band), color="grey", alpha=alpha, lw=0,
+                               label=f"±{band:.0%} of {to:g} Mbit/s")
+            for ax in row:
+                ax.axvline(0, color="grey", lw=0.8, ls=":")
+            n_nc = int((~mine["converged"].astype(bool)).sum())
+            note = f"; {n_nc}/{len(mine)} not converged" if n_nc else ""
+            row[0].set_title(f"{lab} ({len(mine)} runs{note})", loc="left")
+            row[0].set_ylabel("throughput (Mbit/s)")
+            row[1].set_ylabel("queueing delay (ms)")
+        for ax in axes[-1]:
+            ax.set_xlabel("time since the step (s)")
+            ax.set_xlim(lo - at, hi - at)
+        axes[0, 0].plot([], [], color="dimgrey", lw=0.9, label="throughput, each run (label color)")
+        axes[0, 1].plot([], [], color="dimgrey", lw=0.8, ls="-.", label="convergence time, each run")
+        axes[0, 1].plot([], [], color="grey", lw=0.8, ls=":", label="capacity step")
+        fig.suptitle(f"{title}, {_step_label(first)}: zoom on the transient")
+        fig.tight_layout(rect=(0, 0.07 if len(labels) > 2 else 0.12, 1, 1))
+        _legend_below(fig, axes, ncol=3)
+        save_figure(fig, base)
+    return True
+
+
+VIOLIN_METRICS = [
+    ("normalized_area", "Normalized Area (s)"),
+    ("convergence_s", "convergence time (s)\n(converged runs)"),
+    ("peak_queueing_delay_ms", "peak queueing delay (ms)"),
+]
+"""Rows of the violin figure: (steps column, axis label with unit)."""
+
+
+def plot_violins(steps: pd.DataFrame, colors: Mapping[str, str], base: Path, title: str) -> bool:
+    """Violins (runs as dots) of `VIOLIN_METRICS` per label, one column per step of one scenario."""
     if not len(steps):
         return False
-    multi = steps["step"].nunique() > 1
-    steps = steps.assign(_cca=steps["cca"].map(_label))
-    groups = sorted(steps.groupby(["_cca", "step"]), key=lambda g: (g[0][0], g[0][1]))
-    colors = cca_colors(sorted(steps["_cca"].unique()))
-    fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.6))
+    steps = steps.assign(_label=label_of(steps))
+    labels = sorted(steps["_label"].unique())
+    step_ids = sorted(steps["step"].unique())
     rng = np.random.default_rng(0)  # deterministic jitter
-    labels = []
-    for (cca, step), g in groups:
-        n_nc = int((~g["converged"].astype(bool)).sum())
-        lab = f"{cca}\nstep {step}" if multi else cca
-        labels.append(lab + (f"\n({n_nc}/{len(g)} not conv.)" if n_nc else ""))
-    for ax, col, ylabel in (
-        (axes[0], "normalized_area", "Normalized Area (TPCCA)"),
-        (axes[1], "convergence_time_s", "convergence time (s)"),
-    ):
-        data = [g[col].dropna().to_numpy() for _, g in groups]
-        pos = np.arange(1, len(groups) + 1)
-        nonempty = [i for i, d in enumerate(data) if d.size]
-        if nonempty:
-            ax.boxplot([data[i] for i in nonempty], positions=pos[nonempty], widths=0.5,
-                       showfliers=False, medianprops={"color": "black"})
-        for p, d, ((cca, _), _) in zip(pos, data, groups):
-            ax.scatter(p + rng.uniform(-0.15, 0.15, d.size), d, s=12, color=colors[cca], alpha=0.8, zorder=3)
-        ax.set_xticks(pos)
-        ax.set_xticklabels(labels, fontsize=8)
-        ax.set_xlim(0.4, len(groups) + 0.6)
-        ax.set_ylabel(ylabel)
-        ax.grid(axis="y", alpha=0.3)
-    fig.suptitle(f"{title}: transient after each capacity step (one point per run)", fontsize=11)
-    _save(fig, path)
+    with _style():
+        fig, axes = plt.subplots(len(VIOLIN_METRICS), len(step_ids),
+                                 figsize=(max(3.6 * len(step_ids), 5.0), 1.0 + 2.0 * len(VIOLIN_METRICS)),
+                                 squeeze=False, sharex=True)
+        pos = np.arange(len(labels))
+        for j, sid in enumerate(step_ids):
+            st = steps[steps["step"] == sid]
+            axes[0, j].set_title(_step_label(st.iloc[0]))
+            for i, (col, ylabel) in enumerate(VIOLIN_METRICS):
+                ax = axes[i, j]
+                any_values = pd.to_numeric(st[col] if col in st else pd.Series(dtype=float),
+                                           errors="coerce").notna().any()
+                for p, lab in zip(pos, labels):
+                    g = st[st["_label"] == lab]
+                    vals = g[col] if col in g else pd.Series(dtype=float)
+                    if col == "convergence_s":
+                        vals = vals.where(g["converged"].astype(bool))
+                    v = pd.to_numeric(vals, errors="coerce").dropna().to_numpy()
+                    if v.size >= 2 and np.ptp(v) > 0:
+                        parts = ax.violinplot(v, positions=[p], widths=0.7, showextrema=False, showmedians=True)
+                        for body in parts["bodies"]:
+                            body.set_facecolor(colors[lab])
+                            body.set_edgecolor(colors[lab])
+                            body.set_alpha(0.35)
+                        parts["cmedians"].set_color("black")
+                    ax.scatter(p + rng.uniform(-0.12, 0.12, v.size), v, s=10, color=colors[lab], zorder=3,
+                               edgecolor="black", linewidth=0.3)
+                    missing = len(g) - v.size
+                    if missing and any_values:
+                        why = "not conv." if col == "convergence_s" else "n/a"
+                        ax.annotate(f"{missing}/{len(g)}\n{why}", (p, 0), xycoords=("data", "axes fraction"),
+                                    xytext=(0, 2), textcoords="offset points", ha="center", va="bottom",
+                                    fontsize=6.5, color="dimgrey")
+                if not any_values:
+                    ax.set_yticks([])
+                    ax.text(0.5, 0.5, "no values for this step", transform=ax.transAxes, ha="center",
+                            va="center", color="dimgrey")
+                if j == 0:
+                    ax.set_ylabel(ylabel)
+                ax.set_xticks(pos)
+                ax.set_xticklabels(labels, rotation=25, ha="right")
+                ax.set_xlim(-0.6, len(labels) - 0.4)
+                ax.grid(axis="x", visible=False)
+        fig.suptitle(f"{title}: per-step transient metrics across runs (violins; dots: runs; bar: median)")
+        fig.tight_layout()
+        save_figure(fig, base)
     return True
 
 
-def plot_tradeoff(runs: pd.DataFrame, path: Path, title: str) -> bool:
-    """Throughput vs. p95 per-packet queueing delay scatter; False if no data."""
+def plot_plane(runs: pd.DataFrame, summary: pd.DataFrame | None, colors: Mapping[str, str], base: Path,
+               title: str) -> bool:
+    """Throughput vs. p95 queueing delay per run; per label the median with its 95% CI; delay axis reversed.
+
+    Args:
+        runs: one scenario's runs; summary: `transient.stats.run_summary`
+            rows of that scenario (for the medians and CIs; None: medians
+            only, from the runs).
+    """
     data = runs.dropna(subset=["throughput_mbps", "p95_queueing_delay_ms"])
     if not len(data):
         return False
-    data = data.assign(_cca=data["cca"].map(_label))
-    colors = cca_colors(sorted(data["_cca"].unique()))
-    fig, ax = plt.subplots(figsize=(5.5, 4.0))
-    for cca, g in sorted(data.groupby("_cca"), key=lambda x: x[0]):
-        ax.scatter(g["p95_queueing_delay_ms"], g["throughput_mbps"], s=18, color=colors[cca], alpha=0.7, label=cca)
-        ax.scatter(g["p95_queueing_delay_ms"].mean(), g["throughput_mbps"].mean(), s=90, marker="X",
-                   color=colors[cca], edgecolor="black", linewidth=0.8, zorder=3)
-    ax.invert_xaxis()  # less delay to the right: better is up and right
-    ax.set_xlabel("95th-percentile per-packet queueing delay (ms)")
-    ax.set_ylabel("throughput (Mbit/s)")
-    ax.set_title(f"{title}: throughput vs. delay (dots: runs, X: mean)", fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    _save(fig, path)
+    data = data.assign(_label=label_of(data))
+    markers = label_markers(colors)
+    with _style():
+        fig, ax = plt.subplots(figsize=(4.8, 3.6))
+        for lab, g in sorted(data.groupby("_label"), key=lambda x: x[0]):
+            ax.scatter(g["p95_queueing_delay_ms"], g["throughput_mbps"], s=14, color=colors[lab], alpha=0.45,
+                       marker=markers.get(lab, "o"), linewidth=0)
+            x, xerr = _median_ci(summary, lab, "p95_queueing_delay_ms", g)
+            y, yerr = _median_ci(summary, lab, "throughput_mbps", g)
+            ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt=markers.get(lab, "o"), ms=7, color=colors[lab],
+                        mec="black", mew=0.7, capsize=2.5, lw=1.0, label=lab, zorder=4)
+        ax.invert_xaxis()  # less delay to the right: better is up and right
+        ax.set_xlabel("p95 per-packet queueing delay (ms; reversed axis)")
+        ax.set_ylabel("throughput (Mbit/s)")
+        ax.set_title(f"{title}: throughput vs. delay\n(faint: runs; marker + bars: median, bootstrap 95% CI)")
+        ax.legend(loc="best", frameon=False)
+        fig.tight_layout()
+        save_figure(fig, base)
     return True
 
 
-def _save(fig: plt.Figure, path: Path) -> None:
-    try:
-        fig.tight_layout()
-        fig.savefig(path, dpi=DPI, format="png")
-    finally:
-        plt.close(fig)
+def _median_ci(summary: pd.DataFrame | None, label: str, metric: str, g: pd.DataFrame):
+    """(median, asymmetric error bar [[below], [above]] or None) of ``metric`` for ``label``."""
+    if summary is not None and len(summary):
+        row = summary[(summary["label"] == label) & (summary["metric"] == metric)]
+        if len(row):
+            r = row.iloc[0]
+            if np.isfinite(r["ci_low"]) and np.isfinite(r["ci_high"]):
+                return r["median"], [[r["median"] - r["ci_low"]], [r["ci_high"] - r["median"]]]
+            return r["median"], None
+    return float(g[metric].median()), None

@@ -1,8 +1,24 @@
-"""Write a results report: runs.csv, steps.csv, plots/*.png and report.html.
+"""One HTML page comparing CCAs (labels: CCA + parameters) across scenarios, with tables and figures.
 
-Everything is first written into a temporary directory next to the outputs
-and only then renamed into place (report.html last), so a failure leaves
-either the previous report or none, never half a file.
+Output directory layout (``write_report``)::
+
+    report.html           the page (written last)
+    runs.csv, steps.csv   the analysis tables as given (TRANSIENT-CONTRACT columns first)
+    summary_runs.csv      per label x scenario: median, IQR, bootstrap 95% CI of each run metric
+    summary_steps.csv     per label x scenario x step: the same for each step metric (+ convergence counts)
+    plots/NAME.png        every figure for the page ...
+    plots/NAME.pdf        ... and the same figure as a PDF for a paper
+
+Atomicity: all figures are rendered into a temporary directory inside the
+output directory first; only when everything rendered are they moved into
+``plots/`` (``os.replace``), then the tables and finally report.html are
+written with `transient.atomic.write_atomic`.  A failure while rendering
+leaves the previous report (or none) untouched; no reader ever sees half a
+file.
+
+Statistics and rounding come from `transient.stats` (median, IQR, seeded
+percentile-bootstrap CI of the median; figures printed to the digits their
+interval supports); figures from `transient.plots`.
 """
 
 from __future__ import annotations
@@ -17,138 +33,353 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 import jinja2
-from markupsafe import Markup
+import numpy as np
 import pandas as pd
+from markupsafe import Markup, escape
 
-from . import plots
-from .analyze import RUN_COLUMNS, STEP_COLUMNS
+from . import plots, stats
+from .atomic import write_atomic
 
-SUMMARY_METRICS = [
-    ("throughput_mbps", "throughput (Mbit/s)"),
-    ("utilization", "utilization"),
-    ("p95_queueing_delay_ms", "p95 queueing delay (ms)"),
-    ("p95_signal_delay_ms", "p95 signal delay (ms)"),
-    ("power_score", "power score"),
-    ("convergence_time_s", "convergence time (s)"),
-    ("normalized_area", "Normalized Area"),
-    ("steady_utilization", "steady utilization"),
-]
-"""(column, label) of the per-CCA summary table."""
+RUN_KEY_COLUMNS = ["run_id", "cca", "cca_params", "label", "run", "scenario", "method"]
+"""Run-frame columns the report needs besides the metrics (contract names; missing ones become NaN)."""
+
+STEP_KEY_COLUMNS = ["run_id", "cca", "cca_params", "label", "run", "scenario", "method", "step", "kind", "at_s",
+                    "end_s", "from_mbps", "to_mbps", "converged", "convergence_point_s", "response_class"]
+"""Step-frame columns the report needs besides the metrics (contract names)."""
+
+SERIES_COLUMNS = ["throughput_mbps", "capacity_mbps", "reference_mbps", "queueing_delay_ms", "drops"]
+"""Columns of a run's series the figures draw (contract names; missing ones become NaN)."""
+
+OVERVIEW_RUN_METRICS = ["throughput_mbps", "p95_queueing_delay_ms", "power_score"]
+"""Run metrics of the cross-scenario overview table."""
+
+OVERVIEW_STEP_METRICS = ["convergence_s", "normalized_area", "peak_queueing_delay_ms"]
+"""Step metrics of the cross-scenario overview table."""
 
 METRIC_NOTES = [
-    ("capacity, throughput, utilization",
-     "Sum of bytes of delivery opportunities (#) and of departures (-) x 8 / (last - first event time); "
-     "utilization = throughput / capacity. Source: mahimahi mm-throughput-graph."),
-    ("p95 per-packet queueing delay",
-     "sorted(delays)[int(0.95 N)] over the link delay of every departed packet (queueing + transmission, "
-     "no propagation). Source: mahimahi mm-throughput-graph."),
-    ("p95 signal delay",
-     "Minimum time for a message created at time t to reach the receiver, per millisecond of sending time "
-     "(ms without a departure inherit the next ms's value + 1); 95th percentile over ms. "
-     "Source: mahimahi mm-throughput-graph / Sprout (NSDI'13)."),
-    ("power score",
-     "throughput (Mbit/s) / p95 signal delay (s): the score of the mahimahi-based congestion-control contest "
-     "(MIT 6.829); Kleinrock's power."),
-    ("converged, convergence time",
-     "TPCCA steady-state detector (SIGCOMM'21 poster, github BobAnkh/TPCCA) on the departure throughput in "
-     "1-RTT bins: three 10-RTT windows starting 4 RTT apart; steady when the variance of their means and of "
-     "their variances are both <= 0.02 (Mbit/s units). Convergence point = middle of the middle window; "
-     "convergence time is measured from the capacity step. Unlike TPCCA, a run that never becomes steady "
-     "is reported as not converged (NaN), not as bin 40. As in TPCCA, a plateau at the wrong level (even a "
-     "silent sender) counts as steady: compare steady_level_mbps in steps.csv with the step's to_mbps."),
-    ("Normalized Area",
-     "(12 / B) x sum over bins before convergence of |B - throughput| x bin width, divided by the time from "
-     "the step to convergence; B = nominal new capacity (Mbit/s). Source: TPCCA. Lower is better."),
+    ("capacity, throughput, utilization (per run)",
+     "Bytes of all delivery opportunities (#) and of all departures (-) x 8 / (last - first event time); "
+     "utilization = throughput / capacity.", "mahimahi mm-throughput-graph"),
+    ("p95 queueing delay (per run)",
+     "sorted(delays)[int(0.95 N)] over the per-packet link delay of every departure (queueing + transmission, "
+     "no propagation).", "mahimahi mm-throughput-graph"),
+    ("p95 signal delay (per run)",
+     "Minimum time for a message created at time t to reach the receiver, per ms of sending time (an ms "
+     "without a departure inherits the next ms's value + 1); 95th percentile over ms.",
+     "mahimahi mm-throughput-graph; Sprout (Winstein et al., NSDI 2013)"),
+    ("power score (per run)", "throughput (Mbit/s) / p95 signal delay (s); Kleinrock's power.",
+     "the mahimahi-based congestion-control contest (MIT 6.829)"),
+    ("converged, convergence time (per step)",
+     "Seconds from the step to the convergence point (the analysis' method below says how that point is "
+     "found). Summarised over converged runs only; runs that did not converge are counted (\"k/n "
+     "converged\"), never given a number.",
+     "method ccplab: departures against the reference capacity (the offered capacity, smoothed like the "
+     "throughput), stable and inside a band of it; method tpcca: the TPCCA reference detector, faults kept"),
+    ("Normalized Area (per step)",
+     "The throughput's gap to the capacity during the transient. tpcca: (12 / B) x sum |B - x_i| dt / "
+     "(t_s - t_0) (B = nominal new capacity, Mbit/s; dividing by the convergence time rewards slow "
+     "convergence). ccplab: gap area (Mbit) / |delta B| (Mbit/s) = seconds of a whole step lost, comparable "
+     "across rates and never rewarding slow convergence. Lower is better.",
+     "TPCCA poster (SIGCOMM 2021, github BobAnkh/TPCCA); ccplab issue 6"),
+    ("gap area", "Integral of |reference - throughput| dt from the step to convergence (Mbit).", "ccplab"),
     ("steady throughput, steady utilization",
-     "Mean departure throughput from the convergence point to the end of the step (next step or run end), "
-     "or over the last half of the step if it never converged (steady_basis = last-half); divided by the "
-     "capacity measured from delivery opportunities in the same bins."),
+     "Mean departure throughput after convergence to the step's end; divided by the capacity offered in the "
+     "same bins.", "ccplab"),
+    ("rise time, peak time, overshoot, settling time",
+     "Rise time: 10% to 90% of the step; peak time: step to the throughput's maximum; overshoot: 100 (peak - "
+     "B) / |delta B| %; settling time: last exit from the 2% (and 5%) band around the new capacity. For a "
+     "second-order system: PO = 100 exp(-zeta pi / sqrt(1 - zeta^2)), t_p = pi / (w_n sqrt(1 - zeta^2)), "
+     "2% settling time about 4 / (zeta w_n).",
+     "Ogata, Modern Control Engineering, ch. 5; project FIELD-NOTES (transient performance)"),
+    ("damping ratio, natural frequency, fit R², response class",
+     "zeta and w_n (rad/s) of a second-order step response fitted to the throughput (scipy least squares); "
+     "R² of that fit; class: underdamped (zeta < 1), critically damped (zeta = 1), overdamped (zeta > 1), "
+     "undamped (limit cycle), or not second-order when the fit is poor. Logarithmic decrement: zeta = delta / "
+     "sqrt(4 pi^2 + delta^2).", "Ogata, ch. 5; project FIELD-NOTES"),
+    ("peak queueing delay, standing queue, drain time, drops (per step)",
+     "Delay side of a step (a step down is scored by these): peak queueing delay above the base RTT during "
+     "the transient; the queue left standing after convergence (packets and ms); time until the queue "
+     "drains back to its steady level; packets dropped during the transient.", "ccplab issue 6"),
+    ("statistics",
+     f"Per label x scenario (x step): median, interquartile range (25th-75th percentile), and a "
+     f"{stats.CONFIDENCE:.0%} confidence interval of the median by the {stats.CI_METHOD} bootstrap "
+     f"(scipy.stats.bootstrap, {stats.N_RESAMPLES} resamples, seeded; BCa is unstable for medians of few "
+     "runs). Cells read \"median [CI low, CI high]\", rounded to the digits the interval supports (its "
+     "width's first significant digit, second when that digit is 1); below: IQR and n (values / runs).",
+     "Efron & Tibshirani, An Introduction to the Bootstrap (1993), ch. 13"),
 ]
+"""(metric, definition, source) listed on the page."""
 
-_TEMPLATE = jinja2.Template(
+_TEMPLATE = jinja2.Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True).from_string(
     """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
-<title>Transient performance report</title>
+<title>Transient performance: {{ labels|join(", ") }}</title>
 <style>
-body { font-family: sans-serif; max-width: 1100px; margin: 2em auto; color: #222; }
-table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.85em; }
-th, td { border: 1px solid #ccc; padding: 3px 7px; text-align: right; }
-th { background: #f0f0f0; } td.t { text-align: left; }
-img { max-width: 100%; margin: 0.5em 0; } dt { font-weight: bold; margin-top: 0.5em; }
+body { font-family: system-ui, sans-serif; max-width: 1150px; margin: 1.5em auto; padding: 0 1em; color: #222; }
+h1 { font-size: 1.5em; } h2 { border-bottom: 2px solid #ddd; padding-bottom: 0.2em; margin-top: 2em; }
+h3 { margin-top: 1.6em; }
+table { border-collapse: collapse; margin: 0.5em 0 1.2em; font-size: 0.82em; }
+th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; vertical-align: top; white-space: nowrap; }
+th { background: #f2f2f2; } td.m, th.m { text-align: left; }
+td small { color: #666; } th .sw { display: inline-block; width: 0.8em; height: 0.8em; margin-right: 0.3em; }
+figure { margin: 1em 0; } img { max-width: 100%; border: 1px solid #eee; }
+figcaption { font-size: 0.85em; color: #444; } figcaption a { color: #666; }
+dt { font-weight: bold; margin-top: 0.6em; } dd { margin-left: 1.5em; } dd i { color: #555; }
+.meta { color: #444; } nav ul { columns: 2; font-size: 0.9em; } .warn { color: #a40; }
 </style></head><body>
-<h1>Transient performance report</h1>
-<p>Results: <code>{{ source }}</code>. Generated {{ generated }}. {{ n_runs }} run(s), {{ n_steps }} step record(s).
-Tables: <a href="runs.csv">runs.csv</a>, <a href="steps.csv">steps.csv</a>.</p>
-{% if errors %}<h2>Runs not analysed</h2><ul>{% for p, e in errors %}<li><code>{{ p }}</code>: {{ e }}</li>{% endfor %}</ul>{% endif %}
+<h1>Transient performance of congestion control: {{ labels|length }} CCA configuration(s) across
+{{ scenarios|length }} scenario(s)</h1>
+<p class="meta">Sources: {% for s in sources %}<code>{{ s }}</code>{{ ", " if not loop.last }}{% endfor %}.
+Analysis method: <b>{{ methods|join(", ") }}</b>. {{ n_runs }} run(s), {{ n_steps }} step record(s).
+Generated {{ generated }}.<br>
+Tables: <a href="runs.csv">runs.csv</a>, <a href="steps.csv">steps.csv</a>,
+<a href="summary_runs.csv">summary_runs.csv</a>, <a href="summary_steps.csv">summary_steps.csv</a>.
+Every figure is also a PDF (link under it). Cells: median [{{ ci_text }}], IQR and n below.</p>
+{% if errors %}<h2 class="warn">Runs not analysed</h2><ul>{% for p, e in errors %}<li><code>{{ p }}</code>: {{ e }}</li>{% endfor %}</ul>{% endif %}
+<nav><b>Contents</b><ul>
+<li><a href="#overview">Overview across scenarios</a></li>
+{% for sc in scenarios %}<li><a href="#{{ sc.anchor }}">Scenario {{ sc.name }}</a>: {% for st in sc.steps %}<a href="#{{ st.anchor }}">step {{ st.index }}</a>{{ ", " if not loop.last }}{% endfor %}</li>
+{% endfor %}<li><a href="#metrics">Metric definitions and sources</a></li>
+{% if tpcca %}<li><a href="#tpcca">TPCCA faults kept</a></li>{% endif %}
+<li><a href="#runs">Per-run results</a></li></ul></nav>
+
+<h2 id="overview">Overview across scenarios</h2>
+{{ overview }}
 {% for sc in scenarios %}
-<h2>Scenario {{ sc.name }}</h2>
-<h3>Summary per CCA (mean &plusmn; std over runs)</h3>
-<table><tr><th>CCA</th><th>runs</th><th>converged</th>{% for _, label in metrics %}<th>{{ label }}</th>{% endfor %}</tr>
-{% for row in sc.summary %}<tr><td class="t">{{ row.cca }}</td><td>{{ row.n }}</td><td>{{ row.converged }}</td>{% for v in row.cells %}<td>{{ v }}</td>{% endfor %}</tr>
-{% endfor %}</table>
-{% for img, caption in sc.images %}<figure><img src="{{ img }}" alt="{{ caption }}"><figcaption>{{ caption }}</figcaption></figure>
+<h2 id="{{ sc.anchor }}">Scenario {{ sc.name }}</h2>
+<p class="meta">{{ sc.description }}</p>
+<h3>Whole runs</h3>
+{{ sc.table }}
+{% for fig in sc.figures %}{{ fig }}{% endfor %}
+{% for st in sc.steps %}
+<h3 id="{{ st.anchor }}">{{ st.title }}</h3>
+{{ st.table }}
+{% for fig in st.figures %}{{ fig }}{% endfor %}
 {% endfor %}
 {% endfor %}
-<h2>Per-run results</h2>
-<table><tr>{% for c in run_cols %}<th>{{ c }}</th>{% endfor %}</tr>
-{% for row in run_rows %}<tr>{% for v in row %}<td{% if loop.index <= 4 %} class="t"{% endif %}>{{ v }}</td>{% endfor %}</tr>
-{% endfor %}</table>
-<h2>Metrics</h2><dl>
-{% for name, text in notes %}<dt>{{ name }}</dt><dd>{{ text }}</dd>
+<h2 id="metrics">Metric definitions and sources</h2><dl>
+{% for name, text, source in notes %}<dt>{{ name }}</dt><dd>{{ text }} <i>Source: {{ source }}.</i></dd>
 {% endfor %}</dl>
+{% if tpcca %}<h2 id="tpcca">TPCCA faults kept (method tpcca)</h2>
+<p>Runs analysed with <code>--method tpcca</code> reproduce the TPCCA reference analysis exactly, including these
+known faults (use the default method <code>ccplab</code> for the corrected analysis):</p>
+{% if tpcca_faults %}<ol>{% for f in tpcca_faults %}<li>{{ f }}</li>{% endfor %}</ol>
+{% else %}<p class="warn">The analysis did not list the faults it kept.</p>{% endif %}{% endif %}
+<h2 id="runs">Per-run results</h2>
+<details><summary>{{ n_runs }} runs (click to open)</summary>
+{{ run_table }}
+</details>
 </body></html>
-""",
-    autoescape=True,
-)
-
-_RUN_TABLE_COLUMNS = [
-    "cca", "scenario", "run", "run_id", "throughput_mbps", "utilization", "p95_queueing_delay_ms",
-    "p95_signal_delay_ms", "power_score", "converged", "convergence_time_s", "normalized_area",
-    "steady_utilization",
-]
+""")
 
 
-def _fmt(v: object) -> str:
-    if v is None or v is pd.NA:
-        return ""
-    if isinstance(v, float):
-        if math.isnan(v):
-            return "NaN"
-        return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
-    return str(v)
+# ------------------------------------------------------------------ inputs
 
 
-def _mean_std(values: pd.Series) -> str:
-    v = pd.to_numeric(values, errors="coerce").dropna()
-    if v.empty:
-        return "NaN"
-    if len(v) == 1:
-        return _fmt(float(v.iloc[0]))
-    mean, std = float(v.mean()), float(v.std(ddof=1))
-    if std <= 1e-9 * max(abs(mean), 1e-12):  # identical runs: show 0, not float noise
-        std = 0.0
-    return f"{_fmt(mean)} &plusmn; {_fmt(std)}"
+def _with_columns(df: pd.DataFrame, cols: Sequence[str]) -> pd.DataFrame:
+    """``df`` with every column of ``cols`` present (missing -> NaN); label falls back to cca + params."""
+    df = df.copy()
+    for c in cols:
+        if c not in df.columns:
+            df[c] = np.nan
+    if df["label"].isna().any():
+        params = df["cca_params"].astype(object).map(lambda p: f" {p}" if isinstance(p, str) and p else "")
+        fallback = df["cca"].astype(str) + params
+        df["label"] = df["label"].astype(object).where(df["label"].notna(), fallback)
+    df["label"] = df["label"].astype(str)
+    df["scenario"] = df["scenario"].map(lambda s: "unnamed" if s is None or s != s else str(s))
+    return df
 
 
-def summary_by_cca(runs: pd.DataFrame) -> list[dict]:
-    """Rows of the per-CCA summary of one scenario (mean +- sample std over runs)."""
-    out = []
-    labels = runs["cca"].map(plots._label)
-    for cca, g in sorted(runs.groupby(labels), key=lambda x: x[0]):
-        conv = g["converged"].dropna()
-        out.append(
-            {
-                "cca": cca,
-                "n": len(g),
-                "converged": f"{int(conv.astype(bool).sum())}/{len(conv)}" if len(conv) else "n/a",
-                "cells": [Markup(_mean_std(g[c])) for c, _ in SUMMARY_METRICS],
-            }
-        )
+def _series_with_columns(s: pd.DataFrame) -> pd.DataFrame:
+    """A run's series with every `SERIES_COLUMNS` column (missing -> NaN), its attrs (bin_s) kept."""
+    if all(c in s.columns for c in SERIES_COLUMNS):
+        return s
+    out = s.reindex(columns=list(s.columns) + [c for c in SERIES_COLUMNS if c not in s.columns])
+    out.attrs.update(s.attrs)
     return out
 
 
-def _slug(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "scenario"
+def combine(analyses: Sequence[tuple[str, object]]):
+    """Concatenate several analyses (``(source name, transient.Analysis)``) into one Analysis.
+
+    With more than one source, every run_id (in runs, steps, series keys and
+    errors) is prefixed with ``"<source name>/"`` so runs of different
+    directories never collide; with one source nothing changes.
+
+    Raises:
+        ValueError: no analyses, or two sources with the same name.
+    """
+    from . import Analysis
+
+    if not analyses:
+        raise ValueError("combine: no analyses given")
+    names = [n for n, _ in analyses]
+    if len(set(names)) != len(names):
+        raise ValueError(f"combine: source names must differ, got {names}")
+    if len(analyses) == 1:
+        return analyses[0][1]
+    runs, steps, series, errors = [], [], {}, []
+    for name, a in analyses:
+        prefix = f"{name}/"
+        runs.append(a.runs.assign(run_id=prefix + a.runs["run_id"].astype(str)))
+        steps.append(a.steps.assign(run_id=prefix + a.steps["run_id"].astype(str)) if len(a.steps) else a.steps)
+        series.update({prefix + str(k): v for k, v in a.series.items()})
+        errors.extend((f"{prefix}{p}", e) for p, e in a.errors)
+    combined = pd.concat(runs, ignore_index=True)
+    faults = [f for _, a in analyses for f in (a.runs.attrs.get("tpcca_faults") or [])]
+    combined.attrs = {"tpcca_faults": list(dict.fromkeys(faults))} if faults else {}
+    return Analysis(combined, pd.concat(steps, ignore_index=True), series, errors)
+
+
+def source_names(paths: Sequence[Path]) -> list[str]:
+    """Short distinct names of input paths: the last component, more parents while two are equal."""
+    paths = [Path(p).resolve() for p in paths]
+    for depth in range(1, max(len(p.parts) for p in paths) + 1):
+        names = ["/".join(p.parts[-depth:]) for p in paths]
+        if len(set(names)) == len(names):
+            return names
+    return [f"{i}-{p.name}" for i, p in enumerate(paths)]  # the same path twice
+
+
+def report_paths(paths: Sequence[str | Path], out: str | Path | None = None, *, method: str | None = None,
+                 **kwargs) -> Path:
+    """``ccplab report``: analyse each path, combine them and write one report.
+
+    Args:
+        paths: results directories, run directories (or link logs), one or
+            more; each is analysed with ``transient.analyze_all(path,
+            on_error="skip")`` (runs that fail are listed on the page).
+        out: output directory (default: the first path, or its directory when
+            it is a file).
+        method: the analysis method ("ccplab" or "tpcca"), passed to
+            analyze_all; None: its default.
+        **kwargs: passed to `write_report`.
+
+    Returns:
+        Path of report.html.
+
+    Raises:
+        transient.AnalysisError: a path does not exist or holds no run.
+        ValueError: no paths.
+    """
+    from .analyze import analyze_all
+    from .errors import AnalysisError
+
+    paths = [Path(p) for p in paths]
+    if not paths:
+        raise ValueError("report_paths: no paths given")
+    for p in paths:
+        if not p.exists():
+            raise AnalysisError(f"{p}: no such file or directory")
+    extra = {"method": method} if method is not None else {}
+    analyses = [(name, analyze_all(p, on_error="skip", **extra)) for name, p in zip(source_names(paths), paths)]
+    a = combine(analyses)
+    if out is None:
+        out = paths[0] if paths[0].is_dir() else paths[0].parent
+    return write_report(out, a.runs, a.steps, a.series, errors=a.errors, source=[str(p) for p in paths], **kwargs)
+
+
+# ------------------------------------------------------------------ tables
+
+
+def _cell(row: pd.Series | None) -> Markup:
+    """A summary row as 'median [CI]' with 'IQR [q1, q3] · n' below, rounded by `stats.format_estimate`."""
+    if row is None or row["n_valid"] == 0:
+        n = 0 if row is None else int(row["n"])
+        return Markup(f"n/a<br><small>0/{n} values</small>") if n else Markup("")
+    main = stats.format_estimate(row["median"], row["ci_low"], row["ci_high"])
+    iqr = stats.format_interval(row["q1"], row["q3"], like=(row["median"], row["ci_low"], row["ci_high"]))
+    n = f"n={int(row['n_valid'])}" + (f"/{int(row['n'])}" if row["n_valid"] != row["n"] else "")
+    return Markup(f"{escape(main)}<br><small>IQR {escape(iqr)} · {n}</small>")
+
+
+def _table(header: Sequence[Markup | str], rows: Sequence[Sequence[Markup | str]], first_left: int = 1) -> Markup:
+    """An HTML table; the first ``first_left`` columns are left-aligned (names), the rest right (numbers)."""
+    def cell(tag: str, i: int, v: Markup | str) -> str:
+        cls = ' class="m"' if i < first_left else ""
+        return f"<{tag}{cls}>{v if isinstance(v, Markup) else escape(v)}</{tag}>"
+
+    out = ["<table><tr>" + "".join(cell("th", i, h) for i, h in enumerate(header)) + "</tr>"]
+    out += ["<tr>" + "".join(cell("td", i, v) for i, v in enumerate(r)) + "</tr>" for r in rows]
+    return Markup("\n".join(out) + "</table>")
+
+
+def _label_header(label: str, colors: Mapping[str, str]) -> Markup:
+    return Markup(f'<span class="sw" style="background:{colors[label]}"></span>{escape(label)}')
+
+
+def _metric_rows(summary: pd.DataFrame, labels: Sequence[str], metrics: Sequence[tuple[str, str]]) -> list:
+    """Rows metric x columns label of one scenario (or one step) summary."""
+    idx = {(r["label"], r["metric"]): r for _, r in summary.iterrows()}
+    rows = []
+    for metric, name in metrics:
+        cells = [_cell(idx.get((lab, metric))) for lab in labels]
+        if any(str(c) for c in cells) and any(
+                idx.get((lab, metric)) is not None and idx[(lab, metric)]["n_valid"] > 0 for lab in labels):
+            rows.append([name, *cells])
+    return rows
+
+
+def _class_counts(steps: pd.DataFrame) -> str:
+    counts = steps["response_class"].dropna().value_counts()
+    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "n/a"
+
+
+def _figure(name: str, caption: str) -> Markup:
+    return Markup(f'<figure><img src="plots/{escape(name)}.png" alt="{escape(caption)}">'
+                  f'<figcaption>{escape(caption)} <a href="plots/{escape(name)}.pdf">PDF</a></figcaption></figure>')
+
+
+def _slug(*parts: object) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", "-".join(str(p) for p in parts)).strip("_") or "x"
+
+
+def _scenario_description(runs: pd.DataFrame) -> str:
+    first = runs.iloc[0]
+    bits = []
+    for col, fmt in (("trace_kind", "trace {}"), ("rtt_ms", "RTT {:g} ms"), ("queue_packets", "droptail {:g} packets"),
+                     ("duration_s", "{:g} s runs")):
+        v = first.get(col)
+        if v is not None and v == v:
+            bits.append(fmt.format(v))
+    per = runs.groupby("label").size()
+    bits.append("runs per CCA: " + ", ".join(f"{k} {v}" for k, v in per.items()))
+    return "; ".join(bits) + "."
+
+
+def _overview(run_sum: pd.DataFrame, step_sum: pd.DataFrame, labels: Sequence[str], scen_names: Sequence[str],
+              colors: Mapping[str, str]) -> Markup:
+    """Rows label x columns (scenario, metric): the headline figures of every scenario side by side."""
+    names = dict(stats.RUN_METRICS) | dict(stats.STEP_METRICS)
+    cols = []  # (header, getter(label) -> row or None)
+    for sc in scen_names:
+        rs = run_sum[run_sum["scenario"] == sc]
+        for m in OVERVIEW_RUN_METRICS:
+            cols.append((f"{sc}: {names[m]}", rs, None, m))
+        ss = step_sum[step_sum["scenario"] == sc]
+        for sid in sorted(ss["step"].unique()):
+            for m in OVERVIEW_STEP_METRICS:
+                sub = ss[(ss["step"] == sid) & (ss["metric"] == m)]
+                if len(sub) and sub["n_valid"].sum() > 0:
+                    cols.append((f"{sc}, step {int(sid)}: {names[m]}", ss, sid, m))
+    rows = []
+    for lab in labels:
+        cells = []
+        for _, frame, sid, m in cols:
+            sel = (frame["label"] == lab) & (frame["metric"] == m)
+            if sid is not None:
+                sel &= frame["step"] == sid
+            hit = frame[sel]
+            cells.append(_cell(hit.iloc[0] if len(hit) else None))
+        rows.append([_label_header(lab, colors), *cells])
+    # Transposed (columns = labels) reads better when there are many scenario x metric columns.
+    header = ["", *[_label_header(lab, colors) for lab in labels]]
+    body = [[Markup(escape(h))] + [r[i + 1] for r in rows] for i, (h, *_rest) in enumerate(cols)]
+    return _table(header, body)
+
+
+# ------------------------------------------------------------------ report
 
 
 def write_report(
@@ -158,73 +389,139 @@ def write_report(
     series: Mapping[str, pd.DataFrame] | None = None,
     *,
     errors: Sequence[tuple[str, str]] = (),
-    source: str | None = None,
+    source: str | Sequence[str] | None = None,
+    tpcca_faults: Sequence[str] | None = None,
+    n_resamples: int = stats.N_RESAMPLES,
 ) -> Path:
-    """Write runs.csv, steps.csv, plots/*.png and report.html into ``results_dir``.
+    """Write report.html, the tables and plots/*.png + *.pdf into ``results_dir``.
 
     Args:
         results_dir: output directory (created if missing).
-        runs_df, steps_df: the tables from `transient.analyze.analyze_results`.
-        series: run_id -> rate series (`Analysis.series`); without it the
-            throughput-over-time figure is left out.
-        errors: (path, message) of runs that could not be analysed, listed
-            in the report.
-        source: what to call the analysed input in the report (default
-            results_dir).
+        runs_df, steps_df, series: `transient.Analysis` frames (TRANSIENT-CONTRACT
+            columns; an absent column is treated as missing values, a missing
+            ``label`` as ``cca`` + ``cca_params``).  ``series`` None or empty:
+            no time-series or zoom figures.
+        errors: (path, message) of runs that could not be analysed, listed.
+        source: what was analysed (one name or several) for the page header
+            (default: results_dir).
+        tpcca_faults: the TPCCA faults the tpcca method kept, listed when a
+            run's method is tpcca (default: ``runs_df.attrs["tpcca_faults"]``).
+        n_resamples: bootstrap resamples (`transient.stats.summarize`).
 
     Returns:
         Path of report.html.
 
     Raises:
-        ValueError: runs_df lacks the expected columns or is empty.
+        ValueError: runs_df is empty or lacks run_id / scenario / cca.
     """
     missing = [c for c in ("run_id", "cca", "scenario") if c not in runs_df.columns]
     if missing:
-        raise ValueError(f"runs table lacks columns {missing}")
+        raise ValueError(f"runs table lacks columns {missing}; has {list(runs_df.columns)}")
     if runs_df.empty:
         raise ValueError("runs table is empty: nothing to report")
     out = Path(results_dir)
     out.mkdir(parents=True, exist_ok=True)
-    series = series or {}
+    series = {k: _series_with_columns(v) for k, v in (series or {}).items()}
+    runs = _with_columns(runs_df, RUN_KEY_COLUMNS + [m for m, _ in stats.RUN_METRICS])
+    steps = _with_columns(steps_df, STEP_KEY_COLUMNS + [m for m, _ in stats.STEP_METRICS])
+    steps["converged"] = steps["converged"].map(lambda v: bool(v) if v is not None and v == v else False)
+    run_sum = stats.run_summary(runs, n_resamples=n_resamples)
+    step_sum = stats.step_summary(steps, n_resamples=n_resamples)
+    labels = sorted(runs["label"].unique())
+    colors = plots.label_colors(labels)
+    scen_names = sorted(runs["scenario"].unique())
+    methods = sorted({str(m) for m in runs["method"].dropna()}) or ["unknown"]
+    faults = list(tpcca_faults if tpcca_faults is not None else runs_df.attrs.get("tpcca_faults", []) or [])
+
     tmp = Path(tempfile.mkdtemp(prefix=".report-tmp-", dir=out))
     try:
-        (tmp / "plots").mkdir()
-        runs_df.reindex(columns=[c for c in RUN_COLUMNS if c in runs_df.columns] or runs_df.columns).to_csv(
-            tmp / "runs.csv", index=False)
-        steps_df.reindex(columns=STEP_COLUMNS).to_csv(tmp / "steps.csv", index=False)
-        scenarios = []
-        scen_labels = runs_df["scenario"].map(lambda s: "unnamed" if s is None or s is pd.NA or s != s else str(s))
-        for name in sorted(scen_labels.unique()):
-            r = runs_df[scen_labels == name]
-            s = steps_df[steps_df["run_id"].isin(r["run_id"])] if len(steps_df) else steps_df
-            slug = _slug(name)
-            images = []
-            for fname, ok, caption in (
-                (f"throughput-{slug}.png", lambda p: plots.plot_throughput(r, series, s, p, name),
-                 "Departure throughput in 1-RTT bins per CCA (runs overlaid) against the measured capacity; dotted: capacity steps."),
-                (f"transient-{slug}.png", lambda p: plots.plot_transient(s, p, name),
-                 "Normalized Area and convergence time per CCA (box: quartiles over converged runs; dots: runs)."),
-                (f"tradeoff-{slug}.png", lambda p: plots.plot_tradeoff(r, p, name),
-                 "Throughput vs. 95th-percentile per-packet queueing delay (x reversed: better is up and right)."),
-            ):
-                if ok(tmp / "plots" / fname):
-                    images.append((f"plots/{fname}", caption))
-            scenarios.append({"name": name, "summary": summary_by_cca(r), "images": images})
-        run_cols = [c for c in _RUN_TABLE_COLUMNS if c in runs_df.columns]
-        run_rows = [[_fmt(v) for v in row] for row in runs_df[run_cols].itertuples(index=False)]
+        pdir = tmp / "plots"
+        pdir.mkdir()
+        scenarios = [_scenario_section(sc, runs, steps, series, run_sum, step_sum, colors, pdir)
+                     for sc in scen_names]
+        sources = [source] if isinstance(source, str) else list(source or [str(out)])
         html = _TEMPLATE.render(
-            source=source or str(out),
+            labels=labels, sources=sources, methods=methods, n_runs=len(runs), n_steps=len(steps),
             generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            n_runs=len(runs_df), n_steps=len(steps_df), errors=list(errors), scenarios=scenarios,
-            metrics=SUMMARY_METRICS, run_cols=run_cols, run_rows=run_rows, notes=METRIC_NOTES,
+            ci_text=f"{stats.CONFIDENCE:.0%} bootstrap CI", errors=list(errors), scenarios=scenarios,
+            overview=_overview(run_sum, step_sum, labels, scen_names, colors),
+            notes=METRIC_NOTES, tpcca="tpcca" in methods, tpcca_faults=faults,
+            run_table=_run_table(runs),
         )
-        (tmp / "report.html").write_text(html, encoding="utf-8")
-        # Publish: data and images first, the page that references them last.
+        # Publish: figures first, then the tables, the page that references them last.
         (out / "plots").mkdir(exist_ok=True)
-        for png in sorted((tmp / "plots").iterdir()):
-            os.replace(png, out / "plots" / png.name)
-        for name in ("runs.csv", "steps.csv", "report.html"):
-            os.replace(tmp / name, out / name)
+        for f in sorted(pdir.iterdir()):
+            os.replace(f, out / "plots" / f.name)
+        write_atomic(out / "runs.csv", runs_df.to_csv(index=False))
+        write_atomic(out / "steps.csv", steps_df.to_csv(index=False))
+        write_atomic(out / "summary_runs.csv", run_sum.to_csv(index=False))
+        write_atomic(out / "summary_steps.csv", step_sum.to_csv(index=False))
+        write_atomic(out / "report.html", html)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out / "report.html"
+
+
+def _scenario_section(sc: str, runs: pd.DataFrame, steps: pd.DataFrame, series: Mapping[str, pd.DataFrame],
+                      run_sum: pd.DataFrame, step_sum: pd.DataFrame, colors: Mapping[str, str],
+                      pdir: Path) -> dict:
+    """Tables and figures of one scenario; figures are rendered into ``pdir``."""
+    r = runs[runs["scenario"] == sc]
+    s = steps[steps["scenario"] == sc]
+    rs = run_sum[run_sum["scenario"] == sc]
+    labels = sorted(r["label"].unique())
+    header = ["metric", *[_label_header(lab, colors) for lab in labels]]
+    n_row = ["runs", *[str(int((r["label"] == lab).sum())) for lab in labels]]
+    table = _table(header, [n_row, *_metric_rows(rs, labels, stats.RUN_METRICS)])
+    figures = []
+    base = _slug(sc)
+    if plots.plot_plane(r, rs, colors, pdir / f"plane-{base}", sc):
+        figures.append(_figure(f"plane-{base}", "Throughput vs. p95 per-packet queueing delay: faint markers are "
+                               "runs; large markers the median with its bootstrap 95% CI. Delay axis reversed: "
+                               "better is up and to the right."))
+    if plots.plot_timeseries(r, series, s, colors, pdir / f"timeseries-{base}", sc):
+        figures.append(_figure(f"timeseries-{base}", "Departure throughput (runs overlaid) against the reference "
+                               "capacity, and queueing delay, over the whole run; dotted: capacity steps."))
+    if plots.plot_violins(s, colors, pdir / f"violins-{base}", sc):
+        figures.append(_figure(f"violins-{base}", "Per step and CCA: Normalized Area, convergence time (converged "
+                               "runs only; the count of the others is written at the bottom) and peak queueing "
+                               "delay; violins are the runs' distribution, dots the runs, bars the median."))
+    step_sections = []
+    for sid in sorted(s["step"].dropna().unique()):
+        st = s[s["step"] == sid]
+        ss = step_sum[(step_sum["scenario"] == sc) & (step_sum["step"] == sid)]
+        first = st.iloc[0]
+        conv_row = ["converged", *[
+            f"{int(g['converged'].sum())}/{len(g)}" for g in (st[st["label"] == lab] for lab in labels)]]
+        cls_row = ["response class (runs)", *[_class_counts(st[st["label"] == lab]) for lab in labels]]
+        step_table = _table(header, [conv_row, *_metric_rows(ss, labels, stats.STEP_METRICS), cls_row])
+        name = f"zoom-{_slug(sc, 'step', int(sid))}"
+        figs = []
+        if plots.plot_step_zoom(r, series, st, colors, pdir / name, sc):
+            figs.append(_figure(name, "Zoom on the transient: from just before the step to a little past the "
+                                "slowest convergence. Dashed: reference capacity; grey bands: ±2% and ±5% of "
+                                "the new nominal capacity; circles and dash-dotted lines: each run's "
+                                "convergence point."))
+        step_sections.append({
+            "index": int(sid), "anchor": _slug(sc, "step", int(sid)), "table": step_table, "figures": figs,
+            "title": f"Step {int(sid)} ({first['kind']}): {_num(first['from_mbps'])} → {_num(first['to_mbps'])} "
+                     f"Mbit/s at {_num(first['at_s'])} s on the log clock",
+        })
+    return {"name": sc, "anchor": _slug("scenario", sc), "description": _scenario_description(r),
+            "table": table,
+            "figures": figures, "steps": step_sections}
+
+
+def _num(v: object) -> str:
+    return "?" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{float(v):g}"
+
+
+_RUN_TABLE_COLUMNS = ["label", "scenario", "run", "method", "throughput_mbps", "utilization",
+                      "p95_queueing_delay_ms", "p95_signal_delay_ms", "power_score", "retransmits", "run_id"]
+
+
+def _run_table(runs: pd.DataFrame) -> Markup:
+    cols = [c for c in _RUN_TABLE_COLUMNS if c in runs.columns]
+    rows = [[stats.format_estimate(v) if isinstance(v, float) else ("" if v is None else str(v)) for v in row]
+            for row in runs.sort_values(["scenario", "label", "run"])[cols].itertuples(index=False)]
+    return _table(cols, rows, first_left=4)

@@ -1,3 +1,4 @@
+import html as htmllib
 import re
 
 import pandas as pd
@@ -5,54 +6,175 @@ import pytest
 
 from transient import analyze_all, write_report
 from transient import plots as plots_mod
-from transient.analyze import RUN_COLUMNS, STEP_COLUMNS
+from transient import stats
+from transient.report import combine
+
+from . import browser
+from .synthetic import synthetic_analysis
+
+PNG = b"\x89PNG\r\n\x1a\n"
+FAST = {"n_resamples": 499}  # report tests check the page, not the bootstrap's precision
 
 
-def test_report_files_exist_and_html_references_them(results_dir):
-    a = analyze_all(results_dir)
-    out = write_report(results_dir, a.runs, a.steps, a.series)
-    assert out == results_dir / "report.html"
-    for name in ("runs.csv", "steps.csv", "report.html"):
-        assert (results_dir / name).stat().st_size > 0
-    runs = pd.read_csv(results_dir / "runs.csv")
-    steps = pd.read_csv(results_dir / "steps.csv")
-    assert list(runs.columns) == RUN_COLUMNS and len(runs) == 4
-    assert list(steps.columns) == STEP_COLUMNS and len(steps) == 4
-    html = out.read_text()
-    imgs = re.findall(r'<img src="([^"]+)"', html)
-    assert sorted(imgs) == sorted(
-        f"plots/{k}-step-0-12.png" for k in ("throughput", "transient", "tradeoff"))
+@pytest.fixture(scope="module")
+def synthetic():
+    return synthetic_analysis(labels=["kernel:cubic", "ccp:reno", "ccp:cubic beta=0.8"], runs=3)
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory, synthetic):
+    out = tmp_path_factory.mktemp("report")
+    a = synthetic
+    page = write_report(out, a.runs, a.steps, a.series, source="synthetic", **FAST)
+    return out, page
+
+
+def _srcs(page):
+    text = page.read_text()
+    return re.findall(r'<img src="([^"]+)"', text), re.findall(r'<a href="([^"#][^"]*)"', text)
+
+
+def test_report_writes_every_file_it_references(written, synthetic):
+    out, page = written
+    assert page == out / "report.html"
+    imgs, links = _srcs(page)
+    scenarios = sorted(synthetic.runs["scenario"].unique())
+    n_steps = synthetic.steps.groupby(["scenario", "step"]).ngroups
+    # per scenario: plane, time series, violins; per step: one zoom
+    assert len(imgs) == 3 * len(scenarios) + n_steps
+    assert sum("zoom-" in i for i in imgs) == n_steps
     for img in imgs:
-        png = results_dir / img
-        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
-    # per-CCA summary and the metric explanations are there
-    assert "ccp:reno" in html and "ccp:cubic" in html and "Normalized Area" in html
-    assert "mm-throughput-graph" in html and "BobAnkh/TPCCA" in html
-    assert not list(results_dir.glob(".report-tmp-*"))
+        png = out / img
+        assert png.read_bytes()[:8] == PNG and png.stat().st_size > 10_000, img
+        pdf = png.with_suffix(".pdf")
+        assert pdf.read_bytes()[:5] == b"%PDF-", pdf
+        assert img.replace(".png", ".pdf") in links
+    for link in links:
+        assert (out / htmllib.unescape(link)).is_file(), link
+    for name in ("runs.csv", "steps.csv", "summary_runs.csv", "summary_steps.csv"):
+        assert name in links
+    assert not list(out.glob(".report-tmp-*")) and not list(out.glob(".*.tmp"))
 
 
-def test_failed_report_leaves_nothing_half_written(results_dir, monkeypatch):
-    a = analyze_all(results_dir)
+def test_tables_show_median_and_ci_rounded_from_the_summary(written, synthetic):
+    out, page = written
+    text = htmllib.unescape(page.read_text())
+    summary = pd.read_csv(out / "summary_steps.csv")
+    assert len(summary) == synthetic.steps.groupby(["label", "scenario", "step"]).ngroups * len(stats.STEP_METRICS)
+    for label in synthetic.runs["label"].unique():
+        row = summary[(summary["label"] == label) & (summary["scenario"] == "step-0-12-4")
+                      & (summary["step"] == 0) & (summary["metric"] == "normalized_area")].iloc[0]
+        assert stats.format_estimate(row["median"], row["ci_low"], row["ci_high"]) in text
+    runs_sum = pd.read_csv(out / "summary_runs.csv")
+    row = runs_sum[(runs_sum["label"] == "kernel:cubic") & (runs_sum["metric"] == "throughput_mbps")].iloc[0]
+    assert stats.format_estimate(row["median"], row["ci_low"], row["ci_high"]) in text
+    assert "+-" not in text and "±0.0" not in text
+
+
+def test_non_converged_runs_are_counted_not_averaged(written):
+    out, page = written
+    summary = pd.read_csv(out / "summary_steps.csv")
+    conv = summary[(summary["label"] == "ccp:reno") & (summary["step"] == 0) & (summary["metric"] == "convergence_s")]
+    assert set(conv["n_converged"]) == {2} and set(conv["n_not_converged"]) == {1} and set(conv["n_valid"]) == {2}
+    text = page.read_text()
+    assert re.search(r"<td class=\"m\">converged</td>.*?<td>2/3</td>", text)
+
+
+def test_page_lists_metric_definitions_with_sources(written):
+    text = written[1].read_text()
+    for needle in ("mm-throughput-graph", "BobAnkh/TPCCA", "FIELD-NOTES", "Normalized Area", "damping ratio",
+                   "scipy.stats.bootstrap", "percentile"):
+        assert needle in text, needle
+    assert "TPCCA faults kept" not in text  # method ccplab
+
+
+def test_tpcca_method_lists_the_faults_kept(tmp_path):
+    a = synthetic_analysis(labels=["kernel:cubic"], runs=2, method="tpcca",
+                           scenarios={"s": (12.0, [(0.0, 0.0, 12.0)])})
+    faults = ["counts arrivals (+), not departures", "non-convergence becomes bin index 40"]
+    text = write_report(tmp_path / "a", a.runs, a.steps, a.series, tpcca_faults=faults, **FAST).read_text()
+    assert "TPCCA faults kept" in text and all(htmllib.escape(f) in text for f in faults)
+    # the faults can also come with the analysis' metadata
+    runs = a.runs.copy()
+    runs.attrs["tpcca_faults"] = faults[:1]
+    text = write_report(tmp_path / "b", runs, a.steps, a.series, **FAST).read_text()
+    assert htmllib.escape(faults[0]) in text and htmllib.escape(faults[1]) not in text
+    text = write_report(tmp_path / "c", a.runs, a.steps, a.series, **FAST).read_text()
+    assert "did not list the faults" in text
+
+
+def test_failed_report_keeps_the_previous_one(tmp_path, monkeypatch):
+    a = synthetic_analysis(labels=["kernel:cubic"], runs=2, scenarios={"s": (12.0, [(0.0, 0.0, 12.0)])})
+    page = write_report(tmp_path, a.runs, a.steps, a.series, **FAST)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
 
     def boom(*args, **kwargs):
         raise RuntimeError("plot failed")
 
-    monkeypatch.setattr(plots_mod, "plot_tradeoff", boom)
+    monkeypatch.setattr(plots_mod, "plot_violins", boom)
     with pytest.raises(RuntimeError, match="plot failed"):
-        write_report(results_dir, a.runs, a.steps, a.series)
-    for name in ("runs.csv", "steps.csv", "report.html", "plots"):
-        assert not (results_dir / name).exists()
-    assert not list(results_dir.glob(".report-tmp-*"))
+        write_report(tmp_path, a.runs.assign(throughput_mbps=1.0), a.steps, a.series, **FAST)
+    after = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    assert after == before and page.is_file()
+    assert not list(tmp_path.glob(".report-tmp-*"))
 
 
-def test_report_without_steps_or_series(tmp_path, results_dir):
-    a = analyze_all(results_dir)
-    out = write_report(tmp_path / "out", a.runs, a.steps.iloc[0:0], None)
-    html = out.read_text()
-    assert "plots/tradeoff-step-0-12.png" in html
-    assert "throughput-step-0-12.png" not in html and "transient-step-0-12.png" not in html
+def test_failed_first_report_leaves_nothing(tmp_path, monkeypatch):
+    a = synthetic_analysis(labels=["kernel:cubic"], runs=2, scenarios={"s": (12.0, [(0.0, 0.0, 12.0)])})
+    monkeypatch.setattr(plots_mod, "plot_plane", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("x")))
+    with pytest.raises(RuntimeError):
+        write_report(tmp_path, a.runs, a.steps, a.series, **FAST)
+    assert list(tmp_path.iterdir()) == []
 
 
-def test_empty_runs_table_is_rejected(tmp_path):
+def test_report_without_series_has_no_time_plots(tmp_path, synthetic):
+    page = write_report(tmp_path, synthetic.runs, synthetic.steps, None, **FAST)
+    imgs, _ = _srcs(page)
+    assert imgs and not any("timeseries" in i or "zoom" in i for i in imgs)
+
+
+def test_bad_tables_are_rejected(tmp_path):
     with pytest.raises(ValueError, match="empty"):
-        write_report(tmp_path, pd.DataFrame(columns=RUN_COLUMNS), pd.DataFrame(columns=STEP_COLUMNS))
+        write_report(tmp_path, pd.DataFrame(columns=["run_id", "cca", "scenario"]), pd.DataFrame())
+    with pytest.raises(ValueError, match="scenario"):
+        write_report(tmp_path, pd.DataFrame({"run_id": ["a"], "cca": ["x"]}), pd.DataFrame())
+
+
+def test_combine_keeps_runs_of_different_directories_apart():
+    a = synthetic_analysis(labels=["kernel:cubic"], runs=2, scenarios={"s": (12.0, [(0.0, 0.0, 12.0)])})
+    both = combine([("exp1", a), ("exp2", a)])
+    assert both.runs["run_id"].is_unique and len(both.runs) == 2 * len(a.runs)
+    assert set(both.steps["run_id"]) == set(both.runs["run_id"]) == set(both.series)
+    assert combine([("only", a)]) is a
+    with pytest.raises(ValueError, match="differ"):
+        combine([("x", a), ("x", a)])
+
+
+def test_report_on_a_results_tree_of_real_logs(results_dir):
+    """Logs of a simulated drop-tail link analysed by the engine (transient.analyze_all), then reported."""
+    a = analyze_all(results_dir)
+    page = write_report(results_dir, a.runs, a.steps, a.series, errors=a.errors, **FAST)
+    imgs, _ = _srcs(page)
+    assert any("zoom-" in i for i in imgs) and any("plane-" in i for i in imgs)
+    for img in imgs:
+        assert (results_dir / img).is_file() and (results_dir / img).with_suffix(".pdf").is_file()
+    text = page.read_text()
+    assert "ccp:reno" in text and "ccp:cubic" in text
+    assert len(pd.read_csv(results_dir / "runs.csv")) == 4
+
+
+def test_page_loads_every_image_in_chromium(written):
+    out, page = written
+    images = browser.page_images(page)
+    assert len(images) == len(_srcs(page)[0]) > 0
+    assert [i for i in images if i["status"] != "loaded"] == []
+    assert all(i["width"] >= 600 for i in images)
+
+
+def test_browser_check_sees_a_missing_image(tmp_path):
+    a = synthetic_analysis(labels=["kernel:cubic"], runs=2, scenarios={"s": (12.0, [(0.0, 0.0, 12.0)])})
+    page = write_report(tmp_path, a.runs, a.steps, a.series, **FAST)
+    victim = tmp_path / _srcs(page)[0][0]
+    victim.unlink()
+    images = browser.page_images(page)
+    assert [i["src"] for i in images if i["status"] == "failed"] == [victim.relative_to(tmp_path).as_posix()]
