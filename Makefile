@@ -5,9 +5,9 @@ VENV  := .venv
 PY    := $(VENV)/bin/python
 CARGO ?= cargo
 # Debian packages: iperf3 (flows), clang/llvm + bpftool + libelf/zlib (BPF build),
-# iproute2 + ethtool (namespaces, veths, offloads).
-APT_PACKAGES := iperf3 clang llvm bpftool libbpf-dev libelf-dev zlib1g-dev pkg-config iproute2 ethtool
-APT_COMMANDS := iperf3 clang llc bpftool pkg-config ip ss ethtool
+# iproute2 + ethtool (namespaces, veths, offloads), chromium (headless check of the report page).
+APT_PACKAGES := iperf3 clang llvm bpftool libbpf-dev libelf-dev zlib1g-dev pkg-config iproute2 ethtool chromium
+APT_COMMANDS := iperf3 clang llc bpftool pkg-config ip ss ethtool chromium
 
 .PHONY: demo test build deps deps-apt deps-rust deps-python test-rust test-python bench clean
 
