@@ -77,26 +77,30 @@ pub fn wait_for_exit(child: &mut Child, timeout: Duration) -> Option<ExitStatus>
     try_wait_until(timeout, || child.try_wait().expect("waiting for a child process"))
 }
 
-/// Waits until a TCP socket listens on `port` (any address) in network
+/// Whether a TCP socket listens on `port` (any address) in network
 /// namespace `netns` (None: the current one), as `ss -Hltn` shows it.
-/// Panics after `timeout`, naming the port and namespace.
-pub fn wait_for_tcp_listener(netns: Option<&str>, port: u16, timeout: Duration) {
-    let filter = format!("sport = :{port}");
-    let listening = || {
-        let mut cmd = match netns {
-            Some(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns, "ss"]);
-                c
-            }
-            None => Command::new("ss"),
-        };
-        let out = cmd.args(["-Hltn", &filter]).output().expect("running ss (iproute2)");
-        assert!(out.status.success(), "ss failed: {}", String::from_utf8_lossy(&out.stderr));
-        (!out.stdout.iter().all(u8::is_ascii_whitespace)).then_some(())
+/// Panics if `ss` (or `ip netns exec`) cannot run.
+pub fn tcp_listening(netns: Option<&str>, port: u16) -> bool {
+    let mut cmd = match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, "ss"]);
+            c
+        }
+        None => Command::new("ss"),
     };
+    let out = cmd.args(["-Hltn", &format!("sport = :{port}")]).output().expect("running ss (iproute2)");
+    assert!(out.status.success(), "ss failed: {}", String::from_utf8_lossy(&out.stderr));
+    !out.stdout.iter().all(u8::is_ascii_whitespace)
+}
+
+/// Waits until [`tcp_listening`]; panics after `timeout`, naming the port
+/// and namespace.
+pub fn wait_for_tcp_listener(netns: Option<&str>, port: u16, timeout: Duration) {
     let where_ = netns.map_or("this namespace".to_string(), |n| format!("namespace {n}"));
-    wait_until(&format!("a TCP listener on port {port} in {where_}"), timeout, listening);
+    wait_until(&format!("a TCP listener on port {port} in {where_}"), timeout, || {
+        tcp_listening(netns, port).then_some(())
+    });
 }
 
 #[cfg(test)]

@@ -73,6 +73,8 @@ enum TraceStart {
 /// Needs root. Exit status: 0 on a normal stop, 1 on error.
 #[derive(Parser, Debug)]
 #[command(name = "ccplab-link", version)]
+// Exactly one queue limit: usage shows `<--queue-packets <N>|--queue-bytes <B>>`.
+#[command(group(clap::ArgGroup::new("queue").required(true).args(["queue_packets", "queue_bytes"])))]
 struct Args {
     /// Uplink (data direction) mahimahi trace: one line per 1500-byte
     /// delivery opportunity, ms timestamps, looping with period = last line.
@@ -87,11 +89,13 @@ struct Args {
     /// plus queueing.
     #[arg(long, value_name = "MS")]
     one_way_delay_ms: u64,
-    /// Uplink droptail limit in packets (waiting, excluding the one in transit).
-    #[arg(long, value_name = "N", group = "queue", required = true)]
+    /// Uplink droptail limit in packets (waiting, excluding the one in
+    /// transit). Give this or --queue-bytes.
+    #[arg(long, value_name = "N")]
     queue_packets: Option<u64>,
     /// Uplink droptail limit in bytes (sizes include the 4-byte TUN header).
-    #[arg(long, value_name = "B", group = "queue", required = true)]
+    /// Give this or --queue-packets.
+    #[arg(long, value_name = "B")]
     queue_bytes: Option<u64>,
     /// Where to write the uplink mm-link log (moved into place at exit).
     #[arg(long, value_name = "FILE")]
@@ -134,10 +138,9 @@ struct Ready {
 }
 
 fn main() -> ExitCode {
-    // Before any thread exists, so every thread inherits the blocked mask
-    // and only the main thread takes SIGINT/SIGTERM (via sigtimedwait).
-    if let Err(e) = signals::block_stop_signals() {
-        eprintln!("ccplab-link: error: cannot block signals: {e}");
+    // First, so a signal during setup already requests a clean stop.
+    if let Err(e) = signals::install_stop_signals() {
+        eprintln!("ccplab-link: error: cannot install signal handlers: {e}");
         return ExitCode::FAILURE;
     }
     signals::install_panic_hook();

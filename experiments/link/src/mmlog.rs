@@ -17,16 +17,19 @@
 //! IP packet length + 4, mahimahi's TUN header, so a full-MTU packet and an
 //! opportunity are both 1504 bytes.
 //!
-//! The log is written to a hidden temporary file next to the target and
-//! renamed into place by [`MmLog::finish`], so the target path only ever
-//! holds a complete log (one that was flushed at exit).
+//! The log is written to a hidden temporary file next to the target
+//! ([`ccplab_util::fs::temp_beside`]) and renamed into place by
+//! [`MmLog::finish`] ([`ccplab_util::fs::persist_synced`]), so the target
+//! path only ever holds a complete log (one that was flushed at exit).
 
 use std::{
-    fs::File,
     io::{BufWriter, Write},
     path::{Path, PathBuf},
     sync::{Arc, Mutex, MutexGuard},
 };
+
+use ccplab_util::fs::{persist_synced, temp_beside};
+use tempfile::NamedTempFile;
 
 use crate::queue::EventSink;
 
@@ -56,10 +59,10 @@ pub struct LogHeader {
 }
 
 struct Inner {
-    writer: Option<BufWriter<File>>,
+    /// The temporary file (deleted if dropped without being persisted).
+    writer: Option<BufWriter<NamedTempFile>>,
     header: LogHeader,
     started: bool,
-    tmp_path: PathBuf,
     error: Option<std::io::Error>,
 }
 
@@ -76,29 +79,12 @@ impl MmLog {
     /// Creates the temporary file next to `header.log_path` (fails early,
     /// before any namespace exists, if the directory is not writable).
     pub fn create(header: LogHeader) -> std::io::Result<Self> {
-        let path = &header.log_path;
-        let dir = match path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        let name = path.file_name().ok_or_else(|| {
-            std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                "log path has no file name",
-            )
-        })?;
-        let tmp_path = dir.join(format!(
-            ".{}.tmp.{}",
-            name.to_string_lossy(),
-            std::process::id()
-        ));
-        let file = File::create(&tmp_path)?;
+        let file = temp_beside(&header.log_path)?;
         Ok(Self {
             inner: Arc::new(Mutex::new(Inner {
                 writer: Some(BufWriter::with_capacity(1 << 20, file)),
                 header,
                 started: false,
-                tmp_path,
                 error: None,
             })),
         })
@@ -154,20 +140,17 @@ impl MmLog {
             return Ok(());
         };
         if let Some(e) = g.error.take() {
-            let _ = std::fs::remove_file(&g.tmp_path);
-            return Err(e);
+            return Err(e); // dropping `w` deletes the temporary file
         }
         let file = w.into_inner().map_err(|e| e.into_error())?;
-        file.sync_all()?;
-        std::fs::rename(&g.tmp_path, &g.header.log_path)
+        persist_synced(file, &g.header.log_path)
     }
 
     /// Removes the temporary file without publishing (used when the run
     /// fails before the link came up).
     pub fn abandon(&self) {
-        let mut g = self.lock_inner();
-        g.writer.take();
-        let _ = std::fs::remove_file(&g.tmp_path);
+        // Dropping the NamedTempFile deletes it.
+        self.lock_inner().writer.take();
     }
 
     /// The final path of the log.

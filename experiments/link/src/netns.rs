@@ -58,33 +58,38 @@ pub fn remove_leftovers(ns: &Namespaces) -> Vec<String> {
     failed
 }
 
-/// Network-namespace inode of `/var/run/netns/<name>`, if it exists.
-fn netns_inode(name: &str) -> Option<u64> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(Path::new("/var/run/netns").join(name))
-        .ok()
-        .map(|m| m.ino())
-}
-
-/// Pids of processes whose network namespace is one of `ns`.
+/// Pids of processes whose network namespace is one of `ns`, as
+/// `ip netns pids <name>` (iproute2) lists them; this process excluded.
 pub fn processes_inside(ns: &Namespaces) -> Vec<i32> {
-    let inodes: Vec<String> = ns
+    let me = std::process::id() as i32;
+    let mut pids: Vec<i32> = ns
         .all()
         .iter()
-        .filter_map(|n| netns_inode(n))
-        .map(|ino| format!("net:[{ino}]"))
-        .collect();
-    let me = std::process::id() as i32;
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|name| exists(name))
+        .flat_map(|name| netns_pids(name))
         .filter(|&pid| pid != me)
-        .filter(|pid| {
-            std::fs::read_link(format!("/proc/{pid}/ns/net"))
-                .is_ok_and(|l| inodes.iter().any(|i| l.as_os_str() == i.as_str()))
-        })
-        .collect()
+        .collect();
+    pids.sort_unstable();
+    pids.dedup();
+    pids
+}
+
+/// `ip netns pids <name>`; empty (with a warning) if it cannot run.
+fn netns_pids(name: &str) -> Vec<i32> {
+    match std::process::Command::new("ip").args(["netns", "pids", name]).output() {
+        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect(),
+        Ok(out) => {
+            tracing::warn!(name, stderr = %String::from_utf8_lossy(&out.stderr).trim(), "ip netns pids failed");
+            Vec::new()
+        }
+        Err(e) => {
+            tracing::warn!(name, "cannot run `ip netns pids`: {e}");
+            Vec::new()
+        }
+    }
 }
 
 /// Stops processes still running in `ns` (e.g. an iperf3 server left by a
@@ -103,6 +108,7 @@ pub fn stop_processes_inside(ns: &Namespaces) {
     for &p in &pids {
         let _ = kill(Pid::from_raw(p), Signal::SIGTERM);
     }
+    // Grace period: poll until they are gone, at most 1 s.
     let t0 = std::time::Instant::now();
     while t0.elapsed() < std::time::Duration::from_secs(1) {
         if processes_inside(ns).is_empty() {

@@ -1,16 +1,22 @@
 //! Stop signals and worker panics, funnelled to the main thread.
 //!
-//! SIGINT, SIGTERM, SIGHUP and SIGUSR1 are blocked in every thread (the mask
-//! is set before any thread is spawned and inherited); the main thread
-//! collects them with sigtimedwait. A panic in any thread (e.g. a rattan
-//! worker) raises SIGUSR1 so the main thread stops and cleans up. Child
-//! processes get an empty mask (Rust's Command resets it).
+//! SIGINT, SIGTERM, SIGHUP and SIGUSR1 are handled through
+//! [`ccplab_util::signals::StopSignals`] (signal-hook), installed first in
+//! `main` before any thread exists. A panic in any thread (e.g. a rattan
+//! worker) raises SIGUSR1 so the main thread stops and cleans up.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+use std::time::Duration;
 
-use nix::sys::signal::{SigSet, SigmaskHow, Signal};
+use ccplab_util::signals::{StopSignals, SIGHUP, SIGINT, SIGTERM, SIGUSR1};
+use nix::sys::signal::Signal;
 
 static PANICKED: AtomicBool = AtomicBool::new(false);
+static STOP: OnceLock<StopSignals> = OnceLock::new();
+
+/// How often the main loop re-checks the --duration-s deadline.
+const DEADLINE_CHECK: Duration = Duration::from_millis(100);
 
 /// Why the main loop stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,22 +26,11 @@ pub enum Stop {
     WorkerPanicked,
 }
 
-fn stop_set() -> SigSet {
-    let mut set = SigSet::empty();
-    for s in [
-        Signal::SIGINT,
-        Signal::SIGTERM,
-        Signal::SIGHUP,
-        Signal::SIGUSR1,
-    ] {
-        set.add(s);
-    }
-    set
-}
-
-/// Blocks the stop signals in the calling thread (call first in main).
-pub fn block_stop_signals() -> nix::Result<()> {
-    nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&stop_set()), None)
+/// Installs the stop-signal handlers (call first in main).
+pub fn install_stop_signals() -> std::io::Result<()> {
+    let stop = StopSignals::install(&[SIGINT, SIGTERM, SIGHUP, SIGUSR1])?;
+    let _ = STOP.set(stop);
+    Ok(())
 }
 
 /// Chains a hook that records the panic and wakes the main thread.
@@ -48,14 +43,12 @@ pub fn install_panic_hook() {
     }));
 }
 
-/// Waits (polling every 100 ms) until a stop signal, a worker panic, or
-/// `deadline_reached()` returns true.
+/// Waits until a stop signal, a worker panic, or `deadline_reached()`
+/// returns true (checked every 100 ms).
+///
+/// Panics if [`install_stop_signals`] was not called.
 pub fn wait_for_stop(deadline_reached: impl Fn() -> bool) -> Stop {
-    let set = stop_set();
-    let timeout = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 100_000_000,
-    };
+    let stop = STOP.get().expect("install_stop_signals() runs first in main");
     loop {
         if PANICKED.load(Ordering::SeqCst) {
             return Stop::WorkerPanicked;
@@ -63,12 +56,10 @@ pub fn wait_for_stop(deadline_reached: impl Fn() -> bool) -> Stop {
         if deadline_reached() {
             return Stop::Duration;
         }
-        // SAFETY: valid sigset and timespec pointers; siginfo may be null.
-        let sig = unsafe { libc::sigtimedwait(set.as_ref(), std::ptr::null_mut(), &timeout) };
-        match sig {
-            s if s == libc::SIGUSR1 => return Stop::WorkerPanicked,
-            s if s > 0 => return Stop::Signal(s),
-            _ => {} // timeout or EINTR
+        match stop.wait_timeout(DEADLINE_CHECK) {
+            Some(SIGUSR1) => return Stop::WorkerPanicked,
+            Some(s) => return Stop::Signal(s),
+            None => {}
         }
     }
 }

@@ -1,4 +1,6 @@
-//! End-to-end tests of `ccplab-link` (need root, iperf3, python3, ip).
+//! End-to-end tests of `ccplab-link` (need root, iperf3, python3, ip, ss).
+//! Without them a test fails naming what is missing (ccplab_util::testkit,
+//! the project's one policy); it never passes silently.
 //! Each test is bounded in time; `Link` kills the emulator and deletes its
 //! namespaces on drop, also when an assertion fails. Tests share one lock
 //! so throughput measurements do not compete for the 2 cores.
@@ -12,20 +14,16 @@ use std::{
 };
 
 use ccplab_traces::{Segment, StepTraceSpec};
+use ccplab_util::testkit::{require_root, require_tools, tcp_listening, wait_for_exit, wait_until};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn is_root() -> bool {
-    nix::unistd::geteuid().is_root()
-}
-
-macro_rules! require_root {
-    () => {
-        if !is_root() {
-            println!("note: not root, skipping netns test");
-            return;
-        }
-    };
+/// Fails the test (naming what is missing) unless it can create namespaces
+/// and run flows, then serialises it with the other link tests.
+fn netlab() -> std::sync::MutexGuard<'static, ()> {
+    require_root("network namespaces and veths (the rattan emulator)");
+    require_tools(&["ip", "ss", "iperf3", "python3", "timeout"], "flows through the emulated link");
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// A temporary directory removed on drop (also when a test fails).
@@ -99,20 +97,14 @@ impl Link {
             .stderr(Stdio::inherit())
             .spawn()
             .unwrap();
-        let t0 = Instant::now();
-        let ready = loop {
-            if let Ok(text) = std::fs::read_to_string(&ready_file) {
-                break serde_json::from_str::<Ready>(&text).unwrap();
-            }
+        // The ready file is written atomically once the link is up.
+        let ready = wait_until("ccplab-link's ready file", Duration::from_secs(20), || {
             if let Some(st) = child.try_wait().unwrap() {
                 panic!("ccplab-link exited before ready: {st}");
             }
-            if t0.elapsed() > Duration::from_secs(20) {
-                let _ = child.kill();
-                panic!("ccplab-link not ready after 20 s");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        };
+            let text = std::fs::read_to_string(&ready_file).ok()?;
+            Some(serde_json::from_str::<Ready>(&text).unwrap())
+        });
         assert_eq!(ready.pid, child.id());
         Link {
             child: Some(child),
@@ -135,17 +127,13 @@ impl Link {
         let mut child = self.child.take().expect("running");
         let pid = nix::unistd::Pid::from_raw(child.id() as i32);
         nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-        let t0 = Instant::now();
-        loop {
-            if let Some(st) = child.try_wait().unwrap() {
-                return st;
-            }
-            if t0.elapsed() > Duration::from_secs(15) {
+        match wait_for_exit(&mut child, Duration::from_secs(15)) {
+            Some(st) => st,
+            None => {
                 let _ = child.kill();
                 let _ = child.wait();
                 panic!("ccplab-link did not exit within 15 s of SIGTERM");
             }
-            std::thread::sleep(Duration::from_millis(50));
         }
     }
 
@@ -187,17 +175,29 @@ impl Drop for Bg {
     }
 }
 
+/// iperf3's default port.
+const IPERF_PORT: u16 = 5201;
+
+/// Starts `iperf3 -s` in the receiver namespace and returns once it
+/// listens (`ss` shows port 5201), failing if it exits or is not listening
+/// within 10 s.
 fn iperf_server(link: &Link) -> Bg {
     // No `timeout` wrapper: `ip netns exec` execs iperf3, so killing the
     // child kills the server itself.
-    let child = Command::new("ip")
-        .args(["netns", "exec", &link.ready.receiver_netns, "iperf3", "-s"])
+    let ns = &link.ready.receiver_netns;
+    let mut srv = Bg(Command::new("ip")
+        .args(["netns", "exec", ns, "iperf3", "-s"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    Bg(child)
+        .unwrap());
+    wait_until(&format!("iperf3 -s listening on port {IPERF_PORT} in {ns}"), Duration::from_secs(10), || {
+        if let Some(st) = srv.0.try_wait().unwrap() {
+            panic!("iperf3 -s in {ns} exited before listening: {st}");
+        }
+        tcp_listening(Some(ns), IPERF_PORT).then_some(())
+    });
+    srv
 }
 
 fn iperf_client(link: &Link, seconds: u32, cc: &str) -> Output {
@@ -223,8 +223,9 @@ fn iperf_client(link: &Link, seconds: u32, cc: &str) -> Output {
 /// Min TCP handshake time (ms) from sender to receiver port 5201, n tries.
 fn handshake_rtt_ms(link: &Link, n: u32) -> f64 {
     let script = format!(
-        "import socket,time\nbest=1e9\nfor _ in range({n}):\n  s=socket.socket()\n  t=time.monotonic()\n  s.connect(('{ip}',5201))\n  best=min(best,time.monotonic()-t)\n  s.close()\n  time.sleep(0.05)\nprint(best*1000)",
-        ip = link.ready.receiver_ip
+        "import socket,time\nbest=1e9\nfor _ in range({n}):\n  s=socket.socket()\n  t=time.monotonic()\n  s.connect(('{ip}',{port}))\n  best=min(best,time.monotonic()-t)\n  s.close()\n  time.sleep(0.05)\nprint(best*1000)",
+        ip = link.ready.receiver_ip,
+        port = IPERF_PORT
     );
     let out = link
         .in_ns(&link.ready.sender_netns, 20, &["python3", "-c", &script])
@@ -318,8 +319,7 @@ fn write_trace(dir: &Path, name: &str, content: &str) -> PathBuf {
 
 #[test]
 fn constant_12mbps_cubic_fidelity_and_sigterm_cleanup() {
-    require_root!();
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = netlab();
     let dir = tmpdir("fidelity");
     let trace = write_trace(&dir, "c12.trace", "1\n");
     let mut link = Link::start(&dir, &trace, &["--queue-packets", "40"]);
@@ -362,13 +362,9 @@ fn constant_12mbps_cubic_fidelity_and_sigterm_cleanup() {
     let st = link.stop();
     assert!(st.success(), "exit status after SIGTERM: {st}");
     // The link stops processes left in its namespaces (the iperf3 server).
-    let t1 = Instant::now();
-    while srv.0.try_wait().unwrap().is_none() && t1.elapsed() < Duration::from_secs(3) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
     assert!(
-        srv.0.try_wait().unwrap().is_some(),
-        "iperf3 server still running after link exit"
+        wait_for_exit(&mut srv.0, Duration::from_secs(3)).is_some(),
+        "iperf3 server still running 3 s after link exit"
     );
     let names = link.namespaces();
     let now = netns_list();
@@ -428,8 +424,7 @@ fn constant_12mbps_cubic_fidelity_and_sigterm_cleanup() {
 
 #[test]
 fn zero_capacity_start_does_not_crash() {
-    require_root!();
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = netlab();
     let dir = tmpdir("zero");
     // 0 Mbit/s for 2 s, then 12 Mbit/s; loops every 4 s (another 2 s gap).
     let spec = StepTraceSpec {
@@ -489,8 +484,7 @@ fn zero_capacity_start_does_not_crash() {
 
 #[test]
 fn small_queue_overflow_logs_drops() {
-    require_root!();
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = netlab();
     let dir = tmpdir("drops");
     let trace = write_trace(&dir, "c12.trace", "1\n");
     let mut link = Link::start(&dir, &trace, &["--queue-packets", "5"]);
@@ -526,8 +520,7 @@ fn small_queue_overflow_logs_drops() {
 
 #[test]
 fn bad_trace_fails_before_creating_namespaces() {
-    require_root!();
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = netlab();
     let dir = tmpdir("bad");
     let trace = write_trace(&dir, "bad.trace", "1\n2\nthree\n");
     let before = netns_list();
@@ -560,8 +553,7 @@ fn bad_trace_fails_before_creating_namespaces() {
 
 #[test]
 fn worker_panic_cleans_up_and_keeps_log() {
-    require_root!();
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = netlab();
     let dir = tmpdir("panic");
     let trace = write_trace(&dir, "c12.trace", "1\n");
     let mut link = Link::start_env(
@@ -573,17 +565,10 @@ fn worker_panic_cleans_up_and_keeps_log() {
     // Any uplink packet triggers the injected panic in a rattan worker.
     let _ = handshake_probe_once(&link);
     let mut child = link.child.take().unwrap();
-    let t0 = Instant::now();
-    let st = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if t0.elapsed() > Duration::from_secs(15) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("ccplab-link kept running after a worker panic");
-        }
-        std::thread::sleep(Duration::from_millis(50));
+    let Some(st) = wait_for_exit(&mut child, Duration::from_secs(15)) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("ccplab-link kept running 15 s after a worker panic");
     };
     assert!(
         !st.success(),
@@ -608,4 +593,36 @@ fn handshake_probe_once(link: &Link) -> bool {
         .status()
         .map(|s| s.success())
         .unwrap_or(false)
+}
+
+/// `--help` must show the queue limits as alternatives (clap ArgGroup),
+/// not as two required flags that conflict. Needs no root.
+#[test]
+fn help_offers_one_of_the_two_queue_limits() {
+    let out = Command::new(env!("CARGO_BIN_EXE_ccplab-link"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    let usage = help
+        .lines()
+        .find(|l| l.starts_with("Usage:"))
+        .expect("a usage line");
+    assert!(
+        usage.contains("<--queue-packets <N>|--queue-bytes <B>>"),
+        "usage must offer either queue limit: {usage}"
+    );
+    // Giving both is refused by the parser, naming both flags.
+    let out = Command::new(env!("CARGO_BIN_EXE_ccplab-link"))
+        .args(["--uplink-trace", "x", "--one-way-delay-ms", "1", "--uplink-log", "l"])
+        .args(["--ready-file", "r", "--queue-packets", "5", "--queue-bytes", "9000"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--queue-bytes") && err.contains("--queue-packets") && err.contains("cannot be used with"),
+        "{err}"
+    );
 }
