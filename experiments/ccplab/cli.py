@@ -76,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     ana.add_argument("--rtt-ms", type=float, default=None,
                      help="RTT for a bare log without metadata, ms (default 50)")
     ana.add_argument("--no-report", action="store_true", help="do not write runs.csv/report.html")
+    _add_report_parser(sub)
     return parser
 
 
@@ -177,8 +178,34 @@ def cmd_analyze(args) -> int:
     return analyze_path(args.path, as_json=args.json, rtt_ms=args.rtt_ms, write=not args.no_report)
 
 
+def _add_report_parser(sub) -> None:
+    rep = sub.add_parser(
+        "report", help="analyse results / run directories and write ONE HTML page comparing the CCAs across "
+        "scenarios: tables (median, IQR, bootstrap 95%% CI), zoomed step plots, NA violins, throughput/delay "
+        "plane; every figure as PNG and PDF")
+    rep.add_argument("dirs", nargs="+", type=Path, metavar="DIR",
+                     help="a results directory or a run directory; several are analysed and compared together")
+    rep.add_argument("--out", type=Path, help="where report.html, the CSV tables and plots/ go (default: the "
+                     "first DIR)")
+    rep.add_argument("--method", choices=("ccplab", "tpcca"), default=None,
+                     help="analysis method passed to the analysis (default: its own default, ccplab)")
+
+
+def cmd_report(args) -> int:
+    """``ccplab report DIR... [--out OUT] [--method M]``: `transient.report.report_paths` (exit 2 on bad input)."""
+    import transient
+    from transient.report import report_paths
+
+    try:
+        page = report_paths(args.dirs, args.out, method=args.method)
+    except (transient.TransientError, ValueError) as exc:
+        raise CcplabError(f"report: {exc}") from exc
+    print(f"report: {page}")
+    return 0
+
+
 COMMANDS = {"run": cmd_run, "compare": cmd_compare, "demo": cmd_demo,
-            "algorithms": cmd_algorithms, "analyze": cmd_analyze}
+            "algorithms": cmd_algorithms, "analyze": cmd_analyze, "report": cmd_report}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -178,3 +178,38 @@ def test_browser_check_sees_a_missing_image(tmp_path):
     victim.unlink()
     images = browser.page_images(page)
     assert [i["src"] for i in images if i["status"] == "failed"] == [victim.relative_to(tmp_path).as_posix()]
+
+
+def test_ccplab_report_compares_several_directories(results_dir, tmp_path, capsys):
+    import shutil
+
+    from ccplab import cli
+
+    other = tmp_path / "second" / "results"
+    shutil.copytree(results_dir, other)
+    out = tmp_path / "page"
+    assert cli.main(["report", str(results_dir), str(other), "--out", str(out)]) == 0
+    assert str(out / "report.html") in capsys.readouterr().out
+    runs = pd.read_csv(out / "runs.csv")
+    assert len(runs) == 8 and runs["run_id"].is_unique
+    # both inputs are named "results": their parents tell them apart in the run ids
+    assert {r.rsplit("/runs/", 1)[0] for r in runs["run_id"]} == {f"{results_dir.parent.name}/results",
+                                                                 "second/results"}
+    imgs, _ = _srcs(out / "report.html")
+    assert imgs and all((out / i).is_file() for i in imgs)
+    assert not (results_dir / "report.html").exists()  # --out given: the inputs are left alone
+
+
+def test_ccplab_report_defaults_to_the_first_directory(results_dir, capsys):
+    from ccplab import cli
+
+    assert cli.main(["report", str(results_dir)]) == 0
+    assert (results_dir / "report.html").is_file() and (results_dir / "summary_steps.csv").is_file()
+
+
+def test_ccplab_report_names_a_missing_directory(tmp_path, capsys):
+    from ccplab import cli
+
+    missing = tmp_path / "nope"
+    assert cli.main(["report", str(missing)]) == 2
+    assert f"{missing}: no such file or directory" in capsys.readouterr().err
