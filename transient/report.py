@@ -70,36 +70,48 @@ METRIC_NOTES = [
     ("power score (per run)", "throughput (Mbit/s) / p95 signal delay (s); Kleinrock's power.",
      "the mahimahi-based congestion-control contest (MIT 6.829)"),
     ("converged, convergence time (per step)",
-     "Seconds from the step to the convergence point (the analysis' method below says how that point is "
-     "found). Summarised over converged runs only; runs that did not converge are counted (\"k/n "
-     "converged\"), never given a number.",
-     "method ccplab: departures against the reference capacity (the offered capacity, smoothed like the "
-     "throughput), stable and inside a band of it; method tpcca: the TPCCA reference detector, faults kept"),
+     "Seconds from the step to the convergence point. Method ccplab: the throughput x (departures per RTT "
+     "bin) is compared with the reference r (the capacity the link offered in the same bins, smoothed alike, so "
+     "trace noise is not the CCA's error); on the relative error e = (x - r) / mean(r), three 10-RTT windows "
+     "4 RTT apart must be stable (variance of window means <= 0.02/12^2, of window variances <= 0.02/12^4: "
+     "TPCCA's thresholds made relative) and in band (every window mean and the bin itself within 5% of r); "
+     "the point is the start of the first such bin. Otherwise the step did not converge: no number. Method "
+     "tpcca: the reference detector, faults kept (see below). Summarised over converged runs only; the others "
+     "are counted (\"k/n converged\").",
+     "TPCCA poster (SIGCOMM 2021, github BobAnkh/TPCCA), corrected as in transient.convergence"),
     ("Normalized Area (per step)",
-     "The throughput's gap to the capacity during the transient. tpcca: (12 / B) x sum |B - x_i| dt / "
-     "(t_s - t_0) (B = nominal new capacity, Mbit/s; dividing by the convergence time rewards slow "
-     "convergence). ccplab: gap area (Mbit) / |delta B| (Mbit/s) = seconds of a whole step lost, comparable "
-     "across rates and never rewarding slow convergence. Lower is better.",
-     "TPCCA poster (SIGCOMM 2021, github BobAnkh/TPCCA); ccplab issue 6"),
-    ("gap area", "Integral of |reference - throughput| dt from the step to convergence (Mbit).", "ccplab"),
+     "Method ccplab: gap area / |delta B|, gap area = sum over the bins before convergence of |r - x| x bin "
+     "width (Mbit), delta B = the step's nominal change (Mbit/s); unit s (\"seconds of the whole step "
+     "lost\"): a slower transient always scores worse and steps of any size compare. Method tpcca: (12 / B) x "
+     "sum |B - x_i| dt / (t_s - t_0) over arrival bins, B = nominal new rate (dividing by the convergence "
+     "time rewards long transients). Lower is better.",
+     "TPCCA poster; transient.convergence"),
+    ("gap area", "sum of |r - x| x bin width from the step to convergence (Mbit).", "transient.convergence"),
     ("steady throughput, steady utilization",
-     "Mean departure throughput after convergence to the step's end; divided by the capacity offered in the "
-     "same bins.", "ccplab"),
+     "Mean departure throughput from the convergence point to the step's end; divided by the capacity "
+     "offered in the same bins.", "transient.convergence"),
     ("rise time, peak time, overshoot, settling time",
-     "Rise time: 10% to 90% of the step; peak time: step to the throughput's maximum; overshoot: 100 (peak - "
-     "B) / |delta B| %; settling time: last exit from the 2% (and 5%) band around the new capacity. For a "
-     "second-order system: PO = 100 exp(-zeta pi / sqrt(1 - zeta^2)), t_p = pi / (w_n sqrt(1 - zeta^2)), "
-     "2% settling time about 4 / (zeta w_n).",
-     "Ogata, Modern Control Engineering, ch. 5; project FIELD-NOTES (transient performance)"),
+     "On the sender's rate (arrivals per RTT bin) with the trace's noise taken out, normalized to the step "
+     "(u = 0 old level, 1 new level; departures cannot overshoot a step up): rise time from the first crossing "
+     "of 0.1 to that of 0.9; peak time at the largest u; overshoot 100 (max u - 1) %; settling time: end of "
+     "the last bin outside ±2% (±5%) of the new nominal rate (the bands drawn in the zoomed plots). For a "
+     "second-order system: PO = 100 exp(-zeta pi / sqrt(1 - zeta^2)), t_p = pi / (w_n sqrt(1 - zeta^2)), 2% "
+     "settling time about 4 / (zeta w_n).",
+     "Ogata, Modern Control Engineering, 5th ed., 5.3; project FIELD-NOTES (transient performance); "
+     "transient.secondorder"),
     ("damping ratio, natural frequency, fit R², response class",
-     "zeta and w_n (rad/s) of a second-order step response fitted to the throughput (scipy least squares); "
-     "R² of that fit; class: underdamped (zeta < 1), critically damped (zeta = 1), overdamped (zeta > 1), "
-     "undamped (limit cycle), or not second-order when the fit is poor. Logarithmic decrement: zeta = delta / "
-     "sqrt(4 pi^2 + delta^2).", "Ogata, ch. 5; project FIELD-NOTES"),
+     "zeta and w_n (rad/s) of a second-order step response with gain and dead time fitted to u "
+     "(scipy.optimize.curve_fit); R² = 1 - SS_res / SS_tot of that fit. Class: not second-order when R² is too "
+     "low, undamped (limit cycle) when zeta < 0.05, underdamped below 0.9, critically damped 0.9-1.1, "
+     "overdamped above. Logarithmic decrement: zeta = delta / sqrt(4 pi^2 + delta^2).",
+     "Ogata 5.3; project FIELD-NOTES; transient.secondorder"),
     ("peak queueing delay, standing queue, drain time, drops (per step)",
-     "Delay side of a step (a step down is scored by these): peak queueing delay above the base RTT during "
-     "the transient; the queue left standing after convergence (packets and ms); time until the queue "
-     "drains back to its steady level; packets dropped during the transient.", "ccplab issue 6"),
+     "A saturated link departs at its capacity, so a step down shows in the queue, not in the throughput; "
+     "every step is also scored here. Peak queueing delay: largest per-packet delay above the log's smallest "
+     "(the base) during the transient; standing queue: median queueing delay (ms) and mean occupancy "
+     "(packets) after the transient; drain time: from the step until the queue is back within max(10%, 2 ms) "
+     "of its standing level; drops: packets dropped (d lines) during the transient.",
+     "transient.delayside; ccplab issue 6"),
     ("statistics",
      f"Per label x scenario (x step): median, interquartile range (25th-75th percentile), and a "
      f"{stats.CONFIDENCE:.0%} confidence interval of the median by the {stats.CI_METHOD} bootstrap "
@@ -253,7 +265,8 @@ def report_paths(paths: Sequence[str | Path], out: str | Path | None = None, *, 
         out: output directory (default: the first path, or its directory when
             it is a file).
         method: the analysis method ("ccplab" or "tpcca"), passed to
-            analyze_all; None: its default.
+            analyze_all as ``options=AnalysisOptions(method=...)``; None: its
+            default.
         **kwargs: passed to `write_report`.
 
     Returns:
@@ -272,7 +285,11 @@ def report_paths(paths: Sequence[str | Path], out: str | Path | None = None, *, 
     for p in paths:
         if not p.exists():
             raise AnalysisError(f"{p}: no such file or directory")
-    extra = {"method": method} if method is not None else {}
+    extra = {}
+    if method is not None:
+        from .analyze import AnalysisOptions
+
+        extra["options"] = AnalysisOptions(method=method)
     analyses = [(name, analyze_all(p, on_error="skip", **extra)) for name, p in zip(source_names(paths), paths)]
     a = combine(analyses)
     if out is None:
@@ -431,7 +448,8 @@ def write_report(
     colors = plots.label_colors(labels)
     scen_names = sorted(runs["scenario"].unique())
     methods = sorted({str(m) for m in runs["method"].dropna()}) or ["unknown"]
-    faults = list(tpcca_faults if tpcca_faults is not None else runs_df.attrs.get("tpcca_faults", []) or [])
+    faults = list(tpcca_faults if tpcca_faults is not None else
+                  runs_df.attrs.get("tpcca_faults") or _engine_tpcca_faults())
 
     tmp = Path(tempfile.mkdtemp(prefix=".report-tmp-", dir=out))
     try:
@@ -460,6 +478,13 @@ def write_report(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out / "report.html"
+
+
+def _engine_tpcca_faults() -> list[str]:
+    """The faults the analysis' tpcca method keeps (`transient.tpcca.TPCCA_FAULTS`), [] if it lists none."""
+    from . import tpcca
+
+    return list(getattr(tpcca, "TPCCA_FAULTS", ()))
 
 
 def _scenario_section(sc: str, runs: pd.DataFrame, steps: pd.DataFrame, series: Mapping[str, pd.DataFrame],
@@ -494,7 +519,13 @@ def _scenario_section(sc: str, runs: pd.DataFrame, steps: pd.DataFrame, series: 
         conv_row = ["converged", *[
             f"{int(g['converged'].sum())}/{len(g)}" for g in (st[st["label"] == lab] for lab in labels)]]
         cls_row = ["response class (runs)", *[_class_counts(st[st["label"] == lab]) for lab in labels]]
-        step_table = _table(header, [conv_row, *_metric_rows(ss, labels, stats.STEP_METRICS), cls_row])
+        extra_rows = [cls_row]
+        if "tpcca_gave_up" in st.columns and st["tpcca_gave_up"].notna().any():
+            # TPCCA reports these as converged at bin index 40 (a fault it keeps): say how many.
+            extra_rows.append(["TPCCA gave up (bin 40)", *[
+                f"{int(g['tpcca_gave_up'].fillna(False).astype(bool).sum())}/{len(g)}"
+                for g in (st[st["label"] == lab] for lab in labels)]])
+        step_table = _table(header, [conv_row, *_metric_rows(ss, labels, stats.STEP_METRICS), *extra_rows])
         name = f"zoom-{_slug(sc, 'step', int(sid))}"
         figs = []
         if plots.plot_step_zoom(r, series, st, colors, pdir / name, sc):
