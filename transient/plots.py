@@ -26,6 +26,7 @@ reference lines are black/grey, never a label color.
 
 from __future__ import annotations
 
+import textwrap
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Mapping
@@ -96,7 +97,22 @@ def save_figure(fig: plt.Figure, base: Path) -> list[Path]:
 
 
 def _step_label(step) -> str:
-    return f"step {int(step['step'])} ({step['kind']}): {step['from_mbps']:g} → {step['to_mbps']:g} Mbit/s"
+    kind = step.get("kind")
+    kind = f" ({kind})" if isinstance(kind, str) and kind else ""
+    return f"step {int(step['step'])}{kind}: {step['from_mbps']:g} → {step['to_mbps']:g} Mbit/s"
+
+
+def _suptitle(fig: plt.Figure, text: str) -> None:
+    """A figure title wrapped to the figure's width (a long title must not be cut at the edges)."""
+    width_chars = max(int(fig.get_figwidth() * 12), 30)  # about 12 characters per inch at 10-11 pt
+    fig.suptitle(textwrap.fill(text, width_chars))
+
+
+def _no_data_note(ax, series_col: str, frames) -> None:
+    """Write "no data" on a panel whose series column is missing or all NaN in every frame drawn."""
+    if not any(series_col in f.columns and f[series_col].notna().any() for f in frames):
+        ax.text(0.5, 0.5, f"no {series_col} in the series", transform=ax.transAxes, ha="center",
+                va="center", color="dimgrey")
 
 
 def _legend_below(fig: plt.Figure, axes, ncol: int = 4) -> None:
@@ -133,6 +149,7 @@ def plot_timeseries(runs: pd.DataFrame, series: Mapping[str, pd.DataFrame], step
                 s = series[rid]
                 row[0].plot(s.index, s["throughput_mbps"], color=colors[lab], lw=0.7, alpha=0.7)
                 row[1].plot(s.index, s["queueing_delay_ms"], color=colors[lab], lw=0.7, alpha=0.7)
+            _no_data_note(row[1], "queueing_delay_ms", [series[r] for r in ids])
             if ids:
                 ref = pd.concat([series[r]["reference_mbps"] for r in ids], axis=1).mean(axis=1)
                 row[0].plot(ref.index, ref.to_numpy(), color="black", lw=1.0, ls="--",
@@ -147,7 +164,7 @@ def plot_timeseries(runs: pd.DataFrame, series: Mapping[str, pd.DataFrame], step
             ax.set_xlabel("time on the link-log clock (s)")
         axes[0, 0].plot([], [], color="dimgrey", lw=0.7, label="throughput / queueing delay, each run (label color)")
         axes[0, 0].plot([], [], color="grey", lw=0.8, ls=":", label="capacity step")
-        fig.suptitle(f"{title}: departure throughput vs. capacity, and queueing delay ({_bin_text(series, have)})")
+        _suptitle(fig, f"{title}: departure throughput vs. capacity, and queueing delay ({_bin_text(series, have)})")
         fig.tight_layout(rect=(0, 0.06 if len(labels) > 2 else 0.1, 1, 1))
         _legend_below(fig, axes)
         save_figure(fig, base)
@@ -213,6 +230,7 @@ def plot_step_zoom(runs: pd.DataFrame, series: Mapping[str, pd.DataFrame], step_
                         ax.axvline(tc - at, color=colors[lab], lw=0.8, ls="-.", alpha=0.8)
                     row[0].plot(tc - at, y, marker="o", ms=6, mfc="white", mec="black", mew=1.0, ls="none",
                                 label="convergence point" if k == 0 else None, zorder=5)
+            _no_data_note(row[1], "queueing_delay_ms", [series[r] for r in mine["run_id"]])
             if refs:
                 ref = pd.concat(refs, axis=1).mean(axis=1)
                 row[0].plot(ref.index.to_numpy() - at, ref.to_numpy(), color="black", lw=1.1, ls="--",
@@ -233,7 +251,7 @@ def plot_step_zoom(runs: pd.DataFrame, series: Mapping[str, pd.DataFrame], step_
         axes[0, 0].plot([], [], color="dimgrey", lw=0.9, label="throughput, each run (label color)")
         axes[0, 1].plot([], [], color="dimgrey", lw=0.8, ls="-.", label="convergence time, each run")
         axes[0, 1].plot([], [], color="grey", lw=0.8, ls=":", label="capacity step")
-        fig.suptitle(f"{title}, {_step_label(first)}: zoom on the transient")
+        _suptitle(fig, f"{title}, {_step_label(first)}: zoom on the transient")
         fig.tight_layout(rect=(0, 0.07 if len(labels) > 2 else 0.12, 1, 1))
         _legend_below(fig, axes, ncol=3)
         save_figure(fig, base)
@@ -299,7 +317,7 @@ def plot_violins(steps: pd.DataFrame, colors: Mapping[str, str], base: Path, tit
                 ax.set_xticklabels(labels, rotation=25, ha="right")
                 ax.set_xlim(-0.6, len(labels) - 0.4)
                 ax.grid(axis="x", visible=False)
-        fig.suptitle(f"{title}: per-step transient metrics across runs (violins; dots: runs; bar: median)")
+        _suptitle(fig, f"{title}: per-step transient metrics across runs (violins; dots: runs; bar: median)")
         fig.tight_layout()
         save_figure(fig, base)
     return True

@@ -535,12 +535,17 @@ def _scenario_section(sc: str, runs: pd.DataFrame, steps: pd.DataFrame, series: 
                                 "convergence point."))
         step_sections.append({
             "index": int(sid), "anchor": _slug(sc, "step", int(sid)), "table": step_table, "figures": figs,
-            "title": f"Step {int(sid)} ({first['kind']}): {_num(first['from_mbps'])} → {_num(first['to_mbps'])} "
+            "title": f"Step {int(sid)}{_kind(first)}: {_num(first['from_mbps'])} → {_num(first['to_mbps'])} "
                      f"Mbit/s at {_num(first['at_s'])} s on the log clock",
         })
     return {"name": sc, "anchor": _slug("scenario", sc), "description": _scenario_description(r),
             "table": table,
             "figures": figures, "steps": step_sections}
+
+
+def _kind(step: pd.Series) -> str:
+    kind = step.get("kind")
+    return f" ({kind})" if isinstance(kind, str) and kind else ""
 
 
 def _num(v: object) -> str:
