@@ -9,7 +9,7 @@
 //! WARNING for maintainers: the `libccp` crate exports an unmangled C symbol
 //! `log` that shadows libm's `log`, so `f64::ln()` (and anything calling it)
 //! crashes this binary. Keep float logarithms out; tests/no_libm_log.rs
-//! checks the binary has no call to `log`.
+//! disassembles the built binary and fails if any code calls `log`.
 
 mod bpf;
 mod fold;
@@ -19,13 +19,14 @@ mod stats;
 mod wire;
 
 use std::cell::RefCell;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use ccplab_util::signals::{StopSignals, SIGINT, SIGTERM};
 use clap::Parser;
 use serde::Serialize;
 
@@ -84,24 +85,6 @@ struct Ready<'a> {
     socket: &'a str,
 }
 
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_: libc::c_int) {
-    STOP.store(true, Ordering::SeqCst);
-}
-
-fn install_signal_handlers() {
-    for sig in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: the handler only stores to an atomic (async-signal-safe).
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_signal as *const () as usize;
-            libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(sig, &sa, std::ptr::null_mut());
-        }
-    }
-}
-
 fn init_logging(verbose: u8) {
     let default = match verbose {
         0 => "info",
@@ -111,15 +94,6 @@ fn init_logging(verbose: u8) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
-}
-
-/// Write `content` to `path` atomically (temp file in the same dir + rename).
-fn write_atomic(path: &Path, content: &[u8]) -> Result<()> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().with_context(|| format!("--ready-file {}: not a file path", path.display()))?;
-    let tmp = dir.join(format!(".{}.tmp{}", name.to_string_lossy(), std::process::id()));
-    std::fs::write(&tmp, content).with_context(|| format!("--ready-file: writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("--ready-file: renaming to {}", path.display()))
 }
 
 fn preflight() -> Result<()> {
@@ -257,7 +231,7 @@ impl Loop {
     }
 }
 
-fn run(cli: Cli) -> Result<()> {
+fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
     preflight()?;
     let ipc = PortusIpc::bind(&cli.bind_dir, &cli.portus_socket)?;
     let mut bpf = BpfDatapath::load(BpfConfig {
@@ -277,7 +251,8 @@ fn run(cli: Cli) -> Result<()> {
     let _ready = ReadyFile(cli.ready_file.clone());
     if let Some(p) = &cli.ready_file {
         let body = serde_json::to_vec(&Ready { ca: CA_NAME, pid: std::process::id(), socket: &socket })?;
-        write_atomic(p, &body)?;
+        ccplab_util::fs::write_atomically(p, |w| w.write_all(&body))
+            .with_context(|| format!("--ready-file {}: cannot write", p.display()))?;
     }
     tracing::info!(ca = CA_NAME, socket = %socket, portus = %cli.portus_socket.display(), congalg = %cli.congalg, "registered; ready");
 
@@ -286,9 +261,11 @@ fn run(cli: Cli) -> Result<()> {
     let mut fds = [
         libc::pollfd { fd: ring.epoll_fd(), events: libc::POLLIN, revents: 0 },
         libc::pollfd { fd: lp.ipc.fd(), events: libc::POLLIN, revents: 0 },
+        // readable once SIGINT/SIGTERM arrived: wakes the poll at once
+        libc::pollfd { fd: stop.as_raw_fd(), events: libc::POLLIN, revents: 0 },
     ];
     let mut last_summary = Instant::now();
-    while !STOP.load(Ordering::SeqCst) {
+    while stop.received().is_none() {
         lp.bpf.heartbeat(monotonic_ns());
         // 1 ms timeout bounds the delay of ring records submitted without a
         // wakeup and keeps the heartbeat fresh.
@@ -318,8 +295,14 @@ fn run(cli: Cli) -> Result<()> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.verbose);
-    install_signal_handlers();
-    match run(cli) {
+    let stop = match StopSignals::install(&[SIGINT, SIGTERM]) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("ccp-datapath: error: cannot install SIGINT/SIGTERM handlers: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match run(cli, &stop) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("ccp-datapath: error: {e:#}");

@@ -1,4 +1,6 @@
-//! End-to-end tests of `ccp-datapath` (need root, BPF struct_ops, netns).
+//! End-to-end tests of `ccp-datapath` (need root, BPF struct_ops, netns,
+//! and the tools ip, tc, setpriv). Without them each test fails naming what
+//! is missing (ccplab_util::testkit, the project's one policy).
 //!
 //! Each test: two fresh network namespaces joined by a veth pair whose
 //! sender side has a TBF bottleneck (no netem on this kernel); an in-process
@@ -23,6 +25,7 @@ use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use ccplab_util::testkit::{require_path, require_root, require_tools, try_wait_until, wait_for_exit, wait_until};
 use portus::ipc::{BackendBuilder, Blocking, Ipc};
 use portus::lang::Scope;
 use portus::{CCPHandle, CongAlg, Datapath, DatapathInfo, DatapathTrait, Flow, Report, RunBuilder};
@@ -42,18 +45,21 @@ struct TestLock {
     _file: File,
 }
 
-/// Serialize tests that register `ccp` (this binary and other processes
-/// using the same lock file), then wait until no other `ccp` is registered.
+/// Fail (naming what is missing) unless the test can load BPF struct_ops
+/// and create namespaces; then serialize tests that register `ccp` (this
+/// binary and other processes using the same lock file) and wait until no
+/// other `ccp` is registered.
 fn lock() -> TestLock {
+    require_root("loading the BPF struct_ops congestion control and creating network namespaces");
+    require_path(Path::new("/sys/kernel/btf/vmlinux"), "kernel BTF (BPF struct_ops support)");
+    require_tools(&["ip", "tc", "setpriv"], "the test network and the non-root check");
     let local = LOCAL.lock().unwrap_or_else(|p| p.into_inner());
     let file = File::create("/tmp/ccp-datapath-tests.lock").expect("lock file");
     // SAFETY: flock on an fd we own.
     assert_eq!(unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) }, 0, "flock");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while ca_registered() {
-        assert!(Instant::now() < deadline, "another process keeps congestion control `ccp` registered");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_until("another process to unregister congestion control `ccp`", Duration::from_secs(60), || {
+        (!ca_registered()).then_some(())
+    });
     TestLock { _local: local, _file: file }
 }
 
@@ -234,15 +240,7 @@ impl BulkFlow {
 
     /// Poll TCP_INFO until `pred` holds or `timeout` passes.
     fn wait_for(&self, timeout: Duration, pred: impl Fn(&libc::tcp_info) -> bool) -> Option<libc::tcp_info> {
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            let ti = self.info();
-            if pred(&ti) {
-                return Some(ti);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        None
+        try_wait_until(timeout, || Some(self.info()).filter(|ti| pred(ti)))
     }
 }
 
@@ -379,14 +377,14 @@ impl DatapathProc {
             .spawn()
             .expect("spawn ccp-datapath");
         let mut dp = DatapathProc { child: Some(child), ready, log, socket: PathBuf::new() };
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while !dp.ready.exists() {
+        // The ready file is written atomically once `ccp` is registered.
+        let ready_now = try_wait_until(Duration::from_secs(15), || {
             if let Some(st) = dp.child.as_mut().unwrap().try_wait().unwrap() {
                 panic!("ccp-datapath exited early ({st}): {}", dp.log_text());
             }
-            assert!(Instant::now() < deadline, "ccp-datapath not ready: {}", dp.log_text());
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            dp.ready.exists().then_some(())
+        });
+        assert!(ready_now.is_some(), "ccp-datapath not ready after 15 s: {}", dp.log_text());
         let ready: serde_json::Value = serde_json::from_slice(&std::fs::read(&dp.ready).unwrap()).unwrap();
         assert_eq!(ready["ca"], "ccp");
         assert_eq!(ready["pid"], dp.child.as_ref().unwrap().id());
@@ -412,18 +410,12 @@ impl DatapathProc {
         let mut child = self.child.take()?;
         // SAFETY: signalling our own child.
         unsafe { libc::kill(child.id() as i32, sig) };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            if let Some(st) = child.try_wait().unwrap() {
-                return Some(st);
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let st = wait_for_exit(&mut child, Duration::from_secs(5));
+        if st.is_none() {
+            let _ = child.kill();
+            let _ = child.wait();
         }
+        st
     }
 }
 
@@ -449,6 +441,27 @@ fn queueing_rtt_us(cwnd_pkts: u64) -> u64 {
     cwnd_pkts * WIRE_BYTES_PER_SEG * 8 * 1_000_000 / LINK_BPS
 }
 
+/// Whether the smoothed RTT is within [0.6, 1.6] x the queueing delay of
+/// `pkts` segments at the bottleneck (the band [`assert_held_at`] checks).
+fn rtt_settled(ti: &libc::tcp_info, pkts: u32) -> bool {
+    let (want, rtt) = (queueing_rtt_us(pkts as u64), ti.tcpi_rtt as u64);
+    rtt * 10 >= want * 6 && rtt * 10 <= want * 16
+}
+
+/// Wait (at most 5 s) until the queue has settled at `pkts` segments: cwnd
+/// is `pkts` and the smoothed RTT is in the expected band.
+fn wait_settled(flow: &BulkFlow, pkts: u32) {
+    let settled = flow.wait_for(Duration::from_secs(5), |t| t.tcpi_snd_cwnd == pkts && rtt_settled(t, pkts));
+    let now = flow.info();
+    assert!(
+        settled.is_some(),
+        "queue did not settle at cwnd {pkts} within 5 s: cwnd {}, srtt {} us, expected about {} us",
+        now.tcpi_snd_cwnd,
+        now.tcpi_rtt,
+        queueing_rtt_us(pkts as u64)
+    );
+}
+
 /// Check over `window` that the sender's cwnd stays at `pkts`, the flow is
 /// cwnd-limited (in flight reaches cwnd) and the RTT is the queueing delay
 /// of `pkts` segments at the bottleneck (so cwnd/RTT ~= link rate).
@@ -461,14 +474,14 @@ fn assert_held_at(flow: &BulkFlow, pkts: u32, window: Duration) -> libc::tcp_inf
         assert_eq!(last.tcpi_snd_cwnd, pkts, "cwnd drifted from the algorithm's value");
         assert!(last.tcpi_unacked <= pkts, "more in flight ({}) than cwnd {pkts}", last.tcpi_unacked);
         saw_full |= last.tcpi_unacked + 1 >= pkts;
-        std::thread::sleep(Duration::from_millis(25));
+        std::thread::sleep(Duration::from_millis(25)); // sampling period, not a wait
     }
     assert!(saw_full, "flow never filled its cwnd of {pkts}");
-    let want = queueing_rtt_us(pkts as u64);
-    let rtt = last.tcpi_rtt as u64;
     assert!(
-        rtt * 10 >= want * 6 && rtt * 10 <= want * 16,
-        "srtt {rtt} us, expected about {want} us for {pkts} packets queued at {LINK_BPS} bit/s"
+        rtt_settled(&last, pkts),
+        "srtt {} us, expected about {} us for {pkts} packets queued at {LINK_BPS} bit/s",
+        last.tcpi_rtt,
+        queueing_rtt_us(pkts as u64)
     );
     last
 }
@@ -487,7 +500,7 @@ fn fixed_cwnd_from_portus_reaches_the_socket_and_follows_changes() {
     let ti = flow.wait_for(Duration::from_secs(5), |t| t.tcpi_snd_cwnd == 10);
     assert!(ti.is_some(), "cwnd never became 10 (now {}): {}", flow.info().tcpi_snd_cwnd, dp.log_text());
     assert_eq!(ti.unwrap().tcpi_snd_mss, 1448);
-    std::thread::sleep(Duration::from_millis(300)); // let the queue settle
+    wait_settled(&flow, 10);
     let at10 = assert_held_at(&flow, 10, Duration::from_secs(2));
     assert!(portus.alg.reports.load(Ordering::SeqCst) > 20, "fold program reports every RTT");
     assert_eq!(portus.alg.flows.load(Ordering::SeqCst), 1);
@@ -498,7 +511,7 @@ fn fixed_cwnd_from_portus_reaches_the_socket_and_follows_changes() {
     let ti = flow.wait_for(Duration::from_secs(5), |t| t.tcpi_snd_cwnd == 40);
     assert!(ti.is_some(), "cwnd did not follow 10 -> 40 (now {})", flow.info().tcpi_snd_cwnd);
     eprintln!("cwnd 10 -> 40 visible in TCP_INFO after {:?}", t0.elapsed());
-    std::thread::sleep(Duration::from_millis(500));
+    wait_settled(&flow, 40);
     let at40 = assert_held_at(&flow, 40, Duration::from_secs(2));
     eprintln!("srtt at cwnd 10: {} us, at cwnd 40: {} us (expected {} / {})", at10.tcpi_rtt, at40.tcpi_rtt, queueing_rtt_us(10), queueing_rtt_us(40));
     assert!(at40.tcpi_rtt > at10.tcpi_rtt * 3, "RTT should grow ~4x with 4x the queued packets");
@@ -522,7 +535,7 @@ fn flow_keeps_moving_without_an_algorithm() {
     let flow = BulkFlow::start(&net);
     assert_eq!(flow.congestion_control(), "ccp");
     let start = flow.info();
-    std::thread::sleep(Duration::from_secs(3));
+    std::thread::sleep(Duration::from_secs(3)); // measurement window
     let end = flow.info();
     let rate_bps = (end.tcpi_bytes_acked - start.tcpi_bytes_acked) * 8 / 3;
     assert!(rate_bps > LINK_BPS / 2, "fallback flow delivered only {rate_bps} bit/s");
@@ -549,7 +562,7 @@ fn flow_falls_back_to_reno_when_the_datapath_dies() {
     let grown = flow.wait_for(Duration::from_secs(5), |t| t.tcpi_snd_cwnd > 12);
     assert!(grown.is_some(), "flow stuck at cwnd {} after the datapath died", flow.info().tcpi_snd_cwnd);
     let a = flow.info().tcpi_bytes_acked;
-    std::thread::sleep(Duration::from_secs(1));
+    std::thread::sleep(Duration::from_secs(1)); // measurement window
     assert!(flow.info().tcpi_bytes_acked - a > LINK_BPS / 8 / 2, "flow not moving after fallback");
     drop(flow);
     drop(net);
@@ -564,14 +577,10 @@ fn run_expect_failure(args: &[&str], setpriv_nobody: bool) -> String {
         Command::new(BIN)
     };
     let mut child = cmd.args(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{args:?} did not exit");
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    if wait_for_exit(&mut child, Duration::from_secs(10)).is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("{args:?} did not exit within 10 s");
     }
     let out = child.wait_with_output().unwrap();
     assert!(!out.status.success(), "{args:?} should fail");
