@@ -1,6 +1,6 @@
-//! The command line every algorithm binary shares, and its `main`.
+//! The command line every algorithm shares, and its `main`.
 //!
-//! `ccp-<alg> [--ipc unix|netlink] [--ipc-name NAME] [--init-cwnd-pkts N]
+//! `ccp-algorithms <alg> [--ipc unix|netlink] [--ipc-name NAME] [--init-cwnd-pkts N]
 //! [--ss-thresh-pkts N|inf] [--min-cwnd-pkts N] [--max-cwnd-pkts N] [-v...]
 //! [<algorithm flags>] [--dump-program] [--describe-json]`
 //!
@@ -23,6 +23,9 @@ use tracing::{error, info};
 
 /// Directory in which Portus binds its unix socket (hard-coded in portus 0.9).
 pub const UNIX_SOCKET_DIR: &str = "/tmp/ccp";
+
+/// The binary that runs every algorithm of the suite (`ccp-algorithms NAME`).
+pub const MULTIPLEXER: &str = "ccp-algorithms";
 
 /// IPC mechanism between the algorithm (Portus) and the datapath.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -60,7 +63,7 @@ pub struct CommonArgs {
     /// Print the fold program exactly as installed in the datapath, then exit.
     #[arg(long)]
     pub dump_program: bool,
-    /// Print {"name","summary","source","flags":[{"flag","default","help"}]} as JSON, then exit.
+    /// Print {"name","summary","source","controls","command","program","flags":[{"flag","default","help"}]} as JSON, then exit.
     #[arg(long)]
     pub describe_json: bool,
 }
@@ -117,18 +120,24 @@ pub struct Cli<A: Args> {
     pub alg: A,
 }
 
+/// `ccp-algorithms NAME`, the command line that runs algorithm `S`.
+fn invocation<S: AlgorithmSpec>() -> &'static str {
+    Box::leak(format!("{MULTIPLEXER} {}", S::NAME).into_boxed_str())
+}
+
 /// The clap `Command` of algorithm `S` (name, about and floor default from the spec).
 pub fn command<S: AlgorithmSpec>() -> clap::Command {
     Cli::<S::Args>::command()
-        .name(S::BINARY)
-        .bin_name(S::BINARY)
+        .name(S::NAME)
+        .bin_name(invocation::<S>())
         .about(format!("{} [{}]", S::SUMMARY, S::SOURCE))
         .long_about(format!(
             "{} [{}]\n\nRuns a Portus congestion-control daemon that registers the algorithm name \
-             {:?}; datapaths asking for that congAlg get it. Logs one line per report to stderr.",
+             {:?}; datapaths asking for that congAlg get it. Controls: {}. Logs one line per report to stderr.",
             S::SUMMARY,
             S::SOURCE,
-            S::NAME
+            S::NAME,
+            S::CONTROLS
         ))
         .mut_arg("min_cwnd_pkts", |a| a.default_value(S::DEFAULT_MIN_CWND_PKTS))
 }
@@ -169,13 +178,32 @@ pub fn describe<S: AlgorithmSpec>() -> serde_json::Value {
             o
         })
         .collect();
+    let prog = S::program(&default_args::<S>());
     serde_json::json!({
         "name": S::NAME,
-        "binary": S::BINARY,
+        "binary": MULTIPLEXER,
+        "command": [MULTIPLEXER, S::NAME],
         "summary": S::SUMMARY,
         "source": S::SOURCE,
+        "controls": S::CONTROLS,
+        "program": {
+            "name": prog.name,
+            "cadence": format!("{:?}", prog.cadence),
+            "urgent_on_loss": prog.urgent_on_loss,
+        },
         "flags": flags,
     })
+}
+
+/// The algorithm's flags at their defaults.
+fn default_args<S: AlgorithmSpec>() -> S::Args {
+    let m = command::<S>().try_get_matches_from([S::NAME]).expect("defaults parse");
+    S::Args::from_arg_matches(&m).expect("defaults parse")
+}
+
+/// The fold program of `S` with default flags (for the suite table).
+pub fn default_program<S: AlgorithmSpec>() -> String {
+    S::program(&default_args::<S>()).text()
 }
 
 /// Parse `args` (including argv[0]) into the binary's command line; clap errors
@@ -195,14 +223,19 @@ pub fn parse_from<S: AlgorithmSpec, T: Into<std::ffi::OsString> + Clone>(
     Ok(cli)
 }
 
-/// The `main` of every algorithm binary.
+/// The `main` of algorithm `S` on this process's command line.
 pub fn main<S: AlgorithmSpec>() -> ExitCode {
-    let cli = match parse_from::<S, _>(std::env::args_os()) {
+    main_from::<S>(std::env::args_os().collect())
+}
+
+/// The `main` of algorithm `S` on command line `args` (argv[0] included).
+pub fn main_from<S: AlgorithmSpec>(args: Vec<std::ffi::OsString>) -> ExitCode {
+    let cli = match parse_from::<S, _>(args) {
         Ok(c) => c,
         Err(e) => e.exit(),
     };
     if cli.common.dump_program {
-        print!("{}", S::program().1);
+        print!("{}", S::program(&cli.alg).text());
         return ExitCode::SUCCESS;
     }
     if cli.common.describe_json {
@@ -213,7 +246,7 @@ pub fn main<S: AlgorithmSpec>() -> ExitCode {
     match run::<S>(&cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            error!(target: "ccp", "{} failed: {e:#}", S::BINARY);
+            error!(target: "ccp", "{} failed: {e:#}", invocation::<S>());
             ExitCode::FAILURE
         }
     }

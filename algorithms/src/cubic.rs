@@ -18,19 +18,160 @@
 //! - Congestion event (§4.6): cwnd_prior = cwnd, ssthresh = max(beta cwnd, 2),
 //!   cwnd = ssthresh; W_max = cwnd, or with fast convergence (§4.7) and
 //!   cwnd < previous W_max: W_max = cwnd (1 + beta) / 2. Once per window, as in
-//!   Reno (no growth for one SRTT afterwards).
-//! - Timeout (§4.8): ssthresh = max(beta cwnd, 2), cwnd = 1, epoch and W_max
-//!   forgotten.
-//! - Slow start as Reno's (no HyStart++).
+//!   Reno: no growth and no second cut until the recovery point.
+//! - Timeout (§4.8): ssthresh = max(beta cwnd, 2) (kept when the RTO hits
+//!   during recovery), cwnd = 1, epoch and W_max forgotten.
+//! - Growth only when cwnd-limited (as Linux `tcp_is_cwnd_limited`).
+//! - Slow start as Reno's, ended early by HyStart as Linux tcp_cubic.c does
+//!   (see [`HyStart`]): delay increase (the minimum of a round's first 8 RTT
+//!   samples exceeds the flow's minimum RTT by clamp(min/8, 4 ms, 16 ms)) or
+//!   ACK train (the round's ACKs, each at most 2 ms apart, span more than half
+//!   the minimum RTT); then ssthresh = cwnd. Active from cwnd >= 16 packets.
+//!
+//! Fold program: [`crate::fold`]'s fields (incl. the HyStart fields `rtt8`,
+//! `nrtt`, `train` accumulated per ACK), one report per RTT and at once on a
+//! loss or timeout. Differences from Linux `cubic`: per-report updates, so
+//! HyStart acts at the end of the round in which it triggers (ssthresh is set to
+//! the cwnd the flow had when the train crossed the threshold, interpolated
+//! from the report); the recovery point is estimated from the in-flight count
+//! at the loss; no PRR; the epoch is not shifted after idle periods.
 //!
 //! Math: only `f64::cbrt` and multiplications, never `powf`/`ln` — the
 //! `libccp` crate exports a C symbol `log` that shadows libm's in any binary
 //! that links it (FIELD-NOTES), and that is tested in tests/libccp_glue.rs.
 
+use crate::fold::{Cadence, FoldProgram};
 use crate::window::{
-    slow_start, LossGuard, Measurement, Phase, ReportEvent, RttEstimator, WindowAlgorithm,
-    WindowParams,
+    cwnd_limited, slow_start, LossGuard, Measurement, Phase, ReportEvent, RttEstimator,
+    WindowAlgorithm, WindowParams,
 };
+use crate::AlgorithmSpec;
+
+/// CUBIC (RFC 9438) as an [`AlgorithmSpec`].
+pub struct CubicSpec;
+
+/// CUBIC's flags (RFC 9438 constants, Linux HyStart).
+#[derive(clap::Args, Clone, Debug)]
+pub struct CubicArgs {
+    /// C, the cubic scaling constant, packets/s^3 (RFC 9438 §4.1). Must be > 0.
+    #[arg(long = "c", default_value = "0.4")]
+    pub c: f64,
+    /// beta_cubic, the multiplicative decrease factor (RFC 9438 §4.6). In (0, 1).
+    #[arg(long, default_value = "0.7")]
+    pub beta: f64,
+    /// Fast convergence (RFC 9438 §4.7): lower W_max when a loss happens below it.
+    #[arg(long, default_value = "true", action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub fast_convergence: bool,
+    /// Reno-friendly region (RFC 9438 §4.3): cwnd = W_est when W_cubic(t) < W_est.
+    #[arg(long, default_value = "true", action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub reno_friendly: bool,
+    /// HyStart slow-start exit (Linux tcp_cubic.c `hystart`).
+    #[arg(long, default_value = "true", action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub hystart: bool,
+    /// HyStart detectors: both, ack-train or delay (Linux `hystart_detect` 3, 1, 2).
+    #[arg(long, default_value = "both", value_parser = ["both", "ack-train", "delay"])]
+    pub hystart_detect: String,
+    /// cwnd from which HyStart is active, packets (Linux `hystart_low_window`).
+    #[arg(long, default_value = "16", value_name = "PKTS")]
+    pub hystart_low_window: f64,
+}
+
+/// Cubic's fold program: one report per RTT, urgent on loss or timeout.
+pub const PROGRAM: FoldProgram =
+    FoldProgram { name: "ccplab_cubic", cadence: Cadence::PerRtt(1), urgent_on_loss: true };
+
+impl AlgorithmSpec for CubicSpec {
+    const NAME: &'static str = "cubic";
+    const SUMMARY: &'static str = "CUBIC: W_cubic(t) = C(t-K)^3 + W_max growth, beta = 0.7 decrease, \
+        fast convergence, Reno-friendly region, HyStart (per-report updates)";
+    const SOURCE: &'static str = "RFC 9438; HyStart as Linux tcp_cubic.c";
+    type Args = CubicArgs;
+    type Flow = Cubic;
+
+    fn validate(a: &CubicArgs) -> Result<(), String> {
+        if !(a.c.is_finite() && a.c > 0.0) {
+            return Err(format!("--c must be a finite number > 0, got {}", a.c));
+        }
+        crate::check_range("beta", a.beta, 0.0, 1.0)?;
+        crate::check_range("hystart-low-window", a.hystart_low_window, 0.0, 1e9)
+    }
+
+    fn new_flow(a: &CubicArgs, params: WindowParams) -> Cubic {
+        let cp = CubicParams {
+            c: a.c,
+            beta: a.beta,
+            fast_convergence: a.fast_convergence,
+            reno_friendly: a.reno_friendly,
+        };
+        let hs = a.hystart.then(|| HyStart {
+            ack_train: a.hystart_detect != "delay",
+            delay: a.hystart_detect != "ack-train",
+            low_window_pkts: a.hystart_low_window,
+            delay_min_us: 0,
+        });
+        Cubic::new(params, cp).with_hystart(hs)
+    }
+
+    fn program(_args: &CubicArgs) -> FoldProgram {
+        PROGRAM
+    }
+}
+
+/// HyStart (Ha and Rhee 2008) as Linux tcp_cubic.c: leave slow start before the
+/// first loss when the RTT rises or the ACK train gets long.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HyStart {
+    /// Use the ACK-train detector.
+    pub ack_train: bool,
+    /// Use the delay-increase detector.
+    pub delay: bool,
+    /// Active from this cwnd, packets (Linux 16).
+    pub low_window_pkts: f64,
+    /// The flow's minimum RTT so far, us (0 = none yet); Linux `delay_min`.
+    pub delay_min_us: u64,
+}
+
+/// Which HyStart detector fired.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HyStartExit {
+    AckTrain,
+    DelayIncrease,
+}
+
+/// Linux HYSTART_MIN_SAMPLES: RTT samples a round needs for the delay detector.
+pub const HYSTART_MIN_SAMPLES: u64 = 8;
+
+impl HyStart {
+    /// Linux HYSTART_DELAY_THRESH: clamp(delay_min / 8, 4 ms, 16 ms), us.
+    pub fn delay_thresh_us(delay_min_us: u64) -> u64 {
+        (delay_min_us / 8).clamp(4_000, 16_000)
+    }
+
+    /// Check report `m` (one round) in slow start at `cwnd_pkts`; updates delay_min.
+    /// Returns the detector that fired and the fraction of the report's ACKs
+    /// that had arrived when it fired (1 for the delay detector).
+    pub fn check(&mut self, m: &Measurement, cwnd_pkts: f64) -> Option<(HyStartExit, f64)> {
+        if m.min_rtt_us > 0 && (self.delay_min_us == 0 || m.min_rtt_us < self.delay_min_us) {
+            self.delay_min_us = m.min_rtt_us;
+        }
+        if cwnd_pkts < self.low_window_pkts || self.delay_min_us == 0 {
+            return None;
+        }
+        // Unpaced flows compare the train with half the minimum RTT (tcp_cubic.c).
+        let train_limit_us = self.delay_min_us / 2;
+        if self.ack_train && m.ack_train_us > train_limit_us {
+            let frac = train_limit_us as f64 / m.ack_train_us as f64;
+            return Some((HyStartExit::AckTrain, frac));
+        }
+        if self.delay
+            && m.rtt_samples >= HYSTART_MIN_SAMPLES
+            && m.first8_min_rtt_us > self.delay_min_us + Self::delay_thresh_us(self.delay_min_us)
+        {
+            return Some((HyStartExit::DelayIncrease, 1.0));
+        }
+        None
+    }
+}
 
 /// CUBIC's constants (RFC 9438 §4.1, §4.7, §4.3).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -93,7 +234,8 @@ pub struct Cubic {
     w_est: f64,
     rtt: RttEstimator,
     guard: LossGuard,
-    last_now_us: u64,
+    hystart: Option<HyStart>,
+    last_hystart_exit: Option<HyStartExit>,
 }
 
 impl Cubic {
@@ -110,8 +252,20 @@ impl Cubic {
             w_est: 0.0,
             rtt: RttEstimator::default(),
             guard: LossGuard::default(),
-            last_now_us: 0,
+            hystart: None,
+            last_hystart_exit: None,
         }
+    }
+
+    /// The same flow with HyStart (None = plain slow start).
+    pub fn with_hystart(mut self, hs: Option<HyStart>) -> Self {
+        self.hystart = hs;
+        self
+    }
+
+    /// The HyStart detector that ended slow start last, if any.
+    pub fn hystart_exit(&self) -> Option<HyStartExit> {
+        self.last_hystart_exit
     }
 
     /// W_max remembered from the last congestion event, packets.
@@ -134,18 +288,19 @@ impl Cubic {
         self.rtt.srtt_us
     }
 
-    fn on_timeout(&mut self, now_us: u64) {
-        if !self.guard.after_timeout(now_us) {
+    fn on_timeout(&mut self, m: &Measurement) {
+        if !self.guard.active() {
             self.ssthresh = (self.cwnd * self.cp.beta).max(2.0);
             self.cwnd_prior = Some(self.cwnd);
         }
+        let outstanding = (m.outstanding_pkts() as f64).max(self.cwnd);
         self.cwnd = 1.0;
         self.w_max = None;
         self.epoch = None;
-        self.guard.start(now_us, self.rtt.srtt_us, true);
+        self.guard.start(outstanding, self.params.mss_bytes, true);
     }
 
-    fn on_congestion_event(&mut self, now_us: u64) {
+    fn on_congestion_event(&mut self, m: &Measurement) {
         let cwnd = self.cwnd;
         self.w_max = Some(match self.w_max {
             Some(prev) if self.cp.fast_convergence && cwnd < prev => {
@@ -157,7 +312,33 @@ impl Cubic {
         self.ssthresh = (cwnd * self.cp.beta).max(2.0);
         self.cwnd = self.ssthresh;
         self.epoch = None;
-        self.guard.start(now_us, self.rtt.srtt_us, false);
+        self.guard.start((m.outstanding_pkts() as f64).max(1.0), self.params.mss_bytes, false);
+    }
+
+    /// Growth for report `m`: HyStart, slow start, then congestion avoidance;
+    /// nothing when the flow did not use its window.
+    fn grow(&mut self, m: &Measurement) {
+        let in_ss = self.cwnd < self.ssthresh;
+        if !cwnd_limited(m, self.cwnd, in_ss) {
+            return;
+        }
+        let acked = m.acked_pkts(self.params.mss_bytes);
+        if in_ss {
+            if let Some((how, frac)) = self.hystart.as_mut().and_then(|h| h.check(m, self.cwnd)) {
+                // Slow start ended when the detector fired: ssthresh = the cwnd
+                // of that moment (tcp_cubic.c), the rest of the report is CA.
+                let at_exit = self.cwnd + acked * frac;
+                self.cwnd = self.params.clamp(at_exit);
+                self.ssthresh = self.cwnd;
+                self.last_hystart_exit = Some(how);
+                self.congestion_avoidance(m.now_us, acked * (1.0 - frac));
+                return;
+            }
+        }
+        let leftover = slow_start(&mut self.cwnd, self.ssthresh, acked);
+        if leftover > 0.0 {
+            self.congestion_avoidance(m.now_us, leftover);
+        }
     }
 
     fn start_epoch(&mut self, now_us: u64) -> Epoch {
@@ -203,17 +384,10 @@ impl Cubic {
 impl WindowAlgorithm for Cubic {
     fn on_report(&mut self, m: &Measurement) -> u32 {
         self.rtt.update(m);
-        self.last_now_us = m.now_us;
         match self.guard.classify(m) {
-            ReportEvent::Timeout => self.on_timeout(m.now_us),
-            ReportEvent::LossEvent => self.on_congestion_event(m.now_us),
-            ReportEvent::Growth => {
-                let acked = m.acked_pkts(self.params.mss_bytes);
-                let leftover = slow_start(&mut self.cwnd, self.ssthresh, acked);
-                if leftover > 0.0 {
-                    self.congestion_avoidance(m.now_us, leftover);
-                }
-            }
+            ReportEvent::Timeout => self.on_timeout(m),
+            ReportEvent::LossEvent => self.on_congestion_event(m),
+            ReportEvent::Growth => self.grow(m),
             ReportEvent::Hold => {}
         }
         self.cwnd = self.params.clamp(self.cwnd);
@@ -229,7 +403,7 @@ impl WindowAlgorithm for Cubic {
     }
 
     fn phase(&self) -> Phase {
-        self.guard.phase(self.last_now_us, self.cwnd, self.ssthresh)
+        self.guard.phase(self.cwnd, self.ssthresh)
     }
 
     fn params(&self) -> &WindowParams {

@@ -1,27 +1,54 @@
 //! The fold programs the algorithms install in the datapath, and the code that
 //! turns their reports into [`Measurement`]s.
 //!
+//! Every algorithm owns a [`FoldProgram`]: the same per-ACK accumulation (the
+//! report fields below) with its own report cadence ([`Cadence`]) and urgent
+//! reports on loss or timeout. One field set means one decoder for the whole
+//! suite; the cadence is what the algorithms differ in.
+//!
 //! Language limits respected (FIELD-NOTES, libccp 1.2 / Portus 0.9): binary
 //! operators only, no `>=`/`<=`, expressions at most 3 deep (libccp has 8 tmp
 //! registers), no `#` comments anywhere in the program text (a comment inside a
-//! `when` body panics the compiler), no subtraction or division (an underflow or
-//! a division by zero silently aborts the whole invocation), and `(report)` is
-//! followed by `(:= Micros 0)` because it does not reset the timer.
+//! `when` body panics the compiler), no subtraction, division only by a nonzero
+//! constant (an underflow or a division by zero silently aborts the whole
+//! invocation), and `(report)` is followed by `(:= Micros 0)` because it does
+//! not reset the timer. libccp reads an absent RTT sample (0) as 4294967295, so
+//! "has a sample" is `(< Flow.rtt_sample_us +infinity)`, not `> 0`.
 
 use crate::window::Measurement;
 use portus::lang::Scope;
 use portus::Report;
 
-/// Name under which [`PER_RTT_FOLD`] is installed (the key of
-/// `CongAlg::datapath_programs`).
-pub const PER_RTT_PROGRAM: &str = "ccplab_per_rtt";
-
 /// Initial report interval in microseconds, used until the first RTT sample.
 pub const INITIAL_REPORT_INTERVAL_US: u64 = 10_000;
 
-/// Fold program: one report per RTT, and at once (urgent) on loss or timeout.
-///
-/// Per ACK it accumulates, into volatile Report fields (reset after each report):
+/// How often a fold program reports (besides its urgent reports).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cadence {
+    /// `k` reports per RTT: on the first ACK after the latest RTT sample / k
+    /// microseconds have passed since the last report (k = 1: once per RTT).
+    PerRtt(u32),
+    /// After every `n` fold invocations (ACKs; the kernel may merge several).
+    PerAcks(u32),
+    /// On the first ACK after this many microseconds.
+    IntervalUs(u64),
+}
+
+/// An algorithm's fold program: its name (the key Portus installs it under)
+/// and its report cadence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FoldProgram {
+    /// Program name, unique per algorithm (e.g. "ccplab_reno").
+    pub name: &'static str,
+    /// Regular report cadence.
+    pub cadence: Cadence,
+    /// Report at once on an ACK that carries a loss or a timeout.
+    pub urgent_on_loss: bool,
+}
+
+/// The Report fields every program accumulates, in the order
+/// [`measurement_from_fields`] reads them. Per ACK (volatile: reset after
+/// each report):
 /// - `acked`: bytes cumulatively acknowledged (sum of `Ack.bytes_acked`),
 /// - `sacked`: packets SACKed/misordered (sum of `Ack.packets_misordered`),
 /// - `loss`: packets marked lost (sum of `Ack.lost_pkts_sample`),
@@ -29,13 +56,41 @@ pub const INITIAL_REPORT_INTERVAL_US: u64 = 10_000;
 /// - `rtt`: the latest nonzero `Flow.rtt_sample_us` (0 = none),
 /// - `minrtt`: the smallest nonzero RTT sample (+infinity = none),
 /// - `inflight`: `Flow.packets_in_flight` at the last ACK,
-/// - `cwnd`: the datapath's `Cwnd` (bytes) at the last ACK.
-///
-/// The control register `reportIntervalUs` holds the latest nonzero RTT sample
-/// (initially [`INITIAL_REPORT_INTERVAL_US`]); a report is sent on the first ACK
-/// after `Micros` exceeds it. The second `when` sends the urgent report; it has
-/// no `(fallthrough)`, so an ACK never produces two reports.
-pub const PER_RTT_FOLD: &str = "\
+/// - `inflmax`: the largest `Flow.packets_in_flight + Ack.packets_acked`
+///   (in flight just before an ACK), for the cwnd-limited test,
+/// - `pending`: `Flow.bytes_pending` (unsent bytes) at the last ACK,
+/// - `rate`: the largest per-ACK `min(Flow.rate_outgoing, Flow.rate_incoming)`
+///   (delivery rate, bytes/s),
+/// - `acks`: fold invocations,
+/// - `cwnd`: the datapath's `Cwnd` (bytes) at the last ACK,
+/// - `rtt8`: the smallest of the report's first 8 RTT samples (+infinity =
+///   none), and `nrtt` the number of RTT samples (HyStart's delay increase),
+/// - `train`: the length in us of the ACK train that starts the report: ACKs
+///   each at most 2 ms after the previous one, timed from the report that
+///   opened this one (HyStart's ACK train; `trainon` marks it unbroken).
+pub const REPORT_FIELDS: [&str; 15] = [
+    "Report.acked",
+    "Report.sacked",
+    "Report.loss",
+    "Report.timeout",
+    "Report.rtt",
+    "Report.minrtt",
+    "Report.inflight",
+    "Report.inflmax",
+    "Report.pending",
+    "Report.rate",
+    "Report.acks",
+    "Report.cwnd",
+    "Report.rtt8",
+    "Report.nrtt",
+    "Report.train",
+];
+
+/// Largest gap between two ACKs of one ACK train, us (Linux tcp_cubic.c
+/// `hystart_ack_delta_us`).
+pub const ACK_TRAIN_GAP_US: u64 = 2000;
+
+const DEFS: &str = "\
 (def
     (Report
         (volatile acked 0)
@@ -45,52 +100,87 @@ pub const PER_RTT_FOLD: &str = "\
         (volatile rtt 0)
         (volatile minrtt +infinity)
         (volatile inflight 0)
+        (volatile inflmax 0)
+        (volatile pending 0)
+        (volatile rate 0)
+        (volatile acks 0)
         (volatile cwnd 0)
+        (volatile rtt8 +infinity)
+        (volatile nrtt 0)
+        (volatile train 0)
+        (volatile trainon true)
     )
     (reportIntervalUs 10000)
 )
+";
+
+const PER_ACK: &str = "\
 (when true
     (:= Report.acked (+ Report.acked Ack.bytes_acked))
     (:= Report.sacked (+ Report.sacked Ack.packets_misordered))
     (:= Report.loss (+ Report.loss Ack.lost_pkts_sample))
     (:= Report.timeout (|| Report.timeout Flow.was_timeout))
-    (:= Report.rtt (if (> Flow.rtt_sample_us 0) Flow.rtt_sample_us))
-    (:= Report.minrtt (if (&& (> Flow.rtt_sample_us 0) (< Flow.rtt_sample_us Report.minrtt)) Flow.rtt_sample_us))
-    (:= reportIntervalUs (if (> Flow.rtt_sample_us 0) Flow.rtt_sample_us))
+    (:= Report.rtt (if (< Flow.rtt_sample_us +infinity) Flow.rtt_sample_us))
+    (:= Report.minrtt (if (&& (< Flow.rtt_sample_us +infinity) (< Flow.rtt_sample_us Report.minrtt)) Flow.rtt_sample_us))
     (:= Report.inflight Flow.packets_in_flight)
+    (:= Report.inflmax (max Report.inflmax (+ Flow.packets_in_flight Ack.packets_acked)))
+    (:= Report.pending Flow.bytes_pending)
+    (:= Report.rate (max Report.rate (min Flow.rate_outgoing Flow.rate_incoming)))
+    (:= Report.acks (+ Report.acks 1))
     (:= Report.cwnd Cwnd)
-    (fallthrough)
-)
+    (:= Report.rtt8 (if (&& (< Flow.rtt_sample_us +infinity) (< Report.nrtt 8)) (min Report.rtt8 Flow.rtt_sample_us)))
+    (:= Report.nrtt (if (< Flow.rtt_sample_us +infinity) (+ Report.nrtt 1)))
+    (:= Report.trainon (&& Report.trainon (< Micros (+ Report.train 2001))))
+    (:= Report.train (if Report.trainon Micros))
+";
+
+const URGENT: &str = "\
 (when (|| Report.timeout (> Report.loss 0))
-    (report)
-    (:= Micros 0)
-)
-(when (> Micros reportIntervalUs)
     (report)
     (:= Micros 0)
 )
 ";
 
-/// The Report fields of [`PER_RTT_FOLD`], in the order [`read_measurement`] reads them.
-pub const REPORT_FIELDS: [&str; 8] = [
-    "Report.acked",
-    "Report.sacked",
-    "Report.loss",
-    "Report.timeout",
-    "Report.rtt",
-    "Report.minrtt",
-    "Report.inflight",
-    "Report.cwnd",
-];
+impl FoldProgram {
+    /// The program text exactly as installed (and printed by `--dump-program`).
+    ///
+    /// The per-ACK `when` ends in `(fallthrough)`; the urgent `when` has none,
+    /// so an ACK never produces two reports.
+    pub fn text(&self) -> String {
+        let mut t = String::from(DEFS);
+        t.push_str(PER_ACK);
+        if let Cadence::PerRtt(k) = self.cadence {
+            let sample = if k <= 1 {
+                "Flow.rtt_sample_us".to_string()
+            } else {
+                format!("(/ Flow.rtt_sample_us {k})")
+            };
+            t.push_str(&format!("    (:= reportIntervalUs (if (< Flow.rtt_sample_us +infinity) {sample}))\n"));
+        }
+        t.push_str("    (fallthrough)\n)\n");
+        if self.urgent_on_loss {
+            t.push_str(URGENT);
+        }
+        let cond = match self.cadence {
+            Cadence::PerRtt(_) => "(> Micros reportIntervalUs)".to_string(),
+            Cadence::PerAcks(n) => format!("(> Report.acks {})", n.max(1) - 1),
+            Cadence::IntervalUs(us) => format!("(> Micros {us})"),
+        };
+        t.push_str(&format!("(when {cond}\n    (report)\n    (:= Micros 0)\n)\n"));
+        t
+    }
+}
 
 /// Values at or above this are "+infinity" (libccp sends +infinity as u32::MAX
 /// or u64::MAX depending on the path).
 const INFINITY_THRESHOLD: u64 = u32::MAX as u64;
 
-/// Convert the raw Report field values (in [`REPORT_FIELDS`] order) of
-/// [`PER_RTT_FOLD`] into a [`Measurement`] stamped with `now_us`.
-pub fn measurement_from_fields(values: [u64; 8], now_us: u64) -> Measurement {
-    let [acked, sacked, loss, timeout, rtt, minrtt, inflight, cwnd] = values;
+/// Convert the raw Report field values (in [`REPORT_FIELDS`] order) into a
+/// [`Measurement`] stamped with `now_us`.
+pub fn measurement_from_fields(values: [u64; 15], now_us: u64) -> Measurement {
+    let [acked, sacked, loss, timeout, rtt, minrtt, inflight, inflmax, pending, rate, acks, cwnd, rtt8, nrtt, train] =
+        values;
+    let finite = |v: u64| if v >= INFINITY_THRESHOLD { 0 } else { v };
     Measurement {
         now_us,
         acked_bytes: acked,
@@ -98,17 +188,24 @@ pub fn measurement_from_fields(values: [u64; 8], now_us: u64) -> Measurement {
         lost_pkts: loss,
         timeout: timeout != 0,
         rtt_us: rtt,
-        min_rtt_us: if minrtt >= INFINITY_THRESHOLD { 0 } else { minrtt },
+        min_rtt_us: finite(minrtt),
         inflight_pkts: inflight,
         dp_cwnd_bytes: cwnd,
+        inflight_max_pkts: inflmax,
+        pending_bytes: pending,
+        delivery_rate_bps: finite(rate),
+        acks,
+        first8_min_rtt_us: finite(rtt8),
+        rtt_samples: nrtt,
+        ack_train_us: train,
     }
 }
 
-/// Read a Portus report of [`PER_RTT_FOLD`] (installed with scope `sc`).
+/// Read a Portus report of a [`FoldProgram`] (installed with scope `sc`).
 ///
 /// Errors: the report comes from another program (stale uid) or lacks a field.
 pub fn read_measurement(report: &Report, sc: &Scope, now_us: u64) -> portus::Result<Measurement> {
-    let mut values = [0u64; 8];
+    let mut values = [0u64; 15];
     for (v, name) in values.iter_mut().zip(REPORT_FIELDS) {
         *v = report.get_field(name, sc)?;
     }
@@ -119,29 +216,43 @@ pub fn read_measurement(report: &Report, sc: &Scope, now_us: u64) -> portus::Res
 mod tests {
     use super::*;
 
+    fn programs() -> Vec<FoldProgram> {
+        let p = |cadence, urgent| FoldProgram { name: "t", cadence, urgent_on_loss: urgent };
+        vec![
+            p(Cadence::PerRtt(1), true),
+            p(Cadence::PerRtt(2), true),
+            p(Cadence::PerAcks(10), false),
+            p(Cadence::IntervalUs(30_000), true),
+        ]
+    }
+
     #[test]
-    fn program_compiles_and_declares_every_report_field() {
-        let (bin, sc) = portus::lang::compile(PER_RTT_FOLD.as_bytes(), &[]).expect("compiles");
-        assert_eq!(bin.events.len(), 3);
-        for f in REPORT_FIELDS {
-            assert!(
-                matches!(sc.get(f), Some(portus::lang::Reg::Report(..))),
-                "{f} is not a report register"
-            );
+    fn every_cadence_compiles_and_declares_every_report_field() {
+        for prog in programs() {
+            let text = prog.text();
+            let (bin, sc) = portus::lang::compile(text.as_bytes(), &[]).expect("compiles");
+            assert_eq!(bin.events.len(), if prog.urgent_on_loss { 3 } else { 2 }, "{text}");
+            for f in REPORT_FIELDS {
+                assert!(matches!(sc.get(f), Some(portus::lang::Reg::Report(..))), "{f} is not a report register");
+            }
+            assert!(!text.contains('#'), "no comments in fold text");
         }
-        // The control register starts at INITIAL_REPORT_INTERVAL_US.
-        assert!(PER_RTT_FOLD.contains(&format!("(reportIntervalUs {INITIAL_REPORT_INTERVAL_US})")));
-        assert!(!PER_RTT_FOLD.contains('#'), "no comments in fold text");
+        let half = programs()[1].text();
+        assert!(half.contains("(/ Flow.rtt_sample_us 2)"));
+        assert!(programs()[2].text().contains("(when (> Report.acks 9)"));
+        assert!(!programs()[2].text().contains("Report.loss 0))\n    (report)"));
     }
 
     #[test]
     fn infinite_minrtt_means_no_sample() {
-        let m = measurement_from_fields([1, 2, 3, 1, 5, u64::MAX, 7, 8], 9);
+        let m = measurement_from_fields([1, 2, 3, 1, 5, u64::MAX, 7, 8, 9, 10, 11, 12, u64::MAX, 14, 15], 13);
         assert_eq!(m.min_rtt_us, 0);
+        assert_eq!((m.first8_min_rtt_us, m.rtt_samples, m.ack_train_us), (0, 14, 15));
         assert!(m.timeout);
         assert_eq!((m.acked_bytes, m.sacked_pkts, m.lost_pkts), (1, 2, 3));
-        assert_eq!((m.rtt_us, m.inflight_pkts, m.dp_cwnd_bytes, m.now_us), (5, 7, 8, 9));
-        let m = measurement_from_fields([0, 0, 0, 0, 0, 4_294_967_295, 0, 0], 0);
+        assert_eq!((m.rtt_us, m.inflight_pkts, m.inflight_max_pkts, m.pending_bytes), (5, 7, 8, 9));
+        assert_eq!((m.delivery_rate_bps, m.acks, m.dp_cwnd_bytes, m.now_us), (10, 11, 12, 13));
+        let m = measurement_from_fields([0, 0, 0, 0, 0, 4_294_967_295, 0, 0, 0, 0, 0, 0, 0, 0, 0], 0);
         assert_eq!(m.min_rtt_us, 0);
     }
 }

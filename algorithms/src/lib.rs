@@ -1,127 +1,121 @@
 //! ccp-algorithms: congestion-control algorithms for the Congestion Control
 //! Plane (CCP), written against Portus 0.9.
 //!
-//! Layout (one module per idea):
-//! - [`window`]: the pure window vocabulary (measurement, bounds, slow start, RTT).
-//! - [`reno`], [`cubic`]: each algorithm's pure window logic, unit-tested on
-//!   scripted reports without any datapath.
-//! - [`fold`]: the fold program installed in the datapath and its report decoding.
+//! Layout (one module per idea, one file per algorithm):
+//! - [`window`]: the pure window vocabulary (measurement, bounds, slow start,
+//!   RTT, recovery, cwnd-limited test).
+//! - [`reno`], [`cubic`], [`vegas`], [`copa`], [`bbr`]: one algorithm each: its
+//!   pure logic (unit-tested on scripted reports without any datapath), its
+//!   flags and its [`AlgorithmSpec`].
+//! - [`suite`]: THE list of algorithms. The runner's registry, `ccplab
+//!   algorithms` and the names all come from it (`ccp-algorithms --list-json`).
+//! - [`fold`]: the fold programs (per-ACK accumulation + report cadence) and
+//!   report decoding.
 //! - [`portus_glue`]: the thin Portus adapter (CongAlg / Flow), logging.
-//! - [`cli`]: the shared command line (`--ipc`, window bounds, `--dump-program`,
-//!   `--describe-json`) and the `main` every binary calls.
+//! - [`cli`]: the shared command line (`--ipc`, window bounds,
+//!   `--dump-program`, `--describe-json`) and the `main` of an algorithm.
 //!
-//! Adding an algorithm: write its pure logic (a [`window::WindowAlgorithm`]),
-//! an [`AlgorithmSpec`] naming it and its extra flags, a two-line binary calling
-//! [`cli::main`], and an entry in `algorithms/registry.toml`.
+//! Adding an algorithm (see algorithms/README.md): one file `src/<name>.rs`
+//! with its logic (a [`Controller`], or a [`window::WindowAlgorithm`] for a
+//! pure window algorithm), its flags (a clap `Args` struct) and an
+//! [`AlgorithmSpec`]; one line in [`suite::SUITE`].
 
+pub mod bbr;
 pub mod cli;
+pub mod copa;
 pub mod cubic;
 pub mod fold;
 pub mod portus_glue;
 pub mod reno;
+pub mod suite;
+pub mod vegas;
 pub mod window;
 
-use window::{WindowAlgorithm, WindowParams};
+pub use cubic::CubicSpec;
+pub use reno::RenoSpec;
 
-/// Everything the shared CLI and Portus glue need to know about one algorithm.
+use fold::FoldProgram;
+use window::{Measurement, WindowAlgorithm, WindowParams};
+
+/// What an algorithm commands the datapath after a report: a congestion window
+/// and/or a pacing rate. `None` leaves that control as it is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Control {
+    /// Congestion window in bytes (the datapath converts to packets with the MSS).
+    pub cwnd_bytes: Option<u32>,
+    /// Pacing rate in bytes/s (the datapath turns on TCP-internal pacing).
+    pub rate_bytes_per_sec: Option<u64>,
+}
+
+/// The per-flow logic of an algorithm, independent of Portus: it sees each
+/// report of its fold program and answers with a [`Control`].
+pub trait Controller: Send {
+    /// The control to install when the flow starts (before any report).
+    fn initial(&self) -> Control;
+    /// Apply one report; returns what to command now.
+    fn on_report(&mut self, m: &Measurement) -> Control;
+    /// The algorithm's state for the log line of a report, `key=value` pairs
+    /// (e.g. `cwnd_pkts=12.000 ssthresh_pkts=inf phase=cong_avoid`).
+    fn state(&self) -> String;
+}
+
+/// Every pure window algorithm is a [`Controller`] that sets cwnd only.
+impl<W: WindowAlgorithm> Controller for W {
+    fn initial(&self) -> Control {
+        Control { cwnd_bytes: Some(self.cwnd_bytes()), rate_bytes_per_sec: None }
+    }
+
+    fn on_report(&mut self, m: &Measurement) -> Control {
+        Control { cwnd_bytes: Some(WindowAlgorithm::on_report(self, m)), rate_bytes_per_sec: None }
+    }
+
+    fn state(&self) -> String {
+        format!(
+            "cwnd_pkts={:.3} ssthresh_pkts={:.3} phase={}",
+            self.cwnd_pkts(),
+            self.ssthresh_pkts(),
+            self.phase().as_str()
+        )
+    }
+}
+
+/// Everything the shared CLI, the suite table and the Portus glue need to know
+/// about one algorithm.
 pub trait AlgorithmSpec: 'static {
     /// Registry name, and the CongAlg name Portus matches against the
     /// datapath's requested congAlg string (e.g. "reno").
     const NAME: &'static str;
-    /// Binary name (e.g. "ccp-reno").
-    const BINARY: &'static str;
     /// One-line summary.
     const SUMMARY: &'static str;
-    /// Source of truth for the algorithm (RFC, paper).
+    /// Source of truth for the algorithm (RFC, paper, kernel file).
     const SOURCE: &'static str;
+    /// What it commands: "cwnd", "rate" or "cwnd+rate" (for the listing).
+    const CONTROLS: &'static str = "cwnd";
     /// Default floor of cwnd in packets (1; 2 where ALGORITHMS.md says so).
     const DEFAULT_MIN_CWND_PKTS: &'static str = "1";
     /// The algorithm's own flags (clap), beside the shared ones.
     type Args: clap::Args + Clone + Send + std::fmt::Debug + 'static;
-    /// The pure per-flow window logic.
-    type Window: WindowAlgorithm + 'static;
+    /// The per-flow logic.
+    type Flow: Controller + 'static;
 
     /// Check the algorithm's flags; the error names the flag and what is wrong.
     fn validate(_args: &Self::Args) -> Result<(), String> {
         Ok(())
     }
 
-    /// Create the window logic of a new flow.
-    fn new_window(args: &Self::Args, params: WindowParams) -> Self::Window;
+    /// Create the logic of a new flow.
+    fn new_flow(args: &Self::Args, params: WindowParams) -> Self::Flow;
 
-    /// The fold program (name, text) this algorithm installs.
-    fn program() -> (&'static str, &'static str) {
-        (fold::PER_RTT_PROGRAM, fold::PER_RTT_FOLD)
-    }
+    /// The fold program this algorithm installs (its report cadence).
+    fn program(args: &Self::Args) -> FoldProgram;
 }
 
-/// Reno (RFC 5681) as an [`AlgorithmSpec`].
-pub struct RenoSpec;
-
-/// Reno has no flags beyond the shared window bounds.
-#[derive(clap::Args, Clone, Debug, Default)]
-pub struct RenoArgs {}
-
-impl AlgorithmSpec for RenoSpec {
-    const NAME: &'static str = "reno";
-    const BINARY: &'static str = "ccp-reno";
-    const SUMMARY: &'static str = "TCP Reno: slow start, +1 packet per RTT in congestion avoidance, \
-        cwnd halving on a loss event, cwnd = 1 packet after a timeout (per-report updates)";
-    const SOURCE: &'static str = "RFC 5681";
-    type Args = RenoArgs;
-    type Window = reno::Reno;
-
-    fn new_window(_args: &RenoArgs, params: WindowParams) -> reno::Reno {
-        reno::Reno::new(params)
-    }
-}
-
-/// CUBIC (RFC 9438) as an [`AlgorithmSpec`].
-pub struct CubicSpec;
-
-/// CUBIC's flags (RFC 9438 constants).
-#[derive(clap::Args, Clone, Debug)]
-pub struct CubicArgs {
-    /// C, the cubic scaling constant, packets/s^3 (RFC 9438 §4.1). Must be > 0.
-    #[arg(long = "c", default_value = "0.4")]
-    pub c: f64,
-    /// beta_cubic, the multiplicative decrease factor (RFC 9438 §4.6). In (0, 1).
-    #[arg(long, default_value = "0.7")]
-    pub beta: f64,
-    /// Fast convergence (RFC 9438 §4.7): lower W_max when a loss happens below it.
-    #[arg(long, default_value = "true", action = clap::ArgAction::Set, value_name = "BOOL")]
-    pub fast_convergence: bool,
-    /// Reno-friendly region (RFC 9438 §4.3): cwnd = W_est when W_cubic(t) < W_est.
-    #[arg(long, default_value = "true", action = clap::ArgAction::Set, value_name = "BOOL")]
-    pub reno_friendly: bool,
-}
-
-impl AlgorithmSpec for CubicSpec {
-    const NAME: &'static str = "cubic";
-    const BINARY: &'static str = "ccp-cubic";
-    const SUMMARY: &'static str = "CUBIC: W_cubic(t) = C(t-K)^3 + W_max growth, beta = 0.7 decrease, \
-        fast convergence, Reno-friendly region (per-report updates)";
-    const SOURCE: &'static str = "RFC 9438";
-    type Args = CubicArgs;
-    type Window = cubic::Cubic;
-
-    fn validate(a: &CubicArgs) -> Result<(), String> {
-        if !(a.c.is_finite() && a.c > 0.0) {
-            return Err(format!("--c must be a finite number > 0, got {}", a.c));
-        }
-        if !(a.beta > 0.0 && a.beta < 1.0) {
-            return Err(format!("--beta must be in (0, 1), got {}", a.beta));
-        }
+/// Check that `v` is a finite number in the open interval (lo, hi); the error
+/// names the flag.
+pub fn check_range(flag: &str, v: f64, lo: f64, hi: f64) -> Result<(), String> {
+    if v.is_finite() && v > lo && v < hi {
         Ok(())
-    }
-
-    fn new_window(a: &CubicArgs, params: WindowParams) -> cubic::Cubic {
-        let cp = cubic::CubicParams {
-            c: a.c,
-            beta: a.beta,
-            fast_convergence: a.fast_convergence,
-            reno_friendly: a.reno_friendly,
-        };
-        cubic::Cubic::new(params, cp)
+    } else {
+        Err(format!("--{flag} must be a number in ({lo}, {hi}), got {v}"))
     }
 }

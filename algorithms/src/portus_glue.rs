@@ -1,16 +1,19 @@
 //! Thin Portus adapter: a `CongAlg` that installs the algorithm's fold program
-//! for each new flow, and a `Flow` that decodes each report, calls the pure
-//! window logic and sets the datapath's cwnd with `update_field("Cwnd")`.
+//! for each new flow, and a `Flow` that decodes each report, calls the
+//! algorithm's [`Controller`] and sets the datapath's cwnd and/or pacing rate
+//! with `update_field("Cwnd")` / `update_field("Rate")`.
 //!
 //! Log lines (tracing, info level, target `ccp`):
 //! - `flow sid=<u32> alg=<name> mss=<bytes> dp_init_cwnd=<bytes> -> cwnd=<bytes> bytes`
 //! - `report sid=<u32> acked=<bytes> sacked=<pkts> loss=<pkts> timeout=<bool>
-//!    rtt_us=<us> min_rtt_us=<us> inflight=<pkts> dp_cwnd=<bytes> -> cwnd=<bytes> bytes
-//!    cwnd_pkts=<f64> ssthresh_pkts=<f64|inf> phase=<slow_start|cong_avoid|recovery|rto_recovery>`
+//!    rtt_us=<us> min_rtt_us=<us> inflight=<pkts> inflight_max=<pkts> rate_bps=<bytes/s>
+//!    dp_cwnd=<bytes> -> cwnd=<bytes|-> bytes rate=<bytes/s|-> <algorithm state, key=value>`
+//!   (reno/cubic/vegas state: `cwnd_pkts=<f64> ssthresh_pkts=<f64|inf>
+//!   phase=<slow_start|cong_avoid|recovery|rto_recovery>`; bbr: `mode=`, copa: `mode=`, `velocity=`)
 //! - `flow closed sid=<u32>`
 
-use crate::window::{WindowAlgorithm, WindowParams};
-use crate::AlgorithmSpec;
+use crate::window::WindowParams;
+use crate::{AlgorithmSpec, Control, Controller};
 use portus::ipc::Ipc;
 use portus::lang::Scope;
 use portus::{CongAlg, Datapath, DatapathInfo, DatapathTrait, Report};
@@ -60,15 +63,15 @@ impl<S: AlgorithmSpec> PortusAlg<S> {
 }
 
 impl<I: Ipc, S: AlgorithmSpec> CongAlg<I> for PortusAlg<S> {
-    type Flow = PortusFlow<I, S::Window>;
+    type Flow = PortusFlow<I, S::Flow>;
 
     fn name() -> &'static str {
         S::NAME
     }
 
     fn datapath_programs(&self) -> HashMap<&'static str, String> {
-        let (name, text) = S::program();
-        HashMap::from([(name, text.to_owned())])
+        let prog = S::program(&self.args);
+        HashMap::from([(prog.name, prog.text())])
     }
 
     fn new_flow(&self, mut control: Datapath<I>, info: DatapathInfo) -> Self::Flow {
@@ -78,8 +81,8 @@ impl<I: Ipc, S: AlgorithmSpec> CongAlg<I> for PortusAlg<S> {
         } else {
             info.mss
         };
-        let window = S::new_window(&self.args, self.bounds.params(mss));
-        let (program, _) = S::program();
+        let window = S::new_flow(&self.args, self.bounds.params(mss));
+        let program = S::program(&self.args).name;
         let sc = match control.set_program(program, None) {
             Ok(sc) => Some(sc),
             Err(e) => {
@@ -88,6 +91,7 @@ impl<I: Ipc, S: AlgorithmSpec> CongAlg<I> for PortusAlg<S> {
             }
         };
         let flow = PortusFlow { control, sc, window, clock: self.clock };
+        let initial = flow.window.initial();
         info!(
             target: "ccp",
             "flow sid={} alg={} mss={} dp_init_cwnd={} -> cwnd={} bytes",
@@ -95,37 +99,53 @@ impl<I: Ipc, S: AlgorithmSpec> CongAlg<I> for PortusAlg<S> {
             S::NAME,
             mss,
             info.init_cwnd,
-            flow.window.cwnd_bytes()
+            initial.cwnd_bytes.unwrap_or(0)
         );
-        flow.set_cwnd(info.sock_id);
+        flow.apply(info.sock_id, initial);
         flow
     }
 }
 
-/// Per-flow adapter around the pure window logic `W`.
-pub struct PortusFlow<I: Ipc, W: WindowAlgorithm> {
+/// Per-flow adapter around the algorithm's logic `W`.
+pub struct PortusFlow<I: Ipc, W: Controller> {
     control: Datapath<I>,
     sc: Option<Scope>,
     window: W,
     clock: Instant,
 }
 
-impl<I: Ipc, W: WindowAlgorithm> PortusFlow<I, W> {
-    /// The pure window logic (for inspection).
+impl<I: Ipc, W: Controller> PortusFlow<I, W> {
+    /// The algorithm's logic (for inspection).
     pub fn window(&self) -> &W {
         &self.window
     }
 
-    fn set_cwnd(&self, sid: u32) {
+    /// Send `ctl` to the datapath in one update (Cwnd and/or Rate).
+    fn apply(&self, sid: u32, ctl: Control) {
         let Some(sc) = &self.sc else { return };
-        let bytes = self.window.cwnd_bytes();
-        if let Err(e) = self.control.update_field(sc, &[("Cwnd", bytes)]) {
-            warn!(target: "ccp", "flow sid={sid}: cwnd update failed: {}", e.0);
+        let mut fields: Vec<(&str, u32)> = Vec::with_capacity(2);
+        if let Some(bytes) = ctl.cwnd_bytes {
+            fields.push(("Cwnd", bytes));
+        }
+        if let Some(rate) = ctl.rate_bytes_per_sec {
+            // libccp's Rate is a u32 in bytes/s; 0 would mean "no rate".
+            fields.push(("Rate", rate.clamp(1, u64::from(u32::MAX)) as u32));
+        }
+        if fields.is_empty() {
+            return;
+        }
+        if let Err(e) = self.control.update_field(sc, &fields) {
+            warn!(target: "ccp", "flow sid={sid}: control update failed: {}", e.0);
         }
     }
 }
 
-impl<I: Ipc, W: WindowAlgorithm> portus::Flow for PortusFlow<I, W> {
+/// `-` for a control left unchanged.
+fn shown(v: Option<u64>) -> String {
+    v.map_or_else(|| "-".to_string(), |x| x.to_string())
+}
+
+impl<I: Ipc, W: Controller> portus::Flow for PortusFlow<I, W> {
     fn on_report(&mut self, sid: u32, report: Report) {
         let Some(sc) = &self.sc else { return };
         let now_us = self.clock.elapsed().as_micros() as u64;
@@ -137,10 +157,10 @@ impl<I: Ipc, W: WindowAlgorithm> portus::Flow for PortusFlow<I, W> {
                 return;
             }
         };
-        let cwnd = self.window.on_report(&m);
+        let ctl = self.window.on_report(&m);
         info!(
             target: "ccp",
-            "report sid={} acked={} sacked={} loss={} timeout={} rtt_us={} min_rtt_us={} inflight={} dp_cwnd={} -> cwnd={} bytes cwnd_pkts={:.3} ssthresh_pkts={:.3} phase={}",
+            "report sid={} acked={} sacked={} loss={} timeout={} rtt_us={} min_rtt_us={} inflight={} inflight_max={} rate_bps={} dp_cwnd={} -> cwnd={} bytes rate={} {}",
             sid,
             m.acked_bytes,
             m.sacked_pkts,
@@ -149,13 +169,14 @@ impl<I: Ipc, W: WindowAlgorithm> portus::Flow for PortusFlow<I, W> {
             m.rtt_us,
             m.min_rtt_us,
             m.inflight_pkts,
+            m.inflight_max_pkts,
+            m.delivery_rate_bps,
             m.dp_cwnd_bytes,
-            cwnd,
-            self.window.cwnd_pkts(),
-            self.window.ssthresh_pkts(),
-            self.window.phase().as_str()
+            shown(ctl.cwnd_bytes.map(u64::from)),
+            shown(ctl.rate_bytes_per_sec),
+            self.window.state()
         );
-        self.set_cwnd(sid);
+        self.apply(sid, ctl);
     }
 
     fn close(&mut self) {

@@ -12,18 +12,55 @@
 //!   +1 packet per RTT.
 //! - Loss event (fast retransmit / fast recovery, §3.2, modelled as cwnd
 //!   halving): ssthresh = max(cwnd / 2, 2), cwnd = ssthresh; once per window:
-//!   for one smoothed RTT afterwards the window neither grows nor is cut again
-//!   (the datapath retransmits; recovery ends with cwnd = ssthresh).
+//!   until the recovery point (the window outstanding at the loss is
+//!   cumulatively acknowledged, as the kernel's `high_seq`) the window neither
+//!   grows nor is cut again (the datapath retransmits).
 //! - Retransmission timeout (§3.1, loss window): ssthresh = max(cwnd / 2, 2),
-//!   cwnd = 1 packet, then slow start. A second RTO within one RTT of the first
-//!   keeps ssthresh (as Linux does while in the Loss state).
+//!   cwnd = 1 packet, then slow start. An RTO during recovery keeps ssthresh
+//!   (as Linux `tcp_enter_loss` does while `high_seq` is ahead).
+//! - Growth only when cwnd-limited ([`crate::window::cwnd_limited`], as Linux
+//!   `tcp_is_cwnd_limited`): an application-limited flow's cwnd stays put.
 //!
-//! ssthresh uses cwnd rather than FlightSize, as Linux `tcp_reno_ssthresh` does.
+//! Fold program: [`crate::fold`]'s fields, one report per RTT and at once on a
+//! loss or timeout. Differences from Linux `reno`: per-report (not per-ACK)
+//! updates; no PRR during recovery (cwnd = ssthresh at once); the recovery
+//! point is estimated from the in-flight count at the loss; ssthresh uses cwnd
+//! rather than FlightSize, as Linux `tcp_reno_ssthresh` does.
 
+use crate::fold::{Cadence, FoldProgram};
 use crate::window::{
-    slow_start, LossGuard, Measurement, Phase, ReportEvent, RttEstimator, WindowAlgorithm,
-    WindowParams,
+    cwnd_limited, slow_start, LossGuard, Measurement, Phase, ReportEvent, RttEstimator,
+    WindowAlgorithm, WindowParams,
 };
+use crate::AlgorithmSpec;
+
+/// Reno (RFC 5681) as an [`AlgorithmSpec`].
+pub struct RenoSpec;
+
+/// Reno has no flags beyond the shared window bounds.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct RenoArgs {}
+
+/// Reno's fold program: one report per RTT, urgent on loss or timeout.
+pub const PROGRAM: FoldProgram =
+    FoldProgram { name: "ccplab_reno", cadence: Cadence::PerRtt(1), urgent_on_loss: true };
+
+impl AlgorithmSpec for RenoSpec {
+    const NAME: &'static str = "reno";
+    const SUMMARY: &'static str = "TCP Reno: slow start, +1 packet per RTT in congestion avoidance, \
+        cwnd halving on a loss event, cwnd = 1 packet after a timeout (per-report updates)";
+    const SOURCE: &'static str = "RFC 5681";
+    type Args = RenoArgs;
+    type Flow = Reno;
+
+    fn new_flow(_args: &RenoArgs, params: WindowParams) -> Reno {
+        Reno::new(params)
+    }
+
+    fn program(_args: &RenoArgs) -> FoldProgram {
+        PROGRAM
+    }
+}
 
 /// Reno's per-flow state.
 #[derive(Clone, Debug)]
@@ -33,7 +70,6 @@ pub struct Reno {
     ssthresh: f64,
     rtt: RttEstimator,
     guard: LossGuard,
-    last_now_us: u64,
 }
 
 impl Reno {
@@ -45,7 +81,6 @@ impl Reno {
             params,
             rtt: RttEstimator::default(),
             guard: LossGuard::default(),
-            last_now_us: 0,
         }
     }
 
@@ -54,21 +89,27 @@ impl Reno {
         self.rtt.srtt_us
     }
 
-    fn on_timeout(&mut self, now_us: u64) {
-        if !self.guard.after_timeout(now_us) {
+    fn on_timeout(&mut self, m: &Measurement) {
+        if !self.guard.active() {
             self.ssthresh = (self.cwnd / 2.0).max(2.0);
         }
+        let outstanding = (m.outstanding_pkts() as f64).max(self.cwnd);
         self.cwnd = 1.0;
-        self.guard.start(now_us, self.rtt.srtt_us, true);
+        self.guard.start(outstanding, self.params.mss_bytes, true);
     }
 
-    fn on_loss_event(&mut self, now_us: u64) {
+    fn on_loss_event(&mut self, m: &Measurement) {
+        let outstanding = (m.outstanding_pkts() as f64).max(1.0);
         self.ssthresh = (self.cwnd / 2.0).max(2.0);
         self.cwnd = self.ssthresh;
-        self.guard.start(now_us, self.rtt.srtt_us, false);
+        self.guard.start(outstanding, self.params.mss_bytes, false);
     }
 
-    fn grow(&mut self, acked_pkts: f64) {
+    fn grow(&mut self, m: &Measurement) {
+        if !cwnd_limited(m, self.cwnd, self.cwnd < self.ssthresh) {
+            return;
+        }
+        let acked_pkts = m.acked_pkts(self.params.mss_bytes);
         let leftover = slow_start(&mut self.cwnd, self.ssthresh, acked_pkts);
         if leftover > 0.0 {
             self.cwnd += leftover / self.cwnd;
@@ -79,11 +120,10 @@ impl Reno {
 impl WindowAlgorithm for Reno {
     fn on_report(&mut self, m: &Measurement) -> u32 {
         self.rtt.update(m);
-        self.last_now_us = m.now_us;
         match self.guard.classify(m) {
-            ReportEvent::Timeout => self.on_timeout(m.now_us),
-            ReportEvent::LossEvent => self.on_loss_event(m.now_us),
-            ReportEvent::Growth => self.grow(m.acked_pkts(self.params.mss_bytes)),
+            ReportEvent::Timeout => self.on_timeout(m),
+            ReportEvent::LossEvent => self.on_loss_event(m),
+            ReportEvent::Growth => self.grow(m),
             ReportEvent::Hold => {}
         }
         self.cwnd = self.params.clamp(self.cwnd);
@@ -99,7 +139,7 @@ impl WindowAlgorithm for Reno {
     }
 
     fn phase(&self) -> Phase {
-        self.guard.phase(self.last_now_us, self.cwnd, self.ssthresh)
+        self.guard.phase(self.cwnd, self.ssthresh)
     }
 
     fn params(&self) -> &WindowParams {
@@ -170,32 +210,59 @@ mod tests {
     }
 
     #[test]
-    fn loss_halves_once_per_window_then_recovers() {
+    fn loss_halves_once_per_window_then_recovers_at_the_recovery_point() {
         let mut r = Reno::new(params(40.0, 40.0, 1e6));
         r.on_report(&ack_report(1, 40.0));
         let at_loss = r.cwnd_pkts();
-        let loss = Measurement { lost_pkts: 3, ..ack_report(2, 5.0) };
+        // 41 packets were outstanding when the loss was detected.
+        let loss = Measurement { lost_pkts: 3, inflight_max_pkts: 41, ..ack_report(2, 0.0) };
         r.on_report(&loss);
         let halved = (at_loss / 2.0).max(2.0);
         assert_eq!(r.cwnd_pkts(), halved);
         assert_eq!(r.ssthresh_pkts(), halved);
         assert_eq!(r.phase(), Phase::Recovery);
-        // Another loss report of the same window (half an RTT later): no second cut,
-        // no growth.
-        let again = Measurement {
-            now_us: 2 * RTT_US + RTT_US / 2,
-            lost_pkts: 1,
-            ..ack_report(2, 5.0)
-        };
+        // Another loss report of the same window, several RTTs later: no second
+        // cut, no growth, as long as the 41 packets are not all acknowledged.
+        let again = Measurement { lost_pkts: 1, ..ack_report(5, 20.0) };
         r.on_report(&again);
         assert_eq!(r.cwnd_pkts(), halved);
-        // One RTT later: congestion avoidance from ssthresh.
-        r.on_report(&ack_report(3, halved));
-        assert!((r.cwnd_pkts() - (halved + 1.0)).abs() < 1e-9);
+        r.on_report(&ack_report(6, 20.0));
+        assert_eq!(r.cwnd_pkts(), halved);
+        assert_eq!(r.phase(), Phase::Recovery);
+        // The 41st packet passes the recovery point: congestion avoidance again.
+        r.on_report(&ack_report(7, 1.0));
+        assert!((r.cwnd_pkts() - (halved + 1.0 / halved)).abs() < 1e-9);
+        assert_eq!(r.phase(), Phase::CongestionAvoidance);
         // A loss in a later window cuts again.
         let before = r.cwnd_pkts();
-        r.on_report(&Measurement { lost_pkts: 1, ..ack_report(4, 1.0) });
+        r.on_report(&Measurement { lost_pkts: 1, ..ack_report(8, 1.0) });
         assert_eq!(r.cwnd_pkts(), before / 2.0);
+    }
+
+    #[test]
+    fn no_growth_when_not_cwnd_limited() {
+        let mut r = Reno::new(params(20.0, 20.0, 1e6));
+        // The application kept only 5 packets in flight: cwnd stays at 20.
+        for round in 1..=5 {
+            r.on_report(&Measurement { inflight_max_pkts: 5, ..ack_report(round, 5.0) });
+        }
+        assert_eq!(r.cwnd_pkts(), 20.0);
+        // Slow start below ssthresh: limited while cwnd < 2 x in flight.
+        let mut r = Reno::new(params(10.0, f64::INFINITY, 1e6));
+        r.on_report(&Measurement { inflight_max_pkts: 6, ..ack_report(1, 10.0) });
+        assert_eq!(r.cwnd_pkts(), 20.0);
+        r.on_report(&Measurement { inflight_max_pkts: 6, ..ack_report(2, 6.0) });
+        assert_eq!(r.cwnd_pkts(), 20.0);
+    }
+
+    #[test]
+    fn rto_during_recovery_keeps_ssthresh() {
+        let mut r = Reno::new(params(40.0, 40.0, 1e6));
+        r.on_report(&Measurement { lost_pkts: 1, inflight_max_pkts: 40, ..ack_report(1, 0.0) });
+        assert_eq!(r.ssthresh_pkts(), 20.0);
+        r.on_report(&Measurement { timeout: true, ..ack_report(9, 0.0) });
+        assert_eq!(r.ssthresh_pkts(), 20.0, "no second cut of ssthresh");
+        assert_eq!(r.cwnd_pkts(), 1.0);
     }
 
     #[test]
@@ -207,7 +274,7 @@ mod tests {
         assert_eq!(r.cwnd_pkts(), 1.0);
         assert_eq!(r.ssthresh_pkts(), before / 2.0);
         assert_eq!(r.phase(), Phase::TimeoutRecovery);
-        // A second RTO within that RTT keeps ssthresh.
+        // A second RTO before the recovery point keeps ssthresh.
         r.on_report(&Measurement { timeout: true, now_us: 2 * RTT_US + 10, ..Default::default() });
         assert_eq!(r.ssthresh_pkts(), before / 2.0);
         // Then slow start again: 1 -> 2 -> 4.

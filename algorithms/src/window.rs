@@ -30,6 +30,25 @@ pub struct Measurement {
     pub inflight_pkts: u64,
     /// The cwnd the datapath was using at the last ACK, in bytes (informational).
     pub dp_cwnd_bytes: u64,
+    /// Largest in-flight count just before an ACK in this report
+    /// (`Flow.packets_in_flight + Ack.packets_acked`), packets; 0 = not reported.
+    /// Tells whether the flow used its window (see [`cwnd_limited`]).
+    pub inflight_max_pkts: u64,
+    /// Bytes written by the application and not yet sent, at the last ACK
+    /// (`Flow.bytes_pending`, libccp's "data available to be sent").
+    pub pending_bytes: u64,
+    /// Largest delivery-rate sample of the report in bytes/s: per ACK the smaller
+    /// of `Flow.rate_outgoing` and `Flow.rate_incoming`, i.e. delivered data over
+    /// max(send interval, ACK interval) as Linux tcp_rate.c; 0 = none.
+    pub delivery_rate_bps: u64,
+    /// Fold invocations (ACKs, possibly merged by the kernel) in the report.
+    pub acks: u64,
+    /// Smallest of the report's first 8 RTT samples, us; 0 = none (HyStart).
+    pub first8_min_rtt_us: u64,
+    /// RTT samples in the report.
+    pub rtt_samples: u64,
+    /// Length of the ACK train that opened the report, us (HyStart; see [`crate::fold`]).
+    pub ack_train_us: u64,
 }
 
 impl Measurement {
@@ -44,6 +63,35 @@ impl Measurement {
     /// datapath's loss detection (dupthresh / RACK) turns them into `lost_pkts`.
     pub fn has_loss(&self) -> bool {
         self.lost_pkts > 0
+    }
+
+    /// The window that was outstanding when this report was sent, packets: the
+    /// largest in-flight count of the report, or in-flight plus the lost packets
+    /// at its last ACK. Approximates `snd_nxt - snd_una`, which the kernel keeps
+    /// as the recovery point (`high_seq`) when a loss starts recovery.
+    pub fn outstanding_pkts(&self) -> u64 {
+        self.inflight_max_pkts.max(self.inflight_pkts + self.lost_pkts)
+    }
+}
+
+/// Whether the flow was limited by its congestion window during report `m`,
+/// as Linux `tcp_is_cwnd_limited`: in slow start when cwnd < 2 x the largest
+/// in-flight count, otherwise when the in-flight count reached cwnd (a slack of
+/// max(3 packets, 10 %) absorbs delayed ACKs and TSO deferral, which keep
+/// in-flight a little below cwnd in a cwnd-limited flow). A report without the
+/// in-flight field counts as limited (the algorithm then grows as before).
+///
+/// Window growth only when cwnd-limited keeps an application- or
+/// receive-window-limited flow's cwnd from climbing without bound (RFC 7661).
+pub fn cwnd_limited(m: &Measurement, cwnd_pkts: f64, in_slow_start: bool) -> bool {
+    if m.inflight_max_pkts == 0 {
+        return true;
+    }
+    let used = m.inflight_max_pkts as f64;
+    if in_slow_start {
+        cwnd_pkts < 2.0 * used
+    } else {
+        used >= cwnd_pkts - (0.1 * cwnd_pkts).max(3.0)
     }
 }
 
@@ -145,14 +193,23 @@ impl RttEstimator {
     }
 }
 
-/// Tells apart a new congestion event from further losses of the same window.
+/// Tells apart a new congestion event from further losses of the same window,
+/// as the kernel's recovery does.
 ///
-/// RFC 5681 §3.2 and RFC 9438 §4.6 reduce cwnd once per loss event; losses
-/// reported within one smoothed RTT after a reduction belong to the same
-/// window (the reports are urgent, so several may arrive in that RTT).
+/// RFC 5681 §3.2 and RFC 9438 §4.6 reduce cwnd once per loss event. Linux ends
+/// fast recovery (and the Loss state after an RTO) when `snd_una` passes the
+/// recovery point `high_seq`, the `snd_nxt` of the moment recovery started. In
+/// report terms: recovery ends once the data cumulatively acknowledged since
+/// the reduction covers the window that was outstanding then
+/// ([`Measurement::outstanding_pkts`] x MSS). Losses before that belong to the
+/// same window, and an RTO during recovery does not lower ssthresh a second
+/// time (as `tcp_enter_loss` keeps ssthresh while `high_seq` is ahead).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct LossGuard {
-    until_us: Option<u64>,
+    /// Bytes cumulatively acknowledged over the flow's reports.
+    acked_total: u64,
+    /// Recovery ends when `acked_total` reaches this (None = not in recovery).
+    recovery_point: Option<u64>,
     after_timeout: bool,
 }
 
@@ -165,17 +222,28 @@ pub enum ReportEvent {
     LossEvent,
     /// No new congestion signal: grow (slow start or congestion avoidance).
     Growth,
-    /// Within one RTT of a reduction: neither grow nor cut again.
+    /// During recovery (before the recovery point): neither grow nor cut again.
     Hold,
 }
 
 impl LossGuard {
-    /// Classify report `m`: a timeout wins, then a loss outside the guard,
-    /// then growth outside the guard; anything inside the guard holds.
-    pub fn classify(&self, m: &Measurement) -> ReportEvent {
+    /// Count report `m`'s acknowledged bytes (ending recovery at the recovery
+    /// point), then classify it: a timeout wins; after an RTO the window grows
+    /// and ignores losses until the recovery point; during fast recovery
+    /// everything holds; otherwise a loss is a new event, else growth.
+    pub fn classify(&mut self, m: &Measurement) -> ReportEvent {
+        self.acked_total += m.acked_bytes;
+        if self.recovery_point.is_some_and(|p| self.acked_total >= p) {
+            self.recovery_point = None;
+            self.after_timeout = false;
+        }
         if m.timeout {
             ReportEvent::Timeout
-        } else if self.active(m.now_us) {
+        } else if self.after_timeout() {
+            // Linux grows cwnd (slow start from the loss window) in the Loss
+            // state (tcp_may_raise_cwnd), but losses of that window do not cut again.
+            ReportEvent::Growth
+        } else if self.active() {
             ReportEvent::Hold
         } else if m.has_loss() {
             ReportEvent::LossEvent
@@ -184,22 +252,22 @@ impl LossGuard {
         }
     }
 
-    /// True while within one RTT after the last reduction at time `now_us`.
-    pub fn active(&self, now_us: u64) -> bool {
-        self.until_us.is_some_and(|t| now_us < t)
+    /// True during recovery (fast recovery or after an RTO), before the recovery point.
+    pub fn active(&self) -> bool {
+        self.recovery_point.is_some()
     }
 
-    /// True while within one RTT after an RTO reset.
-    pub fn after_timeout(&self, now_us: u64) -> bool {
-        self.active(now_us) && self.after_timeout
+    /// True during the recovery that follows an RTO.
+    pub fn after_timeout(&self) -> bool {
+        self.active() && self.after_timeout
     }
 
-    /// The phase a loss-based window is in at `now_us`: the guard's recovery
-    /// states first, then slow start below ssthresh, else congestion avoidance.
-    pub fn phase(&self, now_us: u64, cwnd_pkts: f64, ssthresh_pkts: f64) -> Phase {
-        if self.after_timeout(now_us) {
+    /// The phase a loss-based window is in: the recovery states first, then slow
+    /// start below ssthresh, else congestion avoidance.
+    pub fn phase(&self, cwnd_pkts: f64, ssthresh_pkts: f64) -> Phase {
+        if self.after_timeout() {
             Phase::TimeoutRecovery
-        } else if self.active(now_us) {
+        } else if self.active() {
             Phase::Recovery
         } else if cwnd_pkts < ssthresh_pkts {
             Phase::SlowStart
@@ -208,9 +276,11 @@ impl LossGuard {
         }
     }
 
-    /// Start the guard at `now_us` for one RTT (`rtt_us`; 0 = no guard).
-    pub fn start(&mut self, now_us: u64, rtt_us: f64, after_timeout: bool) {
-        self.until_us = Some(now_us + rtt_us.max(0.0) as u64);
+    /// Start recovery: it lasts until `outstanding_pkts` x `mss_bytes` more bytes
+    /// are cumulatively acknowledged.
+    pub fn start(&mut self, outstanding_pkts: f64, mss_bytes: u32, after_timeout: bool) {
+        let bytes = (outstanding_pkts.max(1.0) * f64::from(mss_bytes)) as u64;
+        self.recovery_point = Some(self.acked_total + bytes);
         self.after_timeout = after_timeout;
     }
 }
@@ -277,12 +347,36 @@ mod tests {
     }
 
     #[test]
-    fn loss_guard_lasts_one_rtt() {
+    fn recovery_lasts_until_the_recovery_point() {
+        let acked = |bytes| Measurement { acked_bytes: bytes, ..Default::default() };
         let mut g = LossGuard::default();
-        assert!(!g.active(0));
-        g.start(1000, 500.0, false);
-        assert!(g.active(1499));
-        assert!(!g.after_timeout(1499));
-        assert!(!g.active(1500));
+        assert_eq!(g.classify(&acked(5000)), ReportEvent::Growth);
+        g.start(10.0, 1000, false);
+        // A loss of the same window, however late, holds until 10 packets are acked.
+        let loss = Measurement { lost_pkts: 2, ..acked(4000) };
+        assert_eq!(g.classify(&loss), ReportEvent::Hold);
+        assert_eq!(g.classify(&acked(5999)), ReportEvent::Hold);
+        assert!(g.active() && !g.after_timeout());
+        assert_eq!(g.classify(&acked(1)), ReportEvent::Growth);
+        assert!(!g.active());
+        assert_eq!(g.classify(&loss), ReportEvent::LossEvent);
+        // A timeout always wins; after it the window grows but ignores losses.
+        g.start(3.0, 1000, false);
+        assert_eq!(g.classify(&Measurement { timeout: true, ..Default::default() }), ReportEvent::Timeout);
+        g.start(3.0, 1000, true);
+        assert_eq!(g.classify(&Measurement { lost_pkts: 2, ..acked(0) }), ReportEvent::Growth);
+        assert!(g.after_timeout());
+    }
+
+    #[test]
+    fn cwnd_limited_as_tcp_is_cwnd_limited() {
+        let m = |inflight| Measurement { inflight_max_pkts: inflight, ..Default::default() };
+        // Slow start: limited while cwnd < 2 x in flight.
+        assert!(cwnd_limited(&m(6), 10.0, true));
+        assert!(!cwnd_limited(&m(5), 10.0, true));
+        // Congestion avoidance: the window must be (nearly) full.
+        assert!(cwnd_limited(&m(98), 100.0, false));
+        assert!(!cwnd_limited(&m(50), 100.0, false));
+        assert!(cwnd_limited(&m(0), 100.0, false), "unknown counts as limited");
     }
 }

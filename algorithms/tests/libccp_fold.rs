@@ -7,7 +7,7 @@
 
 mod common;
 use common::Conn;
-use ccp_algorithms::fold::{PER_RTT_FOLD, REPORT_FIELDS};
+use ccp_algorithms::fold::REPORT_FIELDS;
 use portus::lang::{Reg, Scope};
 use portus::serialize::{self, Msg};
 use std::sync::{Arc, Mutex};
@@ -68,7 +68,8 @@ fn fold_reports_once_per_rtt_and_at_once_on_loss_or_timeout() {
     // The Datapath must not move while a Connection points into it: keep it boxed.
     let dp = Box::new(dp);
 
-    let (bin, sc) = portus::lang::compile(PER_RTT_FOLD.as_bytes(), &[]).expect("fold compiles");
+    let text = ccp_algorithms::reno::PROGRAM.text();
+    let (bin, sc) = portus::lang::compile(text.as_bytes(), &[]).expect("fold compiles");
     let install = serialize::install::Msg {
         sid: 0,
         program_uid: sc.program_uid,
@@ -124,12 +125,15 @@ fn fold_reports_once_per_rtt_and_at_once_on_loss_or_timeout() {
     let (mut last_before, mut last_after, first) = invoke(0, 0, false);
     assert!(first.is_empty(), "no report on the first ACK");
     let (mut acked, mut sacked) = (MSS as u64, 0u64);
+    let (mut acks, mut samples) = (1u64, 1u64);
     let mut reports = 0;
     for i in 1..40u32 {
         std::thread::sleep(Duration::from_millis(2));
         let (before, after, seen) = invoke(i, 0, false);
         acked += u64::from(MSS);
         sacked += u64::from(i % 3);
+        acks += 1;
+        samples += u64::from(i % 2 == 0);
         let inflight = u64::from(7 + i);
         if seen.is_empty() {
             // Micros <= RTT at evaluation, so at most an RTT (+1 us of Micros
@@ -149,7 +153,15 @@ fn fold_reports_once_per_rtt_and_at_once_on_loss_or_timeout() {
         assert_eq!(f["Report.minrtt"], min_expected);
         assert_eq!(f["Report.inflight"], inflight);
         assert_eq!(f["Report.cwnd"], u64::from(10 * MSS));
+        // In flight before the last ACK (it acked 1 packet): the largest of the report.
+        assert_eq!(f["Report.inflmax"], inflight + 1);
+        assert_eq!(f["Report.acks"], acks, "one count per invocation");
+        assert_eq!(f["Report.nrtt"], samples, "RTT samples counted");
+        assert_eq!(f["Report.rtt8"], RTT_US, "min of the first 8 samples");
+        // ACKs 2 ms + apart: the ACK train breaks at once (gap > 2 ms).
+        assert_eq!(f["Report.train"], 0);
         (acked, sacked) = (0, 0);
+        (acks, samples) = (0, 0);
         (last_before, last_after) = (before, after);
         reports += 1;
     }

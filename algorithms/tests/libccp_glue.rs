@@ -53,7 +53,9 @@ fn pump(dp: &libccp::Datapath, from_ccp: &Receiver<Vec<u8>>, n: usize) {
 
 #[test]
 fn cubic_glue_drives_libccp_cwnd() {
-    let cli = parse_from::<CubicSpec, _>(["ccp-cubic"]).expect("defaults parse");
+    // HyStart off: the scripted ACKs (1 ms apart) form one long ACK train, which
+    // would end slow start; this test is about the glue.
+    let cli = parse_from::<CubicSpec, _>(["ccp-cubic", "--hystart", "false"]).expect("flags parse");
     let bounds = cli.common.bounds().unwrap();
     let (to_dp, from_ccp) = unbounded();
     let (to_ccp, from_dp) = unbounded();

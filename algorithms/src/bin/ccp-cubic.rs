@@ -1,4 +1,4 @@
-//! ccp-cubic: CUBIC (RFC 9438) on Portus. See `ccp-cubic --help`.
+//! ccp-cubic: `ccp-algorithms cubic` under its own name. See `ccp-cubic --help`.
 fn main() -> std::process::ExitCode {
-    ccp_algorithms::cli::main::<ccp_algorithms::CubicSpec>()
+    ccp_algorithms::suite::alias_main("cubic")
 }

@@ -1,4 +1,4 @@
-//! ccp-reno: TCP Reno (RFC 5681) on Portus. See `ccp-reno --help`.
+//! ccp-reno: `ccp-algorithms reno` under its own name. See `ccp-reno --help`.
 fn main() -> std::process::ExitCode {
-    ccp_algorithms::cli::main::<ccp_algorithms::RenoSpec>()
+    ccp_algorithms::suite::alias_main("reno")
 }

@@ -1,0 +1,628 @@
+//! BBR v1 (Cardwell et al., ACM Queue 2016) as Linux tcp_bbr.c, on Portus:
+//! a rate-based controller that sets the pacing rate and the cwnd.
+//!
+//! Per report (two per RTT; the kernel's rules applied with the report's totals):
+//! - Rounds: a round ends when the data in flight at its start has been
+//!   cumulatively acknowledged (tcp_bbr.c counts `delivered` the same way).
+//! - Bottleneck bandwidth BtlBw: windowed max of the delivery rate over the
+//!   last 10 rounds (`--bw-window-rounds`); the delivery-rate sample is the
+//!   report's largest per-ACK min(send rate, ACK rate), i.e. Linux's
+//!   delivered / max(send interval, ACK interval).
+//! - RTprop: minimum RTT over 10 s (`--min-rtt-window-s`).
+//! - Startup: pacing_gain = cwnd_gain = 2/ln 2 (2.885); full bandwidth reached
+//!   when BtlBw grew less than 25 % in 3 rounds; then Drain: pacing_gain =
+//!   1/2.885 until in-flight <= BDP; then ProbeBW.
+//! - ProbeBW: the 8-phase gain cycle 5/4, 3/4, 1, 1, 1, 1, 1, 1, each phase
+//!   about one RTprop (5/4 also until in-flight reaches 5/4 BDP or a loss; 3/4
+//!   ends early when in-flight <= BDP); it starts at a random phase other than
+//!   3/4 (seeded by `--seed`).
+//! - ProbeRTT: when RTprop was not refreshed for 10 s: cwnd = 4 packets for
+//!   max(200 ms, one round) after in-flight fell to 4, then RTprop's stamp is
+//!   renewed, the earlier cwnd restored, and BBR returns to ProbeBW (or Startup
+//!   if it never filled the pipe).
+//! - pacing rate = pacing_gain x BtlBw x 99 % (tcp_bbr.c's 1 % margin); in
+//!   Startup the rate never goes down. Before the first bandwidth sample:
+//!   2.885 x init cwnd / SRTT.
+//! - cwnd = cwnd_gain x BDP + 3 x TSO segments (quantization budget, +2
+//!   packets in the 5/4 phase), reached by growing with the acked packets; at
+//!   least 4 packets.
+//! - Loss: on a loss event cwnd = in-flight + acked for one round (packet
+//!   conservation), the earlier cwnd restored at the recovery point. RTO: cwnd
+//!   = 1 packet, the full-bandwidth count restarts; growth by acked packets.
+//!
+//! Fold program: [`crate::fold`]'s fields, two reports per RTT, urgent on loss
+//! or timeout. Differences from Linux `bbr`: per-report (not per-ACK)
+//! decisions, so a phase can last up to half an RTT longer; the delivery-rate
+//! samples carry no app-limited mark (libccp has none), so app-limited samples
+//! can lower nothing but also raise nothing above the real rate; no idle-restart
+//! handling; no long-term (policer) bandwidth mode.
+
+use crate::fold::{Cadence, FoldProgram};
+use crate::window::{Measurement, RttEstimator, WindowParams};
+use crate::{AlgorithmSpec, Control, Controller};
+use std::collections::VecDeque;
+
+/// 2/ln(2) (tcp_bbr.c `bbr_high_gain` = 2885/1000), written as a constant: no
+/// logarithm in a binary that may link libccp (FIELD-NOTES).
+pub const HIGH_GAIN: f64 = 2.885;
+/// The ProbeBW gain cycle (tcp_bbr.c `bbr_pacing_gain`).
+pub const GAIN_CYCLE: [f64; 8] = [1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0];
+/// cwnd in ProbeRTT, packets (`bbr_cwnd_min_target`).
+pub const MIN_CWND_PKTS: f64 = 4.0;
+/// Time in ProbeRTT after in-flight fell to 4 packets, us.
+pub const PROBE_RTT_US: u64 = 200_000;
+
+/// BBR as an [`AlgorithmSpec`].
+pub struct BbrSpec;
+
+/// BBR's flags (tcp_bbr.c constants).
+#[derive(clap::Args, Clone, Debug)]
+pub struct BbrArgs {
+    /// Rounds of the BtlBw max filter (`bbr_bw_rtts`).
+    #[arg(long, default_value = "10", value_name = "ROUNDS")]
+    pub bw_window_rounds: u64,
+    /// Window of the RTprop min filter, seconds (`bbr_min_rtt_win_sec`).
+    #[arg(long, default_value = "10")]
+    pub min_rtt_window_s: f64,
+    /// cwnd gain in ProbeBW (`bbr_cwnd_gain`).
+    #[arg(long, default_value = "2")]
+    pub cwnd_gain: f64,
+    /// Startup gain for pacing and cwnd (`bbr_high_gain`, 2/ln 2).
+    #[arg(long, default_value = "2.885")]
+    pub high_gain: f64,
+    /// Seed of the random first ProbeBW phase.
+    #[arg(long, default_value = "1")]
+    pub seed: u64,
+}
+
+/// BBR's fold program: two reports per RTT, urgent on loss or timeout.
+pub const PROGRAM: FoldProgram =
+    FoldProgram { name: "ccplab_bbr", cadence: Cadence::PerRtt(2), urgent_on_loss: true };
+
+impl AlgorithmSpec for BbrSpec {
+    const NAME: &'static str = "bbr";
+    const SUMMARY: &'static str = "BBR v1: Startup, Drain, ProbeBW gain cycle, ProbeRTT; pacing rate = gain x BtlBw, \
+        cwnd = cwnd_gain x BDP";
+    const SOURCE: &'static str = "Cardwell et al., ACM Queue 2016; Linux tcp_bbr.c";
+    const CONTROLS: &'static str = "cwnd+rate";
+    type Args = BbrArgs;
+    type Flow = Bbr;
+
+    fn validate(a: &BbrArgs) -> Result<(), String> {
+        if a.bw_window_rounds == 0 {
+            return Err("--bw-window-rounds must be >= 1".into());
+        }
+        crate::check_range("min-rtt-window-s", a.min_rtt_window_s, 0.0, 3600.0)?;
+        crate::check_range("cwnd-gain", a.cwnd_gain, 0.0, 100.0)?;
+        crate::check_range("high-gain", a.high_gain, 1.0, 100.0)
+    }
+
+    fn new_flow(a: &BbrArgs, params: WindowParams) -> Bbr {
+        Bbr::new(params, a.clone())
+    }
+
+    fn program(_args: &BbrArgs) -> FoldProgram {
+        PROGRAM
+    }
+}
+
+/// BBR's state machine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Startup,
+    Drain,
+    ProbeBw,
+    ProbeRtt,
+}
+
+impl Mode {
+    fn as_str(self) -> &'static str {
+        match self {
+            Mode::Startup => "startup",
+            Mode::Drain => "drain",
+            Mode::ProbeBw => "probe_bw",
+            Mode::ProbeRtt => "probe_rtt",
+        }
+    }
+}
+
+/// BBR's per-flow state.
+#[derive(Clone, Debug)]
+pub struct Bbr {
+    params: WindowParams,
+    args: BbrArgs,
+    mode: Mode,
+    cwnd: f64,
+    pacing_rate: f64,
+    pacing_gain: f64,
+    cwnd_gain: f64,
+    /// (round, largest delivery rate of that round in bytes/s), newest last.
+    bw_filter: VecDeque<(u64, f64)>,
+    min_rtt_us: u64,
+    min_rtt_stamp_us: u64,
+    rtt: RttEstimator,
+    acked_total: u64,
+    round: u64,
+    next_round_at: u64,
+    round_start: bool,
+    full_bw: f64,
+    full_bw_count: u32,
+    full_bw_reached: bool,
+    cycle_idx: usize,
+    cycle_stamp_us: u64,
+    probe_rtt_done_us: Option<u64>,
+    probe_rtt_round_done: bool,
+    prior_cwnd: f64,
+    /// Recovery point (acked_total to reach) and the round that ends packet conservation.
+    recovery: Option<(u64, u64)>,
+    rng: u64,
+}
+
+impl Bbr {
+    /// A new flow in Startup at the initial cwnd.
+    pub fn new(params: WindowParams, args: BbrArgs) -> Self {
+        Bbr {
+            cwnd: params.clamp(params.init_cwnd_pkts),
+            pacing_gain: args.high_gain,
+            cwnd_gain: args.high_gain,
+            rng: args.seed.max(1),
+            params,
+            args,
+            mode: Mode::Startup,
+            pacing_rate: 0.0,
+            bw_filter: VecDeque::new(),
+            min_rtt_us: 0,
+            min_rtt_stamp_us: 0,
+            rtt: RttEstimator::default(),
+            acked_total: 0,
+            round: 0,
+            next_round_at: 0,
+            round_start: false,
+            full_bw: 0.0,
+            full_bw_count: 0,
+            full_bw_reached: false,
+            cycle_idx: 0,
+            cycle_stamp_us: 0,
+            probe_rtt_done_us: None,
+            probe_rtt_round_done: false,
+            prior_cwnd: 0.0,
+            recovery: None,
+        }
+    }
+
+    /// Current state.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Current cwnd, packets.
+    pub fn cwnd_pkts(&self) -> f64 {
+        self.cwnd
+    }
+
+    /// Current pacing rate, bytes/s (0 before the first report).
+    pub fn pacing_rate(&self) -> f64 {
+        self.pacing_rate
+    }
+
+    /// Current pacing gain.
+    pub fn pacing_gain(&self) -> f64 {
+        self.pacing_gain
+    }
+
+    /// Index into [`GAIN_CYCLE`] (meaningful in ProbeBW).
+    pub fn cycle_idx(&self) -> usize {
+        self.cycle_idx
+    }
+
+    /// BtlBw: the max-filtered delivery rate, bytes/s.
+    pub fn btl_bw(&self) -> f64 {
+        self.bw_filter.iter().map(|&(_, b)| b).fold(0.0, f64::max)
+    }
+
+    /// RTprop, us (0 before a sample).
+    pub fn min_rtt_us(&self) -> u64 {
+        self.min_rtt_us
+    }
+
+    /// True once Startup found the pipe full.
+    pub fn full_bw_reached(&self) -> bool {
+        self.full_bw_reached
+    }
+
+    /// Round count.
+    pub fn round(&self) -> u64 {
+        self.round
+    }
+
+    /// gain x BDP in packets (tcp_bbr.c `bbr_bdp`); the initial cwnd before any sample.
+    pub fn bdp_pkts(&self, gain: f64) -> f64 {
+        let bw = self.btl_bw();
+        if bw <= 0.0 || self.min_rtt_us == 0 {
+            return self.params.init_cwnd_pkts;
+        }
+        gain * bw * self.min_rtt_us as f64 / 1e6 / f64::from(self.params.mss_bytes)
+    }
+
+    fn xorshift(&mut self) -> u64 {
+        let mut x = self.rng;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng = x;
+        x
+    }
+
+    fn update_round(&mut self, m: &Measurement) {
+        self.acked_total += m.acked_bytes;
+        self.round_start = false;
+        if self.acked_total >= self.next_round_at {
+            self.round += 1;
+            self.round_start = true;
+            let inflight = m.inflight_pkts.max(1);
+            self.next_round_at = self.acked_total + inflight * u64::from(self.params.mss_bytes);
+        }
+    }
+
+    fn update_bw(&mut self, m: &Measurement) {
+        let sample = m.delivery_rate_bps as f64;
+        if sample > 0.0 {
+            match self.bw_filter.back_mut() {
+                Some((r, b)) if *r == self.round => *b = b.max(sample),
+                _ => self.bw_filter.push_back((self.round, sample)),
+            }
+        }
+        let oldest = self.round.saturating_sub(self.args.bw_window_rounds - 1);
+        while self.bw_filter.len() > 1 && self.bw_filter.front().is_some_and(|&(r, _)| r < oldest) {
+            self.bw_filter.pop_front();
+        }
+    }
+
+    /// Returns whether the RTprop filter had expired (tcp_bbr.c `filter_expired`).
+    fn update_min_rtt(&mut self, m: &Measurement) -> bool {
+        let window_us = (self.args.min_rtt_window_s * 1e6) as u64;
+        let expired = self.min_rtt_us > 0 && m.now_us > self.min_rtt_stamp_us + window_us;
+        if m.min_rtt_us > 0 && (self.min_rtt_us == 0 || m.min_rtt_us < self.min_rtt_us || expired) {
+            self.min_rtt_us = m.min_rtt_us;
+            self.min_rtt_stamp_us = m.now_us;
+        }
+        expired
+    }
+
+    fn check_full_bw(&mut self) {
+        if self.full_bw_reached || !self.round_start {
+            return;
+        }
+        let bw = self.btl_bw();
+        if bw >= self.full_bw * 1.25 {
+            self.full_bw = bw;
+            self.full_bw_count = 0;
+            return;
+        }
+        self.full_bw_count += 1;
+        self.full_bw_reached = self.full_bw_count >= 3;
+    }
+
+    fn enter_probe_bw(&mut self, now_us: u64) {
+        self.mode = Mode::ProbeBw;
+        self.cwnd_gain = self.args.cwnd_gain;
+        // tcp_bbr.c: a random phase other than the 3/4 one (index 1), then advance.
+        self.cycle_idx = GAIN_CYCLE.len() - 1 - (self.xorshift() % 7) as usize;
+        self.advance_cycle(now_us);
+    }
+
+    fn advance_cycle(&mut self, now_us: u64) {
+        self.cycle_idx = (self.cycle_idx + 1) % GAIN_CYCLE.len();
+        self.cycle_stamp_us = now_us;
+        self.pacing_gain = GAIN_CYCLE[self.cycle_idx];
+    }
+
+    fn update_cycle(&mut self, m: &Measurement) {
+        if self.mode != Mode::ProbeBw {
+            return;
+        }
+        let full_length = m.now_us.saturating_sub(self.cycle_stamp_us) > self.min_rtt_us;
+        let gain = self.pacing_gain;
+        let next = if gain == 1.0 {
+            full_length
+        } else if gain > 1.0 {
+            full_length && (m.has_loss() || m.inflight_max_pkts as f64 >= self.bdp_pkts(gain))
+        } else {
+            full_length || m.inflight_pkts as f64 <= self.bdp_pkts(1.0)
+        };
+        if next {
+            self.advance_cycle(m.now_us);
+        }
+    }
+
+    fn check_drain(&mut self, m: &Measurement) {
+        if self.mode == Mode::Startup && self.full_bw_reached {
+            self.mode = Mode::Drain;
+            self.pacing_gain = 1.0 / self.args.high_gain;
+            self.cwnd_gain = self.args.high_gain;
+        }
+        if self.mode == Mode::Drain && m.inflight_pkts as f64 <= self.bdp_pkts(1.0) {
+            self.enter_probe_bw(m.now_us);
+        }
+    }
+
+    fn update_probe_rtt(&mut self, m: &Measurement, expired: bool) {
+        if expired && self.mode != Mode::ProbeRtt {
+            self.mode = Mode::ProbeRtt;
+            self.pacing_gain = 1.0;
+            self.cwnd_gain = 1.0;
+            self.prior_cwnd = self.prior_cwnd.max(self.cwnd);
+            self.probe_rtt_done_us = None;
+        }
+        if self.mode != Mode::ProbeRtt {
+            return;
+        }
+        match self.probe_rtt_done_us {
+            None if (m.inflight_pkts as f64) <= MIN_CWND_PKTS => {
+                self.probe_rtt_done_us = Some(m.now_us + PROBE_RTT_US);
+                self.probe_rtt_round_done = false;
+                self.next_round_at = self.acked_total;
+            }
+            Some(done) => {
+                if self.round_start {
+                    self.probe_rtt_round_done = true;
+                }
+                if self.probe_rtt_round_done && m.now_us > done {
+                    self.min_rtt_stamp_us = m.now_us;
+                    self.cwnd = self.cwnd.max(self.prior_cwnd);
+                    self.prior_cwnd = 0.0;
+                    if self.full_bw_reached {
+                        self.enter_probe_bw(m.now_us);
+                    } else {
+                        self.mode = Mode::Startup;
+                        self.pacing_gain = self.args.high_gain;
+                        self.cwnd_gain = self.args.high_gain;
+                    }
+                }
+            }
+            None => {}
+        }
+    }
+
+    fn set_pacing_rate(&mut self) {
+        let bw = self.btl_bw();
+        let rate = if bw > 0.0 {
+            self.pacing_gain * bw * 0.99
+        } else if self.rtt.srtt_us > 0.0 {
+            self.args.high_gain * self.params.init_cwnd_pkts * f64::from(self.params.mss_bytes) * 1e6
+                / self.rtt.srtt_us
+        } else {
+            return;
+        };
+        if self.full_bw_reached || rate > self.pacing_rate {
+            self.pacing_rate = rate;
+        }
+    }
+
+    /// 3 x TSO segments (tcp_bbr.c `bbr_quantization_budget`): 1 ms of data at
+    /// the pacing rate, at least 2 segments, at most 64 KB.
+    fn quantization_budget(&self) -> f64 {
+        let mss = f64::from(self.params.mss_bytes);
+        let segs = (self.pacing_rate / 1000.0 / mss).floor().clamp(2.0, (65536.0 / mss).floor().max(2.0));
+        let extra = if self.mode == Mode::ProbeBw && self.cycle_idx == 0 { 2.0 } else { 0.0 };
+        3.0 * segs + extra
+    }
+
+    fn set_cwnd(&mut self, m: &Measurement) {
+        let acked = m.acked_pkts(self.params.mss_bytes);
+        let target = self.bdp_pkts(self.cwnd_gain) + self.quantization_budget();
+        let conserving = self.recovery.is_some_and(|(_, until)| self.round < until);
+        if conserving {
+            self.cwnd = self.cwnd.max(m.inflight_pkts as f64 + acked);
+        } else if self.full_bw_reached {
+            self.cwnd = (self.cwnd + acked).min(target);
+        } else if self.cwnd < target || self.acked_total < (self.params.init_cwnd_pkts as u64) * u64::from(self.params.mss_bytes) {
+            self.cwnd += acked;
+        }
+        self.cwnd = self.cwnd.max(MIN_CWND_PKTS);
+        if self.mode == Mode::ProbeRtt {
+            self.cwnd = self.cwnd.min(MIN_CWND_PKTS);
+        }
+        self.cwnd = self.params.clamp(self.cwnd);
+    }
+
+    fn on_loss(&mut self, m: &Measurement) {
+        if m.timeout {
+            self.prior_cwnd = self.prior_cwnd.max(self.cwnd);
+            self.cwnd = 1.0;
+            self.full_bw = 0.0;
+            self.full_bw_count = 0;
+            let outstanding = (m.outstanding_pkts() as f64).max(self.prior_cwnd);
+            let point = self.acked_total + (outstanding * f64::from(self.params.mss_bytes)) as u64;
+            self.recovery = Some((point, self.round));
+        } else if m.has_loss() && self.recovery.is_none() {
+            self.prior_cwnd = self.cwnd;
+            let outstanding = (m.outstanding_pkts() as f64).max(1.0);
+            let point = self.acked_total + (outstanding * f64::from(self.params.mss_bytes)) as u64;
+            // Packet conservation for the next round.
+            self.recovery = Some((point, self.round + 1));
+            self.cwnd = (m.inflight_pkts as f64 + m.acked_pkts(self.params.mss_bytes)).max(MIN_CWND_PKTS);
+        }
+    }
+
+    fn end_recovery(&mut self) {
+        if let Some((point, _)) = self.recovery {
+            if self.acked_total >= point {
+                self.recovery = None;
+                self.cwnd = self.cwnd.max(self.prior_cwnd);
+                self.prior_cwnd = 0.0;
+            }
+        }
+    }
+}
+
+impl Controller for Bbr {
+    fn initial(&self) -> Control {
+        Control { cwnd_bytes: Some(self.params.to_bytes(self.cwnd)), rate_bytes_per_sec: None }
+    }
+
+    fn on_report(&mut self, m: &Measurement) -> Control {
+        self.rtt.update(m);
+        self.update_round(m);
+        self.end_recovery();
+        self.update_bw(m);
+        let expired = self.update_min_rtt(m);
+        self.check_full_bw();
+        self.check_drain(m);
+        self.update_cycle(m);
+        self.update_probe_rtt(m, expired);
+        self.set_pacing_rate();
+        let timed_out = m.timeout;
+        self.on_loss(m);
+        if !timed_out && !(m.has_loss() && self.recovery.is_some_and(|(_, until)| until == self.round + 1)) {
+            self.set_cwnd(m);
+        }
+        let rate = (self.pacing_rate > 0.0).then(|| self.pacing_rate.min(f64::from(u32::MAX)) as u64);
+        Control { cwnd_bytes: Some(self.params.to_bytes(self.cwnd)), rate_bytes_per_sec: rate }
+    }
+
+    fn state(&self) -> String {
+        format!(
+            "cwnd_pkts={:.3} pacing_rate_bps={:.0} btlbw_bps={:.0} min_rtt_us={} pacing_gain={:.3} mode={} cycle={} round={}",
+            self.cwnd,
+            self.pacing_rate,
+            self.btl_bw(),
+            self.min_rtt_us,
+            self.pacing_gain,
+            self.mode.as_str(),
+            self.cycle_idx,
+            self.round
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MSS: u32 = 1000;
+    const RTT: u64 = 40_000;
+
+    fn bbr() -> Bbr {
+        let params = WindowParams {
+            mss_bytes: MSS,
+            init_cwnd_pkts: 10.0,
+            init_ssthresh_pkts: f64::INFINITY,
+            min_cwnd_pkts: 1.0,
+            max_cwnd_pkts: 1e6,
+        };
+        let args = BbrArgs { bw_window_rounds: 10, min_rtt_window_s: 10.0, cwnd_gain: 2.0, high_gain: HIGH_GAIN, seed: 1 };
+        Bbr::new(params, args)
+    }
+
+    /// One report = one round: `acked` packets acked, `inflight` left in flight,
+    /// delivery rate `rate` bytes/s, RTT `rtt_us`.
+    fn report(now_us: u64, acked: u64, inflight: u64, rate: u64, rtt_us: u64) -> Measurement {
+        Measurement {
+            now_us,
+            acked_bytes: acked * u64::from(MSS),
+            inflight_pkts: inflight,
+            inflight_max_pkts: inflight + acked,
+            delivery_rate_bps: rate,
+            rtt_us,
+            min_rtt_us: rtt_us,
+            rtt_samples: 8,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn goes_through_every_state() {
+        let mut b = bbr();
+        let mut now = 0;
+        // Startup: the delivery rate doubles each round, then stays at 1 MB/s
+        // (BDP = 1e6 x 0.04 / 1000 = 40 packets).
+        let mut rate = 125_000;
+        let mut inflight = 10;
+        let mut rounds = 0;
+        while !b.full_bw_reached() {
+            now += RTT;
+            b.on_report(&report(now, inflight, inflight, rate, RTT));
+            assert_eq!(b.mode(), if b.full_bw_reached() { Mode::Drain } else { Mode::Startup });
+            if !b.full_bw_reached() {
+                assert_eq!(b.pacing_gain(), HIGH_GAIN);
+            }
+            rate = (rate * 2).min(1_000_000);
+            inflight = b.cwnd_pkts() as u64;
+            rounds += 1;
+            assert!(rounds < 20, "Startup never ended");
+        }
+        // Three rounds without 25 % growth after reaching 1 MB/s.
+        assert!(rounds >= 6, "{rounds}");
+        assert_eq!(b.btl_bw(), 1_000_000.0);
+        assert_eq!(b.mode(), Mode::Drain);
+        assert!((b.pacing_gain() - 1.0 / HIGH_GAIN).abs() < 1e-12);
+        // Drain until in-flight <= BDP (40 packets).
+        now += RTT;
+        b.on_report(&report(now, 60, 80, 1_000_000, RTT));
+        assert_eq!(b.mode(), Mode::Drain);
+        now += RTT;
+        b.on_report(&report(now, 40, 39, 1_000_000, RTT));
+        assert_eq!(b.mode(), Mode::ProbeBw);
+        // ProbeBW: phases advance every RTprop; the whole cycle is visited, and
+        // the pacing rate is gain x BtlBw x 0.99, cwnd -> 2 BDP + budget.
+        let mut seen = [false; 8];
+        for _ in 0..24 {
+            seen[b.cycle_idx()] = true;
+            assert!((b.pacing_rate() - b.pacing_gain() * 1_000_000.0 * 0.99).abs() < 1e-6);
+            now += RTT + 1;
+            let inflight = (b.bdp_pkts(b.pacing_gain()) + 1.0) as u64;
+            b.on_report(&report(now, 40, inflight, 1_000_000, RTT));
+        }
+        assert!(seen.iter().all(|&s| s), "{seen:?}");
+        let target = 2.0 * 40.0 + b.quantization_budget();
+        assert!((b.cwnd_pkts() - target).abs() < 1e-9, "{} vs {target}", b.cwnd_pkts());
+        // ProbeRTT: no lower RTT for 10 s.
+        let before = b.cwnd_pkts();
+        now += 10_000_000;
+        b.on_report(&report(now, 40, 40, 1_000_000, RTT + 5_000));
+        assert_eq!(b.mode(), Mode::ProbeRtt);
+        assert_eq!(b.cwnd_pkts(), MIN_CWND_PKTS);
+        now += RTT;
+        b.on_report(&report(now, 36, 4, 1_000_000, RTT));
+        assert_eq!(b.mode(), Mode::ProbeRtt, "200 ms after in-flight reached 4");
+        now += 100_000;
+        b.on_report(&report(now, 4, 4, 1_000_000, RTT));
+        assert_eq!(b.mode(), Mode::ProbeRtt);
+        now += 150_000;
+        b.on_report(&report(now, 4, 4, 1_000_000, RTT));
+        assert_eq!(b.mode(), Mode::ProbeBw, "back to ProbeBW after 200 ms and a round");
+        assert!(b.cwnd_pkts() >= before, "cwnd restored: {} < {before}", b.cwnd_pkts());
+    }
+
+    #[test]
+    fn bandwidth_filter_forgets_after_ten_rounds() {
+        let mut b = bbr();
+        let mut now = 0;
+        b.on_report(&report(now, 10, 10, 2_000_000, RTT));
+        for _ in 0..9 {
+            now += RTT;
+            b.on_report(&report(now, 10, 10, 500_000, RTT));
+        }
+        assert_eq!(b.btl_bw(), 2_000_000.0);
+        now += RTT;
+        b.on_report(&report(now, 10, 10, 500_000, RTT));
+        assert_eq!(b.btl_bw(), 500_000.0, "the 2 MB/s round left the 10-round window");
+    }
+
+    #[test]
+    fn loss_conserves_packets_then_restores() {
+        let mut b = bbr();
+        b.on_report(&report(0, 10, 30, 1_000_000, RTT));
+        let before = b.cwnd_pkts();
+        let loss = Measurement { lost_pkts: 2, ..report(RTT, 5, 20, 1_000_000, RTT) };
+        b.on_report(&loss);
+        assert_eq!(b.cwnd_pkts(), 25.0, "cwnd = in flight + acked");
+        // All 27 packets outstanding at the loss acknowledged: restored.
+        b.on_report(&report(2 * RTT, 30, 20, 1_000_000, RTT));
+        assert!(b.cwnd_pkts() >= before);
+        // An RTO: cwnd 1 packet.
+        b.on_report(&Measurement { timeout: true, ..report(3 * RTT, 0, 0, 0, RTT) });
+        assert_eq!(b.cwnd_pkts(), 1.0);
+    }
+}
