@@ -36,10 +36,11 @@ _Static_assert(sizeof(struct fold_test_in) == 40 + 8 * FOLD_N_PRIM, "fold_test_i
 
 struct fold_test_out {
 	struct fold_result res;
+	__u32 _pad;
 	__u64 elapsed_ns;	/* ktime around the (repeated) invocations */
 	__u64 fields[FOLD_MAX_REPORT];
 };
-_Static_assert(sizeof(struct fold_test_out) == 48 + 8 * FOLD_MAX_REPORT, "fold_test_out layout");
+_Static_assert(sizeof(struct fold_test_out) == 56 + 8 * FOLD_MAX_REPORT, "fold_test_out layout");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

@@ -181,6 +181,7 @@ struct fold_result {
 	__u32 report;		/* 1: a report is due; call fold_finish_report after sending */
 	__u32 report_uid;
 	__u32 n_fields;		/* report fields: regs[0 .. n_fields) */
+	__u32 steps;		/* interpreter steps (bpf_loop iterations), for cost figures */
 };
 
 /* ---- arithmetic helpers (libccp machine.c semantics) ---- */
@@ -327,8 +328,10 @@ static long fold_step(__u32 i, void *arg)
 
 /* Run instructions [off, off + len) of prog; returns FOLD_OK or an abort code. */
 static __always_inline int fold_run_section(struct fold_state *st, struct fold_prog *prog,
-					    __u32 off, __u32 len, __u64 now_ns)
+					    __u32 off, __u32 len, __u64 now_ns, __u32 *steps)
 {
+	long n;
+
 	struct fold_run r = {
 		.st = st, .prog = prog, .now_ns = now_ns, .pc = off, .end = off + len, .err = 0,
 	};
@@ -336,7 +339,9 @@ static __always_inline int fold_run_section(struct fold_state *st, struct fold_p
 	if (len == 0)
 		return FOLD_OK;
 	/* Jumps only go forward: at most len steps. */
-	bpf_loop(len, fold_step, &r, 0);
+	n = bpf_loop(len, fold_step, &r, 0);
+	if (n > 0)
+		*steps += n;
 	return r.err;
 }
 
@@ -377,15 +382,15 @@ static __always_inline void fold_called(__u32 *n, __u32 *vals, __u64 v)
 
 /* libccp reset_state + init_register_state + reset_time for a program change */
 static __always_inline void fold_change_program(struct fold_state *st, void *progs, __u32 slot,
-						__u64 now_ns)
+						__u64 now_ns, __u32 *steps)
 {
 	struct fold_prog *p;
 
 	st->slot = slot;
 	p = fold_lookup(progs, slot);
 	if (p) {
-		fold_run_section(st, p, p->reset_off, p->reset_len, now_ns);
-		fold_run_section(st, p, p->init_off, p->init_len, now_ns);
+		fold_run_section(st, p, p->reset_off, p->reset_len, now_ns, steps);
+		fold_run_section(st, p, p->init_off, p->init_len, now_ns, steps);
 	}
 	st->time_zero_ns = now_ns;
 	st->regs[FOLD_R_MICROS] = 0;
@@ -414,7 +419,7 @@ static __always_inline void fold_invoke(struct fold_state *st, void *progs, stru
 	st->regs[FOLD_R_RATE] = snd_rate;
 	if (sg && sg->flags) {
 		if (sg->flags & FOLD_STAGED_CHANGE)
-			fold_change_program(st, progs, sg->change_slot, now_ns);
+			fold_change_program(st, progs, sg->change_slot, now_ns, &out->steps);
 		if (sg->flags & FOLD_STAGED_CONTROL) {
 			struct fold_apply_ctl c = { .st = st, .sg = sg };
 
@@ -447,7 +452,7 @@ static __always_inline void fold_invoke(struct fold_state *st, void *progs, stru
 		st->regs[FOLD_OFF_PRIM + FOLD_PRIM_RTT_SAMPLE_US] = FOLD_INFINITY;
 	st->regs[FOLD_OFF_PRIM + FOLD_PRIM_ACK_NOW] = (now_ns - dp_time_zero_ns) / 1000;
 
-	err = fold_run_section(st, p, 0, p->n_main, now_ns);
+	err = fold_run_section(st, p, 0, p->n_main, now_ns, &out->steps);
 	if (err) {
 		out->ret = err;
 		return;
@@ -467,9 +472,10 @@ static __always_inline void fold_invoke(struct fold_state *st, void *progs, stru
 static __always_inline void fold_finish_report(struct fold_state *st, void *progs, __u64 now_ns)
 {
 	struct fold_prog *p = fold_lookup(progs, st->slot);
+	__u32 steps = 0;
 
 	if (p)
-		fold_run_section(st, p, p->reset_off, p->reset_len, now_ns);
+		fold_run_section(st, p, p->reset_off, p->reset_len, now_ns, &steps);
 }
 
 #endif /* CCP_FOLD_VM_H */

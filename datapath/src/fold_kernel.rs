@@ -1,0 +1,1139 @@
+//! Portus's install / update-field / change-program messages turned into the
+//! map entries of the in-kernel fold interpreter (`bpf/fold_vm.h`).
+//!
+//! libccp 1.2 is the reference for every rule here (read in its ccp.c,
+//! machine.c, serialize.c; re-implemented, not copied):
+//! - message header: `u16 type, u16 len, u32 socket id`, little endian;
+//!   type 2 install, 3 update fields, 4 change program.
+//! - install: `u32 program_uid, num_expressions, num_instructions`, then
+//!   16-byte expressions `{cond_start, num_cond, body_start, num_body}` and
+//!   16-byte instructions `u8 op, (u8 type, u32 index) x 3 (result, left,
+//!   right)`, packed. A program with uid 1 first clears the program table
+//!   (libccp's "a new Portus started" rule); programs take the first free of
+//!   [`LIBCCP_MAX_PROGRAMS`] slots and a uid resolves to the first slot that
+//!   holds it.
+//! - update fields: `u32 count` (libccp reads only its first byte, as a
+//!   signed char), then 13-byte `{u8 type, u32 index, u64 value}`; control
+//!   registers and the implicit Cwnd (4) / Rate (5) can be updated; the
+//!   updates are staged and applied at the flow's next invocation.
+//! - change program: `u32 program_uid, u32 count` then updates as above; it
+//!   drops updates staged earlier.
+//!
+//! The compiled form ([`FoldProg`]) is linear: per expression the condition,
+//! a JZ over the body, the body, a BRK; register operands resolved to
+//! offsets in the flat register file (see fold_vm.h for the layout and why).
+//!
+//! Where libccp has undefined behaviour (indices past its arrays, more than
+//! 256 instructions or expressions, instruction ranges reaching index 256,
+//! which makes its u8 loop counter wrap forever) the message is refused with
+//! [`FoldMsgError::Unsupported`] instead (its slot stays empty in the
+//! kernel). An install refused for a bad instruction still takes its slot
+//! with the half-read program, as in libccp (the bad instruction partly
+//! filled in, the rest zero), and the kernel gets that same program.
+
+use std::collections::HashMap;
+
+use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
+
+// ---- layout constants: mirror bpf/fold_vm.h ----
+pub const MAX_REPORT: u32 = 110;
+pub const MAX_CONTROL: u32 = 110;
+pub const MAX_TMP: u32 = 8;
+pub const MAX_LOCAL: u32 = 8;
+pub const OFF_REPORT: u32 = 0;
+pub const OFF_CONTROL: u32 = 110;
+pub const OFF_IMPLICIT: u32 = 220;
+pub const OFF_TMP: u32 = 226;
+pub const OFF_LOCAL: u32 = 234;
+pub const N_FILE: u32 = 242;
+pub const OFF_PRIM: u32 = 256;
+pub const N_PRIM: u32 = 15;
+pub const OFF_ZERO: u32 = 272;
+pub const OFF_DISCARD: u32 = 273;
+pub const NREGS: usize = 512;
+pub const MAX_LINEAR: usize = 1024;
+/// Entries of the kernel program map (slot 0 unused).
+pub const MAX_SLOTS: u32 = 16;
+/// libccp's program table size as the `libccp` crate sets it.
+pub const LIBCCP_MAX_PROGRAMS: u32 = 10;
+
+pub const OP_ADD: u8 = 0;
+pub const OP_BIND: u8 = 1;
+pub const OP_DEF: u8 = 2;
+pub const OP_EWMA: u8 = 5;
+pub const OP_SUB: u8 = 14;
+/// libccp's MAX_OP: opcodes 0..15 are valid on the wire.
+pub const OP_COUNT: u8 = 15;
+pub const OP_JZ: u8 = 15;
+pub const OP_BRK: u8 = 16;
+pub const F_LIMM: u8 = 1;
+pub const F_RIMM: u8 = 2;
+pub const F_WTIME: u8 = 4;
+
+pub const STAGED_CHANGE: u32 = 1;
+pub const STAGED_CWND: u32 = 2;
+pub const STAGED_RATE: u32 = 4;
+pub const STAGED_CONTROL: u32 = 8;
+
+// libccp register types (ccp_priv.h)
+pub const REG_NONVOLATILE_CONTROL: u8 = 0;
+pub const REG_IMMEDIATE: u8 = 1;
+pub const REG_IMPLICIT: u8 = 2;
+pub const REG_LOCAL: u8 = 3;
+pub const REG_PRIMITIVE: u8 = 4;
+pub const REG_VOLATILE_REPORT: u8 = 5;
+pub const REG_NONVOLATILE_REPORT: u8 = 6;
+pub const REG_TMP: u8 = 7;
+pub const REG_VOLATILE_CONTROL: u8 = 8;
+
+const IMPLICIT_MICROS: u32 = 3;
+const IMPLICIT_CWND: u32 = 4;
+const IMPLICIT_RATE: u32 = 5;
+/// libccp's DEF default meaning "+infinity" (older Portus encoding).
+const DEF_INFINITY_MARK: u32 = 0x3fff_ffff;
+
+const MSG_INSTALL: u16 = 2;
+const MSG_UPDATE_FIELDS: u16 = 3;
+const MSG_CHANGE_PROG: u16 = 4;
+const HDR_LEN: usize = 8;
+/// libccp's BIGGEST_MSG_SIZE.
+const BIGGEST_MSG: usize = 32678;
+/// libccp's MAX_MUTABLE_REG: most updates in one message.
+const MAX_UPDATES: u32 = 222;
+const MAX_EXPRESSIONS: u32 = 256;
+const MAX_INSTRUCTIONS: u32 = 256;
+const INSTR_BYTES: usize = 16;
+const EXPR_BYTES: usize = 16;
+const UPDATE_BYTES: usize = 13;
+
+/// One compiled instruction (`struct fold_insn`).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct FoldInsn {
+    pub op: u8,
+    pub flags: u8,
+    pub wr: u16,
+    pub cur: u16,
+    pub _pad: u16,
+    pub left: u32,
+    pub right: u32,
+}
+
+/// One program table entry (`struct fold_prog`), the value of the kernel's
+/// program map at key `index` (the libccp slot number).
+#[repr(C)]
+#[derive(Clone, Debug, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct FoldProg {
+    pub index: u32,
+    pub uid: u32,
+    pub n_main: u32,
+    pub reset_off: u32,
+    pub reset_len: u32,
+    pub init_off: u32,
+    pub init_len: u32,
+    pub num_to_return: u32,
+    pub insns: [FoldInsn; MAX_LINEAR],
+}
+
+/// Staged updates of one flow (`struct fold_staged`).
+#[repr(C)]
+#[derive(Clone, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct FoldStaged {
+    pub flags: u32,
+    pub change_slot: u32,
+    pub cwnd: u64,
+    pub rate: u64,
+    pub control_mask: [u64; 2],
+    pub control: [u64; MAX_CONTROL as usize],
+}
+
+/// Per-flow interpreter state (`struct fold_state`); user space only zeroes it.
+#[repr(C)]
+#[derive(Clone, Debug, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct FoldState {
+    pub regs: [u64; NREGS],
+    pub time_zero_ns: u64,
+    pub slot: u32,
+    pub _pad: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<FoldInsn>() == 16);
+const _: () = assert!(std::mem::size_of::<FoldProg>() == 32 + 16 * MAX_LINEAR);
+const _: () = assert!(std::mem::size_of::<FoldStaged>() == 40 + 8 * MAX_CONTROL as usize);
+const _: () = assert!(std::mem::size_of::<FoldState>() == 8 * NREGS + 16);
+
+/// A Portus message the datapath refused, with libccp's error code where
+/// libccp refuses it too.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FoldMsgError {
+    /// libccp rejects the message with this code (ccp_error.h), e.g. -33 for
+    /// an unknown opcode; `what` says which part.
+    Libccp { code: i32, what: String },
+    /// libccp accepts it without effect (change to an unknown program uid:
+    /// its ccp_read_msg returns a positive count, which the crate reports as
+    /// an error too).
+    NoEffect(String),
+    /// Outside what libccp handles safely (its behaviour is undefined there)
+    /// or past the kernel program's capacity.
+    Unsupported(String),
+}
+
+impl std::fmt::Display for FoldMsgError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FoldMsgError::Libccp { code, what } => write!(f, "{what} (libccp error {code})"),
+            FoldMsgError::NoEffect(what) => write!(f, "{what} (ignored, as libccp does)"),
+            FoldMsgError::Unsupported(what) => {
+                write!(f, "{what} (unsupported: beyond libccp's limits)")
+            }
+        }
+    }
+}
+
+impl std::error::Error for FoldMsgError {}
+
+fn libccp_err(code: i32, what: impl Into<String>) -> FoldMsgError {
+    FoldMsgError::Libccp {
+        code,
+        what: what.into(),
+    }
+}
+
+fn unsupported(what: impl Into<String>) -> FoldMsgError {
+    FoldMsgError::Unsupported(what.into())
+}
+
+fn u32_at(b: &[u8], off: usize) -> u32 {
+    u32::from_le_bytes(b[off..off + 4].try_into().unwrap())
+}
+
+fn u64_at(b: &[u8], off: usize) -> u64 {
+    u64::from_le_bytes(b[off..off + 8].try_into().unwrap())
+}
+
+/// A `(type, index)` register reference as it appears on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WireReg {
+    pub ty: u8,
+    pub index: u32,
+}
+
+/// One instruction as it appears on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WireInstr {
+    pub op: u8,
+    pub ret: WireReg,
+    pub left: WireReg,
+    pub right: WireReg,
+}
+
+/// One expression (`when` clause) as it appears on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WireExpr {
+    pub cond_start: u32,
+    pub num_cond: u32,
+    pub body_start: u32,
+    pub num_body: u32,
+}
+
+/// One field update as it appears on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Update {
+    pub reg_type: u8,
+    pub reg_index: u32,
+    pub value: u64,
+}
+
+/// A decoded message from Portus.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PortusMsg {
+    /// Install a program (for all flows; the socket id is ignored).
+    /// `instrs` are those libccp read: on a bad instruction (`error`) it
+    /// stops there, leaving that one partly filled in and the rest zero,
+    /// but the program of `num_instructions` stays in its slot.
+    Install {
+        uid: u32,
+        exprs: Vec<WireExpr>,
+        instrs: Vec<WireInstr>,
+        num_instructions: u32,
+        error: Option<FoldMsgError>,
+    },
+    /// Stage field updates for flow `sid`.
+    UpdateFields { sid: u32, updates: Vec<Update> },
+    /// Switch flow `sid` to program `uid` and stage `updates`.
+    ChangeProg {
+        sid: u32,
+        uid: u32,
+        updates: Vec<Update>,
+    },
+}
+
+/// Decode one message (libccp ccp_read_msg's checks, in its order; plus
+/// bounds checks libccp lacks).
+///
+/// Errors: [`FoldMsgError::Libccp`] with libccp's code (-32 unknown type,
+/// -22 length beyond the buffer, -23 too long, -52/-62 too many updates);
+/// [`FoldMsgError::Unsupported`] for truncated bodies and counts past libccp's
+/// arrays. Instruction errors of an install are kept per instruction because
+/// libccp consumes a program slot before it reads them.
+pub fn parse_message(buf: &[u8]) -> Result<PortusMsg, FoldMsgError> {
+    if buf.len() < HDR_LEN {
+        return Err(unsupported(format!(
+            "message of {} bytes is shorter than its 8-byte header",
+            buf.len()
+        )));
+    }
+    let ty = u16::from_le_bytes([buf[0], buf[1]]);
+    let len = u16::from_le_bytes([buf[2], buf[3]]) as usize;
+    let sid = u32_at(buf, 4);
+    if !matches!(ty, MSG_INSTALL | MSG_UPDATE_FIELDS | MSG_CHANGE_PROG) {
+        return Err(libccp_err(
+            -32,
+            format!("message type {ty} is not install/update/change"),
+        ));
+    }
+    if len > buf.len() {
+        return Err(libccp_err(
+            -22,
+            format!(
+                "header length {len} exceeds the {} bytes received",
+                buf.len()
+            ),
+        ));
+    }
+    if len > BIGGEST_MSG {
+        return Err(libccp_err(
+            -23,
+            format!("header length {len} exceeds {BIGGEST_MSG}"),
+        ));
+    }
+    let body = &buf[HDR_LEN.min(len)..len.max(HDR_LEN)];
+    let need = |n: usize, what: &str| -> Result<(), FoldMsgError> {
+        if body.len() < n {
+            Err(unsupported(format!(
+                "{what}: needs {n} body bytes, message has {}",
+                body.len()
+            )))
+        } else {
+            Ok(())
+        }
+    };
+    match ty {
+        MSG_INSTALL => {
+            need(12, "install header")?;
+            let (uid, ne, ni) = (u32_at(body, 0), u32_at(body, 4), u32_at(body, 8));
+            if ne > MAX_EXPRESSIONS || ni > MAX_INSTRUCTIONS {
+                return Err(unsupported(format!(
+                    "program {uid}: {ne} expressions / {ni} instructions (libccp holds 256 of each)"
+                )));
+            }
+            need(
+                12 + ne as usize * EXPR_BYTES + ni as usize * INSTR_BYTES,
+                "install body",
+            )?;
+            let exprs = (0..ne as usize)
+                .map(|i| {
+                    let o = 12 + i * EXPR_BYTES;
+                    WireExpr {
+                        cond_start: u32_at(body, o),
+                        num_cond: u32_at(body, o + 4),
+                        body_start: u32_at(body, o + 8),
+                        num_body: u32_at(body, o + 12),
+                    }
+                })
+                .collect();
+            let base = 12 + ne as usize * EXPR_BYTES;
+            let mut instrs = Vec::with_capacity(ni as usize);
+            let mut error = None;
+            for i in 0..ni as usize {
+                match read_instruction(
+                    &body[base + i * INSTR_BYTES..base + (i + 1) * INSTR_BYTES],
+                    i,
+                ) {
+                    Ok(ins) => instrs.push(ins),
+                    Err((e, partial)) => {
+                        instrs.push(partial);
+                        error = Some(e);
+                        break;
+                    }
+                }
+            }
+            Ok(PortusMsg::Install {
+                uid,
+                exprs,
+                instrs,
+                num_instructions: ni,
+                error,
+            })
+        }
+        MSG_UPDATE_FIELDS => {
+            need(4, "update-fields count")?;
+            // libccp: *num_updates = (u32)*buf, a signed char
+            let n = body[0] as i8 as i32 as u32;
+            if n > MAX_UPDATES {
+                return Err(libccp_err(
+                    -52,
+                    format!("update-fields count byte {} (> {MAX_UPDATES})", body[0]),
+                ));
+            }
+            let updates = read_updates(&body[4..], n)?;
+            Ok(PortusMsg::UpdateFields { sid, updates })
+        }
+        _ => {
+            need(8, "change-program header")?;
+            let (uid, n) = (u32_at(body, 0), u32_at(body, 4));
+            if n > MAX_UPDATES {
+                return Err(libccp_err(
+                    -62,
+                    format!("change-program with {n} updates (> {MAX_UPDATES})"),
+                ));
+            }
+            let updates = read_updates(&body[8..], n)?;
+            Ok(PortusMsg::ChangeProg { sid, uid, updates })
+        }
+    }
+}
+
+fn read_updates(b: &[u8], n: u32) -> Result<Vec<Update>, FoldMsgError> {
+    let n = n as usize;
+    if b.len() < n * UPDATE_BYTES {
+        return Err(unsupported(format!(
+            "{n} updates need {} bytes, message has {}",
+            n * UPDATE_BYTES,
+            b.len()
+        )));
+    }
+    Ok((0..n)
+        .map(|i| {
+            let o = i * UPDATE_BYTES;
+            Update {
+                reg_type: b[o],
+                reg_index: u32_at(b, o + 1),
+                value: u64_at(b, o + 5),
+            }
+        })
+        .collect())
+}
+
+fn valid_reg_type(ty: u8) -> bool {
+    ty <= REG_VOLATILE_CONTROL
+}
+
+/// libccp read_instruction: op, then result type, then each register in
+/// turn. On error also returns what libccp left in the (zeroed) slot
+/// instruction: the fields it had set before the failing check.
+fn read_instruction(b: &[u8], i: usize) -> Result<WireInstr, (FoldMsgError, WireInstr)> {
+    let reg = |o: usize| WireReg {
+        ty: b[o],
+        index: u32_at(b, o + 1),
+    };
+    let ins = WireInstr {
+        op: b[0],
+        ret: reg(1),
+        left: reg(6),
+        right: reg(11),
+    };
+    let mut partial = ZERO_INSTR;
+    if ins.op >= OP_COUNT {
+        return Err((
+            libccp_err(-33, format!("instruction {i}: opcode {}", ins.op)),
+            partial,
+        ));
+    }
+    partial.op = ins.op;
+    if ins.ret.ty == REG_IMMEDIATE || ins.ret.ty == REG_PRIMITIVE {
+        return Err((
+            libccp_err(
+                -34,
+                format!("instruction {i}: result register type {}", ins.ret.ty),
+            ),
+            partial,
+        ));
+    }
+    for (n, (code, r, name)) in [
+        (-35, ins.ret, "result"),
+        (-36, ins.left, "left"),
+        (-37, ins.right, "right"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        if !valid_reg_type(r.ty) {
+            return Err((
+                libccp_err(
+                    code,
+                    format!("instruction {i}: {name} register type {}", r.ty),
+                ),
+                partial,
+            ));
+        }
+        match n {
+            0 => partial.ret = r,
+            1 => partial.left = r,
+            _ => partial.right = r,
+        }
+    }
+    Ok(ins)
+}
+
+// ---- compilation into the linear kernel form ----
+
+/// Offset read for register `r` (libccp read_reg on its flat register file).
+/// Returns (is_immediate, immediate value or register offset).
+fn read_operand(r: WireReg) -> (bool, u32) {
+    let flat = |base: u32| {
+        // libccp indexes with a C int: huge u32 indices are negative
+        let i = i64::from(base) + i64::from(r.index as i32);
+        if (0..i64::from(N_FILE)).contains(&i) {
+            i as u32
+        } else {
+            OFF_ZERO
+        }
+    };
+    match r.ty {
+        REG_IMMEDIATE => (true, r.index),
+        REG_VOLATILE_REPORT | REG_NONVOLATILE_REPORT => (false, flat(OFF_REPORT)),
+        REG_NONVOLATILE_CONTROL | REG_VOLATILE_CONTROL => (false, flat(OFF_CONTROL)),
+        REG_IMPLICIT => (false, flat(OFF_IMPLICIT)),
+        REG_TMP => (false, flat(OFF_TMP)),
+        REG_LOCAL => (false, flat(OFF_LOCAL)),
+        REG_PRIMITIVE if r.index < N_PRIM => (false, OFF_PRIM + r.index),
+        _ => (false, OFF_ZERO),
+    }
+}
+
+/// Offset written for register `r` and whether the write moves Micros'
+/// time zero (libccp write_reg: out-of-bounds writes are ignored).
+fn write_target(r: WireReg) -> (u16, bool) {
+    let within = |base: u32, n: u32| {
+        if r.index < n {
+            (base + r.index) as u16
+        } else {
+            OFF_DISCARD as u16
+        }
+    };
+    match r.ty {
+        REG_VOLATILE_REPORT | REG_NONVOLATILE_REPORT => (within(OFF_REPORT, MAX_REPORT), false),
+        REG_TMP => (within(OFF_TMP, MAX_TMP), false),
+        REG_LOCAL => (within(OFF_LOCAL, MAX_LOCAL), false),
+        REG_NONVOLATILE_CONTROL | REG_VOLATILE_CONTROL => (within(OFF_CONTROL, MAX_CONTROL), false),
+        REG_IMPLICIT => match r.index {
+            0 | 1 | 2 | IMPLICIT_CWND | IMPLICIT_RATE => ((OFF_IMPLICIT + r.index) as u16, false),
+            IMPLICIT_MICROS => ((OFF_IMPLICIT + IMPLICIT_MICROS) as u16, true),
+            _ => (OFF_DISCARD as u16, false),
+        },
+        _ => (OFF_DISCARD as u16, false),
+    }
+}
+
+fn encode(ins: &WireInstr) -> FoldInsn {
+    let (limm, left) = read_operand(ins.left);
+    let (rimm, right) = read_operand(ins.right);
+    let (wr, wtime) = write_target(ins.ret);
+    let cur = if ins.op == OP_EWMA {
+        read_operand(ins.ret).1
+    } else {
+        OFF_ZERO
+    };
+    let flags = (limm as u8 * F_LIMM) | (rimm as u8 * F_RIMM) | (wtime as u8 * F_WTIME);
+    FoldInsn {
+        op: ins.op,
+        flags,
+        wr,
+        cur: cur as u16,
+        _pad: 0,
+        left,
+        right,
+    }
+}
+
+/// A DEF's default written as a bind of an immediate (libccp reset_state /
+/// init_register_state: 0x3fffffff means +infinity; a non-immediate default
+/// reads the zeroed value field of a fresh program slot, 0).
+fn def_as_bind(ins: &WireInstr) -> FoldInsn {
+    let default = match ins.right.ty {
+        REG_IMMEDIATE if ins.right.index == DEF_INFINITY_MARK => u32::MAX,
+        REG_IMMEDIATE => ins.right.index,
+        _ => 0,
+    };
+    let (wr, _) = write_target(ins.left);
+    FoldInsn {
+        op: OP_BIND,
+        flags: F_RIMM,
+        wr,
+        cur: OFF_ZERO as u16,
+        _pad: 0,
+        left: 0,
+        right: default,
+    }
+}
+
+/// libccp executes slot instructions past num_instructions too: they are
+/// zero bytes, i.e. ADD control[0] + control[0] -> control[0].
+const ZERO_INSTR: WireInstr = WireInstr {
+    op: OP_ADD,
+    ret: WireReg {
+        ty: REG_NONVOLATILE_CONTROL,
+        index: 0,
+    },
+    left: WireReg {
+        ty: REG_NONVOLATILE_CONTROL,
+        index: 0,
+    },
+    right: WireReg {
+        ty: REG_NONVOLATILE_CONTROL,
+        index: 0,
+    },
+};
+
+/// Compile a decoded program into its kernel form for table slot `slot`.
+///
+/// Errors: [`FoldMsgError::Unsupported`] when an instruction range reaches
+/// index 256 (libccp would loop forever) or the linear form exceeds
+/// [`MAX_LINEAR`] instructions.
+/// `instrs` may be shorter than `num_instructions` (a failed install):
+/// missing instructions are libccp's zeroed slot entries.
+pub fn compile(
+    slot: u32,
+    uid: u32,
+    exprs: &[WireExpr],
+    instrs: &[WireInstr],
+    num_instructions: u32,
+) -> Result<Box<FoldProg>, FoldMsgError> {
+    let mut p = Box::new(FoldProg::new_zeroed());
+    p.index = slot;
+    p.uid = uid;
+    let mut out: Vec<FoldInsn> = Vec::with_capacity(MAX_LINEAR);
+    let at = |i: u32| -> WireInstr { instrs.get(i as usize).copied().unwrap_or(ZERO_INSTR) };
+    for (n, e) in exprs.iter().enumerate() {
+        for (start, count) in [(e.cond_start, e.num_cond), (e.body_start, e.num_body)] {
+            if u64::from(start) + u64::from(count) > 255 {
+                return Err(unsupported(format!(
+                    "program {uid}, expression {n}: instructions {start}..{} reach index 256 (libccp's u8 loop never ends)",
+                    u64::from(start) + u64::from(count)
+                )));
+            }
+        }
+        let body = |out: &mut Vec<FoldInsn>, start: u32, count: u32| {
+            out.extend(
+                (start..start + count)
+                    .map(at)
+                    .filter(|i| i.op != OP_DEF)
+                    .map(|i| encode(&i)),
+            )
+        };
+        body(&mut out, e.cond_start, e.num_cond);
+        let jz = out.len();
+        out.push(FoldInsn {
+            op: OP_JZ,
+            ..Default::default()
+        });
+        body(&mut out, e.body_start, e.num_body);
+        out.push(FoldInsn {
+            op: OP_BRK,
+            ..Default::default()
+        });
+        out[jz].right = out.len() as u32;
+        if out.len() > MAX_LINEAR {
+            break;
+        }
+    }
+    p.n_main = out.len() as u32;
+    // DEF prefix: resets (volatile report/control), then initialisation
+    // (non-volatile control/report); only the leading DEFs count (libccp
+    // stops at the first other instruction).
+    let defs: Vec<WireInstr> = (0..num_instructions)
+        .map(at)
+        .take_while(|i| i.op == OP_DEF)
+        .collect();
+    p.reset_off = out.len() as u32;
+    out.extend(
+        defs.iter()
+            .filter(|i| matches!(i.left.ty, REG_VOLATILE_REPORT | REG_VOLATILE_CONTROL))
+            .map(def_as_bind),
+    );
+    p.reset_len = out.len() as u32 - p.reset_off;
+    p.init_off = out.len() as u32;
+    out.extend(
+        defs.iter()
+            .filter(|i| matches!(i.left.ty, REG_NONVOLATILE_CONTROL | REG_NONVOLATILE_REPORT))
+            .map(def_as_bind),
+    );
+    p.init_len = out.len() as u32 - p.init_off;
+    // libccp sets num_to_return (a u8) when its reset loop meets the first
+    // non-DEF; a program of DEFs only keeps the zeroed slot's 0.
+    let reports = defs
+        .iter()
+        .filter(|i| matches!(i.left.ty, REG_VOLATILE_REPORT | REG_NONVOLATILE_REPORT))
+        .count();
+    p.num_to_return = if defs.len() < num_instructions as usize {
+        (reports % 256) as u32
+    } else {
+        0
+    };
+    if out.len() > MAX_LINEAR {
+        return Err(unsupported(format!(
+            "program {uid} compiles to more than {MAX_LINEAR} kernel instructions"
+        )));
+    }
+    if defs.len() == 256 {
+        return Err(unsupported(format!(
+            "program {uid}: 256 DEFs (libccp's u8 reset loop never ends)"
+        )));
+    }
+    p.insns[..out.len()].copy_from_slice(&out);
+    Ok(p)
+}
+
+// ---- program table and staged updates (libccp's bookkeeping) ----
+
+#[derive(Clone, Debug)]
+enum Slot {
+    Free,
+    /// Taken by program `uid`; `ok` false when the kernel slot is empty
+    /// (the program was past what the kernel supports).
+    Taken {
+        uid: u32,
+        ok: bool,
+    },
+}
+
+/// What a handled message asks the kernel side to do, in order.
+#[derive(Debug)]
+pub enum Effect {
+    /// Empty every program slot (write index 0): a program with uid 1 arrived.
+    ClearPrograms,
+    /// Write `prog` at key `slot` of the program map.
+    WriteProgram { slot: u32, prog: Box<FoldProg> },
+    /// Empty slot `slot`: libccp took it for an install that failed.
+    EmptySlot { slot: u32 },
+    /// Write flow `sid`'s staged updates (consumed by its next invocation).
+    WriteStaged { sid: u32, staged: Box<FoldStaged> },
+}
+
+/// The result of [`FoldTables::handle`]: effects to apply even when the
+/// message failed (libccp keeps what it did before the failure: a cleared
+/// table, a taken slot, updates staged before a bad one).
+#[derive(Debug)]
+pub struct Handled {
+    pub effects: Vec<Effect>,
+    pub result: Result<(), FoldMsgError>,
+}
+
+/// Per-flow staged updates, as libccp's staged_update and
+/// staged_program_index.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+struct Staged {
+    change_slot: Option<u32>,
+    control: HashMap<u32, u64>,
+    cwnd: Option<u64>,
+    rate: Option<u64>,
+}
+
+impl Staged {
+    /// libccp stage_update.
+    fn stage(&mut self, u: &Update) -> Result<(), FoldMsgError> {
+        match u.reg_type {
+            REG_NONVOLATILE_CONTROL | REG_VOLATILE_CONTROL => {
+                self.control.insert(u.reg_index, u.value);
+            }
+            REG_IMPLICIT if u.reg_index == IMPLICIT_CWND => self.cwnd = Some(u.value),
+            REG_IMPLICIT if u.reg_index == IMPLICIT_RATE => self.rate = Some(u.value),
+            REG_IMPLICIT => {}
+            t => {
+                return Err(libccp_err(
+                    -53,
+                    format!("update of register type {t} (only control, Cwnd, Rate)"),
+                ))
+            }
+        }
+        Ok(())
+    }
+
+    fn stage_all(&mut self, updates: &[Update]) -> Result<(), FoldMsgError> {
+        updates.iter().try_for_each(|u| self.stage(u))
+    }
+
+    fn to_kernel(&self) -> Box<FoldStaged> {
+        let mut s = Box::new(FoldStaged::new_zeroed());
+        if let Some(slot) = self.change_slot {
+            s.flags |= STAGED_CHANGE;
+            s.change_slot = slot;
+        }
+        if let Some(v) = self.cwnd {
+            s.flags |= STAGED_CWND;
+            s.cwnd = v;
+        }
+        if let Some(v) = self.rate {
+            s.flags |= STAGED_RATE;
+            s.rate = v;
+        }
+        for (&i, &v) in &self.control {
+            s.flags |= STAGED_CONTROL;
+            s.control_mask[(i / 64) as usize] |= 1 << (i % 64);
+            s.control[i as usize] = v;
+        }
+        s
+    }
+}
+
+/// Refuse control updates past libccp's 110 control registers (libccp
+/// writes past its array).
+fn check_update_bounds(updates: &[Update]) -> Result<(), FoldMsgError> {
+    match updates.iter().find(|u| {
+        matches!(u.reg_type, REG_NONVOLATILE_CONTROL | REG_VOLATILE_CONTROL)
+            && u.reg_index >= MAX_CONTROL
+    }) {
+        Some(u) => Err(unsupported(format!(
+            "update of control register {} (libccp has {MAX_CONTROL})",
+            u.reg_index
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The datapath side of Portus's messages for the kernel fold: libccp's
+/// program table and each known flow's staged updates.
+#[derive(Debug)]
+pub struct FoldTables {
+    slots: Vec<Slot>,
+    flows: HashMap<u32, Staged>,
+}
+
+impl FoldTables {
+    /// A table of `capacity` program slots (libccp: [`LIBCCP_MAX_PROGRAMS`];
+    /// at most `MAX_SLOTS - 1`).
+    pub fn new(capacity: u32) -> Self {
+        assert!(
+            (1..MAX_SLOTS).contains(&capacity),
+            "program table capacity {capacity} not in 1..{MAX_SLOTS}"
+        );
+        FoldTables {
+            slots: vec![Slot::Free; capacity as usize],
+            flows: HashMap::new(),
+        }
+    }
+
+    /// A flow (libccp socket id `sid`) now exists; messages may address it.
+    pub fn add_flow(&mut self, sid: u32) {
+        self.flows.insert(sid, Staged::default());
+    }
+
+    /// The flow is gone.
+    pub fn remove_flow(&mut self, sid: u32) {
+        self.flows.remove(&sid);
+    }
+
+    /// The kernel consumed flow `sid`'s staged updates (its invocation ran).
+    pub fn staged_consumed(&mut self, sid: u32) {
+        if let Some(s) = self.flows.get_mut(&sid) {
+            *s = Staged::default();
+        }
+    }
+
+    /// Slot holding program `uid` (libccp: the first slot with that uid).
+    pub fn slot_of(&self, uid: u32) -> Option<u32> {
+        self.slots
+            .iter()
+            .position(|s| matches!(s, Slot::Taken { uid: u, .. } if *u == uid))
+            .map(|i| i as u32 + 1)
+    }
+
+    /// Handle one message from Portus: the kernel map writes it implies and
+    /// whether libccp would accept it.
+    ///
+    /// Errors (in `result`): as [`parse_message`]; -81 program table full;
+    /// -71 unknown flow; -53 an update of a register that cannot be updated
+    /// (earlier updates of the same message stay staged, as in libccp); a
+    /// failed install still takes its slot (and, for uid 1, still clears the
+    /// table).
+    pub fn handle(&mut self, buf: &[u8]) -> Handled {
+        let mut effects = vec![];
+        let result = self.handle_into(buf, &mut effects);
+        Handled { effects, result }
+    }
+
+    fn handle_into(&mut self, buf: &[u8], fx: &mut Vec<Effect>) -> Result<(), FoldMsgError> {
+        // libccp looks the flow up before it reads an update/change body.
+        if buf.len() >= HDR_LEN
+            && matches!(
+                u16::from_le_bytes([buf[0], buf[1]]),
+                MSG_UPDATE_FIELDS | MSG_CHANGE_PROG
+            )
+        {
+            let sid = u32_at(buf, 4);
+            let len = usize::from(u16::from_le_bytes([buf[2], buf[3]]));
+            if len <= buf.len() && len <= BIGGEST_MSG && !self.flows.contains_key(&sid) {
+                return Err(libccp_err(-71, format!("unknown flow {sid}")));
+            }
+        }
+        match parse_message(buf)? {
+            PortusMsg::Install {
+                uid,
+                exprs,
+                instrs,
+                num_instructions,
+                error,
+            } => {
+                self.install(uid, &exprs, &instrs, num_instructions, fx)?;
+                error.map_or(Ok(()), Err)
+            }
+            PortusMsg::UpdateFields { sid, updates } => {
+                check_update_bounds(&updates)?;
+                let st = self
+                    .flows
+                    .get_mut(&sid)
+                    .ok_or_else(|| libccp_err(-71, format!("unknown flow {sid}")))?;
+                let r = st.stage_all(&updates);
+                fx.push(Effect::WriteStaged {
+                    sid,
+                    staged: st.to_kernel(),
+                });
+                r
+            }
+            PortusMsg::ChangeProg { sid, uid, updates } => {
+                check_update_bounds(&updates)?;
+                let slot = self.slot_of(uid);
+                let st = self
+                    .flows
+                    .get_mut(&sid)
+                    .ok_or_else(|| libccp_err(-71, format!("unknown flow {sid}")))?;
+                let Some(slot) = slot else {
+                    return Err(FoldMsgError::NoEffect(format!(
+                        "change to unknown program uid {uid}"
+                    )));
+                };
+                *st = Staged {
+                    change_slot: Some(slot),
+                    ..Staged::default()
+                };
+                let r = st.stage_all(&updates);
+                fx.push(Effect::WriteStaged {
+                    sid,
+                    staged: st.to_kernel(),
+                });
+                r
+            }
+        }
+    }
+
+    /// Flow `sid`'s staged updates in kernel form (None: unknown flow).
+    pub fn staged_of(&self, sid: u32) -> Option<Box<FoldStaged>> {
+        self.flows.get(&sid).map(Staged::to_kernel)
+    }
+
+    fn install(
+        &mut self,
+        uid: u32,
+        exprs: &[WireExpr],
+        instrs: &[WireInstr],
+        num_instructions: u32,
+        fx: &mut Vec<Effect>,
+    ) -> Result<(), FoldMsgError> {
+        if uid == 1 {
+            self.slots.iter_mut().for_each(|s| *s = Slot::Free);
+            fx.push(Effect::ClearPrograms);
+        }
+        let Some(i) = self.slots.iter().position(|s| matches!(s, Slot::Free)) else {
+            return Err(libccp_err(
+                -81,
+                format!("program table full ({} programs)", self.slots.len()),
+            ));
+        };
+        let slot = i as u32 + 1;
+        self.slots[i] = Slot::Taken { uid, ok: false };
+        match compile(slot, uid, exprs, instrs, num_instructions) {
+            Ok(prog) => {
+                self.slots[i] = Slot::Taken { uid, ok: true };
+                fx.push(Effect::WriteProgram { slot, prog });
+                Ok(())
+            }
+            Err(e) => {
+                fx.push(Effect::EmptySlot { slot });
+                Err(e)
+            }
+        }
+    }
+
+    /// Whether the kernel holds slot `slot`'s program.
+    pub fn slot_ok(&self, slot: u32) -> bool {
+        matches!(
+            self.slots.get(slot.wrapping_sub(1) as usize),
+            Some(Slot::Taken { ok: true, .. })
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn instr_bytes(op: u8, ret: (u8, u32), left: (u8, u32), right: (u8, u32)) -> Vec<u8> {
+        let mut b = vec![op];
+        for (t, i) in [ret, left, right] {
+            b.push(t);
+            b.extend_from_slice(&i.to_le_bytes());
+        }
+        b
+    }
+
+    fn install_msg(uid: u32, exprs: &[[u32; 4]], instrs: &[Vec<u8>]) -> Vec<u8> {
+        let len = 8 + 12 + 16 * exprs.len() + 16 * instrs.len();
+        let mut b = vec![2, 0];
+        b.extend_from_slice(&(len as u16).to_le_bytes());
+        b.extend_from_slice(&0u32.to_le_bytes());
+        for v in [uid, exprs.len() as u32, instrs.len() as u32] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        for e in exprs {
+            e.iter().for_each(|v| b.extend_from_slice(&v.to_le_bytes()));
+        }
+        instrs.iter().for_each(|i| b.extend_from_slice(i));
+        b
+    }
+
+    #[test]
+    fn install_compiles_defs_and_expressions() {
+        // (def (Report (volatile foo 0)) (bar +infinity)) (when true (:= Report.foo (+ Report.foo Ack.bytes_acked)))
+        let msg = install_msg(
+            1,
+            &[[2, 1, 3, 2]],
+            &[
+                instr_bytes(2, (5, 0), (5, 0), (1, 0)),
+                instr_bytes(2, (0, 0), (0, 0), (1, 0x3fff_ffff)),
+                instr_bytes(1, (2, 0), (2, 0), (1, 1)),
+                instr_bytes(0, (7, 0), (5, 0), (4, 0)),
+                instr_bytes(1, (5, 0), (5, 0), (7, 0)),
+            ],
+        );
+        let mut t = FoldTables::new(LIBCCP_MAX_PROGRAMS);
+        let h = t.handle(&msg);
+        h.result.unwrap();
+        assert!(matches!(h.effects[0], Effect::ClearPrograms));
+        let Effect::WriteProgram { slot: 1, prog: p } = &h.effects[1] else {
+            panic!("{:?}", h.effects)
+        };
+        assert_eq!(p.n_main, 5, "cond, JZ, 2 body, BRK");
+        assert_eq!(
+            p.insns[1],
+            FoldInsn {
+                op: OP_JZ,
+                right: 5,
+                ..Default::default()
+            }
+        );
+        assert_eq!(p.insns[2].left, OFF_REPORT);
+        assert_eq!(p.insns[2].right, OFF_PRIM);
+        assert_eq!(p.insns[2].wr as u32, OFF_TMP);
+        assert_eq!(
+            (p.reset_off, p.reset_len, p.init_off, p.init_len),
+            (5, 1, 6, 1)
+        );
+        assert_eq!(
+            p.insns[6].right,
+            u32::MAX,
+            "0x3fffffff default is +infinity"
+        );
+        assert_eq!(p.num_to_return, 1);
+        assert_eq!(t.slot_of(1), Some(1));
+    }
+
+    #[test]
+    fn bad_opcode_takes_slot_and_is_refused_with_libccps_code() {
+        let msg = install_msg(3, &[], &[instr_bytes(15, (7, 0), (1, 0), (1, 0))]);
+        let mut t = FoldTables::new(2);
+        let h = t.handle(&msg);
+        assert!(matches!(
+            h.result,
+            Err(FoldMsgError::Libccp { code: -33, .. })
+        ));
+        let [Effect::WriteProgram { slot: 1, prog }] = &h.effects[..] else {
+            panic!("{:?}", h.effects)
+        };
+        assert_eq!(
+            (prog.uid, prog.n_main, prog.num_to_return),
+            (3, 0, 0),
+            "half-read program, as libccp keeps it"
+        );
+        assert_eq!(t.slot_of(3), Some(1));
+        assert!(t.slot_ok(1));
+        // an instruction range reaching index 256 is refused and leaves the kernel slot empty
+        let msg = install_msg(9, &[[250, 6, 0, 0]], &[]);
+        let h = t.handle(&msg);
+        assert!(matches!(h.result, Err(FoldMsgError::Unsupported(_))));
+        assert!(matches!(h.effects[..], [Effect::EmptySlot { slot: 2 }]));
+        assert!(!t.slot_ok(2));
+        assert!(matches!(
+            t.handle(&install_msg(5, &[], &[])).result,
+            Err(FoldMsgError::Libccp { code: -81, .. })
+        ));
+    }
+
+    #[test]
+    fn updates_stage_and_change_program_drops_earlier_ones() {
+        let mut t = FoldTables::new(LIBCCP_MAX_PROGRAMS);
+        t.handle(&install_msg(1, &[], &[])).result.unwrap();
+        t.add_flow(7);
+        let mut upd = vec![3, 0, 0, 0, 7, 0, 0, 0, 2, 0, 0, 0];
+        for (ty, idx, v) in [(0u8, 3u32, 42u64), (2, 4, 9000)] {
+            upd.push(ty);
+            upd.extend_from_slice(&idx.to_le_bytes());
+            upd.extend_from_slice(&v.to_le_bytes());
+        }
+        let len = upd.len() as u16;
+        upd[2..4].copy_from_slice(&len.to_le_bytes());
+        let h = t.handle(&upd);
+        h.result.unwrap();
+        let [Effect::WriteStaged { sid: 7, staged }] = &h.effects[..] else {
+            panic!("{:?}", h.effects)
+        };
+        assert_eq!(staged.flags, STAGED_CONTROL | STAGED_CWND);
+        assert_eq!(
+            (staged.control_mask[0], staged.control[3], staged.cwnd),
+            (1 << 3, 42, 9000)
+        );
+        let change = [4u8, 0, 16, 0, 7, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0];
+        let h = t.handle(&change);
+        h.result.unwrap();
+        let [Effect::WriteStaged { staged, .. }] = &h.effects[..] else {
+            panic!("{:?}", h.effects)
+        };
+        assert_eq!((staged.flags, staged.change_slot), (STAGED_CHANGE, 1));
+        let unknown = [4u8, 0, 16, 0, 7, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0];
+        assert!(matches!(
+            t.handle(&unknown).result,
+            Err(FoldMsgError::NoEffect(_))
+        ));
+        let other_flow = [4u8, 0, 16, 0, 8, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0];
+        assert!(matches!(
+            t.handle(&other_flow).result,
+            Err(FoldMsgError::Libccp { code: -71, .. })
+        ));
+    }
+
+    #[test]
+    fn malformed_headers_are_refused() {
+        assert!(matches!(
+            parse_message(&[1, 2, 3]),
+            Err(FoldMsgError::Unsupported(_))
+        ));
+        assert!(matches!(
+            parse_message(&[9, 0, 8, 0, 0, 0, 0, 0]),
+            Err(FoldMsgError::Libccp { code: -32, .. })
+        ));
+        assert!(matches!(
+            parse_message(&[3, 0, 99, 0, 0, 0, 0, 0]),
+            Err(FoldMsgError::Libccp { code: -22, .. })
+        ));
+        // truncated install body: header says 40 bytes of instructions, none present
+        let msg = [
+            2u8, 0, 20, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0,
+        ];
+        assert!(matches!(
+            parse_message(&msg),
+            Err(FoldMsgError::Unsupported(_))
+        ));
+    }
+}

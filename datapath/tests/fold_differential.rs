@@ -1,0 +1,1273 @@
+//! Differential test: the in-kernel fold interpreter (`bpf/fold_vm.h`, run
+//! through `bpf/fold_test.bpf.c` with BPF_PROG_TEST_RUN) against libccp 1.2
+//! (the `libccp` crate, in-process), fed the same Portus messages and the
+//! same ACK primitives. Every message must be accepted or refused alike
+//! (with libccp's error code), and every invocation must give the same
+//! return code, the same set_cwnd / set_rate calls and the same report
+//! (program uid and fields).
+//!
+//! Programs: the fold program of every algorithm in `algorithms/registry.toml`
+//! (`<binary> --dump-program`, compiled by Portus), hand-written edge cases
+//! (ewma, +infinity, underflow, division by zero, wrapped_max, volatile
+//! resets, Micros writes, expressions nested past libccp's 8 tmp registers)
+//! and random programs written directly in libccp's wire format within its
+//! limits (FOLD_DIFF_CASES cases, default 10,000; FOLD_DIFF_SEED picks the
+//! seed).
+//!
+//! libccp reads the clock through function pointers in its datapath struct;
+//! they are pointed at a test clock so both sides see the same time.
+//!
+//! Needs root (loading BPF) and a kernel with syscall-type BPF programs and
+//! bpf_loop; fails naming what is missing. Registers no struct_ops, so it
+//! needs no host lock. Links libccp, whose `log` symbol shadows libm's: no
+//! f64::ln here.
+//!
+//! Per-instruction cost: `cargo test --release -p ccp-datapath --test
+//! fold_differential -- --ignored --nocapture` (prints figures; not a timed
+//! test).
+
+#[allow(dead_code)]
+#[path = "../src/fold_kernel.rs"]
+mod fold_kernel;
+
+mod skel {
+    #![allow(
+        clippy::all,
+        unused_imports,
+        dead_code,
+        non_camel_case_types,
+        non_upper_case_globals
+    )]
+    include!(concat!(env!("OUT_DIR"), "/fold_test.skel.rs"));
+}
+
+use std::collections::BTreeSet;
+use std::mem::MaybeUninit;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use fold_kernel::{
+    Effect, FoldMsgError, FoldProg, FoldStaged, FoldState, FoldTables, LIBCCP_MAX_PROGRAMS,
+    MAX_SLOTS,
+};
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{MapCore, MapFlags, OpenObject, ProgramInput};
+use libccp::{
+    CongestionOps, Connection, Datapath, DatapathBuilder, DatapathOps, FlowInfo, LibccpError,
+    Primitives,
+};
+use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
+
+// ------------------------------------------------------------ test clock
+
+/// libccp's clock is ns; start far from 0 so Micros arithmetic never
+/// depends on the origin.
+const EPOCH_NS: u64 = 1_000_000_000_000;
+static FAKE_NOW_NS: AtomicU64 = AtomicU64::new(EPOCH_NS);
+/// The fake clock and libccp's datapath are process-wide: one test at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+extern "C" fn fake_now() -> u64 {
+    FAKE_NOW_NS.load(Ordering::Relaxed)
+}
+
+extern "C" fn fake_since_usecs(then: u64) -> u64 {
+    FAKE_NOW_NS.load(Ordering::Relaxed).wrapping_sub(then) / 1000
+}
+
+extern "C" fn fake_after_usecs(us: u64) -> u64 {
+    FAKE_NOW_NS
+        .load(Ordering::Relaxed)
+        .wrapping_add(us.wrapping_mul(1000))
+}
+
+extern "C" {
+    // the libccp crate's own clock shims (unmangled), to check the layout
+    fn now() -> u64;
+    fn since_usecs(then: u64) -> u64;
+}
+
+// ------------------------------------------------------------ libccp side
+
+#[derive(Clone, Default)]
+struct Outbox(Arc<Mutex<Vec<Vec<u8>>>>);
+
+impl DatapathOps for Outbox {
+    fn send_msg(&mut self, msg: &[u8]) {
+        self.0.lock().unwrap().push(msg.to_vec());
+    }
+}
+
+impl Outbox {
+    fn take(&self) -> Vec<Vec<u8>> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
+
+/// The set_cwnd / set_rate_abs calls of one invocation.
+#[derive(Default)]
+struct Calls {
+    cwnd: Vec<u32>,
+    rate: Vec<u32>,
+}
+
+impl CongestionOps for Calls {
+    fn set_cwnd(&mut self, cwnd: u32) {
+        self.cwnd.push(cwnd);
+    }
+    fn set_rate_abs(&mut self, rate: u32) {
+        self.rate.push(rate);
+    }
+}
+
+/// libccp 1.2's `struct ccp_datapath` (128 bytes on 64-bit): word offsets
+/// of the fields patched here, checked against the values the crate sets.
+const DP_TIME_ZERO: usize = 32;
+const DP_NOW: usize = 40;
+const DP_SINCE_USECS: usize = 48;
+const DP_AFTER_USECS: usize = 56;
+const DP_MAX_CONNECTIONS: usize = 64;
+const DP_CONNECTIONS: usize = 72;
+const DP_FTO_US: usize = 80;
+const DP_MAX_PROGRAMS: usize = 104;
+/// sizeof(struct ccp_connection) in libccp 1.2 on 64-bit.
+const CONN_SIZE: usize = 216;
+
+/// A libccp datapath on the test clock, with its connection table zeroed
+/// (the crate mallocs it without zeroing; see src/fold.rs).
+fn libccp_datapath(outbox: Outbox) -> &'static Datapath {
+    let mut dp = DatapathBuilder::default()
+        .with_ops(outbox)
+        .with_id(7)
+        .init()
+        .expect("libccp init");
+    assert_eq!(
+        std::mem::size_of::<Datapath>(),
+        128,
+        "libccp Datapath layout changed"
+    );
+    let base = &mut dp as *mut Datapath as *mut u8;
+    // SAFETY: Datapath wraps `struct ccp_datapath` (128 bytes, checked); we
+    // own it mutably, read/write aligned words inside it after checking the
+    // neighbouring fields, and zero the connection table it owns before any
+    // connection exists.
+    unsafe {
+        let word = |off: usize| (base.add(off) as *const usize).read();
+        assert!(
+            word(DP_MAX_CONNECTIONS) == 1024
+                && word(DP_FTO_US) == 1000
+                && word(DP_MAX_PROGRAMS) == LIBCCP_MAX_PROGRAMS as usize
+                && word(DP_NOW) == now as *const () as usize
+                && word(DP_SINCE_USECS) == since_usecs as *const () as usize,
+            "unexpected libccp ccp_datapath layout: cannot put it on the test clock"
+        );
+        let put = |off: usize, v: usize| (base.add(off) as *mut usize).write(v);
+        put(DP_NOW, fake_now as *const () as usize);
+        put(DP_SINCE_USECS, fake_since_usecs as *const () as usize);
+        put(DP_AFTER_USECS, fake_after_usecs as *const () as usize);
+        put(DP_TIME_ZERO, EPOCH_NS as usize);
+        let table = word(DP_CONNECTIONS) as *mut u8;
+        assert!(
+            !table.is_null()
+                && libc::malloc_usable_size(table as *mut libc::c_void) >= 1024 * CONN_SIZE
+        );
+        std::ptr::write_bytes(table, 0, 1024 * CONN_SIZE);
+    }
+    // Connections point into the Datapath: it must never move again.
+    Box::leak(Box::new(dp))
+}
+
+/// libccp's error code (ccp_error.h) of an error the crate returns;
+/// positive return codes (e.g. change to an unknown program) are `OtherError`.
+fn libccp_code(e: &LibccpError) -> i32 {
+    use LibccpError::*;
+    match e {
+        OtherError(_) => 1,
+        LibccpOk => 0,
+        LibccpMissingArg => -11,
+        LibccpNullArg => -12,
+        LibccpBufsizeNegative => -21,
+        LibccpBufsizeTooSmall => -22,
+        LibccpMsgTooLong => -23,
+        LibccpWriteInvalidHeaderType => -31,
+        LibccpReadInvalidHeaderType => -32,
+        LibccpReadInvalidOp => -33,
+        LibccpReadRegNotAllowed => -34,
+        LibccpReadInvalidReturnReg => -35,
+        LibccpReadInvalidLeftReg => -36,
+        LibccpReadInvalidRightReg => -37,
+        LibccpInstallTypeMismatch => -41,
+        LibccpInstallTooManyExpr => -42,
+        LibccpInstallTooManyInstr => -43,
+        LibccpUpdateTypeMismatch => -51,
+        LibccpUpdateTooMany => -52,
+        LibccpUpdateInvalidRegType => -53,
+        LibccpChangeTypeMismatch => -61,
+        LibccpChangeTooMany => -62,
+        LibccpUnknownConnection => -71,
+        LibccpCreatePending => -72,
+        LibccpConnectionNotInitialized => -73,
+        LibccpProgTableFull => -81,
+        LibccpProgNotFound => -82,
+        LibccpAddIntOverflow => -91,
+        LibccpDivByZero => -92,
+        LibccpMulIntOverflow => -93,
+        LibccpSubIntUnderflow => -94,
+        LibccpPrivIsNull => -95,
+        LibccpProgIsNull => -96,
+        LibccpFallbackTimedOut => -101,
+    }
+}
+
+// ------------------------------------------------------------ kernel side
+
+/// `struct fold_test_in` (bpf/fold_test.bpf.c).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, IntoBytes, Immutable)]
+struct TestIn {
+    flow: u32,
+    repeat: u32,
+    now_ns: u64,
+    dp_time_zero_ns: u64,
+    snd_rate: u64,
+    snd_cwnd: u32,
+    _pad: u32,
+    prims: [u64; 15],
+}
+
+/// `struct fold_test_out`.
+#[repr(C)]
+#[derive(Clone, Debug, FromBytes, Immutable, KnownLayout)]
+struct TestOut {
+    ret: i32,
+    n_cwnd: u32,
+    cwnd: [u32; 2],
+    n_rate: u32,
+    rate: [u32; 2],
+    report: u32,
+    report_uid: u32,
+    n_fields: u32,
+    steps: u32,
+    _pad: u32,
+    elapsed_ns: u64,
+    fields: [u64; 110],
+}
+
+const _: () = assert!(std::mem::size_of::<TestIn>() == 160);
+const _: () = assert!(std::mem::size_of::<TestOut>() == 56 + 880);
+
+/// The BPF harness, loaded once per test.
+struct Kernel {
+    skel: skel::FoldTestSkel<'static>,
+    written: BTreeSet<u32>,
+}
+
+fn require_root() {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(
+        euid, 0,
+        "the fold differential test needs root (CAP_BPF + CAP_SYS_ADMIN) to load BPF programs"
+    );
+}
+
+impl Kernel {
+    fn load() -> Kernel {
+        require_root();
+        let storage: &'static mut MaybeUninit<OpenObject> =
+            Box::leak(Box::new(MaybeUninit::uninit()));
+        let open = skel::FoldTestSkelBuilder::default()
+            .open(storage)
+            .unwrap_or_else(|e| panic!("opening bpf/fold_test.bpf.c (libbpf): {e:#}"));
+        let skel = open.load().unwrap_or_else(|e| {
+            panic!(
+                "loading bpf/fold_test.bpf.c failed: {e:#}; needs BPF syscall programs, bpf_loop \
+                 (Linux >= 5.17) and a verifier accepting the fold interpreter"
+            )
+        });
+        Kernel {
+            skel,
+            written: BTreeSet::new(),
+        }
+    }
+
+    fn put<M: MapCore>(map: &M, key: u32, val: &[u8]) {
+        map.update(&key.to_ne_bytes(), val, MapFlags::ANY)
+            .unwrap_or_else(|e| panic!("writing key {key} of map {:?}: {e}", map.name()));
+    }
+
+    fn apply(&mut self, fx: &[Effect], flow_of: impl Fn(u32) -> Option<u32>) {
+        for e in fx {
+            match e {
+                Effect::ClearPrograms => {
+                    let empty = Box::new(FoldProg::new_zeroed());
+                    for slot in std::mem::take(&mut self.written) {
+                        Self::put(&self.skel.maps.fold_progs, slot, empty.as_bytes());
+                    }
+                }
+                Effect::WriteProgram { slot, prog } => {
+                    assert!(*slot < MAX_SLOTS);
+                    Self::put(&self.skel.maps.fold_progs, *slot, prog.as_bytes());
+                    self.written.insert(*slot);
+                }
+                Effect::EmptySlot { slot } => {
+                    Self::put(
+                        &self.skel.maps.fold_progs,
+                        *slot,
+                        FoldProg::new_zeroed().as_bytes(),
+                    );
+                }
+                Effect::WriteStaged { sid, staged } => {
+                    let flow = flow_of(*sid)
+                        .unwrap_or_else(|| panic!("staged updates for unknown sid {sid}"));
+                    Self::put(&self.skel.maps.fold_staged, flow, staged.as_bytes());
+                }
+            }
+        }
+    }
+
+    fn reset_flow(&mut self, flow: u32) {
+        let mut st = Box::new(FoldState::new_zeroed());
+        st.time_zero_ns = EPOCH_NS; // libccp: implicit_time_zero = datapath time_zero
+        Self::put(&self.skel.maps.fold_states, flow, st.as_bytes());
+        Self::put(
+            &self.skel.maps.fold_staged,
+            flow,
+            FoldStaged::new_zeroed().as_bytes(),
+        );
+    }
+
+    fn invoke(&self, input: &TestIn) -> TestOut {
+        let mut ctx = input.as_bytes().to_vec();
+        let run = ProgramInput {
+            context_in: Some(&mut ctx[..]),
+            ..Default::default()
+        };
+        let out = self
+            .skel
+            .progs
+            .fold_test_invoke
+            .test_run(run)
+            .expect("BPF_PROG_TEST_RUN of fold_test_invoke");
+        assert_eq!(out.return_value, 0, "fold_test_invoke found its maps");
+        let raw = self
+            .skel
+            .maps
+            .fold_out
+            .lookup(&input.flow.to_ne_bytes(), MapFlags::ANY)
+            .expect("reading fold_out")
+            .expect("fold_out entry");
+        TestOut::read_from_bytes(&raw[..]).expect("fold_out layout")
+    }
+}
+
+// ------------------------------------------------------------ shared driver
+
+/// The 15 primitives in libccp's register order (ccp_priv.h).
+#[derive(Clone, Copy, Debug, Default)]
+struct Prims {
+    v: [u64; 15],
+    snd_cwnd: u32,
+    snd_rate: u64,
+}
+
+const P_BYTES_ACKED: usize = 0;
+const P_BYTES_MISORDERED: usize = 1;
+const P_ECN_BYTES: usize = 2;
+const P_ECN_PACKETS: usize = 3;
+const P_LOST: usize = 4;
+const P_PACKETS_ACKED: usize = 6;
+const P_PACKETS_MISORDERED: usize = 7;
+const P_BYTES_IN_FLIGHT: usize = 8;
+const P_BYTES_PENDING: usize = 9;
+const P_PACKETS_IN_FLIGHT: usize = 10;
+const P_RATE_IN: usize = 11;
+const P_RATE_OUT: usize = 12;
+const P_RTT: usize = 13;
+const P_TIMEOUT: usize = 14;
+/// Primitives held in a C u32 (the rest are u64, was_timeout a bool).
+const U32_PRIMS: [usize; 10] = [0, 1, 2, 3, 4, 6, 7, 8, 9, 10];
+
+impl Prims {
+    fn as_libccp(&self) -> Primitives {
+        let u = |i: usize| self.v[i] as u32;
+        Primitives::default()
+            .with_bytes_acked(u(P_BYTES_ACKED))
+            .with_bytes_misordered(u(P_BYTES_MISORDERED))
+            .with_ecn_bytes(u(P_ECN_BYTES))
+            .with_ecn_packets(u(P_ECN_PACKETS))
+            .with_lost_pkts_sample(u(P_LOST))
+            .with_packets_acked(u(P_PACKETS_ACKED))
+            .with_packets_misordered(u(P_PACKETS_MISORDERED))
+            .with_bytes_in_flight(u(P_BYTES_IN_FLIGHT))
+            .with_bytes_pending(u(P_BYTES_PENDING))
+            .with_packets_in_flight(u(P_PACKETS_IN_FLIGHT))
+            .with_rate_incoming(self.v[P_RATE_IN])
+            .with_rate_outgoing(self.v[P_RATE_OUT])
+            .with_rtt_sample_us(self.v[P_RTT])
+            .with_was_timeout(self.v[P_TIMEOUT] != 0)
+            .with_snd_cwnd(self.snd_cwnd)
+            .with_snd_rate(self.snd_rate)
+    }
+}
+
+/// What one invocation did, on either side.
+#[derive(Debug, PartialEq, Eq)]
+struct Outcome {
+    ret: i32,
+    cwnd: Vec<u32>,
+    rate: Vec<u32>,
+    /// (program uid, fields)
+    report: Option<(u32, Vec<u64>)>,
+}
+
+struct Flow {
+    conn: Connection<'static, Calls>,
+    sid: u32,
+    idx: u32,
+    /// The cwnd / rate the datapath would report back (last set).
+    cwnd: u32,
+    rate: u64,
+}
+
+#[derive(Default, Debug)]
+struct Tally {
+    invokes: u64,
+    aborts: u64,
+    reports: u64,
+    cwnd_calls: u64,
+    messages: u64,
+    refused: u64,
+    no_program: u64,
+}
+
+/// libccp and the BPF interpreter side by side.
+struct Sim {
+    _serial: MutexGuard<'static, ()>,
+    dp: &'static Datapath,
+    outbox: Outbox,
+    k: Kernel,
+    tables: FoldTables,
+    flows: Vec<(u32, u32)>, // (sid, kernel flow index)
+    tally: Tally,
+}
+
+impl Sim {
+    fn new() -> Sim {
+        let serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+        let k = Kernel::load();
+        let outbox = Outbox::default();
+        let dp = libccp_datapath(outbox.clone());
+        outbox.take();
+        Sim {
+            _serial: serial,
+            dp,
+            outbox,
+            k,
+            tables: FoldTables::new(LIBCCP_MAX_PROGRAMS),
+            flows: vec![],
+            tally: Tally::default(),
+        }
+    }
+
+    fn flow_of(flows: &[(u32, u32)], sid: u32) -> Option<u32> {
+        flows.iter().find(|(s, _)| *s == sid).map(|(_, i)| *i)
+    }
+
+    /// Send one Portus message to both sides; they must agree on it.
+    fn send(&mut self, msg: &[u8], ctx: &dyn Fn() -> String) {
+        let mut copy = msg.to_vec();
+        let lib = self.dp.recv_msg(&mut copy[..]);
+        let ours = self.tables.handle(msg);
+        let flows = self.flows.clone();
+        self.k
+            .apply(&ours.effects, |sid| Self::flow_of(&flows, sid));
+        self.tally.messages += 1;
+        match (&lib, &ours.result) {
+            (Ok(()), Ok(())) => {}
+            (Err(le), Err(FoldMsgError::Libccp { code, what })) => {
+                assert_eq!(
+                    libccp_code(le),
+                    *code,
+                    "{}: libccp {le:?}, kernel side {what}",
+                    ctx()
+                );
+                self.tally.refused += 1;
+            }
+            (Err(le), Err(FoldMsgError::NoEffect(_))) if libccp_code(le) > 0 => {
+                self.tally.refused += 1
+            }
+            _ => panic!(
+                "{}: message {:?}: libccp {:?}, kernel side {:?}",
+                ctx(),
+                msg,
+                lib,
+                ours.result
+            ),
+        }
+    }
+
+    fn start_flow(&mut self, idx: u32, init_cwnd: u32) -> Flow {
+        // libccp keeps a freed connection slot's last create time and holds
+        // a new create back for 100 ms after it: let that pass.
+        FAKE_NOW_NS.fetch_add(200_000_000, Ordering::Relaxed);
+        let info = FlowInfo::default()
+            .with_mss(1448)
+            .with_init_cwnd(init_cwnd)
+            .with_cong_alg("fold-diff")
+            .unwrap();
+        let conn = Connection::start(self.dp, Calls::default(), info).expect("libccp connection");
+        let sid = self
+            .outbox
+            .take()
+            .iter()
+            .find(|m| m.len() >= 8 && m[0] == 0)
+            .map(|m| u32::from_le_bytes(m[4..8].try_into().unwrap()))
+            .expect("libccp sent a create message");
+        self.tables.add_flow(sid);
+        self.k.reset_flow(idx);
+        self.flows.push((sid, idx));
+        Flow {
+            conn,
+            sid,
+            idx,
+            cwnd: init_cwnd,
+            rate: 0,
+        }
+    }
+
+    fn end_flow(&mut self, f: Flow) {
+        self.tables.remove_flow(f.sid);
+        self.flows.retain(|(s, _)| *s != f.sid);
+        drop(f.conn);
+        self.outbox.take();
+    }
+
+    /// One ACK on both sides at `now_ns`; they must do the same.
+    fn invoke(
+        &mut self,
+        f: &mut Flow,
+        p: &Prims,
+        now_ns: u64,
+        ctx: &dyn Fn() -> String,
+    ) -> Outcome {
+        FAKE_NOW_NS.store(now_ns, Ordering::Relaxed);
+        f.conn.load_primitives(p.as_libccp());
+        let ret = f.conn.invoke().err().map_or(0, |e| libccp_code(&e));
+        let calls = std::mem::take(&mut *f.conn);
+        let reports: Vec<(u32, Vec<u64>)> = self
+            .outbox
+            .take()
+            .into_iter()
+            .filter(|m| m[0] == 1 && u32::from_le_bytes(m[4..8].try_into().unwrap()) == f.sid)
+            .map(|m| {
+                let n = u32::from_le_bytes(m[12..16].try_into().unwrap()) as usize;
+                let fields = (0..n)
+                    .map(|i| u64::from_le_bytes(m[16 + 8 * i..24 + 8 * i].try_into().unwrap()))
+                    .collect();
+                (u32::from_le_bytes(m[8..12].try_into().unwrap()), fields)
+            })
+            .collect();
+        assert!(
+            reports.len() <= 1,
+            "{}: libccp sent {} reports in one invocation",
+            ctx(),
+            reports.len()
+        );
+        let lib = Outcome {
+            ret,
+            cwnd: calls.cwnd,
+            rate: calls.rate,
+            report: reports.into_iter().next(),
+        };
+
+        let mut input = TestIn {
+            flow: f.idx,
+            now_ns,
+            dp_time_zero_ns: EPOCH_NS,
+            snd_rate: p.snd_rate,
+            snd_cwnd: p.snd_cwnd,
+            prims: p.v,
+            ..Default::default()
+        };
+        input.prims[5] = 0; // Ack.now: computed from the clock on both sides
+        let o = self.k.invoke(&input);
+        self.tables.staged_consumed(f.sid);
+        let ours = Outcome {
+            ret: o.ret,
+            cwnd: o.cwnd[..o.n_cwnd.min(2) as usize].to_vec(),
+            rate: o.rate[..o.n_rate.min(2) as usize].to_vec(),
+            report: (o.report != 0)
+                .then(|| (o.report_uid, o.fields[..o.n_fields as usize].to_vec())),
+        };
+        assert_eq!(
+            lib,
+            ours,
+            "{}: prims {p:?} at {now_ns} ns: libccp (left) vs BPF interpreter (right)",
+            ctx()
+        );
+        self.tally.invokes += 1;
+        self.tally.aborts += u64::from((-94..=-91).contains(&ret));
+        self.tally.no_program += u64::from(ret == -96);
+        self.tally.reports += u64::from(lib.report.is_some());
+        self.tally.cwnd_calls += lib.cwnd.len() as u64;
+        if let Some(&c) = lib.cwnd.last() {
+            f.cwnd = c;
+        }
+        if let Some(&r) = lib.rate.last() {
+            f.rate = u64::from(r);
+        }
+        lib
+    }
+}
+
+// ------------------------------------------------------------ messages
+
+fn hdr(ty: u8, len: usize, sid: u32) -> Vec<u8> {
+    let mut b = vec![ty, 0];
+    b.extend_from_slice(&(len as u16).to_le_bytes());
+    b.extend_from_slice(&sid.to_le_bytes());
+    b
+}
+
+/// One wire instruction: op, then (type, index) for result, left, right.
+#[derive(Clone, Copy, Debug)]
+struct WI {
+    op: u8,
+    ret: (u8, u32),
+    left: (u8, u32),
+    right: (u8, u32),
+}
+
+fn install_msg(uid: u32, exprs: &[[u32; 4]], instrs: &[WI]) -> Vec<u8> {
+    let mut b = hdr(2, 8 + 12 + 16 * (exprs.len() + instrs.len()), 0);
+    for v in [uid, exprs.len() as u32, instrs.len() as u32] {
+        b.extend_from_slice(&v.to_le_bytes());
+    }
+    for e in exprs {
+        e.iter().for_each(|v| b.extend_from_slice(&v.to_le_bytes()));
+    }
+    for i in instrs {
+        b.push(i.op);
+        for (t, x) in [i.ret, i.left, i.right] {
+            b.push(t);
+            b.extend_from_slice(&x.to_le_bytes());
+        }
+    }
+    b
+}
+
+fn updates_bytes(updates: &[(u8, u32, u64)]) -> Vec<u8> {
+    let mut b = vec![];
+    for &(t, i, v) in updates {
+        b.push(t);
+        b.extend_from_slice(&i.to_le_bytes());
+        b.extend_from_slice(&v.to_le_bytes());
+    }
+    b
+}
+
+fn update_msg(sid: u32, updates: &[(u8, u32, u64)]) -> Vec<u8> {
+    let mut b = hdr(3, 12 + 13 * updates.len(), sid);
+    b.extend_from_slice(&(updates.len() as u32).to_le_bytes());
+    b.extend(updates_bytes(updates));
+    b
+}
+
+fn change_msg(sid: u32, uid: u32, updates: &[(u8, u32, u64)]) -> Vec<u8> {
+    let mut b = hdr(4, 16 + 13 * updates.len(), sid);
+    b.extend_from_slice(&uid.to_le_bytes());
+    b.extend_from_slice(&(updates.len() as u32).to_le_bytes());
+    b.extend(updates_bytes(updates));
+    b
+}
+
+/// Portus's install message for DSL `src`, sent with program uid `uid`.
+fn portus_install(src: &str, uid: u32) -> Vec<u8> {
+    let (bin, _sc) = portus::lang::compile(src.as_bytes(), &[])
+        .unwrap_or_else(|e| panic!("Portus compiles {src}: {e:?}"));
+    let msg = portus::serialize::install::Msg {
+        sid: 0,
+        program_uid: uid,
+        num_events: bin.events.len() as u32,
+        num_instrs: bin.instrs.len() as u32,
+        instrs: bin,
+    };
+    portus::serialize::serialize(&msg).expect("Portus serializes the install message")
+}
+
+// ------------------------------------------------------------ randomness
+
+/// splitmix64: small, seeded, reproducible.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+    fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
+        xs[self.below(xs.len() as u64) as usize]
+    }
+}
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    match std::env::var(name) {
+        Ok(v) => v
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v:?} is not a non-negative integer")),
+        Err(_) => default,
+    }
+}
+
+/// A value for a u64 primitive or register: edge cases often.
+fn edge_u64(r: &mut Rng) -> u64 {
+    match r.below(10) {
+        0 | 1 => 0,
+        2 => r.pick(&[1, 2, 9, 10, 11, 1448]),
+        3 => u64::from(u32::MAX) - r.below(3),
+        4 => u64::MAX - r.below(1 << 20),
+        5 => 1 << r.below(64),
+        6 | 7 => r.below(100_000),
+        _ => r.next() >> r.below(64),
+    }
+}
+
+fn edge_u32(r: &mut Rng) -> u64 {
+    edge_u64(r) & u64::from(u32::MAX)
+}
+
+fn random_prims(r: &mut Rng, f: &Flow) -> Prims {
+    let mut p = Prims::default();
+    for i in 0..15 {
+        p.v[i] = if U32_PRIMS.contains(&i) {
+            edge_u32(r)
+        } else {
+            edge_u64(r)
+        };
+    }
+    p.v[P_TIMEOUT] = u64::from(r.chance(10));
+    p.snd_cwnd = if r.chance(80) {
+        f.cwnd
+    } else {
+        edge_u32(r) as u32
+    };
+    p.snd_rate = if r.chance(80) { f.rate } else { edge_u64(r) };
+    p
+}
+
+/// An ACK as a running flow sees it (for the suite's fold programs).
+fn ack_prims(r: &mut Rng, f: &Flow, acks: u64) -> Prims {
+    let mut p = Prims::default();
+    let pkts = 1 + r.below(3);
+    p.v[P_BYTES_ACKED] = 1448 * pkts;
+    p.v[P_PACKETS_ACKED] = pkts;
+    p.v[P_PACKETS_MISORDERED] = u64::from(r.chance(5)) * r.below(4);
+    p.v[P_BYTES_MISORDERED] = 1448 * p.v[P_PACKETS_MISORDERED];
+    p.v[P_LOST] = if r.chance(3) { 1 + r.below(3) } else { 0 };
+    p.v[P_ECN_PACKETS] = u64::from(r.chance(2));
+    p.v[P_ECN_BYTES] = 1448 * p.v[P_ECN_PACKETS];
+    p.v[P_RTT] = if r.chance(30) {
+        0
+    } else {
+        20_000 + r.below(10_000) + acks % 7
+    };
+    p.v[P_TIMEOUT] = u64::from(r.chance(1));
+    p.v[P_PACKETS_IN_FLIGHT] = u64::from(f.cwnd / 1448);
+    p.v[P_BYTES_IN_FLIGHT] = u64::from(f.cwnd);
+    p.v[P_RATE_IN] = r.below(3_000_000);
+    p.v[P_RATE_OUT] = r.below(3_000_000);
+    p.v[P_BYTES_PENDING] = r.below(100_000);
+    p.snd_cwnd = f.cwnd;
+    p.snd_rate = f.rate;
+    p
+}
+
+const OPS: [u8; 14] = [0, 1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14];
+
+fn small_index(r: &mut Rng, n: u64) -> u32 {
+    if r.chance(3) {
+        r.below(130) as u32 // past libccp's arrays: writes ignored, reads alias
+    } else {
+        r.below(n) as u32
+    }
+}
+
+fn imm(r: &mut Rng) -> (u8, u32) {
+    let v = match r.below(6) {
+        0 => r.pick(&[0, 1, 2, 3, 9, 10, 11, 1448]),
+        1 => r.pick(&[0x3fff_ffff, u32::MAX, (1 << 31) - 1, 1 << 31]),
+        2 => r.below(u64::from(u32::MAX)) as u32,
+        _ => r.below(100) as u32,
+    };
+    (1, v)
+}
+
+fn read_reg(r: &mut Rng) -> (u8, u32) {
+    match r.below(12) {
+        0..=2 => imm(r),
+        3..=5 => (4, r.below(16) as u32),
+        6 => (r.pick(&[5, 6]), small_index(r, 6)),
+        7 => (r.pick(&[0, 8]), small_index(r, 6)),
+        8 => (7, r.below(16) as u32),
+        9 => (3, r.below(10) as u32),
+        _ => (2, r.below(7) as u32),
+    }
+}
+
+fn write_reg(r: &mut Rng) -> (u8, u32) {
+    match r.below(10) {
+        0 | 1 => (r.pick(&[5, 6]), small_index(r, 6)),
+        2 | 3 => (r.pick(&[0, 8]), small_index(r, 6)),
+        4 | 5 => (7, r.below(16) as u32),
+        6 => (3, r.below(10) as u32),
+        _ => (2, r.pick(&[0, 0, 1, 2, 3, 4, 4, 5, 6])),
+    }
+}
+
+fn random_instr(r: &mut Rng) -> WI {
+    let op = if r.chance(2) { 2 } else { r.pick(&OPS) };
+    WI {
+        op,
+        ret: write_reg(r),
+        left: read_reg(r),
+        right: read_reg(r),
+    }
+}
+
+/// A random program in libccp's wire format within its limits: DEFs, then
+/// 1-4 expressions laid out as Portus does (condition then body).
+fn random_program(r: &mut Rng, uid: u32) -> Vec<u8> {
+    let mut instrs = vec![];
+    for _ in 0..r.below(6) {
+        let reg = (r.pick(&[5, 6, 0, 8]), small_index(r, 6));
+        let right = if r.chance(5) { (0, 1) } else { imm(r) };
+        instrs.push(WI {
+            op: 2,
+            ret: reg,
+            left: reg,
+            right,
+        });
+    }
+    let mut exprs = vec![];
+    for _ in 0..1 + r.below(4) {
+        let cond_start = instrs.len() as u32;
+        let n_cond = 1 + r.below(3);
+        for i in 0..n_cond {
+            let mut ins = random_instr(r);
+            if i + 1 == n_cond && r.chance(75) {
+                ins.ret = (2, 0); // the expression flag
+                if r.chance(30) {
+                    ins = WI {
+                        op: 1,
+                        ret: (2, 0),
+                        left: (2, 0),
+                        right: (1, u32::from(r.chance(70))),
+                    };
+                }
+            }
+            instrs.push(ins);
+        }
+        let body_start = instrs.len() as u32;
+        for _ in 0..r.below(7) {
+            let ins = match r.below(10) {
+                0 => WI {
+                    op: 1,
+                    ret: (2, 2),
+                    left: (2, 2),
+                    right: (1, 1),
+                }, // (report)
+                1 => WI {
+                    op: 1,
+                    ret: (2, 1),
+                    left: (2, 1),
+                    right: (1, 1),
+                }, // (fallthrough)
+                _ => random_instr(r),
+            };
+            instrs.push(ins);
+        }
+        let n_body = instrs.len() as u32 - body_start;
+        let mut e = [cond_start, n_cond as u32, body_start, n_body];
+        if r.chance(2) {
+            e[2] = instrs.len() as u32 + r.below(4) as u32; // past the program: zeroed slot instructions
+        }
+        exprs.push(e);
+    }
+    install_msg(uid, &exprs, &instrs)
+}
+
+fn random_updates(r: &mut Rng) -> Vec<(u8, u32, u64)> {
+    (0..r.below(4))
+        .map(|_| match r.below(6) {
+            0 | 1 => (r.pick(&[0, 8]), r.below(8) as u32, edge_u64(r)),
+            2 => (2, 4, edge_u32(r)),
+            3 => (2, 5, edge_u32(r)),
+            4 => (2, r.below(7) as u32, edge_u64(r)),
+            _ => (r.pick(&[0, 8, 2, 5]), r.below(110) as u32, edge_u64(r)),
+        })
+        .collect()
+}
+
+// ------------------------------------------------------------ cases
+
+/// Drive one case: programs `installs` (the first has uid 1, clearing the
+/// table), 1-2 flows switched to a program, then `steps` random events:
+/// mostly ACKs, plus field updates, program changes, new installs and
+/// messages libccp refuses.
+fn run_case(
+    sim: &mut Sim,
+    r: &mut Rng,
+    installs: &[Vec<u8>],
+    steps: u64,
+    ack: &dyn Fn(&mut Rng, &Flow, u64) -> Prims,
+    extra_program: &dyn Fn(&mut Rng, u32) -> Vec<u8>,
+    ctx: &dyn Fn() -> String,
+) {
+    for (i, m) in installs.iter().enumerate() {
+        sim.send(m, &|| format!("{} install #{i}", ctx()));
+    }
+    let mut next_uid = installs.len() as u32 + 1;
+    // The clock only moves forward across cases (libccp keeps per-slot create times).
+    FAKE_NOW_NS.fetch_add(r.below(1 << 40), Ordering::Relaxed);
+    let mut flows: Vec<Flow> = (0..1 + r.below(2))
+        .map(|i| sim.start_flow(i as u32, 10 * 1448))
+        .collect();
+    let mut now = FAKE_NOW_NS.load(Ordering::Relaxed);
+    for f in &flows {
+        let m = change_msg(
+            f.sid,
+            1 + r.below(installs.len() as u64) as u32,
+            &random_updates(r),
+        );
+        sim.send(&m, &|| format!("{} first change", ctx()));
+    }
+    for step in 0..steps {
+        let fi = r.below(flows.len() as u64) as usize;
+        let sid = flows[fi].sid;
+        let sctx = || format!("{} step {step}", ctx());
+        now = now.wrapping_add(match r.below(20) {
+            0 => 0,
+            1 => r.below(1 << 30),
+            _ => r.below(3_000_000),
+        });
+        match r.below(100) {
+            0..=4 => sim.send(&update_msg(sid, &random_updates(r)), &sctx),
+            5..=7 => sim.send(
+                &change_msg(
+                    sid,
+                    1 + r.below(u64::from(next_uid)) as u32,
+                    &random_updates(r),
+                ),
+                &sctx,
+            ),
+            8 => {
+                // a new program (may fill libccp's table: -81 on both sides)
+                sim.send(&extra_program(r, next_uid), &sctx);
+                next_uid += 1;
+            }
+            9 => {
+                let bad = match r.below(4) {
+                    0 => install_msg(
+                        next_uid,
+                        &[],
+                        &[WI {
+                            op: 15,
+                            ret: (7, 0),
+                            left: (1, 0),
+                            right: (1, 0),
+                        }],
+                    ),
+                    1 => install_msg(
+                        next_uid,
+                        &[],
+                        &[WI {
+                            op: 0,
+                            ret: (1, 0),
+                            left: (1, 0),
+                            right: (1, 0),
+                        }],
+                    ),
+                    2 => update_msg(sid, &[(0, 1, 5), (6, 0, 1), (0, 2, 6)]), // -53 after staging one
+                    _ => update_msg(sid ^ 0x8000, &[(0, 1, 5)]),              // unknown flow
+                };
+                if r.below(4) < 2 {
+                    next_uid += 1; // a failed install still takes a slot
+                }
+                sim.send(&bad, &sctx);
+            }
+            _ => {
+                let p = ack(r, &flows[fi], step);
+                sim.invoke(&mut flows[fi], &p, now, &sctx);
+            }
+        }
+    }
+    for f in flows {
+        sim.end_flow(f);
+    }
+}
+
+fn print_tally(name: &str, cases: u64, t: &Tally) {
+    println!(
+        "{name}: {cases} cases, {} invocations ({} aborted by overflow/underflow/div0, {} without program), \
+         {} reports, {} set_cwnd calls, {} messages ({} refused alike)",
+        t.invokes, t.aborts, t.no_program, t.reports, t.cwnd_calls, t.messages, t.refused
+    );
+}
+
+#[test]
+fn random_programs_match_libccp() {
+    let mut sim = Sim::new();
+    let cases = env_u64("FOLD_DIFF_CASES", 10_000);
+    let seed = env_u64("FOLD_DIFF_SEED", 0x00c0_ffee);
+    for case in 0..cases {
+        let mut r = Rng(seed ^ case.wrapping_mul(0x2545_f491_4f6c_dd1d));
+        let installs: Vec<Vec<u8>> = (1..=1 + r.below(3) as u32)
+            .map(|uid| random_program(&mut r, uid))
+            .collect();
+        let ctx = || format!("random case {case} (FOLD_DIFF_SEED={seed}), programs {installs:?}");
+        run_case(
+            &mut sim,
+            &mut r,
+            &installs,
+            30,
+            &|r, f, _| random_prims(r, f),
+            &|r, uid| random_program(r, uid),
+            &ctx,
+        );
+    }
+    print_tally("random programs", cases, &sim.tally);
+    assert!(
+        sim.tally.aborts > 0 && sim.tally.reports > 0,
+        "random cases exercised aborts and reports"
+    );
+}
+
+/// Fold programs written to hit one libccp rule each.
+const EDGE_PROGRAMS: [&str; 8] = [
+    // ewma (cur == 0 takes the sample), +infinity default, min against it
+    "(def (Report (volatile e 0) (volatile minrtt +infinity) (volatile n 0)))
+     (when true
+        (:= Report.e (ewma 3 Flow.rtt_sample_us))
+        (:= Report.minrtt (min Report.minrtt Flow.rtt_sample_us))
+        (:= Report.n (+ Report.n 1))
+        (fallthrough))
+     (when (> Report.n 3) (report))",
+    // subtraction underflow aborts: the later report never happens on that ACK
+    "(def (Report (volatile d 0) (volatile acc 0)))
+     (when true
+        (:= Report.acc (+ Report.acc Ack.bytes_acked))
+        (:= Report.d (- Ack.bytes_acked 3000))
+        (:= Cwnd (+ Cwnd 1448))
+        (report))",
+    // division by zero aborts
+    "(def (Report (volatile q 0)) (perAck 0))
+     (when true
+        (:= perAck (/ Ack.bytes_acked Ack.packets_acked))
+        (:= Report.q (+ Report.q perAck))
+        (:= Rate (* perAck 1000))
+        (report))",
+    // wrapped_max and non-volatile report fields that survive reports
+    "(def (Report (wm 0) (volatile cnt 0)))
+     (when true
+        (:= Report.wm (wrapped_max Report.wm Ack.bytes_acked))
+        (:= Report.cnt (+ Report.cnt 1))
+        (fallthrough))
+     (when (> Report.cnt 2) (report))",
+    // volatile control registers reset on report; Micros written, not reset by (report)
+    "(def (Report (volatile us 0)) (volatile ctl 7) (keep 5))
+     (when true
+        (:= ctl (+ ctl 1))
+        (:= keep (+ keep 1))
+        (:= Report.us Micros)
+        (fallthrough))
+     (when (> Micros 2000) (report) (:= Micros 0))
+     (when (> ctl 9) (report))",
+    // if / !if / comparisons / && || and Ack.now
+    "(def (Report (volatile a 0) (volatile b 0) (volatile now 0)))
+     (when true
+        (:= Report.a (if (&& (> Flow.rtt_sample_us 0) (< Flow.rtt_sample_us 25000)) Flow.rtt_sample_us))
+        (:= Report.b (!if (|| Flow.was_timeout (> Ack.lost_pkts_sample 0)) Flow.packets_in_flight))
+        (:= Report.now Ack.now)
+        (report))",
+    // nested 9 deep: Portus uses tmp registers past libccp's 8
+    "(def (Report (volatile deep 0)))
+     (when true
+        (:= Report.deep (+ 1 (+ 2 (+ 3 (+ 4 (+ 5 (+ 6 (+ 7 (+ 8 (+ 9 Ack.packets_acked))))))))))
+        (report))",
+    // overflow: multiplication and addition at the u64 edge
+    "(def (Report (volatile m 1)))
+     (when true
+        (:= Report.m (* Report.m Flow.rate_outgoing))
+        (:= Cwnd (max Cwnd (* Ack.bytes_acked 2)))
+        (report))",
+];
+
+#[test]
+fn edge_case_programs_match_libccp() {
+    let mut sim = Sim::new();
+    for (n, src) in EDGE_PROGRAMS.iter().enumerate() {
+        let install = portus_install(src, 1);
+        for case in 0..300u64 {
+            let mut r = Rng(0xed9e ^ (n as u64) << 32 ^ case);
+            let ctx = || format!("edge program {n} case {case}: {src}");
+            let installs = [install.clone()];
+            let ack = |r: &mut Rng, f: &Flow, i: u64| {
+                if r.chance(50) {
+                    ack_prims(r, f, i)
+                } else {
+                    random_prims(r, f)
+                }
+            };
+            run_case(
+                &mut sim,
+                &mut r,
+                &installs,
+                40,
+                &ack,
+                &|_, uid| portus_install(src, uid),
+                &ctx,
+            );
+        }
+    }
+    print_tally(
+        "edge-case programs",
+        300 * EDGE_PROGRAMS.len() as u64,
+        &sim.tally,
+    );
+    assert!(
+        sim.tally.aborts > 0,
+        "the underflow/div0/overflow programs aborted some invocations"
+    );
+}
+
+/// Directory of the workspace's built binaries (target/<profile>).
+fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent()
+        .and_then(|d| d.parent())
+        .expect("target/<profile>/deps/<test>")
+        .to_path_buf()
+}
+
+/// (binary, fold program) of every algorithm in algorithms/registry.toml.
+fn suite_programs() -> Vec<(String, String)> {
+    let registry = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../algorithms/registry.toml");
+    let text = std::fs::read_to_string(&registry)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", registry.display()));
+    let binaries: Vec<String> = text
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("binary"))
+        .filter_map(|rest| rest.split('"').nth(1).map(str::to_string))
+        .collect();
+    assert!(
+        !binaries.is_empty(),
+        "{} lists no algorithm binaries",
+        registry.display()
+    );
+    binaries
+        .into_iter()
+        .map(|b| {
+            let path = bin_dir().join(&b);
+            let out = Command::new(&path).arg("--dump-program").output().unwrap_or_else(|e| {
+                panic!("running {} --dump-program: {e} (build it: cargo build --release -p ccp-algorithms)", path.display())
+            });
+            assert!(out.status.success(), "{} --dump-program failed: {}", path.display(), String::from_utf8_lossy(&out.stderr));
+            (b, String::from_utf8(out.stdout).expect("program text is UTF-8"))
+        })
+        .collect()
+}
+
+#[test]
+fn suite_fold_programs_match_libccp() {
+    let programs = suite_programs();
+    let mut sim = Sim::new();
+    for (bin, src) in &programs {
+        let install = portus_install(src, 1);
+        for case in 0..300u64 {
+            let mut r = Rng(0x5017e ^ case);
+            let ctx = || format!("{bin} --dump-program, case {case}");
+            let installs = [install.clone()];
+            let ack = |r: &mut Rng, f: &Flow, i: u64| {
+                if r.chance(90) {
+                    ack_prims(r, f, i)
+                } else {
+                    random_prims(r, f)
+                }
+            };
+            run_case(
+                &mut sim,
+                &mut r,
+                &installs,
+                60,
+                &ack,
+                &|_, uid| portus_install(src, uid),
+                &ctx,
+            );
+        }
+    }
+    print_tally(
+        &format!(
+            "suite programs {:?}",
+            programs.iter().map(|p| &p.0).collect::<Vec<_>>()
+        ),
+        300 * programs.len() as u64,
+        &sim.tally,
+    );
+    assert!(sim.tally.reports > 0, "the suite's programs reported");
+}
+
+/// Cost figures (not a timed test): per invocation and per interpreter
+/// step, from bpf_ktime_get_ns around `repeat` invocations in one test run.
+#[test]
+#[ignore = "benchmark: cargo test --release -p ccp-datapath --test fold_differential -- --ignored --nocapture"]
+fn bench_fold_interpreter() {
+    let mut programs: Vec<(String, String)> = suite_programs();
+    programs.push(("edge: nested".into(), EDGE_PROGRAMS[6].into()));
+    programs.push(("edge: ewma/min".into(), EDGE_PROGRAMS[0].into()));
+    let mut sim = Sim::new();
+    let repeat = 100_000u32;
+    for (name, src) in &programs {
+        sim.send(&portus_install(src, 1), &|| name.clone());
+        let mut f = sim.start_flow(0, 14480);
+        sim.send(&change_msg(f.sid, 1, &[]), &|| name.clone());
+        let mut r = Rng(1);
+        let p = ack_prims(&mut r, &f, 1);
+        sim.invoke(&mut f, &p, EPOCH_NS + 1000, &|| name.clone());
+        let input = TestIn {
+            flow: f.idx,
+            repeat,
+            now_ns: EPOCH_NS + 2000,
+            dp_time_zero_ns: EPOCH_NS,
+            snd_rate: 0,
+            snd_cwnd: f.cwnd,
+            prims: p.v,
+            ..Default::default()
+        };
+        let mut best = u64::MAX;
+        let mut steps = 0;
+        for _ in 0..5 {
+            let o = sim.k.invoke(&input);
+            best = best.min(o.elapsed_ns);
+            steps = o.steps;
+        }
+        let per_inv = best as f64 / f64::from(repeat);
+        println!(
+            "fold interpreter, {name}: {per_inv:.0} ns per invocation, {steps} steps per invocation, {:.1} ns per step \
+             (best of 5 x {repeat}, BPF_PROG_TEST_RUN, JIT)",
+            per_inv / f64::from(steps.max(1))
+        );
+        sim.end_flow(f);
+    }
+}
