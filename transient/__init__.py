@@ -1,57 +1,62 @@
 """transient: transient-performance analysis of congestion control on mahimahi-format links.
 
-Reads mahimahi mm-link logs and ccplab run directories, computes the
-whole-run metrics of mahimahi's mm-throughput-graph (capacity, throughput,
-utilization, p95 per-packet queueing delay, p95 signal delay, power score)
-and the TPCCA transient metrics of every capacity step (convergence, time to
-converge, Normalized Area, steady throughput), and writes CSV tables and an
-HTML report with figures.
+Reads mahimahi mm-link logs (ours and stock mahimahi's) and ccplab run
+directories; computes the whole-run metrics of mahimahi's mm-throughput-graph
+(capacity, throughput, utilization, p95 per-packet queueing delay, p95 signal
+delay, power score) and, for every capacity step from the data flow's own
+start, the transient: convergence, Normalized Area, second-order metrics
+(rise time, overshoot, settling time, damping ratio, natural frequency) and
+the delay side (peak and standing queue, drain time, drops).  Two methods:
+"ccplab" (corrected, default) and "tpcca" (the TPCCA poster's reference
+analysis, faults included).  The report (CSV tables, HTML, plots) is in
+`transient.report`.
 
 Main entry points::
 
-    runs, steps = analyze_results("results/")          # tables
-    a = analyze_all("results/")                        # + per-run rate series
+    a = analyze_all("results/")                         # Analysis(runs, steps, series, errors)
+    a = analyze_all("uplink.log", options=AnalysisOptions(method="tpcca", capacity_mbps=12))
     write_report("results/", a.runs, a.steps, a.series)
 
-Command line: ``python -m transient PATH [--json] [--rtt-ms MS] [--out DIR]``.
+Command line: ``python -m transient PATH [--json] [--method M] [--step AT:FROM:TO] ...``
+(also ``ccplab analyze``).
 """
 
 from .analyze import (
     DEFAULT_RTT_MS,
+    JSON_RUN_FIELDS,
+    METHODS,
     RUN_COLUMNS,
     STEP_COLUMNS,
     Analysis,
+    AnalysisOptions,
     RunResult,
     analyze_all,
     analyze_log,
+    analyze_paths,
     analyze_results,
     analyze_run,
     find_run_dirs,
     load_metadata,
 )
 from .atomic import write_atomic
+from .convergence import ConvergenceParams
 from .errors import AnalysisError, LogFormatError, StepFormatError, TransientError
 from .mahimahi import EVENT_KINDS, LinkLog, parse_link_log, read_link_log
 from .metrics import LinkMetrics, link_metrics, mahimahi_percentile, signal_delay_series
 from .report import write_report
-from .series import rate_series
+from .secondorder import SecondOrder, second_order_metrics, unit_step_response
+from .series import SERIES_COLUMNS, binned_series, rate_series
 from .steps import Step, parse_steps
 from .timezero import FLOW_START_MIN_BYTES, flow_start_s
-from .tpcca import (
-    SteadyState,
-    SteadyStateParams,
-    StepTransient,
-    find_steady_state,
-    normalized_area,
-    step_transient,
-)
+from .tpcca import TPCCA_FAULTS, tpcca_analysis
 
 __all__ = [
-    "DEFAULT_RTT_MS", "RUN_COLUMNS", "STEP_COLUMNS", "EVENT_KINDS",
-    "Analysis", "RunResult", "Step", "LinkLog", "LinkMetrics",
-    "SteadyState", "SteadyStateParams", "StepTransient",
-    "TransientError", "LogFormatError", "AnalysisError",
-    "analyze_all", "analyze_log", "analyze_results", "analyze_run", "find_run_dirs", "load_metadata",
-    "read_link_log", "parse_link_log", "link_metrics", "mahimahi_percentile", "signal_delay_series",
-    "rate_series", "parse_steps", "flow_start_s", "FLOW_START_MIN_BYTES", "write_atomic", "StepFormatError", "find_steady_state", "normalized_area", "step_transient", "write_report",
+    "DEFAULT_RTT_MS", "JSON_RUN_FIELDS", "METHODS", "RUN_COLUMNS", "STEP_COLUMNS", "SERIES_COLUMNS",
+    "EVENT_KINDS", "FLOW_START_MIN_BYTES", "TPCCA_FAULTS",
+    "Analysis", "AnalysisOptions", "RunResult", "Step", "LinkLog", "LinkMetrics", "ConvergenceParams",
+    "SecondOrder", "TransientError", "LogFormatError", "AnalysisError", "StepFormatError",
+    "analyze_all", "analyze_log", "analyze_paths", "analyze_results", "analyze_run", "find_run_dirs",
+    "load_metadata", "read_link_log", "parse_link_log", "link_metrics", "mahimahi_percentile",
+    "signal_delay_series", "binned_series", "rate_series", "parse_steps", "flow_start_s", "write_atomic",
+    "second_order_metrics", "unit_step_response", "tpcca_analysis", "write_report",
 ]

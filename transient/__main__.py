@@ -1,80 +1,79 @@
-"""Command line: ``python -m transient PATH [--json] [--rtt-ms MS] [--out DIR]``.
+"""Command line: ``python -m transient PATH... [--method M] [--step AT:FROM:TO]... [--json] [--out DIR]``.
 
-PATH is an mm-link log, a run directory or a results directory.  Prints the
-per-run table (or, with --json, ``{"runs": [...], "steps": [...],
-"errors": [...]}`` with NaN as null); --out writes runs.csv, steps.csv,
-plots/ and report.html there.  Exit status 0 on success, 2 on bad input.
+PATH is an mm-link log, a run directory or a results directory (flags:
+`transient.cli_args`).  Prints one line per step (or, with --json, one JSON
+object per run per line); --out writes runs.csv, steps.csv, plots and
+report.html there.  Exit status 0 on success, 2 on bad input (the message
+names the file, and the line for a malformed log).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Sequence
 
 import pandas as pd
 
-from .analyze import analyze_all
-from .steps import Step
+from .analyze import RunResult, _tables, analyze_paths
+from .cli_args import add_analysis_arguments, options_from_args, print_json_lines
 from .errors import TransientError
-from .report import write_report
-from .tpcca import SteadyStateParams
 
-
-def _step(text: str) -> Step:
-    try:
-        return Step.parse(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+SUMMARY_COLUMNS = ["run_id", "step", "kind", "at_s", "from_mbps", "to_mbps", "converged", "convergence_s",
+                   "normalized_area", "overshoot_pct", "response_class", "peak_queueing_delay_ms", "drops"]
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m transient",
-        description="Whole-run mahimahi metrics and TPCCA transient metrics (convergence time, "
-        "Normalized Area) of mm-link logs / ccplab run directories.",
-    )
-    p.add_argument("path", help="mm-link log file, run directory (with metadata.json) or results directory")
-    p.add_argument("--json", action="store_true", help="print runs and steps as JSON records (NaN -> null)")
-    p.add_argument("--rtt-ms", type=float, default=None,
-                   help="RTT in ms = bin width of the throughput series (default: 2 x one_way_delay_ms "
-                   "from metadata.json, else 50)")
-    p.add_argument("--out", metavar="DIR", help="write runs.csv, steps.csv, plots/*.png and report.html to DIR")
-    p.add_argument("--step", type=_step, action="append", default=None, metavar="AT:FROM:TO",
-                   help="capacity step (s:Mbit/s:Mbit/s) of a bare log file; repeatable")
-    p.add_argument("--skip-bad", action="store_true", help="skip runs that fail to analyse instead of stopping")
-    p.add_argument("--mean-var-threshold", type=float, default=SteadyStateParams.mean_var_threshold,
-                   help="TPCCA: max variance of window means, (Mbit/s)^2 (default %(default)s)")
-    p.add_argument("--var-var-threshold", type=float, default=SteadyStateParams.var_var_threshold,
-                   help="TPCCA: max variance of window variances, (Mbit/s)^4 (default %(default)s)")
+        description="Transient performance of CCAs from mm-link logs / ccplab run directories: whole-run "
+                    "mahimahi metrics and, per capacity step, convergence, Normalized Area, second-order "
+                    "metrics and the queue it builds.")
+    add_analysis_arguments(p)
+    p.add_argument("--out", metavar="DIR", help="write runs.csv, steps.csv, plots and report.html to DIR")
     return p
 
 
-def _records(df: pd.DataFrame) -> list[dict]:
-    return json.loads(df.to_json(orient="records")) if len(df) else []
+def run_analysis(args: argparse.Namespace) -> tuple[list[RunResult], list[tuple[str, str]]]:
+    """Analyse every PATH of parsed ``args``; returns (results, skipped-run errors)."""
+    options = options_from_args(args)
+    results, errors = [], []
+    for path in args.paths:
+        res, err = analyze_paths(path, options=options, on_error="skip" if args.skip_bad else "raise")
+        results += res
+        errors += err
+    return results, errors
+
+
+def print_summary(results: Sequence[RunResult]) -> None:
+    """One line per (run, step) with the headline figures."""
+    _, steps = _tables(list(results))
+    if not len(steps):
+        print("no steps analysed")
+        return
+    with pd.option_context("display.width", 250, "display.max_columns", 30, "display.precision", 3):
+        print(steps[SUMMARY_COLUMNS].to_string(index=False))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        params = SteadyStateParams(mean_var_threshold=args.mean_var_threshold, var_var_threshold=args.var_var_threshold)
-        a = analyze_all(args.path, rtt_ms=args.rtt_ms, steps=args.step, params=params,
-                        on_error="skip" if args.skip_bad else "raise")
+        results, errors = run_analysis(args)
         if args.out:
-            report = write_report(args.out, a.runs, a.steps, a.series, errors=a.errors, source=args.path)
-    except (TransientError, ValueError, OSError) as exc:
+            from .report import write_report
+
+            runs, steps = _tables(results)
+            report = write_report(args.out, runs, steps, {r.run_id: r.series for r in results},
+                                  errors=errors, source=" ".join(args.paths))
+    except (TransientError, ValueError, OSError, argparse.ArgumentTypeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    for path, err in errors:
+        print(f"skipped {path}: {err}", file=sys.stderr)
     if args.json:
-        json.dump({"runs": _records(a.runs), "steps": _records(a.steps),
-                   "errors": [{"path": p, "error": e} for p, e in a.errors]}, sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        print_json_lines(results)
     else:
-        cols = ["run_id", "cca", "throughput_mbps", "utilization", "p95_queueing_delay_ms",
-                "p95_signal_delay_ms", "power_score", "converged", "convergence_time_s", "normalized_area"]
-        with pd.option_context("display.width", 200, "display.max_columns", 20, "display.precision", 3):
-            print(a.runs[cols].to_string(index=False))
+        print_summary(results)
     if args.out:
         print(f"report: {report}", file=sys.stderr)
     return 0

@@ -1,23 +1,39 @@
 """Analyse runs: whole-run mahimahi metrics plus the transient of every capacity step.
 
-Inputs (written by ccplab's runner):
+Inputs:
 
-* a *run directory* holds ``metadata.json`` (schema 1: ``cca``, ``run``,
-  ``scenario`` with ``name``, ``trace_kind``, ``steps`` [{at_s, from_mbps,
-  to_mbps}], ``one_way_delay_ms``, ``queue_packets``, ...; ``files.link_log``)
-  and the mm-link log it names (default ``uplink.log``);
+* a *run directory* (ccplab's runner) holds ``metadata.json`` (schema 1 or
+  2: ``cca``, ``run``, ``scenario`` with ``name``, ``trace_kind``,
+  ``steps`` [{at_s, from_mbps, to_mbps}], ``one_way_delay_ms``,
+  ``queue_packets``, ``duration_s``; schema 2 adds ``flow_start_s``;
+  ``files.link_log``, ``files.iperf3``) and the mm-link log it names;
 * a *results directory* is any tree containing run directories;
-* a bare mm-link *log file* is analysed with the RTT and steps given by the
-  caller (default RTT 50 ms, no steps: whole-run metrics only).
+* a bare mm-link *log file* (ours or stock mahimahi's) is analysed with the
+  RTT, steps and capacity the caller gives (`AnalysisOptions`).
 
-Per step (see `transient.tpcca`): convergence (TPCCA detector on the
-departure throughput in 1-RTT bins), convergence time from the step,
-Normalized Area against the step's nominal new capacity, and the steady
-throughput: mean departure throughput from the convergence point to the end
-of the step's span (the next step or the run end); when the step never
-converged, over the last half of the span instead (``steady_basis`` says
-which).  Steady utilization = steady throughput / capacity measured from the
-delivery opportunities (``#``) of the same bins.
+Time zero of the transient is the data flow's start (`transient.flow_start_s`:
+metadata's ``flow_start_s`` when present, else computed from the log), so
+iperf3's control connection is not counted as the CCA's transient.  All
+times in the tables are seconds on the log clock.
+
+Two methods (``AnalysisOptions.method``):
+
+* ``"ccplab"`` (default, corrected; `transient.convergence`,
+  `transient.secondorder`, `transient.delayside`): every step is analysed,
+  the flow's start too (kind "start": from 0 at ``flow_start_s`` to the
+  nominal rate in force then), then each later step (kind "up" / "down"),
+  each from its own change to its own convergence or the next step;
+  throughput = departures judged against the offered capacity; explicit NaN
+  when a step did not converge; second-order and delay metrics per step.
+* ``"tpcca"``: TPCCA's reference analysis exactly, faults included
+  (`transient.tpcca`): one step 0 -> B at time 0; only convergence and
+  Normalized Area (the other step metrics are NaN).
+
+Steps come from, in order of precedence: ``AnalysisOptions.steps``
+(``--step``), ``auto_steps`` (``--steps auto``, `transient.autosteps`), the
+run's metadata, ``capacity_mbps`` (a step 0 -> capacity at 0), else none:
+the flow's start is then analysed against the measured offered capacity
+(its nominal ``to_mbps`` = the mean offered capacity of the span).
 """
 
 from __future__ import annotations
@@ -26,41 +42,93 @@ import json
 import math
 import os
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, NamedTuple, Sequence
 
 import numpy as np
 import pandas as pd
 
+from .convergence import ConvergenceParams, step_convergence
+from .delayside import delay_side
 from .errors import AnalysisError, TransientError
-from .mahimahi import read_link_log
+from .mahimahi import LinkLog, read_link_log
 from .metrics import LinkMetrics, link_metrics
-from .series import rate_series
+from .secondorder import NAN_SECOND_ORDER, second_order_metrics
+from .series import LogArrays, binned_series
 from .steps import Step
-from .tpcca import SteadyStateParams, step_transient
+from .timezero import flow_start_s
+from .tpcca import TPCCA_FAULTS, tpcca_analysis
 
 DEFAULT_RTT_MS = 50.0
 """RTT used when neither the caller nor metadata.json gives one (TPCCA's 2 x 25 ms)."""
 
+METHODS = ("ccplab", "tpcca")
+"""Analysis methods: the corrected default and TPCCA's exact reference analysis."""
+
+SCHEMAS = (1, 2)
+"""metadata.json schemas this reader understands."""
+
 RUN_COLUMNS = [
-    "run_id", "cca", "run", "scenario", "trace_kind", "queue_packets", "rtt_ms",
-    "duration_s", "capacity_mbps", "throughput_mbps", "utilization",
-    "p95_queueing_delay_ms", "p95_signal_delay_ms", "power_score", "n_steps",
-    "converged", "convergence_time_s", "normalized_area",
-    "steady_throughput_mbps", "steady_utilization", "path",
+    "run_id", "cca", "cca_params", "label", "run", "scenario", "trace_kind", "queue_packets", "rtt_ms",
+    "duration_s", "flow_start_s", "method", "capacity_mbps", "throughput_mbps", "utilization",
+    "p95_queueing_delay_ms", "p95_signal_delay_ms", "power_score", "retransmits", "n_steps", "path",
 ]
-"""Columns of the per-run table (`analyze_results`' first frame, runs.csv)."""
+"""Columns of the per-run table (runs.csv; TRANSIENT-CONTRACT.md). Rates Mbit/s, delays ms, times s."""
 
 STEP_COLUMNS = [
-    "run_id", "cca", "run", "scenario", "step", "at_s", "end_s", "from_mbps", "to_mbps",
-    "converged", "convergence_time_s", "convergence_point_s", "normalized_area",
-    "area_mbit", "steady_level_mbps", "steady_throughput_mbps", "steady_capacity_mbps",
-    "steady_utilization", "steady_basis",
+    "run_id", "cca", "cca_params", "label", "run", "scenario", "method", "step", "kind",
+    "at_s", "end_s", "from_mbps", "to_mbps",
+    "converged", "convergence_s", "convergence_point_s", "normalized_area", "area_mbit",
+    "steady_throughput_mbps", "steady_utilization",
+    "rise_time_s", "peak_time_s", "overshoot_pct", "settling_time_s", "settling_time_5pct_s",
+    "damping_ratio", "natural_frequency_rad_s", "fit_r2", "response_class",
+    "peak_queueing_delay_ms", "standing_queue_packets", "standing_queue_ms", "drain_time_s", "drops",
+    "tpcca_gave_up",
 ]
-"""Columns of the per-(run, step) table (`analyze_results`' second frame, steps.csv)."""
+"""Columns of the per-(run, step) table (steps.csv; TRANSIENT-CONTRACT.md).
 
-_FIRST_STEP_FIELDS = ["converged", "convergence_time_s", "normalized_area", "steady_throughput_mbps", "steady_utilization"]
+``tpcca_gave_up`` (tpcca method only, else NA): TPCCA's detector gave up and
+its convergence point is the fallback bin index 40 (TPCCA still reports it
+as converged)."""
+
+JSON_RUN_FIELDS = ["throughput_mbps", "p95_queueing_delay_ms", "p95_signal_delay_ms", "power_score"]
+"""Run-level fields copied into every step of ``--json`` output (besides the run's own fields)."""
+
+
+@dataclass(frozen=True)
+class AnalysisOptions:
+    """How to analyse (all optional).
+
+    Attributes:
+        method: "ccplab" (default) or "tpcca".
+        rtt_ms: RTT = bin width (ms); default 2 x metadata's one-way delay, else 50.
+        capacity_mbps: nominal capacity of a bare log (a step 0 -> it at 0;
+            TPCCA's B); for run directories it overrides nothing unless no
+            step is known.
+        steps: explicit steps (override metadata's).
+        auto_steps: find steps in the ``#`` rate (ruptures).
+        params: ccplab convergence detector parameters.
+        smooth_bins: moving average (bins) applied alike to throughput and reference.
+    """
+
+    method: str = "ccplab"
+    rtt_ms: float | None = None
+    capacity_mbps: float | None = None
+    steps: tuple[Step, ...] | None = None
+    auto_steps: bool = False
+    params: ConvergenceParams = ConvergenceParams()
+    smooth_bins: int = 1
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise AnalysisError(f"unknown method {self.method!r}; expected one of {', '.join(METHODS)}")
+        if self.rtt_ms is not None and not (isinstance(self.rtt_ms, (int, float)) and self.rtt_ms > 0):
+            raise AnalysisError(f"RTT must be positive, got {self.rtt_ms!r} ms")
+        if self.capacity_mbps is not None and not self.capacity_mbps > 0:
+            raise AnalysisError(f"capacity must be positive, got {self.capacity_mbps!r} Mbit/s")
+        if self.steps is not None and self.auto_steps:
+            raise AnalysisError("give either explicit steps or auto steps, not both")
 
 
 @dataclass
@@ -71,10 +139,11 @@ class RunResult:
         run_id: identifier (path relative to the results directory, or the
             directory / file name).
         path: the run directory or log file.
-        info: cca, run, scenario, trace_kind, queue_packets, rtt_ms.
+        info: the run's descriptive fields of `RUN_COLUMNS`.
         metrics: whole-run mahimahi metrics.
-        steps: one row per step, columns `STEP_COLUMNS`.
-        series: `rate_series` of the run in 1-RTT bins.
+        steps: one row per analysed step, columns `STEP_COLUMNS`.
+        series: `transient.series.binned_series` of the run (RTT bins aligned
+            with the flow's start, from the log's start).
     """
 
     run_id: str
@@ -88,18 +157,26 @@ class RunResult:
         """The run's row of the per-run table (`RUN_COLUMNS`)."""
         row: dict[str, Any] = {"run_id": self.run_id, **self.info, **self.metrics.as_dict()}
         row["n_steps"] = len(self.steps)
-        first = self.steps.iloc[0] if len(self.steps) else None
-        for name in _FIRST_STEP_FIELDS:
-            row[name] = first[name] if first is not None else (None if name == "converged" else math.nan)
         row["path"] = str(self.path)
         return {c: row.get(c) for c in RUN_COLUMNS}
 
+    def as_json(self) -> dict[str, Any]:
+        """One JSON-ready object: the run's fields and its ``steps`` (NaN -> None)."""
+        run = {k: _plain(v) for k, v in self.summary().items()}
+        steps = []
+        for rec in self.steps.to_dict(orient="records"):
+            step = {k: _plain(v) for k, v in rec.items() if k not in ("run_id", "cca", "cca_params", "label", "run", "scenario", "method")}
+            step.update({k: run[k] for k in JSON_RUN_FIELDS})
+            steps.append(step)
+        run["steps"] = steps
+        return run
+
 
 class Analysis(NamedTuple):
-    """Everything `analyze_all` found.
+    """Everything `analyze_all` found (TRANSIENT-CONTRACT.md).
 
     runs: per-run table (`RUN_COLUMNS`); steps: per-step table
-    (`STEP_COLUMNS`); series: run_id -> rate series (for plots);
+    (`STEP_COLUMNS`); series: run_id -> `binned_series` (plots);
     errors: (path, message) of runs skipped with ``on_error="skip"``.
     """
 
@@ -107,6 +184,19 @@ class Analysis(NamedTuple):
     steps: pd.DataFrame
     series: dict[str, pd.DataFrame]
     errors: list[tuple[str, str]]
+
+
+def _plain(v: Any) -> Any:
+    """A JSON-ready scalar: NaN/NA -> None, numpy scalars -> Python."""
+    if v is None or v is pd.NA:
+        return None
+    if isinstance(v, (np.bool_, bool)):
+        return bool(v)
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (float, np.floating)):
+        return float(v) if math.isfinite(v) else None
+    return v
 
 
 # ---------------------------------------------------------------- metadata
@@ -121,7 +211,7 @@ def _number(value: Any, where: str, *, allow_none: bool = False) -> float:
 
 
 def load_metadata(run_dir: str | Path) -> dict[str, Any]:
-    """Read and check ``run_dir/metadata.json``; returns the parsed object.
+    """Read and check ``run_dir/metadata.json`` (schema 1 or 2); returns the parsed object.
 
     Raises:
         AnalysisError: missing/unreadable file, invalid JSON, unsupported
@@ -139,31 +229,31 @@ def load_metadata(run_dir: str | Path) -> dict[str, Any]:
     if not isinstance(meta, dict):
         raise AnalysisError(f"{path}: expected a JSON object at top level")
     schema = meta.get("schema", 1)
-    if schema != 1:
-        raise AnalysisError(f"{path}: unsupported schema {schema!r} (this reader knows schema 1)")
-    scenario = meta.get("scenario", {})
-    if not isinstance(scenario, dict):
-        raise AnalysisError(f"{path}: 'scenario' must be an object")
-    files = meta.get("files", {})
-    if not isinstance(files, dict):
-        raise AnalysisError(f"{path}: 'files' must be an object")
-    if not isinstance(scenario.get("steps", []), list):
+    if schema not in SCHEMAS:
+        raise AnalysisError(f"{path}: unsupported schema {schema!r} (this reader knows schemas {SCHEMAS})")
+    for key in ("scenario", "files"):
+        if not isinstance(meta.get(key, {}), dict):
+            raise AnalysisError(f"{path}: '{key}' must be an object")
+    if not isinstance(meta.get("scenario", {}).get("steps", []) or [], list):
         raise AnalysisError(f"{path}: 'scenario.steps' must be a list")
+    if meta.get("flow_start_s") is not None:
+        _number(meta["flow_start_s"], f"{path}: flow_start_s")
     return meta
 
 
 def steps_from_metadata(meta: dict[str, Any], where: str) -> list[Step]:
     """Parse ``scenario.steps`` into `Step`s sorted by time (a missing from_mbps = the previous step's to, or 0)."""
+    raws = meta.get("scenario", {}).get("steps", []) or []
     steps = []
     prev_to = 0.0
-    raws = sorted(meta.get("scenario", {}).get("steps", []) or [],
-                  key=lambda r: r.get("at_s", 0) if isinstance(r, dict) and isinstance(r.get("at_s"), (int, float)) else 0)
-    for k, raw in enumerate(raws):
-        loc = f"{where}: scenario.steps[{k}]"
+    order = sorted(range(len(raws)), key=lambda k: raws[k].get("at_s", 0)
+                   if isinstance(raws[k], dict) and isinstance(raws[k].get("at_s"), (int, float)) else 0)
+    for k in order:
+        raw = raws[k]
         if isinstance(raw, dict) and raw.get("from_mbps") is None:
             raw = {**raw, "from_mbps": prev_to}
         try:
-            step = Step.from_dict(raw, loc)
+            step = Step.from_dict(raw, f"{where}: scenario.steps[{k}]")
         except ValueError as exc:
             raise AnalysisError(str(exc)) from None
         steps.append(step)
@@ -171,134 +261,243 @@ def steps_from_metadata(meta: dict[str, Any], where: str) -> list[Step]:
     return steps
 
 
-# ---------------------------------------------------------------- analysis
+def _cca_params(meta: dict[str, Any]) -> str:
+    p = meta.get("cca_params", "")
+    if isinstance(p, dict):
+        return ",".join(f"{k}={v}" for k, v in sorted(p.items()))
+    return str(p) if p else ""
 
 
-def _step_rows(series: pd.DataFrame, bin_s: float, steps: Sequence[Step], params: SteadyStateParams) -> list[dict]:
-    run_end_s = float(series.index[-1]) + bin_s if len(series) else 0.0
-    tput = series["throughput_mbps"]
-    tput_np = tput.to_numpy()
-    cap_np = series["capacity_mbps"].to_numpy()
+def _retransmits(run_dir: Path, meta: dict[str, Any]) -> float:
+    name = meta.get("files", {}).get("iperf3", "iperf3.json")
+    try:
+        data = json.loads((run_dir / name).read_text(encoding="utf-8"))
+        return float(data["end"]["sum_sent"]["retransmits"])
+    except (OSError, TypeError, KeyError, ValueError):
+        return math.nan  # no iperf3 record (e.g. a bare log): unknown, not zero
+
+
+# ---------------------------------------------------------------- one run
+
+
+@dataclass(frozen=True)
+class _RunSpec:
+    """Everything needed to analyse one log."""
+
+    log_path: Path
+    where: Path
+    run_id: str
+    info: dict[str, Any]
+    rtt_ms: float
+    steps: tuple[Step, ...] | None  # None: none known
+    flow_start_s: float | None  # None: compute from the log
+    duration_s: float | None  # configured duration (TPCCA's horizon); None: the log's
+
+
+def _analysed_steps(steps: Sequence[Step], flow_start: float, nominal_now: float | None) -> list[tuple[str, Step]]:
+    """The flow's start as a step from 0 to the rate in force then, and every later step."""
+    before = [s for s in steps if s.at_s <= flow_start + 1e-9]
+    later = [s for s in steps if s.at_s > flow_start + 1e-9]
+    if before:
+        rate = before[-1].to_mbps
+    elif later:
+        rate = later[0].from_mbps
+    else:
+        rate = nominal_now if nominal_now is not None else math.nan
+    out = [("start", Step(flow_start, 0.0, rate) if math.isfinite(rate) else None)]
+    out += [(s.kind, s) for s in later]
+    return out  # type: ignore[return-value]
+
+
+def _ccplab_step_row(arrays: LogArrays, kind: str, step: Step | None, at_s: float, end_s: float, bin_s: float,
+                     opts: AnalysisOptions) -> dict[str, Any]:
+    series = binned_series(arrays, at_s, end_s, bin_s, opts.smooth_bins)
+    x = series["throughput_mbps"].to_numpy()
+    r = series["reference_mbps"].to_numpy()
+    if step is None:  # no nominal rate known: judge against what the link offered
+        to = float(np.mean(series["capacity_mbps"])) if len(series) else math.nan
+        step = Step(at_s, 0.0, to) if math.isfinite(to) else None
+    from_mbps = step.from_mbps if step else math.nan
+    to_mbps = step.to_mbps if step else math.nan
+    delta = to_mbps - from_mbps if step else 0.0
+    conv = step_convergence(x, r, bin_s, delta, opts.params)
+    point = at_s + conv.index * bin_s if conv.converged else math.nan
+    if conv.converged and conv.index < len(x):
+        steady_t = float(x[conv.index:].mean())
+        ref = float(r[conv.index:].mean())
+        steady_u = steady_t / ref if ref > 0 else math.nan
+    else:
+        steady_t = steady_u = math.nan
+    y = series["sending_mbps"].to_numpy() - (r - to_mbps)  # the trace's noise taken out
+    so = second_order_metrics(y, bin_s, from_mbps, to_mbps) if step else NAN_SECOND_ORDER
+    ds = delay_side(arrays, series, at_s, end_s, point)
+    return {
+        "kind": kind, "at_s": at_s, "end_s": end_s, "from_mbps": from_mbps, "to_mbps": to_mbps,
+        "converged": conv.converged,
+        "convergence_s": round(point - at_s, 9) if conv.converged else math.nan,
+        "convergence_point_s": round(point, 9) if conv.converged else math.nan,
+        "normalized_area": conv.normalized_area, "area_mbit": conv.area_mbit,
+        "steady_throughput_mbps": steady_t, "steady_utilization": steady_u,
+        **so.as_dict(), **ds.as_dict(), "tpcca_gave_up": pd.NA,
+    }
+
+
+def _ccplab_rows(arrays: LogArrays, spec: _RunSpec, flow_start: float, run_end: float, opts: AnalysisOptions) -> list[dict]:
+    bin_s = spec.rtt_ms / 1000.0
+    steps = list(spec.steps or ())
+    analysed = _analysed_steps(steps, flow_start, opts.capacity_mbps)
     rows = []
-    for k, step in enumerate(steps):
-        end_s = steps[k + 1].at_s if k + 1 < len(steps) else run_end_s
-        tr = step_transient(tput, bin_s, step.at_s, step.to_mbps, end_s=end_s, params=params)
-        if tr.converged:
-            lo, basis = tr.convergence_bin, "convergence"
-        else:
-            lo, basis = tr.first_bin + (tr.end_bin - tr.first_bin) // 2, "last-half"
-        hi = tr.end_bin
-        if hi <= lo:
-            steady_t = steady_c = math.nan
-            basis = "none"
-        else:
-            steady_t = float(tput_np[lo:hi].mean())
-            steady_c = float(cap_np[lo:hi].mean())
-        rows.append(
-            {
-                "step": k,
-                "at_s": step.at_s,
-                "end_s": end_s,
-                "from_mbps": step.from_mbps,
-                "to_mbps": step.to_mbps,
-                "converged": tr.converged,
-                "convergence_time_s": tr.convergence_time_s,
-                "convergence_point_s": tr.convergence_point_s,
-                "normalized_area": tr.normalized_area,
-                "area_mbit": tr.area_mbit,
-                "steady_level_mbps": tr.steady_level_mbps,
-                "steady_throughput_mbps": steady_t,
-                "steady_capacity_mbps": steady_c,
-                "steady_utilization": steady_t / steady_c if steady_c > 0 else math.nan,
-                "steady_basis": basis,
-            }
-        )
+    for k, (kind, step) in enumerate(analysed):
+        at_s = flow_start if kind == "start" else step.at_s
+        end_s = analysed[k + 1][1].at_s if k + 1 < len(analysed) else run_end
+        if end_s <= at_s:
+            continue
+        rows.append(_ccplab_step_row(arrays, kind, step, at_s, end_s, bin_s, opts))
     return rows
 
 
-def _analyze_log_file(
-    log_path: Path, run_id: str, info: dict[str, Any], rtt_ms: float, steps: Sequence[Step], params: SteadyStateParams, where: Path
-) -> RunResult:
-    if not rtt_ms > 0:
-        raise AnalysisError(f"{where}: RTT must be positive, got {rtt_ms!r} ms")
+def _tpcca_rows(log: LinkLog, spec: _RunSpec, run_end: float, opts: AnalysisOptions) -> list[dict]:
+    b = opts.capacity_mbps if opts.capacity_mbps is not None else (spec.steps[0].to_mbps if spec.steps else None)
+    if b is None:
+        raise AnalysisError(f"{spec.where}: --method tpcca needs the capacity B of the step at 0 s: give --capacity-mbps")
+    ev = log.events
+    arr = (ev["kind"] == "arrival").to_numpy()
+    duration = spec.duration_s if spec.duration_s is not None else run_end
     try:
-        log = read_link_log(log_path)
+        res = tpcca_analysis(ev["time_ms"].to_numpy()[arr] / 1000.0, ev["bytes"].to_numpy()[arr], b,
+                             spec.rtt_ms / 2.0, duration)
+    except ValueError as exc:
+        raise AnalysisError(f"{spec.where}: {exc}") from None
+    ok = math.isfinite(res.convergence_s)
+    nan = math.nan
+    return [{
+        "kind": "start", "at_s": 0.0, "end_s": run_end, "from_mbps": 0.0, "to_mbps": float(b),
+        "converged": ok, "convergence_s": res.convergence_s, "convergence_point_s": res.convergence_s,
+        "normalized_area": res.normalized_area, "area_mbit": res.area_mbit,
+        "steady_throughput_mbps": nan, "steady_utilization": nan,
+        **NAN_SECOND_ORDER.as_dict(), "response_class": None,
+        "peak_queueing_delay_ms": nan, "standing_queue_packets": nan, "standing_queue_ms": nan,
+        "drain_time_s": nan, "drops": pd.NA, "tpcca_gave_up": res.gave_up,
+    }]
+
+
+def _analyze(spec: _RunSpec, opts: AnalysisOptions) -> RunResult:
+    try:
+        log = read_link_log(spec.log_path)
         metrics = link_metrics(log.events)
     except (TransientError, ValueError, OSError) as exc:
-        raise AnalysisError(f"{where}: {exc}") from exc
-    series = rate_series(log.events, rtt_ms)
-    rows = _step_rows(series, rtt_ms / 1000.0, steps, params)
-    ident = {"run_id": run_id, "cca": info["cca"], "run": info["run"], "scenario": info["scenario"]}
-    steps_df = pd.DataFrame([{**ident, **r} for r in rows], columns=STEP_COLUMNS)
-    return RunResult(run_id, where, {**info, "rtt_ms": rtt_ms}, metrics, steps_df, series)
+        raise AnalysisError(f"{spec.where}: {exc}") from exc
+    arrays = LogArrays(log.events)
+    run_end = (arrays.last_ms + 1) / 1000.0
+    start = spec.flow_start_s if spec.flow_start_s is not None else flow_start_s(log)
+    if opts.auto_steps:
+        spec = replace(spec, steps=tuple(_auto_steps(arrays)))
+    elif opts.steps is not None:
+        spec = replace(spec, steps=tuple(sorted(opts.steps)))
+    elif not spec.steps and opts.capacity_mbps is not None:
+        spec = replace(spec, steps=(Step(0.0, 0.0, opts.capacity_mbps),))
+    if opts.method == "tpcca":
+        rows = _tpcca_rows(log, spec, run_end, opts)
+    else:
+        rows = _ccplab_rows(arrays, spec, start, run_end, opts)
+    info = {**spec.info, "rtt_ms": spec.rtt_ms, "flow_start_s": start, "method": opts.method,
+            "duration_s": spec.duration_s if spec.duration_s is not None else metrics.duration_s}
+    ident = {k: info.get(k) for k in ("cca", "cca_params", "label", "run", "scenario")}
+    steps_df = pd.DataFrame([{"run_id": spec.run_id, **ident, "method": opts.method, "step": k, **r}
+                             for k, r in enumerate(rows)], columns=STEP_COLUMNS)
+    bin_s = spec.rtt_ms / 1000.0
+    origin = start - math.floor(start / bin_s + 1e-9) * bin_s  # bins aligned with the flow's start
+    series = binned_series(arrays, origin, run_end, bin_s, opts.smooth_bins)
+    return RunResult(spec.run_id, spec.where, info, metrics, steps_df, series)
+
+
+def _auto_steps(arrays: LogArrays) -> list[Step]:
+    from .autosteps import detect_steps
+
+    return detect_steps(arrays)
+
+
+def _bare_info(log_path: Path) -> dict[str, Any]:
+    return {"cca": None, "cca_params": "", "label": log_path.name, "run": None, "scenario": log_path.stem,
+            "trace_kind": None, "queue_packets": None, "retransmits": math.nan}
 
 
 def analyze_log(
     log_path: str | Path,
     *,
-    rtt_ms: float = DEFAULT_RTT_MS,
-    steps: Iterable[Step] = (),
-    params: SteadyStateParams = SteadyStateParams(),
+    options: AnalysisOptions = AnalysisOptions(),
     run_id: str | None = None,
+    rtt_ms: float | None = None,
+    steps: Iterable[Step] | None = None,
 ) -> RunResult:
-    """Analyse a bare mm-link log (no metadata).
+    """Analyse a bare mm-link log (ours or stock mahimahi's; no metadata).
 
     Args:
         log_path: the log file.
-        rtt_ms: bin width for the throughput series and TPCCA windows (ms).
-        steps: capacity changes to analyse (none: whole-run metrics only).
-        params: TPCCA detector parameters.
+        options: method, RTT (default 50 ms), capacity, steps (see `AnalysisOptions`).
         run_id: identifier in the tables (default: the file name).
+        rtt_ms, steps: shorthands that override ``options``.
 
     Raises:
         AnalysisError: unreadable or malformed log (message names the file
-            and line), or a non-positive RTT.
+            and line), no data flow, or bad options.
     """
     log_path = Path(log_path)
-    info = {"cca": None, "run": None, "scenario": log_path.stem, "trace_kind": None, "queue_packets": None}
-    steps = sorted(steps, key=lambda s: s.at_s)
-    return _analyze_log_file(log_path, run_id or log_path.name, info, rtt_ms, steps, params, log_path)
+    if rtt_ms is not None or steps is not None:
+        options = replace(options, rtt_ms=rtt_ms if rtt_ms is not None else options.rtt_ms,
+                          steps=tuple(steps) if steps is not None else options.steps)
+    spec = _RunSpec(log_path, log_path, run_id or log_path.name, _bare_info(log_path),
+                    options.rtt_ms or DEFAULT_RTT_MS, None, None, None)
+    return _analyze(spec, options)
 
 
 def analyze_run(
     run_dir: str | Path,
     *,
-    rtt_ms: float | None = None,
-    params: SteadyStateParams = SteadyStateParams(),
+    options: AnalysisOptions = AnalysisOptions(),
     run_id: str | None = None,
+    rtt_ms: float | None = None,
 ) -> RunResult:
     """Analyse one run directory (``metadata.json`` + its mm-link log).
 
     Args:
         run_dir: the run directory.
-        rtt_ms: override the RTT; default 2 x ``scenario.one_way_delay_ms``
-            from metadata, else 50 ms.
-        params: TPCCA detector parameters.
+        options: see `AnalysisOptions`; its RTT defaults to 2 x
+            ``scenario.one_way_delay_ms``, else 50 ms.
         run_id: identifier in the tables (default: the directory name).
+        rtt_ms: shorthand overriding ``options.rtt_ms``.
 
     Raises:
         AnalysisError: bad metadata or log, naming the path.
     """
     run_dir = Path(run_dir)
+    if rtt_ms is not None:
+        options = replace(options, rtt_ms=rtt_ms)
     meta = load_metadata(run_dir)
-    where = str(run_dir / "metadata.json")
+    where = f"{run_dir / 'metadata.json'}"
     scenario = meta.get("scenario", {})
-    steps = steps_from_metadata(meta, where)
-    if rtt_ms is None:
+    rtt = options.rtt_ms
+    if rtt is None:
         owd = scenario.get("one_way_delay_ms")
-        rtt_ms = 2.0 * _number(owd, f"{where}: scenario.one_way_delay_ms") if owd is not None else DEFAULT_RTT_MS
+        rtt = 2.0 * _number(owd, f"{where}: scenario.one_way_delay_ms") if owd is not None else DEFAULT_RTT_MS
     log_name = meta.get("files", {}).get("link_log", "uplink.log")
     if not isinstance(log_name, str) or not log_name:
         raise AnalysisError(f"{where}: files.link_log must be a file name, got {log_name!r}")
     run = meta.get("run")
+    cca = meta.get("cca")
+    params = _cca_params(meta)
     info = {
-        "cca": meta.get("cca"),
+        "cca": cca, "cca_params": params, "label": f"{cca} {params}".strip() if cca else None,
         "run": int(run) if isinstance(run, (int, float)) and not isinstance(run, bool) else None,
-        "scenario": scenario.get("name"),
-        "trace_kind": scenario.get("trace_kind"),
-        "queue_packets": scenario.get("queue_packets"),
+        "scenario": scenario.get("name"), "trace_kind": scenario.get("trace_kind"),
+        "queue_packets": scenario.get("queue_packets"), "retransmits": _retransmits(run_dir, meta),
     }
-    return _analyze_log_file(run_dir / log_name, run_id or run_dir.name, info, rtt_ms, steps, params, run_dir)
+    dur = scenario.get("duration_s")
+    spec = _RunSpec(run_dir / log_name, run_dir, run_id or run_dir.name, info, rtt,
+                    tuple(steps_from_metadata(meta, where)) or None,
+                    float(meta["flow_start_s"]) if meta.get("flow_start_s") is not None else None,
+                    _number(dur, f"{where}: scenario.duration_s") if dur is not None else None)
+    return _analyze(spec, options)
 
 
 def find_run_dirs(root: str | Path) -> list[Path]:
@@ -325,32 +524,22 @@ def _tables(results: list[RunResult]) -> tuple[pd.DataFrame, pd.DataFrame]:
     steps = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=STEP_COLUMNS)
     if len(steps):
         steps["run"] = steps["run"].astype("Int64")
+        steps["drops"] = steps["drops"].astype("Int64")
+    if (runs["method"] == "tpcca").any():
+        runs.attrs["tpcca_faults"] = list(TPCCA_FAULTS)  # the report lists what that method keeps
     return runs, steps
 
 
-def analyze_all(
+def analyze_paths(
     path: str | Path,
     *,
-    rtt_ms: float | None = None,
-    steps: Iterable[Step] | None = None,
-    params: SteadyStateParams = SteadyStateParams(),
+    options: AnalysisOptions = AnalysisOptions(),
     on_error: str = "raise",
-) -> Analysis:
-    """Analyse a log file, a run directory or a results directory.
+) -> tuple[list[RunResult], list[tuple[str, str]]]:
+    """(`RunResult` of every run under ``path``, errors of skipped runs).
 
-    Args:
-        path: an mm-link log file, a run directory (or its metadata.json), or
-            any directory tree containing run directories.
-        rtt_ms: RTT override (ms); for a bare log the default is 50 ms.
-        steps: steps for a bare log file (ignored for run directories, whose
-            steps come from metadata).
-        params: TPCCA detector parameters.
-        on_error: "raise" (default) stops at the first bad run; "skip"
-            warns, leaves the run out and records it in ``Analysis.errors``.
-
-    Raises:
-        AnalysisError: nonexistent path, no runs found, or a bad run with
-            on_error="raise".
+    ``path`` is a log file, a run directory or a results tree; see
+    `analyze_all` for the arguments and errors.
     """
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
@@ -358,9 +547,7 @@ def analyze_all(
     if not path.exists():
         raise AnalysisError(f"{path}: no such file or directory")
     if path.is_file() and path.name != "metadata.json":
-        res = analyze_log(path, rtt_ms=rtt_ms if rtt_ms is not None else DEFAULT_RTT_MS, steps=steps or (), params=params)
-        runs, steps_df = _tables([res])
-        return Analysis(runs, steps_df, {res.run_id: res.series}, [])
+        return [analyze_log(path, options=options)], []
     root = path.parent if path.is_file() else path
     run_dirs = find_run_dirs(root)
     if not run_dirs:
@@ -369,9 +556,8 @@ def analyze_all(
     errors: list[tuple[str, str]] = []
     for d in run_dirs:
         rel = d.relative_to(root).as_posix()
-        run_id = d.name if rel == "." else rel
         try:
-            results.append(analyze_run(d, rtt_ms=rtt_ms, params=params, run_id=run_id))
+            results.append(analyze_run(d, options=options, run_id=d.name if rel == "." else rel))
         except AnalysisError as exc:
             if on_error == "raise":
                 raise
@@ -379,18 +565,40 @@ def analyze_all(
             errors.append((str(d), str(exc)))
     if not results:
         raise AnalysisError(f"{root}: every run failed to analyse; first error: {errors[0][1]}")
+    return results, errors
+
+
+def analyze_all(
+    path: str | Path,
+    *,
+    options: AnalysisOptions = AnalysisOptions(),
+    on_error: str = "raise",
+    rtt_ms: float | None = None,
+    steps: Iterable[Step] | None = None,
+) -> Analysis:
+    """Analyse a log file, a run directory or a results directory.
+
+    Args:
+        path: an mm-link log file, a run directory (or its metadata.json), or
+            any directory tree containing run directories.
+        options: method, RTT, capacity, steps (see `AnalysisOptions`).
+        on_error: "raise" (default) stops at the first bad run; "skip"
+            warns, leaves the run out and records it in ``Analysis.errors``.
+        rtt_ms, steps: shorthands that override ``options``.
+
+    Raises:
+        AnalysisError: nonexistent path, no runs found, or a bad run with
+            on_error="raise".
+    """
+    if rtt_ms is not None or steps is not None:
+        options = replace(options, rtt_ms=rtt_ms if rtt_ms is not None else options.rtt_ms,
+                          steps=tuple(steps) if steps is not None else options.steps)
+    results, errors = analyze_paths(path, options=options, on_error=on_error)
     runs, steps_df = _tables(results)
     return Analysis(runs, steps_df, {r.run_id: r.series for r in results}, errors)
 
 
-def analyze_results(
-    path: str | Path,
-    *,
-    rtt_ms: float | None = None,
-    steps: Iterable[Step] | None = None,
-    params: SteadyStateParams = SteadyStateParams(),
-    on_error: str = "raise",
-) -> tuple[pd.DataFrame, pd.DataFrame]:
+def analyze_results(path: str | Path, **kw: Any) -> tuple[pd.DataFrame, pd.DataFrame]:
     """`analyze_all` returning only ``(runs_df, steps_df)`` (see there)."""
-    a = analyze_all(path, rtt_ms=rtt_ms, steps=steps, params=params, on_error=on_error)
+    a = analyze_all(path, **kw)
     return a.runs, a.steps

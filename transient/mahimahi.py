@@ -169,7 +169,7 @@ def _uint_tokens(words: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple
 
 
 def _parse(raw: bytes, name: str) -> LinkLog:
-    padded = b" " * _PAD + raw
+    padded = b"\0" * _PAD + raw  # NUL: neither separator nor digit
     buf = np.frombuffer(padded, dtype=np.uint8)
     words = np.ndarray(shape=(buf.size - 7,), dtype="<u8", buffer=padded, strides=(1,))
     # Every space or newline ends a token; token k spans [tok_start[k], seps[k]).

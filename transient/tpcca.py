@@ -1,216 +1,188 @@
-"""TPCCA steady-state detector and Normalized Area of a step response.
+"""``--method tpcca``: the TPCCA poster's reference analysis, reproduced exactly, faults included.
 
-Source: "Transient Performance of Congestion Control Algorithms" (TPCCA,
-SIGCOMM'21 poster; code github BobAnkh/TPCCA, ``utils/area.py``).
+Source: "Transient Performance of Congestion Control Algorithms" (SIGCOMM'21
+poster), code github BobAnkh/TPCCA, ``utils/parse_tput_delay.py`` (bins)
+and ``utils/area.py`` (steady-state detector, area); described to the bin in
+../shared/FIELD-NOTES.md ("Transient performance (TPCCA ...)").  Re-written
+here from that description (no code copied).
 
-Steady-state detection.  The throughput series x (Mbit/s, one value per bin,
-normally one RTT) is examined from the bin where the capacity changed.  For a
-candidate start bin i, take ``n_windows`` (3) windows of ``window_bins`` (10)
-bins starting at i, i + ``shift_bins`` (4), i + 8.  The series is steady at i
-when
+1. Input: only the arrival (``+``) events, time t = ms on the log clock / 1000
+   (i.e. minus the base timestamp), size in bytes.
+2. Horizon: events with t > end are ignored, end = min(duration, 2 x the
+   one-way delay in ms *read as seconds*) (50 s at 25 ms).
+3. Bins: size = RTT_s x B / 12 (B = nominal Mbit/s).  The first bin starts
+   at 0.  For each event in order: if t > bin_start + size (strictly) the
+   open bin is emitted as (bin_start, bits / (t - bin_start) / 1e6 Mbit/s),
+   the divisor being the gap to the event that closes it, and a new bin
+   starts at t holding that event's bits; otherwise the bits are added to
+   the open bin.  The last open bin is never emitted.
+4. Detector (W = 10 RTT, S = 4 RTT, limit 40): for each bin i in order, give
+   up if t_i >= 40; for k = 0, 1, 2 the window starts at the first bin a_k
+   >= i with t >= t_i + k S and ends at the first bin b_k >= a_k with t >=
+   t_{a_k} + W (either search giving up on reaching a bin with t >= 40, or
+   running out of bins); m_k, v_k = mean and population variance (ddof 0)
+   of x over a_k..b_k inclusive; steady when var(m) <= 0.02 and var(v) <=
+   0.02; the result is bin s = int((a_1 + b_1) / 2).  Giving up returns 40,
+   which is then used as a *bin index*.
+5. NA = (12 / B) x [sum_{i < s} |B - x_i| (t_{i+1} - t_i)] / (t_s - t_0);
+   convergence time = t_s.
 
-* the variance of the 3 window means      <= ``mean_var_threshold`` (0.02), and
-* the variance of the 3 window variances  <= ``var_var_threshold`` (0.02),
+On a bare log the step is 0 -> B (``--capacity-mbps``) at t = 0; for a run
+directory B = the nominal rate after the first step at or before the flow's
+start.  Only that one step is analysed.
 
-with ``np.var`` (ddof 0) in Mbit/s units (so the second threshold is in
-(Mbit/s)^4).  The first steady i gives the convergence point: the middle of
-the middle window, i.e. the start of bin ``i + shift_bins + window_bins // 2``.
-
-Normalized Area (TPCCA's transient metric, reference = the nominal new
-capacity B in Mbit/s)::
-
-    NA = (12 / B) * sum_{bins k before convergence} |B - x_k| * width
-         / (time from the change to convergence)
-
-which is 12/B times the mean absolute throughput error during the transient
-(12 Mbit/s is TPCCA's base rate).  The time from the change is measured from
-the first bin that starts at or after the change, so it equals
-(number of bins summed) x width; it is the true time from the change whenever
-the change falls on a bin boundary (steps at 0 s or a multiple of the RTT).
-
-Differences from TPCCA's code (deliberate):
-
-1. Candidate starts are *all* bins from the change whose windows end before
-   the run ends (or the next step starts).  TPCCA scans only bins before a
-   fixed 40 s.
-2. A series that never becomes steady yields ``converged=False`` and NaN
-   convergence time and Normalized Area.  TPCCA's detector instead returns
-   the number 40, which its caller uses as a *bin index*: a run that never
-   converges silently gets convergence at bin 40 (about 2 s at 12 Mbit/s)
-   and a finite area.
-3. Steps may start anywhere in the run (TPCCA assumes the change at t = 0),
-   so step-up, step-down and multi-step runs are analysed step by step.
-   For a step down to 0 Mbit/s the normalization 12/B is undefined and the
-   Normalized Area is NaN; ``area_mbit`` (the un-normalized area) remains.
-
-Known limitations kept from TPCCA (documented, not fixed): thresholds are
-absolute and do not scale with the rate; a plateau at the wrong level counts
-as converged (compare ``steady_level_mbps`` with B); dividing by the
-convergence time rewards long transients.
+Faults kept on purpose (`TPCCA_FAULTS`, shown in the report):
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
-import pandas as pd
-from numpy.lib.stride_tricks import sliding_window_view
 
-TPCCA_BASE_RATE_MBPS = 12.0
-"""TPCCA normalizes the area by B / 12 Mbit/s."""
+TPCCA_FAULTS = (
+    "counts arrivals at the bottleneck (the rate of the sender incl. packets later dropped), not deliveries",
+    "time zero is the start of the log, so the iperf3 control-connection handshake before the data flow counts as transient",
+    "bins are closed by the next arrival: the divisor is the gap to that arrival, not the bin width, and the last bin is dropped",
+    "thresholds (0.02 (Mbit/s)^2 and 0.02 (Mbit/s)^4) are absolute and do not scale with the rate",
+    "a flat stretch at the wrong level counts as converged (no check against the capacity)",
+    "the convergence point is the middle of the middle window, 9 RTT after the first steady bin even for a perfect tracker",
+    "a run that never converges (or whose windows run past 40 s or out of bins) gets bin index 40 as its convergence point and a finite area",
+    "the horizon is 2 x the one-way delay in ms read as seconds (50 s at 25 ms)",
+    "the area is divided by the convergence time, which rewards long transients with a small mean error",
+    "only one step, 0 -> B at time 0, is analysed: no step down, no later steps",
+    "the reference is the nominal rate B, so the noise of the trace counts as an error of the CCA",
+)
+"""The faults of TPCCA's reference analysis that ``--method tpcca`` keeps (for the report; no
+apostrophes, so that every HTML escaper renders them alike)."""
+
+GIVE_UP = 40
+"""TPCCA's detector limit (s) and the bin index it returns when it gives up."""
 
 
 @dataclass(frozen=True)
-class SteadyStateParams:
-    """Parameters of the TPCCA steady-state detector (defaults = TPCCA's).
+class TpccaResult:
+    """TPCCA's answer for one run.
 
     Attributes:
-        window_bins: bins per window (TPCCA: 10 RTT with 1-RTT bins at 12 Mbit/s).
-        shift_bins: bins between consecutive window starts (TPCCA: 4 RTT).
-        n_windows: number of windows compared (TPCCA: 3).
-        mean_var_threshold: max variance of window means, (Mbit/s)^2.
-        var_var_threshold: max variance of window variances, (Mbit/s)^4.
+        bins_t, bins_mbps: the emitted bins (start s, Mbit/s).
+        stable_index: the bin index TPCCA returns (40 when it gave up).
+        gave_up: the detector gave up (TPCCA would still report index 40).
+        convergence_s: t of bin ``stable_index`` (NaN when that bin does
+            not exist: TPCCA itself would raise IndexError).
+        normalized_area: TPCCA's NA (NaN when its code would fail:
+            missing bin, or s = 0 dividing by t_0 - t_0).
+        area_mbit: the un-normalized sum |B - x_i| (t_{i+1} - t_i).
     """
 
-    window_bins: int = 10
-    shift_bins: int = 4
-    n_windows: int = 3
-    mean_var_threshold: float = 0.02
-    var_var_threshold: float = 0.02
-
-    def __post_init__(self) -> None:
-        if self.window_bins < 1 or self.shift_bins < 1 or self.n_windows < 2:
-            raise ValueError(
-                "need window_bins >= 1, shift_bins >= 1, n_windows >= 2; "
-                f"got {self.window_bins}, {self.shift_bins}, {self.n_windows}"
-            )
-        if self.mean_var_threshold < 0 or self.var_var_threshold < 0:
-            raise ValueError("thresholds must be >= 0")
-
-    @property
-    def span_bins(self) -> int:
-        """Bins covered by all windows of one candidate."""
-        return self.shift_bins * (self.n_windows - 1) + self.window_bins
-
-    @property
-    def convergence_offset_bins(self) -> int:
-        """Convergence bin minus candidate start: middle of the middle window."""
-        return self.shift_bins * (self.n_windows // 2) + self.window_bins // 2
-
-
-@dataclass(frozen=True)
-class SteadyState:
-    """First steady candidate in a series (indices into that series)."""
-
-    start_index: int
-    convergence_index: int
-    level_mbps: float  # mean of the windows' means at the steady candidate
-
-
-def find_steady_state(x: np.ndarray, params: SteadyStateParams = SteadyStateParams()) -> SteadyState | None:
-    """Return the first steady candidate of throughput series ``x`` (Mbit/s), or None.
-
-    All candidate starts i with ``i + params.span_bins <= len(x)`` are tested
-    at once (window means/variances via a sliding window view).
-    """
-    x = np.asarray(x, dtype=np.float64)
-    W, S, K = params.window_bins, params.shift_bins, params.n_windows
-    n_cand = x.size - params.span_bins + 1
-    if n_cand <= 0:
-        return None
-    windows = sliding_window_view(x, W)  # row j = x[j : j + W]
-    means = windows.mean(axis=1)
-    variances = windows.var(axis=1)  # ddof 0, as TPCCA's np.var
-    M = np.stack([means[k * S : k * S + n_cand] for k in range(K)])
-    V = np.stack([variances[k * S : k * S + n_cand] for k in range(K)])
-    steady = (M.var(axis=0) <= params.mean_var_threshold) & (V.var(axis=0) <= params.var_var_threshold)
-    hits = np.flatnonzero(steady)
-    if hits.size == 0:
-        return None
-    i = int(hits[0])
-    return SteadyState(i, i + params.convergence_offset_bins, float(M[:, i].mean()))
-
-
-def normalized_area(x_transient: np.ndarray, bin_s: float, reference_mbps: float) -> tuple[float, float]:
-    """TPCCA Normalized Area of the bins before convergence.
-
-    Args:
-        x_transient: throughput (Mbit/s) of the bins from the change up to,
-            not including, the convergence bin.
-        bin_s: bin width in seconds.
-        reference_mbps: the reference rate B (nominal new capacity).
-
-    Returns:
-        (normalized_area, area_mbit): area_mbit = sum |B - x| * bin_s (Mbit);
-        normalized_area = (12 / B) * area_mbit / (len(x) * bin_s).  NaN
-        normalized area when B <= 0 or there are no bins.
-    """
-    x = np.asarray(x_transient, dtype=np.float64)
-    if x.size == 0:
-        return float("nan"), float("nan")
-    area = float(np.abs(reference_mbps - x).sum() * bin_s)
-    if not reference_mbps > 0:
-        return float("nan"), area
-    return (TPCCA_BASE_RATE_MBPS / reference_mbps) * area / (x.size * bin_s), area
-
-
-@dataclass(frozen=True)
-class StepTransient:
-    """Transient of one capacity step (times in s, rates in Mbit/s).
-
-    ``convergence_point_s`` is absolute (run time), ``convergence_time_s`` is
-    measured from the step.  Not converged: the three are NaN.
-    """
-
-    converged: bool
-    convergence_point_s: float
-    convergence_time_s: float
+    bins_t: np.ndarray
+    bins_mbps: np.ndarray
+    stable_index: int
+    gave_up: bool
+    convergence_s: float
     normalized_area: float
     area_mbit: float
-    steady_level_mbps: float
-    first_bin: int  # index into the full series of the first bin of the step
-    end_bin: int  # exclusive index of the step's last complete bin
-    convergence_bin: int | None  # index into the full series
 
-    def as_dict(self) -> dict[str, object]:
-        return asdict(self)
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("bins_t"), d.pop("bins_mbps")
+        return d
 
 
-def step_transient(
-    throughput: pd.Series,
-    bin_s: float,
-    at_s: float,
-    reference_mbps: float,
-    end_s: float | None = None,
-    params: SteadyStateParams = SteadyStateParams(),
-) -> StepTransient:
-    """Detect convergence after a capacity step and compute its Normalized Area.
+def tpcca_bins(times_s: np.ndarray, nbytes: np.ndarray, bin_size_s: float, end_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """TPCCA's arrival bins (step 3 of the module docstring).
 
     Args:
-        throughput: Mbit/s per bin, indexed by bin start time (s), bins of
-            ``bin_s`` seconds (as `transient.series.rate_series` returns).
-        bin_s: bin width (s).
-        at_s: time of the capacity change (s).
-        reference_mbps: the new nominal capacity B (Mbit/s).
-        end_s: end of the step's span (next change or run end); default: the
-            end of the series.  Windows never cross it.
-        params: detector parameters.
+        times_s: arrival times (s), in log order (nondecreasing).
+        nbytes: their sizes (bytes).
+        bin_size_s: RTT_s x B / 12.
+        end_s: horizon; events after it are ignored.
+
+    Returns:
+        (bin starts s, rates Mbit/s) of the emitted bins.
+
+    One Python step per *bin* (not per event): the closing event of a bin is
+    found by binary search and the bits by a cumulative sum.
     """
-    starts = throughput.index.to_numpy(dtype=np.float64)
-    eps = 1e-9 * max(1.0, bin_s)
-    first = int(np.searchsorted(starts, at_s - eps, side="left"))
-    if end_s is None:
-        end = starts.size
-    else:
-        end = int(np.searchsorted(starts + bin_s, end_s + eps, side="right"))
-    end = max(end, first)
-    x = throughput.to_numpy(dtype=np.float64)[first:end]
-    found = find_steady_state(x, params)
-    if found is None:
-        nan = float("nan")
-        return StepTransient(False, nan, nan, nan, nan, nan, first, end, None)
-    c = found.convergence_index
-    na, area = normalized_area(x[:c], bin_s, reference_mbps)
-    point = round(float(starts[first]) + c * bin_s, 9)  # drop float noise from bin arithmetic
-    return StepTransient(True, point, round(point - at_s, 9), na, area, found.level_mbps, first, end, first + c)
+    times_s = np.asarray(times_s, np.float64)
+    keep = times_s <= end_s
+    keep &= np.cumsum(~keep) == 0  # TPCCA stops at the first event past the horizon
+    t = times_s[keep]
+    cum_bits = np.concatenate([[0.0], np.cumsum(np.asarray(nbytes, np.float64)[keep] * 8.0)])
+    starts, rates = [], []
+    bin_start, first_event = 0.0, 0
+    while True:
+        j = int(np.searchsorted(t, bin_start + bin_size_s, side="right"))  # first event with t > start + size
+        if j >= t.size:
+            break  # the open bin is never emitted
+        starts.append(bin_start)
+        rates.append((cum_bits[j] - cum_bits[first_event]) / (t[j] - bin_start) / 1e6)
+        bin_start, first_event = float(t[j]), j
+    return np.asarray(starts), np.asarray(rates)
+
+
+def _window_end(t: np.ndarray, start: int, length: float) -> int | None:
+    """TPCCA's window search: first bin j >= start with t_j >= t_start + length.
+
+    The scan from ``start`` checks t_j >= 40 *before* the target, so it gives
+    up (None) when a bin with t >= 40 comes no later than j, or when it runs
+    out of bins.
+    """
+    j = max(int(np.searchsorted(t, t[start] + length, side="left")), start)
+    limit = int(np.searchsorted(t, GIVE_UP, side="left"))  # first bin with t >= 40
+    if j >= t.size or limit <= j:
+        return None
+    return j
+
+
+def tpcca_stable_index(t: np.ndarray, x: np.ndarray, rtt_s: float) -> tuple[int, bool]:
+    """TPCCA's steady-state detector (step 4); returns (bin index, gave_up)."""
+    W, S = 10 * rtt_s, 4 * rtt_s
+    for i in range(t.size):
+        if t[i] >= GIVE_UP:
+            return GIVE_UP, True
+        stats, mark = [], None
+        for k in range(3):
+            a = _window_end(t, i, k * S)
+            b = _window_end(t, a, W) if a is not None else None
+            if a is None or b is None:
+                return GIVE_UP, True
+            seg = x[a : b + 1]
+            stats.append((seg.mean(), seg.var()))
+            if k == 1:
+                mark = int((a + b) / 2)
+        m = np.array(stats)
+        if m[:, 0].var() <= 0.02 and m[:, 1].var() <= 0.02:
+            return mark, False
+    return GIVE_UP, True
+
+
+def tpcca_analysis(times_s: np.ndarray, nbytes: np.ndarray, capacity_mbps: float, one_way_delay_ms: float,
+                   duration_s: float) -> TpccaResult:
+    """TPCCA's convergence time and Normalized Area of a run (module docstring, steps 1-5).
+
+    Args:
+        times_s, nbytes: the arrival (``+``) events, s on the log clock and bytes.
+        capacity_mbps: B, the nominal rate after the step at time 0 (> 0).
+        one_way_delay_ms: one-way delay (RTT = 2x), ms.
+        duration_s: the run's configured duration, s.
+
+    Raises:
+        ValueError: B or the delay not positive.
+    """
+    if not capacity_mbps > 0:
+        raise ValueError(f"TPCCA needs a positive capacity B, got {capacity_mbps!r} Mbit/s")
+    if not one_way_delay_ms > 0:
+        raise ValueError(f"TPCCA needs a positive one-way delay, got {one_way_delay_ms!r} ms")
+    rtt_s = 2.0 * one_way_delay_ms / 1000.0
+    end_s = min(duration_s, 2.0 * one_way_delay_ms)  # the ms value read as seconds, as TPCCA does
+    t, x = tpcca_bins(times_s, nbytes, rtt_s * capacity_mbps / 12.0, end_s)
+    s, gave_up = tpcca_stable_index(t, x, rtt_s)
+    if s >= t.size:
+        return TpccaResult(t, x, s, gave_up, math.nan, math.nan, math.nan)
+    widths = np.diff(t[: s + 1])
+    area = float((np.abs(capacity_mbps - x[:s]) * widths).sum())
+    span = t[s] - t[0]
+    na = (12.0 / capacity_mbps) * area / span if span > 0 else math.nan
+    return TpccaResult(t, x, s, gave_up, float(t[s]), na, area)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import sys
 from pathlib import Path
 
 from .errors import CcplabError
@@ -22,17 +24,46 @@ def analyze_and_report(results_dir: Path) -> Path:
         raise CcplabError(f"analysis of {results_dir} failed: {exc}") from exc
 
 
-def analyze_path(path: Path, as_json: bool, rtt_ms: float | None, write: bool) -> int:
-    """``ccplab analyze``: the transient CLI on ``path``; a directory gets its report written in place."""
-    from transient.__main__ import main as transient_main
+def add_analyze_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``ccplab analyze``: those of ``python -m transient`` (one definition) + --no-report."""
+    from transient.cli_args import add_analysis_arguments
 
-    if not path.exists():
-        raise CcplabError(f"{path} does not exist")
-    argv = [str(path)]
-    if as_json:
-        argv.append("--json")
-    if rtt_ms is not None:
-        argv += ["--rtt-ms", str(rtt_ms)]
-    if write and path.is_dir():
-        argv += ["--out", str(path)]
-    return transient_main(argv)
+    add_analysis_arguments(p)
+    p.add_argument("--no-report", action="store_true",
+                   help="do not write runs.csv, steps.csv and report.html into an analysed directory")
+
+
+def analyze_command(args: argparse.Namespace) -> int:
+    """``ccplab analyze``: analyse each PATH; print a step table or (--json) one JSON object per run
+    per line; a single analysed directory gets its report written in place unless --no-report.
+
+    Returns 0, or 2 with the message on stderr when an input is bad (the message names the file, and
+    the line of a malformed log).
+    """
+    import transient
+    from transient.__main__ import print_summary, run_analysis
+    from transient.analyze import _tables
+    from transient.cli_args import print_json_lines
+
+    for p in args.paths:
+        if not Path(p).exists():
+            raise CcplabError(f"{p} does not exist")
+    try:
+        results, errors = run_analysis(args)
+        write = not args.no_report and len(args.paths) == 1 and Path(args.paths[0]).is_dir()
+        if write:
+            runs, steps = _tables(results)
+            report = transient.write_report(args.paths[0], runs, steps, {r.run_id: r.series for r in results},
+                                            errors=errors, source=str(args.paths[0]))
+    except (transient.TransientError, ValueError, OSError, argparse.ArgumentTypeError) as exc:
+        print(f"ccplab: error: {exc}", file=sys.stderr)
+        return 2
+    for path, err in errors:
+        print(f"skipped {path}: {err}", file=sys.stderr)
+    if args.json:
+        print_json_lines(results)
+    else:
+        print_summary(results)
+    if write:
+        print(f"report: {report}", file=sys.stderr)
+    return 0

@@ -99,3 +99,47 @@ def test_large_log_parses_in_seconds(tmp_path):
     assert len(log.events) == 3 * n
     assert (log.events["kind"] == "departure").sum() == n
     assert elapsed < 10.0
+
+
+def test_parquet_cache_is_used_and_invalidated_when_the_log_changes(tmp_path):
+    from transient.cache import cache_path
+
+    p = tmp_path / "uplink.log"
+    p.write_text(LOG)
+    first = read_link_log(p)
+    cache = cache_path(p)
+    assert cache.name == "uplink.log.parquet" and cache.exists()
+    again = read_link_log(p)  # from the cache
+    pd.testing.assert_frame_equal(first.events, again.events)
+    assert again.header == first.header and again.base_timestamp_ms == first.base_timestamp_ms
+    # a changed log (other size and mtime) is parsed again, and the cache rewritten
+    p.write_text(LOG + "12 # 1504\n")
+    changed = read_link_log(p)
+    assert len(changed.events) == len(first.events) + 1
+    assert len(read_link_log(p).events) == len(changed.events)
+    # a corrupt cache is ignored, not trusted
+    cache.write_bytes(b"not parquet")
+    assert len(read_link_log(p).events) == len(changed.events)
+
+
+def test_unwritable_cache_directory_still_parses(tmp_path, monkeypatch):
+    import transient.cache as c
+
+    def refuse(path, data):
+        raise PermissionError(f"{path}: read-only")
+
+    monkeypatch.setattr(c, "write_atomic", refuse)
+    p = tmp_path / "uplink.log"
+    p.write_text(LOG)
+    assert len(read_link_log(p).events) == 6 and not c.cache_path(p).exists()
+
+
+def test_reader_tolerates_tabs_crlf_and_padding():
+    log = parse_link_log("# base timestamp: 0\r\n 0\t#  1504 \r\n\r\n3 -\t1504 2.5\r\n")
+    assert log.events["kind"].tolist() == ["opportunity", "departure"]
+    assert log.events["delay_ms"].iloc[1] == 2.5
+
+
+def test_long_timestamps_and_first_line_event():
+    log = parse_link_log("1795365488739 + 1504\n1795365488740 - 1504 1\n")
+    assert log.events["time_ms"].tolist() == [1795365488739, 1795365488740]

@@ -1,0 +1,97 @@
+"""Delay side of a step: the queue a step builds, how long it stays, what it drops.
+
+A saturated link departs at exactly its capacity, so after a step down the
+departures follow the new capacity at once and the throughput shows no
+transient; the transient is the queue that builds and drains, and the
+drops.  So every step (up, down, the flow's start) is also scored here, on
+the per-RTT-bin series of `transient.series` from the step to the end of its
+span (the next step or the run's end):
+
+* transient window = [step, t_q), t_q = the later of the convergence point
+  and the middle of the span (the queue's own transient outlasts the
+  throughput's after a step down, and must not count as "standing"); a
+  step that did not converge has no steady part: the window is the whole
+  span and standing queue and drain time are NaN;
+* ``peak_queueing_delay_ms``: largest per-packet queueing delay (delay -
+  base, base = smallest delay of the log) of a departure in the window;
+* ``standing_queue_ms``: median per-bin queueing delay over [t_q, end);
+  ``standing_queue_packets``: mean queue occupancy there;
+* ``drain_time_s``: from the step to the start of the first bin, at or after
+  the window's highest-delay bin, whose mean queueing delay is back within
+  max(10 %, 2 ms) of the standing queue; 0 when the peak bin itself is;
+  NaN when it never gets back within the span;
+* ``drops``: packets dropped in the window (``d`` lines).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pandas as pd
+
+from .series import LogArrays
+
+DRAIN_TOLERANCE = (0.10, 2.0)
+"""Back at the standing queue = within max(10 % of it, 2 ms)."""
+
+
+@dataclass(frozen=True)
+class DelaySide:
+    """Delay metrics of one step (ms, packets, s; NaN where undefined; drops an int)."""
+
+    peak_queueing_delay_ms: float
+    standing_queue_packets: float
+    standing_queue_ms: float
+    drain_time_s: float
+    drops: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def delay_side(
+    arrays: LogArrays, series: pd.DataFrame, at_s: float, end_s: float, convergence_point_s: float
+) -> DelaySide:
+    """Delay metrics of the step at ``at_s`` whose span ends at ``end_s`` (see module docstring).
+
+    Args:
+        arrays: the log.
+        series: `transient.series.binned_series` from ``at_s`` (one row per bin).
+        at_s, end_s: the step's span, s on the log clock.
+        convergence_point_s: the throughput's convergence point (NaN if none).
+    """
+    bin_s = float(series.attrs["bin_s"])
+    converged = math.isfinite(convergence_point_s)
+    t_q = max(convergence_point_s, at_s + (end_s - at_s) / 2.0) if converged else end_s
+    t_bins = series.index.to_numpy()
+    window = t_bins < t_q - 1e-9
+    steady = ~window
+
+    dep = arrays.mask("departure")
+    in_win = dep & (arrays.t >= at_s * 1000.0) & (arrays.t < t_q * 1000.0)
+    q = arrays.delay[in_win] - arrays.base_delay_ms
+    peak = float(q.max()) if q.size else math.nan
+    drop = arrays.mask("drop") & (arrays.t >= at_s * 1000.0) & (arrays.t < t_q * 1000.0)
+    drops = int(arrays.packets[drop].sum())
+
+    qd = series["queueing_delay_ms"].to_numpy()
+    if not converged or not steady.any():
+        return DelaySide(peak, math.nan, math.nan, math.nan, drops)
+    standing_ms = float(np.nanmedian(qd[steady])) if np.isfinite(qd[steady]).any() else math.nan
+    standing_pkts = float(np.nanmean(series["queue_packets"].to_numpy()[steady]))
+    drain = _drain_time(qd, window, standing_ms, bin_s)
+    return DelaySide(peak, standing_pkts, standing_ms, drain, drops)
+
+
+def _drain_time(qd: np.ndarray, window: np.ndarray, standing_ms: float, bin_s: float) -> float:
+    if not math.isfinite(standing_ms) or not np.isfinite(qd[window]).any():
+        return math.nan
+    peak_bin = int(np.nanargmax(np.where(window, qd, -np.inf)))
+    tol = max(DRAIN_TOLERANCE[0] * standing_ms, DRAIN_TOLERANCE[1])
+    back = np.flatnonzero(np.nan_to_num(qd[peak_bin:], nan=0.0) <= standing_ms + tol)  # no departure: nothing waited
+    if back.size == 0:
+        return math.nan
+    k = peak_bin + int(back[0])
+    return 0.0 if k == peak_bin else k * bin_s
