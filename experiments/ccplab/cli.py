@@ -70,12 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
     algs.add_argument("--dump-program", action="store_true", help="print its fold program")
     algs.add_argument("--json", action="store_true", help="machine-readable output")
 
-    ana = sub.add_parser("analyze", help="analyse a link log, a run directory or a results directory")
-    ana.add_argument("path", type=Path)
-    ana.add_argument("--json", action="store_true", help="print per-run and per-step records as JSON")
-    ana.add_argument("--rtt-ms", type=float, default=None,
-                     help="RTT for a bare log without metadata, ms (default 50)")
-    ana.add_argument("--no-report", action="store_true", help="do not write runs.csv/report.html")
+    ana = sub.add_parser("analyze", help="analyse link logs, run directories or results directories: "
+                         "per-step transient metrics (--method ccplab|tpcca), --json for one object per run")
+    from .analysis import add_analyze_arguments
+
+    add_analyze_arguments(ana)
     _add_report_parser(sub)
     return parser
 
@@ -173,9 +172,9 @@ def cmd_algorithms(args) -> int:
 
 
 def cmd_analyze(args) -> int:
-    from .analysis import analyze_path
+    from .analysis import analyze_command
 
-    return analyze_path(args.path, as_json=args.json, rtt_ms=args.rtt_ms, write=not args.no_report)
+    return analyze_command(args)
 
 
 def _add_report_parser(sub) -> None:
