@@ -1,4 +1,4 @@
-"""The ``ccplab`` command: run, compare, demo, algorithms, analyze.
+"""The ``ccplab`` command: run, compare, demo, clean, algorithms, analyze.
 
 Exit status: 0 on success, 2 on bad input or an unusable machine (the message
 names what is wrong), 130 when interrupted (after cleaning up).
@@ -50,8 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--runs", type=int, default=sc.DEMO_RUNS, help="runs per CCA (default %(default)s)")
     src = cmp_.add_mutually_exclusive_group()
     src.add_argument("--trace", type=Path, help="an existing mahimahi trace (e.g. a cellular one)")
-    src.add_argument("--step", default="0:0:12", metavar="AT_S:FROM_MBPS:TO_MBPS",
-                     help="generate a step-change trace (default %(default)s)")
+    src.add_argument("--step", action="append", default=None, metavar="AT_S:FROM_MBPS:TO_MBPS",
+                     help="a capacity step of the generated trace (s, Mbit/s, Mbit/s); repeat for several, "
+                          "e.g. --step 0:0:12 --step 10:12:4; each FROM is the rate before it (default 0:0:12)")
     cmp_.add_argument("--sigma-mbps", type=float, default=sc.DEMO_SIGMA_MBPS,
                       help="per-ms capacity noise of a generated trace, Mbit/s (default %(default)s)")
     cmp_.add_argument("--seed", type=int, default=sc.DEMO_SEED, help="seed of a generated trace")
@@ -59,23 +60,30 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--out", type=Path, required=True, help="comparison directory (new or empty)")
     cmp_.add_argument("--no-analysis", action="store_true", help="only run; analyse later with ccplab analyze")
 
-    demo = sub.add_parser("demo", help="compare on the built-in default: step 0->12 Mbit/s, sigma 2, "
-                          "25 ms one way, droptail 40, kernel:cubic kernel:bbr ccp:reno ccp:cubic, 3 x 20 s")
+    demo = sub.add_parser("demo", help="compare on the built-in default: steps 0->12 Mbit/s at 0 s and "
+                          "12->4 Mbit/s at 10 s, sigma 2, 25 ms one way, droptail 40, "
+                          "kernel:cubic kernel:bbr ccp:reno ccp:cubic, 3 x 20 s")
     demo.add_argument("--out", type=Path, help="default: results/demo-<timestamp>")
     demo.add_argument("--runs", type=int, default=sc.DEMO_RUNS)
     demo.add_argument("--duration-s", type=int, default=sc.DEMO_DURATION_S)
+
+    clean = sub.add_parser("clean", help="remove what killed runs left: their processes, the link's network "
+                           "namespaces, a registered 'ccp' with no datapath, the Portus socket, partial run dirs")
+    clean.add_argument("dirs", nargs="*", type=Path, metavar="DIR",
+                       help="results directories to search for partial run directories (default: results/)")
+    clean.add_argument("--dry-run", action="store_true", help="only list what would be removed")
 
     algs = sub.add_parser("algorithms", help="list the suite's algorithms and their flags")
     algs.add_argument("name", nargs="?", help="one algorithm")
     algs.add_argument("--dump-program", action="store_true", help="print its fold program")
     algs.add_argument("--json", action="store_true", help="machine-readable output")
 
-    ana = sub.add_parser("analyze", help="analyse link logs, run directories or results directories: "
-                         "per-step transient metrics (--method ccplab|tpcca), --json for one object per run")
-    from .analysis import add_analyze_arguments
-
-    add_analyze_arguments(ana)
-    _add_report_parser(sub)
+    ana = sub.add_parser("analyze", help="analyse a link log, a run directory or a results directory")
+    ana.add_argument("path", type=Path)
+    ana.add_argument("--json", action="store_true", help="print per-run and per-step records as JSON")
+    ana.add_argument("--rtt-ms", type=float, default=None,
+                     help="RTT for a bare log without metadata, ms (default 50)")
+    ana.add_argument("--no-report", action="store_true", help="do not write runs.csv/report.html")
     return parser
 
 
@@ -104,7 +112,7 @@ def cmd_run(args) -> int:
     from .run import run_one
 
     cca = parse_cca(args.cca)
-    steps = tuple(sc.Step.parse(s) for s in args.step)
+    steps = sc.parse_step_args(args.step)
     scenario = sc.scenario_for_trace(args.trace.stem, args.trace, args.one_way_delay_ms,
                                      args.queue_packets, args.duration_s, steps)
     print(f"running {cca} for {scenario.duration_s} s through {scenario.trace.name} ...", file=sys.stderr, flush=True)
@@ -113,16 +121,11 @@ def cmd_run(args) -> int:
     return 0
 
 
-def _comparison(ccas, trace, step, sigma, seed, owd, queue, duration, runs, out, analyze=True) -> int:
-    from .compare import compare, prepare_out_dir
+def _comparison(ccas, trace, steps, sigma, seed, owd, queue, duration, runs, out, analyze=True) -> int:
+    from .compare import compare, setup_comparison
 
-    out = prepare_out_dir(out)
-    if trace is not None:
-        scenario = sc.scenario_for_trace(trace.stem, trace, owd, queue, duration)
-    else:
-        name = f"step-{step.from_mbps:g}-{step.to_mbps:g}-at-{step.at_s:g}s"
-        path = sc.generate_step_trace(out / "trace" / f"{name}.trace", step, duration, sigma, seed)
-        scenario = sc.scenario_for_trace(name, path, owd, queue, duration)
+    out, scenario = setup_comparison(ccas, runs, out, owd, queue, duration, trace=trace, steps=steps,
+                                     sigma_mbps=sigma, seed=seed)
     report = compare(ccas, scenario, runs, out, analyze=analyze)
     print(f"results in {out}" + (f"; report: {report}" if report != out else ""))
     return 0
@@ -131,21 +134,41 @@ def _comparison(ccas, trace, step, sigma, seed, owd, queue, duration, runs, out,
 def cmd_compare(args) -> int:
     names = [n.strip() for item in args.cca for n in item.split(",") if n.strip()]
     ccas = [parse_cca(n) for n in names]
-    step = None if args.trace else sc.Step.parse(args.step)
-    return _comparison(ccas, args.trace, step, args.sigma_mbps, args.seed, args.one_way_delay_ms,
+    steps = () if args.trace else sc.parse_step_args(args.step or ["0:0:12"])
+    return _comparison(ccas, args.trace, steps, args.sigma_mbps, args.seed, args.one_way_delay_ms,
                        args.queue_packets, args.duration_s, args.runs, args.out, not args.no_analysis)
 
 
 def cmd_demo(args) -> int:
     out = args.out or REPO_ROOT / "results" / f"demo-{dt.datetime.now():%Y%m%d-%H%M%S}"
     ccas = [parse_cca(n) for n in sc.DEMO_CCAS]
-    code = _comparison(ccas, None, sc.DEMO_STEP, sc.DEMO_SIGMA_MBPS, sc.DEMO_SEED, sc.DEMO_ONE_WAY_DELAY_MS,
+    code = _comparison(ccas, None, sc.DEMO_STEPS, sc.DEMO_SIGMA_MBPS, sc.DEMO_SEED, sc.DEMO_ONE_WAY_DELAY_MS,
                        sc.DEMO_QUEUE_PACKETS, args.duration_s, args.runs, out)
     latest = REPO_ROOT / "results" / "demo-latest"
     if args.out is None:
         latest.unlink(missing_ok=True)
         latest.symlink_to(out.name)
     return code
+
+
+def cmd_clean(args) -> int:
+    """``ccplab clean``: list (and unless --dry-run remove) what killed runs left; needs root."""
+    import os
+
+    from .cleanup import clean, find_leftovers
+
+    if os.geteuid() != 0:
+        raise CcplabError("ccplab clean needs root (other processes' environments, namespaces, BPF)")
+    left = find_leftovers(args.dirs or [REPO_ROOT / "results"])
+    lines = left.describe()
+    if not lines:
+        print("nothing left behind by killed runs")
+        return 0
+    if args.dry_run:
+        print("\n".join(f"would remove: {line}" for line in lines))
+        return 0
+    print("\n".join(clean(left)))
+    return 0
 
 
 def cmd_algorithms(args) -> int:
@@ -172,39 +195,13 @@ def cmd_algorithms(args) -> int:
 
 
 def cmd_analyze(args) -> int:
-    from .analysis import analyze_command
+    from .analysis import analyze_path
 
-    return analyze_command(args)
-
-
-def _add_report_parser(sub) -> None:
-    rep = sub.add_parser(
-        "report", help="analyse results / run directories and write ONE HTML page comparing the CCAs across "
-        "scenarios: tables (median, IQR, bootstrap 95%% CI), zoomed step plots, NA violins, throughput/delay "
-        "plane; every figure as PNG and PDF")
-    rep.add_argument("dirs", nargs="+", type=Path, metavar="DIR",
-                     help="a results directory or a run directory; several are analysed and compared together")
-    rep.add_argument("--out", type=Path, help="where report.html, the CSV tables and plots/ go (default: the "
-                     "first DIR)")
-    rep.add_argument("--method", choices=("ccplab", "tpcca"), default=None,
-                     help="analysis method passed to the analysis (default: its own default, ccplab)")
+    return analyze_path(args.path, as_json=args.json, rtt_ms=args.rtt_ms, write=not args.no_report)
 
 
-def cmd_report(args) -> int:
-    """``ccplab report DIR... [--out OUT] [--method M]``: `transient.report.report_paths` (exit 2 on bad input)."""
-    import transient
-    from transient.report import report_paths
-
-    try:
-        page = report_paths(args.dirs, args.out, method=args.method)
-    except (transient.TransientError, ValueError) as exc:
-        raise CcplabError(f"report: {exc}") from exc
-    print(f"report: {page}")
-    return 0
-
-
-COMMANDS = {"run": cmd_run, "compare": cmd_compare, "demo": cmd_demo,
-            "algorithms": cmd_algorithms, "analyze": cmd_analyze, "report": cmd_report}
+COMMANDS = {"run": cmd_run, "compare": cmd_compare, "demo": cmd_demo, "clean": cmd_clean,
+            "algorithms": cmd_algorithms, "analyze": cmd_analyze}
 
 if __name__ == "__main__":
     sys.exit(main())

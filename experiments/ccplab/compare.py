@@ -2,31 +2,81 @@
 
 Layout of a comparison directory:
     scenario.json                   the shared scenario
-    trace/<name>.trace(.meta.json)  the generated trace, when it was generated
+    trace/<name>.trace(.meta.json)  the generated trace (all steps in one), when it was generated
     runs/<kind>-<name>/run-<k>/     one run directory each (see ccplab.run)
     runs.csv, steps.csv, report.html, plots/   written by the analysis
 """
 
 from __future__ import annotations
 
+import json
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Sequence
 
+from transient.atomic import write_atomic
+
+from . import scenario as sc
 from .cca import Cca
 from .errors import CcplabError
 from .run import preflight, run_one
-from .scenario import Scenario, write_json_atomic
+from .scenario import Scenario, Step
+
+
+def check_out_dir(out: Path) -> Path:
+    """The resolved comparison directory; CcplabError if it exists and is not empty. Creates nothing."""
+    out = out.resolve()
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise CcplabError(f"output directory {out} is not empty: choose another --out (nothing was overwritten)")
+    return out
 
 
 def prepare_out_dir(out: Path) -> Path:
     """Create the comparison directory; refuse a non-empty one so nothing is overwritten."""
-    out = out.resolve()
-    if out.exists() and any(out.iterdir()):
-        raise CcplabError(f"output directory {out} is not empty: choose another --out (nothing was overwritten)")
+    out = check_out_dir(out)
     out.mkdir(parents=True, exist_ok=True)
     return out
+
+
+def check_runs(runs: int) -> None:
+    if runs < 1:
+        raise CcplabError(f"--runs must be >= 1, got {runs}")
+
+
+def setup_comparison(ccas: Sequence[Cca], runs: int, out: Path, one_way_delay_ms: int, queue_packets: int,
+                     duration_s: int, trace: Path | None = None, steps: Sequence[Step] = (),
+                     sigma_mbps: float = 0.0, seed: int = 0) -> tuple[Path, Scenario]:
+    """Check every input, then create ``out`` with its scenario; returns (out, scenario).
+
+    The scenario runs on ``trace`` (a user's file) or, without one, on a trace
+    generated from ``steps`` (Mbit/s, seconds) with noise ``sigma_mbps`` and
+    ``seed``, saved under ``out/trace/``. All input is checked (runs, link
+    setup, steps, CCAs and the machine, the trace) BEFORE ``out`` is created,
+    so refused input leaves nothing behind. Raises CcplabError.
+    """
+    check_runs(runs)
+    if not ccas:
+        raise CcplabError("no CCA given: use --cca kernel:NAME or --cca ccp:NAME")
+    Scenario("check", Path("."), one_way_delay_ms, queue_packets, duration_s, tuple(steps)).validate()
+    for cca in ccas:
+        preflight(cca)
+    out = check_out_dir(out)
+    if trace is not None:
+        sc.check_trace(trace)
+        out = prepare_out_dir(out)
+        return out, sc.scenario_for_trace(trace.stem, trace, one_way_delay_ms, queue_packets, duration_s)
+    name = sc.step_trace_name(steps)
+    with tempfile.TemporaryDirectory(prefix="ccplab-trace-") as tmp:
+        made = sc.generate_step_trace(Path(tmp) / f"{name}.trace", steps, duration_s, sigma_mbps, seed)
+        out = prepare_out_dir(out)
+        (out / "trace").mkdir()
+        for part in (made, sc.sidecar_path(made)):
+            shutil.move(part, out / "trace" / part.name)
+    path = out / "trace" / made.name
+    return out, sc.scenario_for_trace(name, path, one_way_delay_ms, queue_packets, duration_s)
 
 
 def compare(ccas: Sequence[Cca], scenario: Scenario, runs: int, out: Path, analyze: bool = True) -> Path:
@@ -35,12 +85,11 @@ def compare(ccas: Sequence[Cca], scenario: Scenario, runs: int, out: Path, analy
     Progress goes to stderr, one line a run. The first failing run stops the
     comparison with a CcplabError; finished runs stay in place.
     """
-    if runs < 1:
-        raise CcplabError(f"--runs must be >= 1, got {runs}")
+    check_runs(runs)
     for cca in ccas:
         preflight(cca)
-    write_json_atomic(out / "scenario.json", {"scenario": scenario.to_json(), "ccas": [str(c) for c in ccas],
-                                              "runs": runs})
+    plan = {"scenario": scenario.to_json(), "ccas": [str(c) for c in ccas], "runs": runs}
+    write_atomic(out / "scenario.json", json.dumps(plan, indent=2) + "\n")
     total = len(ccas) * runs
     done = 0
     for cca in ccas:

@@ -3,6 +3,14 @@
 Every daemon of a run (the link, the algorithm, the datapath, iperf3's server)
 is a ``Daemon`` used as a context manager, so a failure or Ctrl-C anywhere
 stops all of them in reverse order and nothing is left running.
+
+When the runner is killed outright (SIGKILL: no cleanup code runs), its
+children still stop: each is started through ``setpriv --pdeathsig TERM``
+(util-linux), so the kernel sends it SIGTERM when the runner's thread that
+started it dies, and each handles SIGTERM by cleaning up (the link deletes
+its namespaces, the datapath unregisters ``ccp``). Every child also carries
+``CCPLAB_RUNNER_PID`` in its environment, so ``ccplab clean`` can recognise
+the processes of a dead runner should one survive anyway.
 """
 
 from __future__ import annotations
@@ -15,6 +23,24 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from .errors import CcplabError
+
+RUNNER_ENV = "CCPLAB_RUNNER_PID"
+"""Environment variable naming the runner's pid in every child (see ``ccplab.cleanup``)."""
+
+
+def supervised(argv: Sequence[str]) -> list[str]:
+    """``argv`` wrapped so the process gets SIGTERM when its parent (this runner's thread) dies.
+
+    Uses ``setpriv --pdeathsig TERM`` instead of a ``preexec_fn`` calling
+    prctl(PR_SET_PDEATHSIG): preexec_fn is unsafe in a process with threads
+    (a Dask worker). setpriv execs ``argv``, so the child's pid is its own.
+    """
+    return ["setpriv", "--pdeathsig", "TERM", "--", *(str(a) for a in argv)]
+
+
+def child_env() -> dict[str, str]:
+    """Environment of a run's child: plain-text logs and the runner's pid (for leftover detection)."""
+    return {**os.environ, "NO_COLOR": "1", RUNNER_ENV: str(os.getpid())}
 
 
 class Daemon:
@@ -44,9 +70,9 @@ class Daemon:
             raise RuntimeError(f"{self.name} was already started")
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                supervised(self.argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True,  # our Ctrl-C reaches it through stop(), in order
-                env={**os.environ, "NO_COLOR": "1"},  # plain text in the log files
+                env=child_env(),
             )
 
     def running(self) -> bool:

@@ -10,8 +10,21 @@ Then everything stops in reverse order. The run directory is assembled under
 a hidden partial name and renamed into place only when the run succeeded, so
 a failed or interrupted run leaves nothing half-written in the results.
 
+A run killed outright (SIGKILL) still cleans up: its daemons die with it
+(``processes.supervised``) and the link always has a duration
+(``link_duration_s``). The next run's preflight refuses to start on anything
+a killed run left on the host, naming ``ccplab clean``, and removes stale
+partial directories beside its own output (see ``ccplab.cleanup``).
+
 Files of a run directory:
-    metadata.json   what ran (CCA, scenario, versions, times) - written last
+    metadata.json   what ran (CCA, scenario, versions, times) - written last;
+                    ``flow_start_s``: arrival time (s on the link log's clock) of
+                    the first full-size packet of the measured data flow
+                    (``transient.flow_start_s`` on uplink.log). The trace and
+                    the log start at the link's time 0, before iperf3's control
+                    connection; the analysis measures transients from
+                    ``flow_start_s``, so the handshake is not counted as the
+                    CCA's transient (issue 6). Steps keep their trace times.
     uplink.log      per-packet link log, mahimahi mm-link text format
     iperf3.json     iperf3 client's JSON (-J)
     link.log        ccplab-link's own log
@@ -33,17 +46,22 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
+import transient
+from transient.atomic import write_atomic
+
 from . import registry
 from .binaries import REPO_ROOT, project_binary, system_binary
 from .cca import Cca, DATAPATH_CA, kernel_ccs
 from .errors import CcplabError
-from .processes import Daemon
-from .scenario import Scenario, check_trace, write_json_atomic
+from .cleanup import find_leftovers, remove_stale_partials
+from .processes import Daemon, child_env, supervised
+from .scenario import Scenario, check_trace
 
 PORTUS_SOCKET = Path("/tmp/ccp/portus")
 BTF_VMLINUX = Path("/sys/kernel/btf/vmlinux")  # struct_ops needs the kernel's BTF
 IPERF_PORT = 5201
 READY_TIMEOUT_S = 30.0
+CLIENT_GRACE_S = 60.0  # iperf3's client may take this long past the flow's duration before it is a failure
 
 
 @dataclass
@@ -59,8 +77,13 @@ def preflight(cca: Cca) -> None:
     """Check the machine can run ``cca``; CcplabError says what is missing."""
     if os.geteuid() != 0:
         raise CcplabError("ccplab run needs root (network namespaces, BPF struct_ops): run it as root")
+    left = find_leftovers().host_state()
+    if left:
+        raise CcplabError("a killed run left this behind:\n  " + "\n  ".join(left) +
+                          "\nremove it with `ccplab clean` (as root), then run again")
     system_binary("iperf3")
     system_binary("ip", "iproute2")
+    system_binary("setpriv", "util-linux")  # daemons die with the runner (processes.supervised)
     project_binary("ccplab-link")
     if cca.kind == "ccp":
         if not BTF_VMLINUX.exists():
@@ -89,6 +112,7 @@ def run_one(cca: Cca, scenario: Scenario, out: Path, run_index: int = 1) -> RunR
     out = out.resolve()
     if out.exists():
         raise CcplabError(f"run directory {out} already exists: choose another --out (nothing was overwritten)")
+    remove_stale_partials(out.parent)  # what killed runs left here; incomplete by definition
     partial = out.with_name(f".{out.name}.partial-{os.getpid()}")
     partial.mkdir(parents=True)
     started = _now()
@@ -97,13 +121,14 @@ def run_one(cca: Cca, scenario: Scenario, out: Path, run_index: int = 1) -> RunR
         mbps, socket_cc = _check_iperf(iperf, cca)
         metadata = {
             "schema": 1, "cca": str(cca), "run": run_index, "scenario": scenario.to_json(),
+            "flow_start_s": _flow_start_s(partial / "uplink.log"),
             "files": {"link_log": "uplink.log", "iperf3": "iperf3.json", "link": "link.log",
                       "datapath_log": "datapath.log" if cca.kind == "ccp" else None,
                       "algorithm_log": "algorithm.log" if cca.kind == "ccp" else None},
             "socket_congestion_control": socket_cc, "iperf3_receiver_mbps": mbps,
             "started_at": started, "finished_at": _now(), "host": _host_info(),
         }
-        write_json_atomic(partial / "metadata.json", metadata)
+        write_atomic(partial / "metadata.json", json.dumps(metadata, indent=2) + "\n")
         partial.rename(out)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
@@ -132,6 +157,14 @@ def _run_flow(cca: Cca, scenario: Scenario, rundir: Path) -> dict:
     return result
 
 
+def _flow_start_s(uplink_log: Path) -> float:
+    """The data flow's time zero in the link log (s); CcplabError when the log shows no data flow."""
+    try:
+        return transient.flow_start_s(uplink_log)
+    except (transient.TransientError, OSError) as exc:
+        raise CcplabError(f"the run's link log has no data flow: {exc}") from exc
+
+
 def _started(daemon: Daemon, is_ready) -> Daemon:
     """Start ``daemon`` and wait until ``is_ready()``; stop it again if it never gets there."""
     daemon.start()
@@ -143,12 +176,20 @@ def _started(daemon: Daemon, is_ready) -> Daemon:
     return daemon
 
 
+def link_duration_s(scenario: Scenario) -> float:
+    """The link's own time limit, s: the longest a healthy run can need (three daemons' readiness
+    waits, the flow, the client's grace). The runner stops the link as the flow ends; this limit
+    only matters when the runner could not (it was killed), so the link never outlives it for long."""
+    return 3 * READY_TIMEOUT_S + scenario.duration_s + CLIENT_GRACE_S + 10.0
+
+
 def _start_link(scenario: Scenario, rundir: Path) -> Daemon:
     ready_file = rundir / ".link-ready.json"
     link = Daemon("ccplab-link", [
         project_binary("ccplab-link"), "--uplink-trace", scenario.trace,
         "--one-way-delay-ms", scenario.one_way_delay_ms, "--queue-packets", scenario.queue_packets,
         "--uplink-log", rundir / "uplink.log", "--ready-file", ready_file,
+        "--duration-s", link_duration_s(scenario),
     ], rundir / "link.log")
     return _started(link, ready_file.exists)
 
@@ -185,10 +226,11 @@ def _listening(netns: str, port: int) -> bool:
 def _run_iperf_client(cca: Cca, scenario: Scenario, ready: dict, rundir: Path) -> dict:
     argv = ["ip", "netns", "exec", ready["sender_netns"], "iperf3", "-c", ready["receiver_ip"],
             "-p", str(IPERF_PORT), "-t", str(scenario.duration_s), "-C", cca.socket_cc, "-J"]
+    limit_s = scenario.duration_s + CLIENT_GRACE_S
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=scenario.duration_s + 60)
+        done = subprocess.run(supervised(argv), capture_output=True, text=True, timeout=limit_s, env=child_env())
     except subprocess.TimeoutExpired:
-        raise CcplabError(f"iperf3 client did not finish within {scenario.duration_s + 60} s") from None
+        raise CcplabError(f"iperf3 client did not finish within {limit_s:.0f} s") from None
     (rundir / "iperf3.json").write_text(done.stdout)
     try:
         result = json.loads(done.stdout)

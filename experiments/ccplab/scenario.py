@@ -9,36 +9,29 @@ analysis know where the capacity changes. A user's own trace (for example
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Iterable, Sequence
+
+from transient.atomic import write_atomic
+from transient.errors import StepFormatError
+from transient.steps import Step, parse_steps
 
 from .binaries import project_binary
 from .errors import CcplabError
 
 
-@dataclass(frozen=True)
-class Step:
-    """A capacity change at ``at_s`` seconds of trace time, from ``from_mbps`` to ``to_mbps`` (Mbit/s)."""
+def parse_step_args(texts: Iterable[str], option: str = "--step") -> tuple[Step, ...]:
+    """Parse ``AT_S:FROM_MBPS:TO_MBPS`` options with the project's one parser (``transient.steps``).
 
-    at_s: float
-    from_mbps: float
-    to_mbps: float
-
-    @classmethod
-    def parse(cls, text: str) -> "Step":
-        """Parse ``AT_S:FROM_MBPS:TO_MBPS``, e.g. ``0:0:12``."""
-        parts = text.split(":")
-        try:
-            at_s, from_mbps, to_mbps = (float(p) for p in parts)
-        except ValueError:
-            raise CcplabError(
-                f"bad step {text!r}: expected AT_S:FROM_MBPS:TO_MBPS, e.g. 0:0:12"
-            ) from None
-        if at_s < 0 or from_mbps < 0 or to_mbps < 0:
-            raise CcplabError(f"bad step {text!r}: time and rates must be >= 0")
-        return cls(at_s, from_mbps, to_mbps)
+    Returns the steps sorted by time; CcplabError (naming ``option``) on a
+    malformed step or two steps at the same time.
+    """
+    try:
+        return tuple(parse_steps(texts))
+    except StepFormatError as exc:
+        raise CcplabError(f"{option}: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -62,7 +55,7 @@ class Scenario:
     def to_json(self) -> dict:
         data = asdict(self)
         data["trace"] = str(self.trace)
-        data["steps"] = [asdict(s) for s in self.steps]
+        data["steps"] = [s.as_dict() for s in self.steps]
         return data
 
     def validate(self) -> None:
@@ -73,6 +66,15 @@ class Scenario:
             raise CcplabError(f"--queue-packets must be >= 1, got {self.queue_packets}")
         if self.duration_s < 1:
             raise CcplabError(f"--duration-s must be >= 1, got {self.duration_s}")
+        check_steps_within(self.steps, self.duration_s)
+
+
+def check_steps_within(steps: Sequence[Step], duration_s: float) -> None:
+    """Every step happens before the run ends (CcplabError naming the step otherwise)."""
+    for step in steps:
+        if step.at_s >= duration_s:
+            raise CcplabError(f"step {step} is at {step.at_s:g} s, not before the end of the "
+                              f"{duration_s:g} s run (--duration-s)")
 
 
 def check_trace(path: Path) -> dict:
@@ -96,22 +98,33 @@ def sidecar_path(trace: Path) -> Path:
     return trace.with_name(trace.name + ".meta.json")
 
 
-def generate_step_trace(out: Path, step: Step, duration_s: int, sigma_mbps: float, seed: int) -> Path:
-    """Write a seeded step-change trace (TPCCA poster model) and its sidecar; returns ``out``."""
+def generate_step_trace(out: Path, steps: Sequence[Step], duration_s: int, sigma_mbps: float, seed: int) -> Path:
+    """Write a seeded step-change trace (TPCCA poster model) with ``steps`` and its sidecar; returns ``out``.
+
+    ``ccplab-trace step`` checks the steps (each FROM_MBPS must be the rate in
+    effect before it); its message is raised as a CcplabError.
+    """
+    if not steps:
+        raise CcplabError("a generated trace needs at least one step AT_S:FROM_MBPS:TO_MBPS")
+    check_steps_within(steps, duration_s)
     out.parent.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(
-        [str(project_binary("ccplab-trace")), "step",
-         "--before-mbps", str(step.from_mbps), "--after-mbps", str(step.to_mbps),
-         "--at-s", str(step.at_s), "--duration-s", str(duration_s),
-         "--sigma-mbps", str(sigma_mbps), "--seed", str(seed), "--out", str(out)],
-        capture_output=True, text=True, timeout=120,
-    )
+    argv = [str(project_binary("ccplab-trace")), "step"]
+    for step in steps:
+        argv += ["--step", str(step)]
+    argv += ["--duration-s", str(duration_s), "--sigma-mbps", str(sigma_mbps), "--seed", str(seed),
+             "--out", str(out)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     if done.returncode != 0:
         raise CcplabError(f"trace generation failed: {done.stderr.strip()}")
-    meta = {"trace_kind": "step", "steps": [asdict(step)], "sigma_mbps": sigma_mbps, "seed": seed,
+    meta = {"trace_kind": "step", "steps": [s.as_dict() for s in steps], "sigma_mbps": sigma_mbps, "seed": seed,
             "duration_s": duration_s}
-    write_json_atomic(sidecar_path(out), meta)
+    write_atomic(sidecar_path(out), json.dumps(meta, indent=2) + "\n")
     return out
+
+
+def step_trace_name(steps: Sequence[Step]) -> str:
+    """A file-name-safe scenario name for generated steps, e.g. ``step-0-12-at-0s_12-4-at-10s``."""
+    return "step-" + "_".join(f"{s.from_mbps:g}-{s.to_mbps:g}-at-{s.at_s:g}s" for s in steps)
 
 
 def trace_annotations(trace: Path) -> dict:
@@ -121,8 +134,8 @@ def trace_annotations(trace: Path) -> dict:
         return {}
     try:
         meta = json.loads(side.read_text())
-        meta["steps"] = [Step(**s) for s in meta.get("steps", [])]
-    except (ValueError, TypeError) as exc:
+        meta["steps"] = [Step.from_dict(s, f"{side}: steps[{k}]") for k, s in enumerate(meta.get("steps", []))]
+    except (ValueError, TypeError, AttributeError) as exc:
         raise CcplabError(f"bad trace sidecar {side}: {exc}") from exc
     return meta
 
@@ -140,17 +153,11 @@ def scenario_for_trace(name: str, trace: Path, one_way_delay_ms: int, queue_pack
     )
 
 
-def write_json_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    tmp.replace(path)
-
-
-
-# The built-in default scenario of `ccplab demo` (issue 2): step 0 -> 12 Mbit/s at
-# t = 0 with sigma 2 Mbit/s noise, one-way delay 25 ms, droptail 40 packets,
-# 3 runs of 20 s for each CCA below.
-DEMO_STEP = Step(at_s=0.0, from_mbps=0.0, to_mbps=12.0)
+# The built-in default scenario of `ccplab demo` (issues 2 and 6): both kinds of step,
+# the link opening 0 -> 12 Mbit/s at t = 0 and a step down 12 -> 4 Mbit/s at 10 s,
+# sigma 2 Mbit/s noise, one-way delay 25 ms, droptail 40 packets, 3 runs of 20 s
+# for each CCA below.
+DEMO_STEPS = (Step(at_s=0.0, from_mbps=0.0, to_mbps=12.0), Step(at_s=10.0, from_mbps=12.0, to_mbps=4.0))
 DEMO_SIGMA_MBPS = 2.0
 DEMO_SEED = 1
 DEMO_ONE_WAY_DELAY_MS = 25

@@ -8,18 +8,22 @@ that nothing is left behind.
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
 import sys
-import time
 
+import psutil
 import pytest
 
 import transient
 from ccplab import cli
 from ccplab.binaries import project_binary
 from ccplab.cca import kernel_ccs
+from ccplab.processes import RUNNER_ENV
+
+from netlab import data_socket_acked_bytes, link_ready, namespaces as _namespaces, wait_for
 
 pytestmark = pytest.mark.network
 
@@ -36,11 +40,6 @@ def step_trace(tmp_path, needs_root):
     return path
 
 
-def _namespaces() -> set[str]:
-    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    return {line.split()[0] for line in out.splitlines() if line.strip()}
-
-
 def _run(cca: str, trace, out, duration_s: int = 8) -> int:
     return cli.main(["run", "--cca", cca, "--trace", str(trace), "--step", "0:0:12", "--one-way-delay-ms", "25",
                      "--queue-packets", "40", "--duration-s", str(duration_s), "--out", str(out)])
@@ -49,12 +48,9 @@ def _run(cca: str, trace, out, duration_s: int = 8) -> int:
 def _assert_left_nothing(before: set[str]) -> None:
     assert _namespaces() <= before, f"namespaces left behind: {_namespaces() - before}"
     assert "ccp" not in kernel_ccs(), "the datapath's congestion control is still registered"
-    assert not any(name.startswith("ccp-") for name in _pgrep_names()), "a ccp daemon is still running"
-
-
-def _pgrep_names() -> list[str]:
-    out = subprocess.run(["ps", "-eo", "comm="], capture_output=True, text=True).stdout
-    return [line.strip() for line in out.splitlines()]
+    # every process a run starts carries its runner's pid (in-process runs: this pytest's)
+    left = _children_of_runner(os.getpid())
+    assert not left, f"processes of the run still running: {left}"
 
 
 def test_ccp_reno_flow_is_controlled_by_the_portus_algorithm(step_trace, tmp_path):
@@ -109,6 +105,22 @@ def test_compare_writes_the_report(step_trace, tmp_path):
     _assert_left_nothing(before)
 
 
+def _wait_for_ccp_data_flow(proc, partial, timeout_s: float = 40.0, min_acked: int = 200_000) -> None:
+    """Return once the run's iperf3 data socket, under the ``ccp`` CA, has had ``min_acked`` bytes acked.
+
+    Fails at once, with the runner's stderr, if the runner ``proc`` exits first.
+    """
+    def alive(signal_value):
+        if proc.poll() is not None:
+            err = proc.stderr.read() if proc.stderr else ""
+            pytest.fail(f"ccplab run exited with status {proc.returncode} before its flow ran: {err}")
+        return signal_value
+
+    ready = wait_for(lambda: alive(link_ready(partial)), timeout_s, f"the link's ready file in {partial}")
+    wait_for(lambda: alive(data_socket_acked_bytes(ready, "ccp") >= min_acked), timeout_s,
+             f"a ccp data socket with {min_acked} bytes acked in namespace {ready['sender_netns']}")
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_interrupted_run_cleans_up(step_trace, tmp_path, sig):
     """Ctrl-C (or SIGTERM) in the middle of a ccp run: exit 130, daemons stopped, no partial directory."""
@@ -118,10 +130,7 @@ def test_interrupted_run_cleans_up(step_trace, tmp_path, sig):
                              str(step_trace), "--one-way-delay-ms", "25", "--queue-packets", "40",
                              "--duration-s", "30", "--out", str(out)], stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 30
-        while "ccp" not in kernel_ccs() and time.monotonic() < deadline:  # the datapath is up
-            time.sleep(0.1)
-        time.sleep(1.0)  # the flow is running
+        _wait_for_ccp_data_flow(proc, tmp_path / f".run.partial-{proc.pid}")
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=30)
     finally:
@@ -130,4 +139,84 @@ def test_interrupted_run_cleans_up(step_trace, tmp_path, sig):
     assert proc.returncode == 130, err
     assert "interrupted" in err
     assert not out.exists() and not list(tmp_path.glob(".run.partial*"))
+    _assert_left_nothing(before)
+
+
+def _children_of_runner(pid: int) -> list[int]:
+    """Processes that carry runner ``pid`` in their environment (its daemons, iperf3s)."""
+    found = []
+    for p in psutil.process_iter(["pid", "environ"]):
+        if (p.info.get("environ") or {}).get(RUNNER_ENV) == str(pid):
+            found.append(p.pid)
+    return found
+
+
+def test_sigkilled_run_leaves_nothing_and_the_next_run_succeeds(step_trace, tmp_path, capsys):
+    """Issue 8 item 6: SIGKILL of `ccplab run` mid-flow (no cleanup code can run in it)."""
+    before = _namespaces()
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "ccplab.cli", "run", "--cca", "ccp:reno", "--trace",
+                             str(step_trace), "--one-way-delay-ms", "25", "--queue-packets", "40",
+                             "--duration-s", "30", "--out", str(out)], stderr=subprocess.PIPE, text=True)
+    partial = tmp_path / f".run.partial-{proc.pid}"
+    try:
+        _wait_for_ccp_data_flow(proc, partial)
+        assert len(_children_of_runner(proc.pid)) >= 5  # link, algorithm, datapath, 2 x iperf3
+    finally:
+        proc.kill()
+        proc.wait(10)
+    # its daemons die with it: the link deletes its namespaces, the datapath unregisters ccp
+    wait_for(lambda: not _children_of_runner(proc.pid) and _namespaces() <= before and "ccp" not in kernel_ccs(),
+             20, f"the killed runner's processes {_children_of_runner(proc.pid)}, namespaces "
+                 f"{_namespaces() - before} and ccp registration to go")
+    # only its partial directory is left, and ccplab clean finds exactly that
+    assert partial.is_dir() and not out.exists()
+    assert cli.main(["clean", "--dry-run", str(tmp_path)]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert [line for line in listed if "partial" in line] == [f"would remove: partial run directory {partial}"]
+    # the next run into the same place removes the stale partial directory and succeeds
+    assert _run("ccp:reno", step_trace, out, duration_s=4) == 0
+    assert json.loads((out / "metadata.json").read_text())["socket_congestion_control"] == "ccp"
+    assert not list(tmp_path.glob(".run.partial*"))
+    _assert_left_nothing(before)
+
+
+def test_preflight_names_ccplab_clean_for_a_left_namespace(step_trace, tmp_path, capsys):
+    """A namespace named like the link's with no ccplab-link alive blocks the next run until `ccplab clean`."""
+    name = "ns-left-zzTEST"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        code = _run("kernel:cubic", step_trace, tmp_path / "run", duration_s=2)
+        err = capsys.readouterr().err
+        assert code == 2
+        assert f"network namespace {name}" in err and "ccplab clean" in err
+        assert not (tmp_path / "run").exists()
+        assert cli.main(["clean"]) == 0
+        assert f"deleted network namespace {name}" in capsys.readouterr().out
+        assert name not in _namespaces()
+    finally:
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+def test_compare_with_a_step_up_and_a_step_down(tmp_path):
+    """The demo's two kinds of step (issue 6 item 9), scaled to 8 s: 0 -> 12 at 0 s, 12 -> 4 Mbit/s at 4 s."""
+    before = _namespaces()
+    out = tmp_path / "cmp"
+    code = cli.main(["compare", "--cca", "kernel:cubic", "--runs", "1", "--step", "0:0:12", "--step", "4:12:4",
+                     "--sigma-mbps", "0", "--one-way-delay-ms", "25", "--queue-packets", "40", "--duration-s", "8",
+                     "--out", str(out)])
+    assert code == 0
+    run = out / "runs" / "kernel-cubic" / "run-1"
+    meta = json.loads((run / "metadata.json").read_text())
+    assert [(s["at_s"], s["from_mbps"], s["to_mbps"]) for s in meta["scenario"]["steps"]] == [(0, 0, 12), (4, 12, 4)]
+    # the data flow starts after iperf3's control connection, well inside the first second
+    assert 0 < meta["flow_start_s"] < 1.0
+    # the link offered 12 Mbit/s (1 packet/ms) before 4 s and 4 Mbit/s after: count its delivery opportunities
+    opportunities = [int(line.split()[0]) for line in (run / "uplink.log").read_text().splitlines()
+                     if not line.startswith("#") and line.split()[1] == "#"]
+    first = sum(1000 <= t < 4000 for t in opportunities) / 3.0
+    second = sum(5000 <= t < 7000 for t in opportunities) / 2.0
+    assert 990 <= first <= 1010 and 325 <= second <= 342, (first, second)
+    steps = transient.analyze_results(out)[1]
+    assert sorted(zip(steps["at_s"], steps["to_mbps"])) == [(0.0, 12.0), (4.0, 4.0)]
     _assert_left_nothing(before)

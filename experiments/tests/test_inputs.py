@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from ccplab import cca as cca_mod
+import transient.steps
 from ccplab import cli, run
+from ccplab import scenario as sc
 from ccplab.cca import parse_cca
 from ccplab.compare import prepare_out_dir
 from ccplab.errors import CcplabError
@@ -37,14 +40,72 @@ def test_unknown_ccp_algorithm_lists_the_suite():
     assert "reno" in str(err.value) and "cubic" in str(err.value)
 
 
-@pytest.mark.parametrize("text", ["0:12", "a:0:12", "0:-1:12", ""])
-def test_step_parse_rejects(text):
-    with pytest.raises(CcplabError, match="bad step"):
-        Step.parse(text)
+def test_the_runner_uses_the_one_step_parser():
+    assert Step is transient.steps.Step  # scenario has no parser of its own
+    assert sc.parse_step_args(["10:12:4", "0:0:12"]) == (Step(0, 0, 12), Step(10, 12, 4))
 
 
-def test_step_parse():
-    assert Step.parse("2.5:12:48") == Step(2.5, 12.0, 48.0)
+@pytest.mark.parametrize("texts, fragment", [
+    (["0:12"], "expected AT_S:FROM_MBPS:TO_MBPS"),
+    (["a:0:12"], "not a number"),
+    (["0:-1:12"], ">= 0"),
+    ([""], "bad step"),
+    (["1:0:12", "1:12:4"], "two steps at 1 s"),
+])
+def test_step_args_rejected_with_the_option_named(texts, fragment):
+    with pytest.raises(CcplabError, match=fragment) as err:
+        sc.parse_step_args(texts)
+    assert str(err.value).startswith("--step: ")
+
+
+def test_cli_bad_step_exits_2(tmp_path, capsys):
+    out = tmp_path / "cmp"
+    code = cli.main(["compare", "--cca", "kernel:cubic", "--step", "0:12", "--out", str(out)])
+    assert code == 2
+    assert "--step: bad step '0:12'" in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("extra, fragment", [
+    (["--runs", "0"], "--runs must be >= 1, got 0"),
+    (["--duration-s", "0"], "--duration-s must be >= 1"),
+    (["--queue-packets", "0"], "--queue-packets must be >= 1"),
+    (["--step", "0:0:12", "--step", "30:12:4"], "step 30:12:4 is at 30 s, not before the end of the 20 s run"),
+])
+def test_compare_refuses_bad_input_before_creating_anything(tmp_path, capsys, extra, fragment):
+    """Issue 5: `compare --runs 0` was refused but left an empty output directory."""
+    out = tmp_path / "new" / "cmp"
+    code = cli.main(["compare", "--cca", "kernel:cubic", "--out", str(out), *extra])
+    assert code == 2
+    assert fragment in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
+
+
+def test_compare_step_whose_from_is_wrong_creates_nothing(tmp_path, capsys, needs_root):
+    """ccplab-trace checks FROM against the rate in effect; the trace is generated before --out exists."""
+    out = tmp_path / "cmp"
+    code = cli.main(["compare", "--cca", "kernel:cubic", "--step", "0:0:12", "--step", "5:6:4",
+                     "--duration-s", "10", "--out", str(out)])
+    assert code == 2
+    assert "the rate before 5 s is 12 Mbit/s, not 6" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_generated_trace_has_every_step(tmp_path, needs_binaries):
+    steps = sc.parse_step_args(["0:0:12", "2:12:4"])
+    trace = sc.generate_step_trace(tmp_path / "t.trace", steps, duration_s=4, sigma_mbps=0.0, seed=1)
+    stamps = [int(x) for x in trace.read_text().split()]
+    first, second = sum(t <= 2000 for t in stamps), sum(t > 2000 for t in stamps)
+    assert first == 2000 and 665 <= second <= 668  # 1 packet/ms at 12 Mbit/s, then 1/3 packet/ms
+    meta = json.loads(sc.sidecar_path(trace).read_text())
+    assert meta["steps"] == [s.as_dict() for s in steps]
+    assert sc.trace_annotations(trace)["steps"] == list(steps)
+
+
+def test_demo_scenario_has_both_kinds_of_step():
+    assert [s.kind for s in sc.DEMO_STEPS] == ["up", "down"]
+    assert [str(s) for s in sc.DEMO_STEPS] == ["0:0:12", "10:12:4"]
+    assert sc.DEMO_DURATION_S == 20
 
 
 def test_cli_unknown_cca_exits_2_and_writes_nothing(tmp_path, capsys):
