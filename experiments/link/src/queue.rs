@@ -295,12 +295,18 @@ mod tests {
         let (mut s, mut out) = (Rec::default(), VecDeque::new());
         assert!(l.arrive(0, 1, 1504, &mut s, &mut out));
         assert!(l.arrive(0, 2, 1504, &mut s, &mut out));
-        assert!(!l.arrive(1, 3, 1504, &mut s, &mut out));
-        assert_eq!(s.0.last().unwrap(), "1 d 1 1504");
+        assert!(
+            !l.arrive(1, 3, 1504, &mut s, &mut out),
+            "droptail packet limit broken: a 3rd packet was admitted to a full 2-packet queue"
+        );
+        assert_eq!(s.0.last().unwrap(), "1 d 1 1504", "the drop is logged");
         let mut l = q(&[1000], QueueLimit::Bytes(3000));
         assert!(l.arrive(0, 1, 1504, &mut s, &mut out));
-        assert!(!l.arrive(0, 2, 1504, &mut s, &mut out));
-        assert!(l.arrive(0, 3, 1000, &mut s, &mut out));
+        assert!(
+            !l.arrive(0, 2, 1504, &mut s, &mut out),
+            "droptail byte limit broken: 3008 bytes admitted to a 3000-byte queue"
+        );
+        assert!(l.arrive(0, 3, 1000, &mut s, &mut out), "a packet that fits the byte limit is admitted");
     }
 
     #[test]
@@ -308,7 +314,10 @@ mod tests {
         let mut l = q(&[1, 1000], QueueLimit::Packets(1));
         let (mut s, mut out) = (Rec::default(), VecDeque::new());
         l.arrive(0, 1, 1504, &mut s, &mut out);
-        l.arrive(0, 2, 3000, &mut s, &mut out); // dropped: queue holds 1
+        assert!(
+            !l.arrive(0, 2, 3000, &mut s, &mut out),
+            "droptail packet limit broken: a 2nd packet was admitted to a full 1-packet queue"
+        );
         l.rationalize(1, &mut s, &mut out); // 1 leaves
         assert!(l.arrive(1, 3, 3000, &mut s, &mut out));
         l.rationalize(1000, &mut s, &mut out); // 3 in transit (1504 of 3000)
