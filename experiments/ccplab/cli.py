@@ -78,12 +78,12 @@ def build_parser() -> argparse.ArgumentParser:
     algs.add_argument("--dump-program", action="store_true", help="print its fold program")
     algs.add_argument("--json", action="store_true", help="machine-readable output")
 
-    ana = sub.add_parser("analyze", help="analyse a link log, a run directory or a results directory")
-    ana.add_argument("path", type=Path)
-    ana.add_argument("--json", action="store_true", help="print per-run and per-step records as JSON")
-    ana.add_argument("--rtt-ms", type=float, default=None,
-                     help="RTT for a bare log without metadata, ms (default 50)")
-    ana.add_argument("--no-report", action="store_true", help="do not write runs.csv/report.html")
+    ana = sub.add_parser("analyze", help="analyse link logs, run directories or results directories: "
+                         "per-step transient metrics (--method ccplab|tpcca), --json for one object per run")
+    from .analysis import add_analyze_arguments
+
+    add_analyze_arguments(ana)
+    _add_report_parser(sub)
     return parser
 
 
@@ -195,13 +195,39 @@ def cmd_algorithms(args) -> int:
 
 
 def cmd_analyze(args) -> int:
-    from .analysis import analyze_path
+    from .analysis import analyze_command
 
-    return analyze_path(args.path, as_json=args.json, rtt_ms=args.rtt_ms, write=not args.no_report)
+    return analyze_command(args)
+
+
+def _add_report_parser(sub) -> None:
+    rep = sub.add_parser(
+        "report", help="analyse results / run directories and write ONE HTML page comparing the CCAs across "
+        "scenarios: tables (median, IQR, bootstrap 95%% CI), zoomed step plots, NA violins, throughput/delay "
+        "plane; every figure as PNG and PDF")
+    rep.add_argument("dirs", nargs="+", type=Path, metavar="DIR",
+                     help="a results directory or a run directory; several are analysed and compared together")
+    rep.add_argument("--out", type=Path, help="where report.html, the CSV tables and plots/ go (default: the "
+                     "first DIR)")
+    rep.add_argument("--method", choices=("ccplab", "tpcca"), default=None,
+                     help="analysis method passed to the analysis (default: its own default, ccplab)")
+
+
+def cmd_report(args) -> int:
+    """``ccplab report DIR... [--out OUT] [--method M]``: `transient.report.report_paths` (exit 2 on bad input)."""
+    import transient
+    from transient.report import report_paths
+
+    try:
+        page = report_paths(args.dirs, args.out, method=args.method)
+    except (transient.TransientError, ValueError) as exc:
+        raise CcplabError(f"report: {exc}") from exc
+    print(f"report: {page}")
+    return 0
 
 
 COMMANDS = {"run": cmd_run, "compare": cmd_compare, "demo": cmd_demo, "clean": cmd_clean,
-            "algorithms": cmd_algorithms, "analyze": cmd_analyze}
+            "algorithms": cmd_algorithms, "analyze": cmd_analyze, "report": cmd_report}
 
 if __name__ == "__main__":
     sys.exit(main())
