@@ -46,5 +46,9 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
+# Benchmarks print figures (not timed tests): the log reader vs a line-by-line baseline.
+bench: deps-python
+	$(PY) -m transient.bench
+
 clean:
 	rm -rf target $(VENV)

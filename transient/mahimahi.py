@@ -129,6 +129,8 @@ _PAD = 16  # bytes in front of the text, so every token has 16 readable bytes be
 _U = np.uint64
 _ASCII_ZEROS = _U(0x3030303030303030)
 _HIGH_NIBBLES = _U(0xF0F0F0F0F0F0F0F0)
+# _LOW_MASKS[n]: the low 8 - n bytes of a word, i.e. the bytes in front of an n-byte token
+_LOW_MASKS = np.array([(1 << (8 * (8 - n))) - 1 for n in range(9)], dtype=object).astype(_U)
 
 
 def _swar_digits(words: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -139,8 +141,7 @@ def _swar_digits(words: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.
     combined pairwise (x10, x100, x10000) with three multiply-shift steps.
     Returns (values, ok); ok is False where a byte of the token is not a digit.
     """
-    low_bits = (8 - np.minimum(length, 8)).astype(_U) * _U(8)
-    low = np.where(low_bits >= 64, ~_U(0), (_U(1) << np.minimum(low_bits, _U(63))) - _U(1))
+    low = _LOW_MASKS[np.minimum(length, 8)]  # the bytes below the token
     w = (words & ~low) | (_ASCII_ZEROS & low)
     ok = ((w & _HIGH_NIBBLES) == _ASCII_ZEROS) & (((w + _U(0x0606060606060606)) & _HIGH_NIBBLES) == _ASCII_ZEROS)
     w &= _U(0x0F0F0F0F0F0F0F0F)
@@ -169,29 +170,32 @@ def _uint_tokens(words: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple
 
 
 def _parse(raw: bytes, name: str) -> LinkLog:
-    padded = b"\0" * _PAD + raw  # NUL: neither separator nor digit
+    padded = b"_" * _PAD + raw  # '_': neither separator nor digit
     buf = np.frombuffer(padded, dtype=np.uint8)
     words = np.ndarray(shape=(buf.size - 7,), dtype="<u8", buffer=padded, strides=(1,))
-    # Every space or newline ends a token; token k spans [tok_start[k], seps[k]).
-    seps = np.flatnonzero((buf == 32) | (buf == 10))
-    tok_start = np.empty_like(seps)
-    tok_start[:1] = _PAD
-    tok_start[1:] = seps[:-1] + 1
+    # Every blank (space, or newline at a line's end) ends a token:
+    # token k spans [bounds[k] + 1, bounds[k + 1]).  Control bytes (tab, CR)
+    # count as blanks too; they only occur in logs the caller normalises.
+    seps = np.flatnonzero(buf <= 32)
+    bounds = np.empty(seps.size + 6, dtype=np.int64)
+    bounds[0] = _PAD - 1
+    bounds[1 : seps.size + 1] = seps
+    bounds[seps.size + 1 :] = seps[-1]  # empty sentinel tokens: token ft + 3 always exists
     line_last_tok = np.flatnonzero(buf[seps] == 10)
     line_first_tok = np.empty_like(line_last_tok)
     line_first_tok[:1] = 0
     line_first_tok[1:] = line_last_tok[:-1] + 1
     n_tok = line_last_tok - line_first_tok + 1
-    first_len = seps[line_first_tok] - tok_start[line_first_tok]
-    blank = (n_tok == 1) & (first_len == 0)
-    is_header = ~blank & (buf[tok_start[line_first_tok]] == ord("#"))
+    first_start = bounds[line_first_tok] + 1
+    blank = (n_tok == 1) & (bounds[line_first_tok + 1] == first_start)
+    is_header = ~blank & (buf[first_start] == ord("#"))
     header_lines = np.flatnonzero(is_header)
     header, base = _parse_header(
-        padded, tok_start[line_first_tok[header_lines]], seps[line_last_tok[header_lines]], header_lines + 1, name)
+        padded, first_start[header_lines], seps[line_last_tok[header_lines]], header_lines + 1, name)
     ev_lines = np.flatnonzero(~blank & ~is_header)
     if ev_lines.size == 0:
         raise LogFormatError(name, None, "log has no events (only header lines or empty)")
-    events = _parse_events(padded, buf, words, seps, tok_start, line_first_tok[ev_lines], n_tok[ev_lines], ev_lines + 1, name)
+    events = _parse_events(padded, buf, words, bounds, line_first_tok[ev_lines], n_tok[ev_lines], ev_lines + 1, name)
     origin = "relative"
     if base is not None and int(events["time_ms"].min()) >= base:
         events["time_ms"] -= base
@@ -220,41 +224,30 @@ def _parse_header(raw: bytes, starts: np.ndarray, ends: np.ndarray, linenos: np.
     return header, base
 
 
-def _parse_events(padded: bytes, buf: np.ndarray, words: np.ndarray, seps: np.ndarray, tok_start: np.ndarray,
+def _parse_events(padded: bytes, buf: np.ndarray, words: np.ndarray, bounds: np.ndarray,
                   ft: np.ndarray, n_tok: np.ndarray, linenos: np.ndarray, name: str) -> pd.DataFrame:
     """Decode event lines whose first token index is ``ft`` (tokens: time, symbol, field1[, field2])."""
-    last = seps.size - 1
-    shaped = (n_tok == 3) | (n_tok == 4)
-    # 4 sentinel tokens (empty, at the text's end) so that ft + 3 is always a valid index
-    end = seps[-1]
-    seps = np.concatenate([seps, np.full(4, end)])
-    tok_start = np.concatenate([tok_start, np.full(4, end)])
-
-    def tok(j: int) -> tuple[np.ndarray, np.ndarray]:
-        k = ft + j
-        return tok_start[k], seps[k]
-
-    s0, e0 = tok(0)
-    s1, e1 = tok(1)
-    s2, e2 = tok(2)
-    s3, e3 = tok(3)
+    b0, b1, b2, b3, b4 = (bounds[ft + j] for j in range(5))  # token j = [b_j + 1, b_{j+1})
     code = np.full(ft.size, -1, dtype=np.int8)
-    sym = buf[s1]
-    one_char = shaped & (e1 - s1 == 1)
+    sym = buf[b1 + 1]
+    one_char = ((n_tok == 3) | (n_tok == 4)) & (b2 - b1 == 2)
     for char, c in _SYMBOLS.items():
         code[one_char & (sym == char)] = c
     four = (code == 1) | (code == 3)  # departures and drops carry 4 fields, the others 3
     shape_ok = (code >= 0) & (n_tok == np.where(four, 4, 3))
 
-    t, t_ok = _uint_tokens(words, s0, e0)
-    f1, f1_ok = _uint_tokens(words, s2, e2)
-    f2, f2_ok = _uint_tokens(words, np.where(four, s3, e3), e3)
+    t, t_ok = _uint_tokens(words, b0 + 1, b1)
+    f1, f1_ok = _uint_tokens(words, b2 + 1, b3)
+    rows4 = np.flatnonzero(four)
+    f2 = np.zeros(ft.size, dtype=np.int64)
+    f2_ok = np.zeros(ft.size, dtype=bool)
+    f2[rows4], f2_ok[rows4] = _uint_tokens(words, b3[rows4] + 1, b4[rows4])
     dep = code == 1
     delay = f2.astype(np.float64)
     # A departure delay written with a fraction ("4.5"): rare, parsed one by one.
     for i in np.flatnonzero(shape_ok & dep & ~f2_ok).tolist():
         try:
-            v = float(padded[s3[i] : e3[i]])
+            v = float(padded[b3[i] + 1 : b4[i]])
         except ValueError:
             continue
         if v >= 0 and np.isfinite(v):
@@ -262,8 +255,8 @@ def _parse_events(padded: bytes, buf: np.ndarray, words: np.ndarray, seps: np.nd
     good = shape_ok & t_ok & f1_ok & (f2_ok | ~four)
     if not good.all():
         i = int(np.flatnonzero(~good)[0])
-        line_end = seps[min(int(ft[i] + n_tok[i] - 1), last)]
-        raise LogFormatError(name, int(linenos[i]), _diagnose(padded[s0[i] : line_end].decode("utf-8", "replace")))
+        line_end = bounds[int(ft[i] + n_tok[i])]
+        raise LogFormatError(name, int(linenos[i]), _diagnose(padded[b0[i] + 1 : line_end].decode("utf-8", "replace")))
 
     is_drop = code == 3
     return pd.DataFrame({
