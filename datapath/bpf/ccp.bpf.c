@@ -9,7 +9,15 @@
  *     over the `events` ring buffer (layouts mirrored in ../src/wire.rs);
  *   - user space answers with a command (cwnd in bytes, pacing rate in
  *     bytes/s) in the `commands` hash map keyed by flow id; cong_control
- *     applies it on the next ACK;
+ *     applies it on every ACK, but only while its `epoch` equals the flow's
+ *     RTO count: after a retransmission timeout the flow sends from the
+ *     kernel's loss window (Reno-like fallback, as tcp_enter_loss left it)
+ *     until the algorithm has answered the timeout with a new command, so a
+ *     stale cwnd (or rate) is never re-applied in a burst (RFC 5681 §3.1);
+ *   - entries into Recovery and Loss (set_state, incl. RTOs and RACK's
+ *     reorder timer) are sent at once as EV_STATE snapshots, and every event
+ *     carries tp->lost, so user space sees every packet the kernel marks
+ *     lost, not only the per-ACK rs->losses;
  *   - without a command, or when the daemon's heartbeat is older than
  *     `stale_after_ns`, the flow runs a Reno-like fallback so it never freezes
  *     (the struct_ops program keeps running for existing sockets even after
@@ -30,6 +38,7 @@ char LICENSE[] SEC("license") = "GPL";
 #define EV_CREATE 1
 #define EV_ACK 2
 #define EV_RELEASE 3
+#define EV_STATE 4   /* entry into Recovery / Loss (no ACK): a snapshot without a rate sample */
 
 /* ccp_priv.flags */
 #define PRIV_PACED 1     /* we set sk_pacing_rate from a command */
@@ -69,17 +78,20 @@ struct ccp_event {
 	__u32 ca_state;        /* 112 */
 	__u32 flags;           /* 116  ccp_priv.flags */
 	__u64 pacing_rate;     /* 120  sk->sk_pacing_rate, bytes/s */
+	__u32 lost;            /* 128  tp->lost: cumulative packets marked lost (any path) */
+	__u32 app_limited;     /* 132  rs->is_app_limited (1/0) */
 };
-_Static_assert(sizeof(struct ccp_event) == 128, "ccp_event layout");
+_Static_assert(sizeof(struct ccp_event) == 136, "ccp_event layout");
 /* Referenced by a global so clang emits the struct's BTF: build.rs reads
  * its layout from the object and wire.rs asserts its mirror against it. */
 struct ccp_event *ccp_event_btf __attribute__((unused));
 
 /* Command from user space (wire.rs Command). cwnd_bytes == 0: leave cwnd;
- * rate_bytes_per_sec == 0: no pacing. */
+ * rate_bytes_per_sec == 0: no pacing. epoch: the flow's RTO count
+ * (ccp_priv.timeouts) the command was made for; applied only while equal. */
 struct ccp_cmd {
 	__u32 cwnd_bytes;
-	__u32 _pad;
+	__u32 epoch;
 	__u64 rate_bytes_per_sec;
 };
 _Static_assert(sizeof(struct ccp_cmd) == 16, "ccp_cmd layout");
@@ -116,6 +128,7 @@ __u64 heartbeat_ns = 0;
 __u64 dropped_events = 0;
 __u64 fallback_acks = 0;
 __u64 command_acks = 0;
+__u64 stale_command_acks = 0;
 __u32 next_flow_id = 0;
 __u64 last_wake_ns = 0;
 
@@ -191,6 +204,7 @@ void BPF_PROG(ccp_init, struct sock *sk)
 	ev->bytes_acked = tp->bytes_acked;
 	ev->write_seq = tp->write_seq;
 	ev->snd_una = tp->snd_una;
+	ev->lost = tp->lost;
 	bpf_ringbuf_submit(ev, BPF_RB_FORCE_WAKEUP);
 }
 
@@ -226,14 +240,47 @@ __u32 BPF_PROG(ccp_undo_cwnd, struct sock *sk)
 	return tp->snd_cwnd > tp->prior_cwnd ? tp->snd_cwnd : tp->prior_cwnd;
 }
 
+static __always_inline void fill_snapshot(struct ccp_event *ev, struct sock *sk, struct tcp_sock *tp,
+					  struct ccp_priv *ca)
+{
+	ev->mss = tp->mss_cache;
+	ev->bytes_acked = tp->bytes_acked;
+	ev->sacked_out = tp->sacked_out;
+	ev->lost_out = tp->lost_out;
+	ev->retrans_out = tp->retrans_out;
+	ev->packets_out = tp->packets_out;
+	ev->snd_cwnd = tp->snd_cwnd;
+	ev->write_seq = tp->write_seq;
+	ev->snd_una = tp->snd_una;
+	ev->ecn_bytes = ca->ecn_bytes;
+	ev->timeouts = ca->timeouts;
+	ev->ca_state = ca->ca_state;
+	ev->flags = ca->flags;
+	ev->pacing_rate = sk->sk_pacing_rate;
+	ev->lost = tp->lost;
+}
+
+/* Entries into Recovery (fast retransmit, RACK) and Loss (RTO) reach user
+ * space at once, without waiting for the next ACK (an RTO has none). */
 SEC("struct_ops")
 void BPF_PROG(ccp_set_state, struct sock *sk, __u8 new_state)
 {
 	struct ccp_priv *ca = ca_priv(sk);
+	struct ccp_event *ev;
+	__u8 old = ca->ca_state;
 
-	if (new_state == TCP_CA_Loss && ca->ca_state != TCP_CA_Loss)
+	if (new_state == TCP_CA_Loss && old != TCP_CA_Loss)
 		ca->timeouts++;
 	ca->ca_state = new_state;
+	if (!ca->flow_id || new_state == old ||
+	    (new_state != TCP_CA_Loss && new_state != TCP_CA_Recovery))
+		return;
+	ev = reserve_event(EV_STATE, ca->flow_id, bpf_ktime_get_ns());
+	if (!ev)
+		return;
+	fill_snapshot(ev, sk, tcp_sk(sk), ca);
+	ev->rtt_us = -1;
+	bpf_ringbuf_submit(ev, BPF_RB_FORCE_WAKEUP);
 }
 
 /* ECN accounting like ccp-kernel's in_ack_event: bytes newly acked by an ACK
@@ -257,8 +304,7 @@ static __always_inline void emit_ack(struct sock *sk, struct tcp_sock *tp, struc
 
 	if (!ev)
 		return;
-	ev->mss = tp->mss_cache;
-	ev->bytes_acked = tp->bytes_acked;
+	fill_snapshot(ev, sk, tp, ca);
 	ev->rtt_us = rs->rtt_us;
 	ev->interval_us = rs->interval_us;
 	ev->delivered = rs->delivered;
@@ -266,19 +312,9 @@ static __always_inline void emit_ack(struct sock *sk, struct tcp_sock *tp, struc
 	ev->rcv_interval_us = rs->rcv_interval_us;
 	ev->losses = rs->losses;
 	ev->acked_sacked = rs->acked_sacked;
-	ev->sacked_out = tp->sacked_out;
-	ev->lost_out = tp->lost_out;
-	ev->retrans_out = tp->retrans_out;
-	ev->packets_out = tp->packets_out;
-	ev->snd_cwnd = tp->snd_cwnd;
-	ev->write_seq = tp->write_seq;
-	ev->snd_una = tp->snd_una;
-	ev->ecn_bytes = ca->ecn_bytes;
-	ev->timeouts = ca->timeouts;
-	ev->ca_state = ca->ca_state;
-	ev->flags = ca->flags;
-	ev->pacing_rate = sk->sk_pacing_rate;
-	bpf_ringbuf_submit(ev, wake_flag(now));
+	ev->app_limited = rs->is_app_limited ? 1 : 0;
+	/* Losses, an RTO or a recovery entry: wake user space at once. */
+	bpf_ringbuf_submit(ev, rs->losses > 0 ? BPF_RB_FORCE_WAKEUP : wake_flag(now));
 }
 
 /* What tcp_update_pacing_rate() does for CCAs without cong_control (which
@@ -373,6 +409,12 @@ void BPF_PROG(ccp_cong_control, struct sock *sk, __u32 ack, int flag, const stru
 	/* hb > now can happen when user space stamped between our two reads */
 	if (hb && (hb > now || now - hb < stale_after_ns))
 		cmd = bpf_map_lookup_elem(&commands, &id);
+	/* A command made before the last RTO is stale: the loss window stands
+	 * (fallback grows it as the kernel would) until the algorithm answers. */
+	if (cmd && cmd->epoch != ca->timeouts) {
+		cmd = NULL;
+		__sync_fetch_and_add(&stale_command_acks, 1);
+	}
 	if (cmd) {
 		apply_command(sk, tp, ca, cmd);
 		__sync_fetch_and_add(&command_acks, 1);

@@ -76,6 +76,9 @@ struct Flow {
     create_failed_at: Option<u64>,
     last_cmd: Option<Command>,
     invokes: u64,
+    /// After an RTO: the algorithm has not commanded since (its last request is
+    /// stale and must not be re-applied; the kernel's loss window stands).
+    awaiting_alg: bool,
 }
 
 /// Counters for logging / the exit summary.
@@ -84,7 +87,10 @@ pub struct FoldStats {
     pub flows_created: u64,
     pub flows_released: u64,
     pub invokes: u64,
+    /// Invocations with an invalid rate sample (RTT treated as absent).
     pub skipped_invalid: u64,
+    /// Retransmission timeouts seen (each makes the last command stale).
+    pub timeouts: u64,
     pub invoke_errors: u64,
     pub commands: u64,
     pub unknown_flow_acks: u64,
@@ -139,10 +145,11 @@ impl FoldEngine {
             Flow {
                 info: info.clone(),
                 conn: Some(conn),
-                base: Baseline::at_start(info.bytes_acked),
+                base: Baseline::at_start(info.bytes_acked, info.lost),
                 create_failed_at,
                 last_cmd: None,
                 invokes: 0,
+                awaiting_alg: false,
             },
         );
         Ok(())
@@ -184,8 +191,19 @@ impl FoldEngine {
         let conn = flow.conn.as_mut()?;
         if !sample_valid(s) {
             self.stats.skipped_invalid += 1;
-            return None;
         }
+        if s.timeouts != flow.base.timeouts {
+            // An RTO: what the algorithm asked for before it is stale. Forget it,
+            // so libccp's Cwnd register is seeded from the kernel's loss window,
+            // and send nothing until the algorithm answers the timeout report.
+            self.stats.timeouts += 1;
+            flow.awaiting_alg = true;
+        }
+        if flow.awaiting_alg {
+            conn.cwnd_bytes = None;
+            conn.rate = None;
+        }
+        let seed_cwnd = s.snd_cwnd.saturating_mul(s.mss.max(1));
         let p = compute(&mut flow.base, s, conn.cwnd_bytes, conn.rate.map(u64::from));
         conn.load_primitives(to_libccp(&p));
         flow.invokes += 1;
@@ -195,12 +213,24 @@ impl FoldEngine {
             self.stats.invoke_errors += 1;
             tracing::trace!(flow = s.flow_id, error = %e, "libccp invoke");
         }
+        if flow.awaiting_alg {
+            // libccp echoes the seeded loss window on every invoke; only a
+            // different cwnd or a rate is the algorithm speaking again.
+            let spoke = conn.cwnd_bytes.is_some_and(|c| c != seed_cwnd) || conn.rate.is_some();
+            if !spoke {
+                conn.cwnd_bytes = None;
+                conn.rate = None;
+                return None;
+            }
+            flow.awaiting_alg = false;
+        }
         if conn.cwnd_bytes.is_none() && conn.rate.is_none() {
             return None;
         }
         let cmd = Command {
             cwnd_bytes: conn.cwnd_bytes.unwrap_or(0),
             rate_bytes_per_sec: conn.rate.map(u64::from).unwrap_or(0),
+            epoch: s.timeouts,
         };
         if flow.last_cmd == Some(cmd) {
             return None;
@@ -290,4 +320,130 @@ fn to_libccp(p: &Prims) -> Primitives {
         .with_snd_cwnd(p.snd_cwnd)
         .with_snd_rate(p.snd_rate)
         .with_bytes_pending(p.bytes_pending)
+}
+
+#[cfg(test)]
+mod tests {
+    //! The daemon's side of kernel-like loss handling, with a real libccp and a
+    //! program installed the way Portus does it: every lost packet reaches the
+    //! fold (also on ACKs without a rate sample), and after an RTO no command
+    //! is sent until the algorithm commands again, and then with the new epoch.
+    use super::*;
+    use portus::lang::Reg;
+    use portus::serialize::{self, Msg};
+    use std::cell::RefCell;
+
+    const MSS: u32 = 1000;
+
+    #[derive(Clone, Default)]
+    struct Outbox(Rc<RefCell<Vec<Vec<u8>>>>);
+
+    impl MsgSink for Outbox {
+        fn send(&mut self, msg: &[u8]) -> bool {
+            self.0.borrow_mut().push(msg.to_vec());
+            true
+        }
+    }
+
+    /// Reports `Report.loss` (sum of lost packets) at once when it is > 0.
+    const PROGRAM: &str = "(def (Report (volatile loss 0) (volatile timeout false)))
+(when true
+    (:= Report.loss (+ Report.loss Ack.lost_pkts_sample))
+    (:= Report.timeout (|| Report.timeout Flow.was_timeout))
+    (fallthrough)
+)
+(when (|| Report.timeout (> Report.loss 0))
+    (report)
+)
+";
+
+    fn ack(lost: u32, timeouts: u32, valid: bool) -> AckSample {
+        AckSample {
+            flow_id: 1,
+            mss: MSS,
+            bytes_acked: 0,
+            rtt_us: if valid { 10_000 } else { -1 },
+            interval_us: 10_000,
+            delivered: if valid { 2 } else { 0 },
+            snd_interval_us: 10_000,
+            rcv_interval_us: 10_000,
+            packets_out: 10,
+            snd_cwnd: if timeouts > 0 { 1 } else { 10 },
+            lost,
+            timeouts,
+            ..Default::default()
+        }
+    }
+
+    /// The reports libccp sent since the last call: (loss, timeout) per report.
+    fn reports(out: &Outbox, sc: &portus::lang::Scope) -> Vec<(u64, u64)> {
+        let field = |m: &serialize::measure::Msg, name: &str| match sc.get(name) {
+            Some(Reg::Report(i, _, _)) => m.fields[*i as usize],
+            _ => panic!("{name}"),
+        };
+        out.0
+            .borrow_mut()
+            .drain(..)
+            .filter_map(|b| match Msg::from_buf(&b) {
+                Ok((Msg::Ms(m), _)) => Some((field(&m, "Report.loss"), field(&m, "Report.timeout"))),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn losses_always_reach_the_fold_and_rto_makes_the_last_command_stale() {
+        let out = Outbox::default();
+        let mut eng = FoldEngine::new(Box::new(out.clone()), 1, "reno").expect("libccp");
+        let (bin, sc) = portus::lang::compile(PROGRAM.as_bytes(), &[]).expect("compiles");
+        let install = serialize::install::Msg {
+            sid: 0,
+            program_uid: sc.program_uid,
+            num_events: bin.events.len() as u32,
+            num_instrs: bin.instrs.len() as u32,
+            instrs: bin,
+        };
+        eng.recv_msg(&mut serialize::serialize(&install).unwrap()).unwrap();
+        let info = FlowCreated { flow_id: 1, mss: MSS, init_cwnd_pkts: 10, ..Default::default() };
+        eng.create(&info, 0).unwrap();
+        let sid = out
+            .0
+            .borrow()
+            .iter()
+            .find_map(|b| match Msg::from_buf(b) {
+                Ok((Msg::Cr(c), _)) => Some(c.sid),
+                _ => None,
+            })
+            .expect("create message");
+        let change = serialize::changeprog::Msg { sid, program_uid: sc.program_uid, num_fields: 0, fields: vec![] };
+        eng.recv_msg(&mut serialize::serialize(&change).unwrap()).unwrap();
+        let set_cwnd = |eng: &mut FoldEngine, bytes: u64| {
+            let cwnd = sc.get("Cwnd").unwrap().clone();
+            let m = serialize::update_field::Msg { sid, num_fields: 1, fields: vec![(cwnd, bytes)] };
+            eng.recv_msg(&mut serialize::serialize(&m).unwrap()).unwrap();
+        };
+
+        // The algorithm commands 40 packets; the command carries epoch 0.
+        set_cwnd(&mut eng, 40 * u64::from(MSS));
+        let cmd = eng.on_ack(&ack(0, 0, true), 1).expect("a command");
+        assert_eq!((cmd.cwnd_bytes, cmd.epoch), (40 * MSS, 0));
+        reports(&out, &sc);
+
+        // Losses on an ACK whose rate sample is invalid still reach the fold.
+        assert_eq!(eng.on_ack(&ack(3, 0, false), 2), None);
+        assert_eq!(reports(&out, &sc), vec![(3, 0)], "urgent report of 3 lost packets");
+
+        // An RTO (EV_STATE snapshot: timeouts 1, cwnd 1): the fold reports the
+        // timeout at once, and no command goes out: the stale 40 packets are not
+        // re-applied, the kernel's loss window stands.
+        assert_eq!(eng.on_ack(&ack(13, 1, false), 3), None);
+        assert_eq!(reports(&out, &sc), vec![(10, 1)]);
+        assert_eq!(eng.on_ack(&ack(13, 1, true), 4), None, "still waiting for the algorithm");
+        assert_eq!(eng.stats().timeouts, 1);
+
+        // The algorithm answers the timeout: its new cwnd goes out with epoch 1.
+        set_cwnd(&mut eng, 2 * u64::from(MSS));
+        let cmd = eng.on_ack(&ack(13, 1, true), 5).expect("the algorithm's answer");
+        assert_eq!((cmd.cwnd_bytes, cmd.epoch), (2 * MSS, 1));
+    }
 }

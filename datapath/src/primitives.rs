@@ -5,8 +5,12 @@
 //! kernel's rate sample (delivered packets over the send / ACK interval),
 //! and a cwnd/rate that echo what the algorithm last requested.
 //! Differences: rates use the flow's MSS (ccp-kernel multiplies by a fixed
-//! MTU of 1500), and ECN comes from cumulative counters rather than the
-//! last ACK only.
+//! MTU of 1500), ECN comes from cumulative counters rather than the last ACK
+//! only, lost packets are the growth of tp->lost (every packet the kernel
+//! marks lost: per ACK, by RACK's timer, by an RTO) rather than rs->losses,
+//! and every snapshot is used, also one without a valid rate sample
+//! (ccp-kernel skips those, and their losses with them): its RTT sample is
+//! then "none" (0) and the rates keep their previous values.
 
 use crate::wire::AckSample;
 
@@ -45,20 +49,21 @@ pub struct Baseline {
     pub sacked_out: u32,
     pub ecn_bytes: u32,
     pub timeouts: u32,
+    pub lost: u32,
     pub rate_outgoing: u64,
     pub rate_incoming: u64,
 }
 
 impl Baseline {
     /// Baseline at flow creation (cumulative counters as the kernel had them).
-    pub fn at_start(bytes_acked: u64) -> Self {
-        Baseline { bytes_acked, ..Default::default() }
+    pub fn at_start(bytes_acked: u64, lost: u32) -> Self {
+        Baseline { bytes_acked, lost, ..Default::default() }
     }
 }
 
-/// Whether the kernel's rate sample is usable; ccp-kernel skips the
-/// invocation otherwise (and so do we: deltas then accumulate into the next
-/// valid sample).
+/// Whether the kernel's rate sample is usable (ccp-kernel's test). ccp-kernel
+/// skips the invocation otherwise; we invoke anyway (losses and timeouts must
+/// not wait) and only treat the RTT sample as absent.
 pub fn sample_valid(s: &AckSample) -> bool {
     s.delivered > 0 && s.interval_us > 0 && s.rtt_us > 0
 }
@@ -107,9 +112,9 @@ pub fn compute(
         packets_misordered,
         ecn_bytes,
         ecn_packets: ecn_bytes / mss,
-        lost_pkts_sample: s.losses.max(0) as u32,
+        lost_pkts_sample: s.lost.wrapping_sub(base.lost),
         was_timeout: s.timeouts != base.timeouts,
-        rtt_sample_us: s.rtt_us.max(0) as u64,
+        rtt_sample_us: if sample_valid(s) { s.rtt_us as u64 } else { 0 },
         rate_outgoing,
         rate_incoming,
         bytes_in_flight: pif.saturating_mul(mss),
@@ -123,6 +128,7 @@ pub fn compute(
         sacked_out: s.sacked_out,
         ecn_bytes: s.ecn_bytes,
         timeouts: s.timeouts,
+        lost: s.lost,
         rate_outgoing,
         rate_incoming,
     };
@@ -154,7 +160,7 @@ mod tests {
 
     #[test]
     fn deltas_since_last_invocation() {
-        let mut base = Baseline::at_start(44_000);
+        let mut base = Baseline::at_start(44_000, 0);
         let p = compute(&mut base, &sample(), None, None);
         assert_eq!(p.bytes_acked, 6_000);
         assert_eq!(p.packets_acked, 3);
@@ -230,6 +236,21 @@ mod tests {
         let q = compute(&mut base, &s, None, None);
         assert!(!q.was_timeout);
         assert_eq!(q.ecn_bytes, 0);
+    }
+
+    #[test]
+    fn every_lost_packet_counts_once_also_without_a_rate_sample() {
+        let mut base = Baseline::at_start(0, 5);
+        let mut s = sample();
+        s.lost = 8; // 3 marked lost since the flow started (e.g. by RACK's timer)
+        s.losses = 0; // ... none of them on this ACK's rate sample
+        s.delivered = 0; // and the sample is not valid
+        let p = compute(&mut base, &s, None, None);
+        assert_eq!(p.lost_pkts_sample, 3);
+        assert_eq!(p.rtt_sample_us, 0, "no valid sample: RTT absent");
+        assert_eq!(compute(&mut base, &s, None, None).lost_pkts_sample, 0, "counted once");
+        s.lost = 10;
+        assert_eq!(compute(&mut base, &s, None, None).lost_pkts_sample, 2);
     }
 
     #[test]

@@ -29,6 +29,9 @@ pub const COMMAND_SIZE: usize = std::mem::size_of::<RawCommand>();
 const EV_CREATE: u32 = 1;
 const EV_ACK: u32 = 2;
 const EV_RELEASE: u32 = 3;
+/// Entry into Recovery or Loss (set_state), decoded as an [`AckSample`]
+/// without a rate sample (rtt_us = -1, delivered = 0).
+const EV_STATE: u32 = 4;
 
 /// `struct ccp_event`, field for field (see ccp.bpf.c for each field's
 /// source in the kernel). One layout for all kinds; unused fields are zero.
@@ -63,6 +66,8 @@ pub struct RawEvent {
     pub ca_state: u32,
     pub flags: u32,
     pub pacing_rate: u64,
+    pub lost: u32,
+    pub app_limited: u32,
 }
 
 /// `struct ccp_cmd`: the value of the `commands` map.
@@ -70,7 +75,7 @@ pub struct RawEvent {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct RawCommand {
     pub cwnd_bytes: u32,
-    pub _pad: u32,
+    pub epoch: u32,
     pub rate_bytes_per_sec: u64,
 }
 
@@ -129,12 +134,12 @@ assert_c_layout!(RawEvent, ccp_event, [
     kind, flow_id, ts_ns, saddr, daddr, sport, dport, mss, bytes_acked, rtt_us,
     interval_us, delivered, snd_interval_us, rcv_interval_us, losses, acked_sacked,
     sacked_out, lost_out, retrans_out, packets_out, snd_cwnd, write_seq, snd_una,
-    ecn_bytes, timeouts, ca_state, flags, pacing_rate,
+    ecn_bytes, timeouts, ca_state, flags, pacing_rate, lost, app_limited,
 ]);
-assert_c_layout!(RawCommand, ccp_cmd, [cwnd_bytes, _pad, rate_bytes_per_sec]);
+assert_c_layout!(RawCommand, ccp_cmd, [cwnd_bytes, epoch, rate_bytes_per_sec]);
 
 /// A flow switched to congestion control `ccp` (struct_ops `init`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FlowCreated {
     pub flow_id: u32,
     pub ts_ns: u64,
@@ -153,6 +158,8 @@ pub struct FlowCreated {
     /// tp->bytes_acked at init (cumulative bytes; non-zero when a running
     /// connection switches to `ccp`).
     pub bytes_acked: u64,
+    /// tp->lost at init (cumulative packets marked lost).
+    pub lost: u32,
 }
 
 /// Snapshot of one `cong_control` call (one ACK, or several the kernel merged).
@@ -205,6 +212,11 @@ pub struct AckSample {
     pub flags: u32,
     /// sk->sk_pacing_rate, bytes/s.
     pub pacing_rate: u64,
+    /// tp->lost: cumulative packets marked lost by any path (per-ACK marking,
+    /// RACK's timer, an RTO marking the whole window).
+    pub lost: u32,
+    /// rs->is_app_limited: the rate sample was taken while application-limited.
+    pub app_limited: bool,
 }
 
 /// One ring-buffer record.
@@ -228,6 +240,7 @@ impl From<&RawEvent> for FlowCreated {
             // init() stores the initial cwnd in the snd_cwnd slot
             init_cwnd_pkts: r.snd_cwnd,
             bytes_acked: r.bytes_acked,
+            lost: r.lost,
         }
     }
 }
@@ -258,6 +271,8 @@ impl From<&RawEvent> for AckSample {
             ca_state: r.ca_state,
             flags: r.flags,
             pacing_rate: r.pacing_rate,
+            lost: r.lost,
+            app_limited: r.app_limited != 0,
         }
     }
 }
@@ -271,7 +286,7 @@ pub fn decode_event(b: &[u8]) -> Result<Event> {
     };
     Ok(match raw.kind {
         EV_CREATE => Event::Created(FlowCreated::from(&raw)),
-        EV_ACK => Event::Ack(AckSample::from(&raw)),
+        EV_ACK | EV_STATE => Event::Ack(AckSample::from(&raw)),
         EV_RELEASE => Event::Released { flow_id: raw.flow_id, ts_ns: raw.ts_ns },
         other => bail!("ring-buffer record has unknown kind {other}"),
     })
@@ -285,12 +300,15 @@ pub struct Command {
     pub cwnd_bytes: u32,
     /// Pacing rate in bytes/s (TCP-internal pacing); 0 disables pacing.
     pub rate_bytes_per_sec: u64,
+    /// The flow's RTO count this command was made for; the BPF side applies it
+    /// only while the flow has had exactly that many timeouts.
+    pub epoch: u32,
 }
 
 impl Command {
     /// Encode as `struct ccp_cmd` for a map update.
     pub fn to_bytes(self) -> [u8; COMMAND_SIZE] {
-        let raw = RawCommand { cwnd_bytes: self.cwnd_bytes, _pad: 0, rate_bytes_per_sec: self.rate_bytes_per_sec };
+        let raw = RawCommand { cwnd_bytes: self.cwnd_bytes, epoch: self.epoch, rate_bytes_per_sec: self.rate_bytes_per_sec };
         zerocopy::transmute!(raw)
     }
 
@@ -300,7 +318,7 @@ impl Command {
         let Ok(raw) = RawCommand::read_from_bytes(b) else {
             bail!("command value is {} bytes, expected {COMMAND_SIZE}", b.len());
         };
-        Ok(Command { cwnd_bytes: raw.cwnd_bytes, rate_bytes_per_sec: raw.rate_bytes_per_sec })
+        Ok(Command { cwnd_bytes: raw.cwnd_bytes, rate_bytes_per_sec: raw.rate_bytes_per_sec, epoch: raw.epoch })
     }
 }
 
@@ -397,6 +415,18 @@ mod tests {
     }
 
     #[test]
+    fn state_events_decode_as_snapshots_with_lost_count() {
+        let b = record(EV_STATE, 4, |r| {
+            r.rtt_us = -1;
+            r.lost = 17;
+            r.timeouts = 2;
+            r.app_limited = 1;
+        });
+        let Event::Ack(a) = decode_event(&b).unwrap() else { panic!("not a snapshot") };
+        assert_eq!((a.flow_id, a.rtt_us, a.lost, a.timeouts, a.app_limited), (4, -1, 17, 2, true));
+    }
+
+    #[test]
     fn decodes_unaligned_records() {
         let mut b = vec![0u8; 1];
         b.extend(record(EV_RELEASE, 6, |_| {}));
@@ -406,11 +436,11 @@ mod tests {
     #[test]
     fn command_round_trips_with_c_layout() {
         use c_layout::ccp_cmd as c;
-        let cmd = Command { cwnd_bytes: 14480, rate_bytes_per_sec: 1_250_000 };
+        let cmd = Command { cwnd_bytes: 14480, rate_bytes_per_sec: 1_250_000, epoch: 3 };
         let b = cmd.to_bytes();
         assert_eq!(b.len(), c::SIZE);
         assert_eq!(&b[c::cwnd_bytes.offset..][..4], &14480u32.to_ne_bytes());
-        assert_eq!(&b[c::_pad.offset..][..4], &[0, 0, 0, 0]);
+        assert_eq!(&b[c::epoch.offset..][..4], &3u32.to_ne_bytes());
         assert_eq!(&b[c::rate_bytes_per_sec.offset..][..8], &1_250_000u64.to_ne_bytes());
         assert_eq!(Command::from_bytes(&b).unwrap(), cmd);
         assert!(Command::from_bytes(&b[..8]).is_err());
