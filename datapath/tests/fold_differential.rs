@@ -6,8 +6,9 @@
 //! return code, the same set_cwnd / set_rate calls and the same report
 //! (program uid and fields).
 //!
-//! Programs: the fold program of every algorithm in `algorithms/registry.toml`
-//! (`<binary> --dump-program`, compiled by Portus), hand-written edge cases
+//! Programs: the fold program of every algorithm of the suite
+//! (`ccp-algorithms --list-json`, `ccp-algorithms NAME --dump-program`,
+//! compiled by Portus), hand-written edge cases
 //! (ewma, +infinity, underflow, division by zero, wrapped_max, volatile
 //! resets, Micros writes, expressions nested past libccp's 8 tmp registers)
 //! and random programs written directly in libccp's wire format within its
@@ -1161,30 +1162,49 @@ fn bin_dir() -> PathBuf {
         .to_path_buf()
 }
 
-/// (binary, fold program) of every algorithm in algorithms/registry.toml.
+/// (name, fold program) of every algorithm of the suite: `ccp-algorithms
+/// --list-json` names them, `ccp-algorithms NAME --dump-program` prints each
+/// program (algorithms/src/suite.rs).
 fn suite_programs() -> Vec<(String, String)> {
-    let registry = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../algorithms/registry.toml");
-    let text = std::fs::read_to_string(&registry)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", registry.display()));
-    let binaries: Vec<String> = text
-        .lines()
-        .filter_map(|l| l.trim().strip_prefix("binary"))
-        .filter_map(|rest| rest.split('"').nth(1).map(str::to_string))
+    let bin = bin_dir().join("ccp-algorithms");
+    let run = |args: &[&str]| -> Vec<u8> {
+        let out = Command::new(&bin).args(args).output().unwrap_or_else(|e| {
+            panic!(
+                "running {} {args:?}: {e} (build it: cargo build --release -p ccp-algorithms)",
+                bin.display()
+            )
+        });
+        assert!(
+            out.status.success(),
+            "{} {args:?} failed: {}",
+            bin.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    };
+    let list: serde_json::Value =
+        serde_json::from_slice(&run(&["--list-json"])).expect("--list-json prints JSON");
+    let names: Vec<String> = list
+        .as_array()
+        .expect("--list-json prints an array")
+        .iter()
+        .map(|a| {
+            a["name"]
+                .as_str()
+                .expect("each algorithm has a name")
+                .to_string()
+        })
         .collect();
     assert!(
-        !binaries.is_empty(),
-        "{} lists no algorithm binaries",
-        registry.display()
+        !names.is_empty(),
+        "ccp-algorithms --list-json lists no algorithm"
     );
-    binaries
+    names
         .into_iter()
-        .map(|b| {
-            let path = bin_dir().join(&b);
-            let out = Command::new(&path).arg("--dump-program").output().unwrap_or_else(|e| {
-                panic!("running {} --dump-program: {e} (build it: cargo build --release -p ccp-algorithms)", path.display())
-            });
-            assert!(out.status.success(), "{} --dump-program failed: {}", path.display(), String::from_utf8_lossy(&out.stderr));
-            (b, String::from_utf8(out.stdout).expect("program text is UTF-8"))
+        .map(|n| {
+            let text =
+                String::from_utf8(run(&[&n, "--dump-program"])).expect("program text is UTF-8");
+            (n, text)
         })
         .collect()
 }
@@ -1197,7 +1217,7 @@ fn suite_fold_programs_match_libccp() {
         let install = portus_install(src, 1);
         for case in 0..300u64 {
             let mut r = Rng(0x5017e ^ case);
-            let ctx = || format!("{bin} --dump-program, case {case}");
+            let ctx = || format!("ccp-algorithms {bin} --dump-program, case {case}");
             let installs = [install.clone()];
             let ack = |r: &mut Rng, f: &Flow, i: u64| {
                 if r.chance(90) {
@@ -1244,11 +1264,12 @@ fn bench_fold_interpreter() {
         sim.send(&change_msg(f.sid, 1, &[]), &|| name.clone());
         let mut r = Rng(1);
         let p = ack_prims(&mut r, &f, 1);
-        sim.invoke(&mut f, &p, EPOCH_NS + 1000, &|| name.clone());
+        let t = FAKE_NOW_NS.load(Ordering::Relaxed);
+        sim.invoke(&mut f, &p, t + 1000, &|| name.clone());
         let input = TestIn {
             flow: f.idx,
             repeat,
-            now_ns: EPOCH_NS + 2000,
+            now_ns: t + 2000,
             dp_time_zero_ns: EPOCH_NS,
             snd_rate: 0,
             snd_cwnd: f.cwnd,
