@@ -197,7 +197,7 @@ def _start_link(scenario: Scenario, rundir: Path) -> Daemon:
 def _start_algorithm(cca: Cca, rundir: Path) -> Daemon:
     algo = registry.lookup(cca.name)
     PORTUS_SOCKET.unlink(missing_ok=True)  # so that its appearance means this daemon bound it
-    daemon = Daemon(algo.binary, [algo.binary_path(), "--ipc", "unix"], rundir / "algorithm.log")
+    daemon = Daemon(algo.binary, [*algo.argv(cca.param_dict), "--ipc", "unix"], rundir / "algorithm.log")
     return _started(daemon, PORTUS_SOCKET.exists)
 
 
