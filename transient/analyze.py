@@ -535,11 +535,14 @@ def analyze_paths(
     *,
     options: AnalysisOptions = AnalysisOptions(),
     on_error: str = "raise",
+    workers: int | None = None,
 ) -> tuple[list[RunResult], list[tuple[str, str]]]:
     """(`RunResult` of every run under ``path``, errors of skipped runs).
 
     ``path`` is a log file, a run directory or a results tree; see
-    `analyze_all` for the arguments and errors.
+    `analyze_all` for the arguments and errors.  ``workers``: processes
+    that analyse runs in parallel (default: one per core when there are at
+    least `PARALLEL_MIN_RUNS` runs, else 1).
     """
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
@@ -552,20 +555,51 @@ def analyze_paths(
     run_dirs = find_run_dirs(root)
     if not run_dirs:
         raise AnalysisError(f"{root}: no run directories (directories with a metadata.json) found")
+    jobs = [(d, options, d.name if d.relative_to(root).as_posix() == "." else d.relative_to(root).as_posix())
+            for d in run_dirs]
     results: list[RunResult] = []
     errors: list[tuple[str, str]] = []
-    for d in run_dirs:
-        rel = d.relative_to(root).as_posix()
-        try:
-            results.append(analyze_run(d, options=options, run_id=d.name if rel == "." else rel))
-        except AnalysisError as exc:
-            if on_error == "raise":
-                raise
-            warnings.warn(f"skipping run: {exc}", stacklevel=2)
-            errors.append((str(d), str(exc)))
+    for d, outcome in zip(run_dirs, _map_runs(jobs, workers)):
+        if isinstance(outcome, RunResult):
+            results.append(outcome)
+            continue
+        if on_error == "raise":
+            raise AnalysisError(outcome)
+        warnings.warn(f"skipping run: {outcome}", stacklevel=2)
+        errors.append((str(d), outcome))
     if not results:
         raise AnalysisError(f"{root}: every run failed to analyse; first error: {errors[0][1]}")
     return results, errors
+
+
+PARALLEL_MIN_RUNS = 8
+"""Below this many runs, starting worker processes costs more than it saves."""
+
+
+def _analyze_job(job: tuple[Path, AnalysisOptions, str]) -> RunResult | str:
+    """Worker: one run's `RunResult`, or the AnalysisError message (exceptions with custom
+    constructors do not cross process boundaries reliably)."""
+    d, options, run_id = job
+    try:
+        return analyze_run(d, options=options, run_id=run_id)
+    except AnalysisError as exc:
+        return str(exc)
+
+
+def _map_runs(jobs: list, workers: int | None) -> list[RunResult | str]:
+    if workers is None:
+        workers = min(len(os.sched_getaffinity(0)), len(jobs)) if len(jobs) >= PARALLEL_MIN_RUNS else 1
+    if workers <= 1:
+        return [_analyze_job(j) for j in jobs]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    # forkserver, not fork: pyarrow's thread pools do not survive fork; preloading
+    # this module into the server makes each worker start without re-importing.
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["transient.analyze"])
+    with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+        return list(pool.map(_analyze_job, jobs, chunksize=max(len(jobs) // (4 * workers), 1)))
 
 
 def analyze_all(
@@ -575,6 +609,7 @@ def analyze_all(
     on_error: str = "raise",
     rtt_ms: float | None = None,
     steps: Iterable[Step] | None = None,
+    workers: int | None = None,
 ) -> Analysis:
     """Analyse a log file, a run directory or a results directory.
 
@@ -585,6 +620,7 @@ def analyze_all(
         on_error: "raise" (default) stops at the first bad run; "skip"
             warns, leaves the run out and records it in ``Analysis.errors``.
         rtt_ms, steps: shorthands that override ``options``.
+        workers: processes analysing runs in parallel (see `analyze_paths`).
 
     Raises:
         AnalysisError: nonexistent path, no runs found, or a bad run with
@@ -593,7 +629,7 @@ def analyze_all(
     if rtt_ms is not None or steps is not None:
         options = replace(options, rtt_ms=rtt_ms if rtt_ms is not None else options.rtt_ms,
                           steps=tuple(steps) if steps is not None else options.steps)
-    results, errors = analyze_paths(path, options=options, on_error=on_error)
+    results, errors = analyze_paths(path, options=options, on_error=on_error, workers=workers)
     runs, steps_df = _tables(results)
     return Analysis(runs, steps_df, {r.run_id: r.series for r in results}, errors)
 

@@ -84,12 +84,12 @@ def signal_delay_series(events: pd.DataFrame) -> pd.Series:
         return pd.Series([], dtype=np.float64, index=pd.Index([], dtype=np.int64, name="sent_ms"))
     # mahimahi keys the hash by the (integer) timestamp - delay.
     sent = (dep["time_ms"].to_numpy(np.float64) - dep["delay_ms"].to_numpy()).astype(np.int64)
-    direct = pd.Series(dep["delay_ms"].to_numpy()).groupby(sent).min()
-    lo, hi = int(direct.index.min()), int(direct.index.max())
+    delay = dep["delay_ms"].to_numpy()
+    lo, hi = int(sent.min()), int(sent.max())
     n = hi - lo + 1
     sig_direct = np.full(n, np.inf)
-    pos = direct.index.to_numpy() - lo
-    sig_direct[pos] = direct.to_numpy()
+    np.minimum.at(sig_direct, sent - lo, delay)  # the smallest delay of each sending ms
+    pos = np.flatnonzero(np.isfinite(sig_direct))
     # u(t): next position >= t with a direct sample (reverse running minimum of
     # the sample positions; positions without a sample hold n = "none yet").
     cand = np.full(n, n, dtype=np.int64)

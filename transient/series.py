@@ -47,8 +47,10 @@ class LogArrays:
         self.nbytes = events["bytes"].to_numpy(np.float64)
         self.delay = events["delay_ms"].to_numpy(np.float64)
         self.packets = events["packets"].to_numpy(np.float64)
-        dep = self.code == _CODES["departure"]
+        self._masks = {kind: self.code == c for kind, c in _CODES.items()}
+        dep = self._masks["departure"]
         self.base_delay_ms = float(self.delay[dep].min()) if dep.any() else float("nan")
+        self.queueing_ms = np.nan_to_num(self.delay - self.base_delay_ms)  # 0 for non-departures
         self.first_ms = int(self.t.min()) if self.t.size else 0
         self.last_ms = int(self.t.max()) if self.t.size else 0
         # queue occupancy at the end of each ms from first_ms to last_ms
@@ -56,12 +58,13 @@ class LogArrays:
         ms = self.t - self.first_ms
         change = np.zeros(n)
         for kind, sign in (("arrival", 1.0), ("departure", -1.0), ("drop", -1.0)):
-            m = self.code == _CODES[kind]
+            m = self._masks[kind]
             change += sign * np.bincount(ms[m], weights=self.packets[m], minlength=n)
         self.queue_ms = np.cumsum(change)
 
     def mask(self, kind: str) -> np.ndarray:
-        return self.code == _CODES[kind]
+        """Boolean mask of the events of one kind (computed once)."""
+        return self._masks[kind]
 
 
 def n_complete_bins(origin_s: float, end_s: float, bin_s: float) -> int:
@@ -99,27 +102,31 @@ def binned_series(
     idx = np.floor((arrays.t - origin_ms) / bin_ms + 1e-9).astype(np.int64)
     keep = (idx >= 0) & (idx < n)
     scale = 8.0 / (bin_s * 1e6)
+    # one pass per weight: key = bin x 4 + kind code, so each bincount fills all four kinds
+    key = idx[keep] * 4 + arrays.code[keep]
 
-    def total(kind: str, weights: np.ndarray) -> np.ndarray:
-        m = keep & arrays.mask(kind)
-        return np.bincount(idx[m], weights=weights[m], minlength=n)[:n]
+    def per_kind(weights: np.ndarray | None) -> np.ndarray:
+        w = weights[keep] if weights is not None else None
+        return np.bincount(key, weights=w, minlength=4 * n)[: 4 * n].reshape(n, 4)
 
-    dep = keep & arrays.mask("departure")
-    n_dep = np.bincount(idx[dep], minlength=n)[:n]
-    qsum = np.bincount(idx[dep], weights=arrays.delay[dep] - arrays.base_delay_ms, minlength=n)[:n]
+    nbytes = per_kind(arrays.nbytes)
+    count = per_kind(None)
+    packets = per_kind(arrays.packets)
+    qsum = per_kind(arrays.queueing_ms)[:, _CODES["departure"]]
+    n_dep = count[:, _CODES["departure"]]
     with np.errstate(invalid="ignore", divide="ignore"):
         qdelay = np.where(n_dep > 0, qsum / np.maximum(n_dep, 1), np.nan)
-    throughput = total("departure", arrays.nbytes) * scale
-    capacity = total("opportunity", arrays.nbytes) * scale
+    throughput = nbytes[:, _CODES["departure"]] * scale
+    capacity = nbytes[:, _CODES["opportunity"]] * scale
     frame = pd.DataFrame(
         {
             "throughput_mbps": _smooth(throughput, smooth_bins),
             "capacity_mbps": capacity,
             "reference_mbps": _smooth(capacity, smooth_bins),
-            "sending_mbps": total("arrival", arrays.nbytes) * scale,
+            "sending_mbps": nbytes[:, _CODES["arrival"]] * scale,
             "queueing_delay_ms": qdelay,
             "queue_packets": _queue_per_bin(arrays, origin_ms, bin_ms, n),
-            "drops": total("drop", arrays.packets),
+            "drops": packets[:, _CODES["drop"]],
         },
         index=pd.Index(origin_s + np.arange(n) * bin_s, name="t_s"),
     )

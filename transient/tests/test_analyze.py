@@ -254,3 +254,10 @@ def test_single_run_dir_and_its_metadata_file(results_dir):
     for target in (run, run / "metadata.json"):
         runs, steps = analyze_results(target)
         assert runs["run_id"].tolist() == ["run-2"] and steps["run"].tolist() == [2]
+
+
+def test_parallel_analysis_equals_serial(results_dir):
+    serial = analyze_all(results_dir, workers=1)
+    parallel = analyze_all(results_dir, workers=2)
+    assert serial.runs.drop(columns=["path"]).equals(parallel.runs.drop(columns=["path"]))
+    assert serial.steps.equals(parallel.steps)

@@ -65,3 +65,21 @@ def _unzip(tmp_path: Path, name: str) -> Path:
     out = tmp_path / name.removesuffix(".gz")
     out.write_bytes(gzip.decompress((GOLDEN / name).read_bytes()))
     return out
+
+
+@pytest.mark.parametrize("name", ["cubic-step.log.gz", "cubic-step-stockclock.log.gz"])
+def test_both_methods_on_real_logs_ours_and_stock_clock(tmp_path, name):
+    from transient import AnalysisOptions, Step, analyze_log
+
+    log = _unzip(tmp_path, name)
+    steps = (Step(0, 0, 12), Step(2, 12, 4))  # the trace's steps (README.md)
+    res = analyze_log(log, options=AnalysisOptions(steps=steps))
+    st = res.steps
+    # the data flow starts 264 ms after the log's time 0 (iperf3's control connection first)
+    assert res.info["flow_start_s"] == pytest.approx(0.264)
+    assert st["kind"].tolist() == ["start", "down"] and st["at_s"].tolist() == pytest.approx([0.264, 2.0])
+    assert st["converged"].all() and st["drops"].sum() > 0
+    down = st.iloc[1]
+    assert down["peak_queueing_delay_ms"] > down["standing_queue_ms"] >= 0  # the step down builds a queue
+    tp = analyze_log(log, options=AnalysisOptions(method="tpcca", capacity_mbps=12)).steps.iloc[0]
+    assert tp["normalized_area"] > 0 and tp["convergence_s"] > 0
