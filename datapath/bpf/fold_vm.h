@@ -140,9 +140,15 @@ struct fold_prog {
 	__u32 init_off;		/* non-volatile init: [init_off, init_off + init_len) */
 	__u32 init_len;
 	__u32 num_to_return;	/* report registers sent with a report */
+	/* What reports send: 0 until the first volatile reset of this program
+	 * (libccp computes num_to_return lazily, in reset_state: a flow left on
+	 * a slot whose program was replaced reports 0 fields once). Written by
+	 * the BPF side; every writer stores the same value. */
+	__u32 num_to_return_live;
+	__u32 _pad;
 	struct fold_insn insns[FOLD_MAX_LINEAR];
 };
-_Static_assert(sizeof(struct fold_prog) == 32 + 16 * FOLD_MAX_LINEAR, "fold_prog layout");
+_Static_assert(sizeof(struct fold_prog) == 40 + 16 * FOLD_MAX_LINEAR, "fold_prog layout");
 
 /* Per-flow interpreter state (libccp ccp_priv_state without the staging). */
 struct fold_state {
@@ -389,6 +395,7 @@ static __always_inline void fold_change_program(struct fold_state *st, void *pro
 	st->slot = slot;
 	p = fold_lookup(progs, slot);
 	if (p) {
+		p->num_to_return_live = p->num_to_return;
 		fold_run_section(st, p, p->reset_off, p->reset_len, now_ns, steps);
 		fold_run_section(st, p, p->init_off, p->init_len, now_ns, steps);
 	}
@@ -464,7 +471,7 @@ static __always_inline void fold_invoke(struct fold_state *st, void *progs, stru
 	if (st->regs[FOLD_R_REPORT]) {
 		out->report = 1;
 		out->report_uid = p->uid;
-		out->n_fields = p->num_to_return;
+		out->n_fields = p->num_to_return_live;
 	}
 }
 
@@ -474,8 +481,10 @@ static __always_inline void fold_finish_report(struct fold_state *st, void *prog
 	struct fold_prog *p = fold_lookup(progs, st->slot);
 	__u32 steps = 0;
 
-	if (p)
+	if (p) {
+		p->num_to_return_live = p->num_to_return;
 		fold_run_section(st, p, p->reset_off, p->reset_len, now_ns, &steps);
+	}
 }
 
 #endif /* CCP_FOLD_VM_H */

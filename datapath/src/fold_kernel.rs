@@ -134,6 +134,10 @@ pub struct FoldProg {
     pub init_off: u32,
     pub init_len: u32,
     pub num_to_return: u32,
+    /// Reports send this many: 0 until the program's first volatile reset
+    /// (libccp computes num_to_return lazily); the BPF side sets it.
+    pub num_to_return_live: u32,
+    pub _pad: u32,
     pub insns: [FoldInsn; MAX_LINEAR],
 }
 
@@ -160,7 +164,7 @@ pub struct FoldState {
 }
 
 const _: () = assert!(std::mem::size_of::<FoldInsn>() == 16);
-const _: () = assert!(std::mem::size_of::<FoldProg>() == 32 + 16 * MAX_LINEAR);
+const _: () = assert!(std::mem::size_of::<FoldProg>() == 40 + 16 * MAX_LINEAR);
 const _: () = assert!(std::mem::size_of::<FoldStaged>() == 40 + 8 * MAX_CONTROL as usize);
 const _: () = assert!(std::mem::size_of::<FoldState>() == 8 * NREGS + 16);
 

@@ -909,6 +909,26 @@ fn random_program(r: &mut Rng, uid: u32) -> Vec<u8> {
     install_msg(uid, &exprs, &instrs)
 }
 
+/// Break one instruction of an install message the way libccp checks them
+/// (opcode, result type, left type, right type): libccp keeps the program
+/// read so far in its slot.
+fn corrupt_install(r: &mut Rng, mut m: Vec<u8>) -> Vec<u8> {
+    let ne = u32::from_le_bytes(m[12..16].try_into().unwrap()) as usize;
+    let ni = u32::from_le_bytes(m[16..20].try_into().unwrap()) as usize;
+    if ni == 0 {
+        return m;
+    }
+    let at = 20 + 16 * ne + 16 * r.below(ni as u64) as usize;
+    match r.below(5) {
+        0 => m[at] = 15 + r.below(200) as u8,
+        1 => m[at + 1] = r.pick(&[1, 4]),
+        2 => m[at + 1] = 9 + r.below(100) as u8,
+        3 => m[at + 6] = 9 + r.below(100) as u8,
+        _ => m[at + 11] = 9 + r.below(100) as u8,
+    }
+    m
+}
+
 fn random_updates(r: &mut Rng) -> Vec<(u8, u32, u64)> {
     (0..r.below(4))
         .map(|_| match r.below(6) {
@@ -979,7 +999,8 @@ fn run_case(
                 next_uid += 1;
             }
             9 => {
-                let bad = match r.below(4) {
+                let kind = r.below(8);
+                let msg = match kind {
                     0 => install_msg(
                         next_uid,
                         &[],
@@ -1000,13 +1021,32 @@ fn run_case(
                             right: (1, 0),
                         }],
                     ),
-                    2 => update_msg(sid, &[(0, 1, 5), (6, 0, 1), (0, 2, 6)]), // -53 after staging one
-                    _ => update_msg(sid ^ 0x8000, &[(0, 1, 5)]),              // unknown flow
+                    2 => {
+                        let m = extra_program(r, next_uid);
+                        corrupt_install(r, m)
+                    }
+                    3 => update_msg(sid, &[(0, 1, 5), (6, 0, 1), (0, 2, 6)]), // -53 after staging one
+                    4 => update_msg(sid ^ 0x8000, &[(0, 1, 5)]),              // unknown flow
+                    5 => {
+                        let mut m = update_msg(sid, &[(0, 1, 5)]);
+                        m[8] = 128 + r.below(128) as u8; // libccp reads a signed char: -52
+                        m
+                    }
+                    6 => {
+                        let mut m = change_msg(sid, 1, &[]);
+                        m[12..16].copy_from_slice(&(223 + r.below(1000) as u32).to_le_bytes()); // -62
+                        m
+                    }
+                    _ => {
+                        // uid 1 again: libccp clears its table under running flows
+                        next_uid = 1;
+                        extra_program(r, 1)
+                    }
                 };
-                if r.below(4) < 2 {
-                    next_uid += 1; // a failed install still takes a slot
+                if kind <= 2 || kind == 7 {
+                    next_uid += 1; // installs take a slot, also failed ones
                 }
-                sim.send(&bad, &sctx);
+                sim.send(&msg, &sctx);
             }
             _ => {
                 let p = ack(r, &flows[fi], step);
