@@ -23,6 +23,10 @@ static SERIAL: Mutex<()> = Mutex::new(());
 fn netlab() -> std::sync::MutexGuard<'static, ()> {
     require_root("network namespaces and veths (the rattan emulator)");
     require_tools(&["ip", "ss", "iperf3", "python3", "timeout"], "flows through the emulated link");
+    serial()
+}
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -518,9 +522,12 @@ fn small_queue_overflow_logs_drops() {
     );
 }
 
+/// Input is validated before anything needs root, so this runs (and must
+/// pass) as any user.
 #[test]
 fn bad_trace_fails_before_creating_namespaces() {
-    let _serial = netlab();
+    require_tools(&["ip", "timeout"], "running the link and listing namespaces");
+    let _serial = serial();
     let dir = tmpdir("bad");
     let trace = write_trace(&dir, "bad.trace", "1\n2\nthree\n");
     let before = netns_list();
