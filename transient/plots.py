@@ -8,12 +8,14 @@ nothing and returns False when there is nothing to draw:
 * `plot_timeseries`: per label, departure throughput (runs overlaid) against
   the reference capacity, and the queueing delay, over the whole run;
 * `plot_step_zoom`: one step, from just before it to a little past the
-  slowest convergence: throughput with the reference capacity, the 2% and
-  5% settling bands around the step's new nominal capacity and each run's
-  convergence point; queueing delay below;
+  slowest convergence (or queue drain, `zoom_window`): throughput with the
+  reference capacity, the 2% and 5% settling bands around the step's new
+  nominal capacity and each run's convergence point; queueing delay beside;
 * `plot_violins`: Normalized Area, convergence time (converged runs only)
   and peak queueing delay per label per step: violins of the runs' values
-  with the runs as dots, as in the TPCCA poster;
+  with the runs as dots, as in the TPCCA poster (a violin needs at least
+  `VIOLIN_MIN_RUNS` values: a density of 2 or 3 points is an artefact of
+  the kernel, so fewer get dots and a median bar only);
 * `plot_plane`: throughput vs. p95 queueing delay, one dot per run and the
   median with its bootstrap 95% CI per label; delay axis reversed (better
   is up and right), as in mahimahi / Remy / Pantheon plots.
@@ -150,10 +152,10 @@ def plot_timeseries(runs: pd.DataFrame, series: Mapping[str, pd.DataFrame], step
                 row[0].plot(s.index, s["throughput_mbps"], color=colors[lab], lw=0.7, alpha=0.7)
                 row[1].plot(s.index, s["queueing_delay_ms"], color=colors[lab], lw=0.7, alpha=0.7)
             _no_data_note(row[1], "queueing_delay_ms", [series[r] for r in ids])
-            if ids:
-                ref = pd.concat([series[r]["reference_mbps"] for r in ids], axis=1).mean(axis=1)
-                row[0].plot(ref.index, ref.to_numpy(), color="black", lw=1.0, ls="--",
-                            label="reference capacity (mean over runs)")
+            for k, rid in enumerate(ids):  # each run's own bins: runs' bins need not align
+                ref = series[rid]["reference_mbps"]
+                row[0].plot(ref.index, ref.to_numpy(), color="black", lw=0.8, ls="--", alpha=0.8,
+                            label="reference capacity (each run)" if k == 0 else None)
             for ax in row:
                 for t in step_times:
                     ax.axvline(t, color="grey", lw=0.8, ls=":")
@@ -181,15 +183,21 @@ def zoom_window(step_rows: pd.DataFrame) -> tuple[float, float]:
     """(start, end) on the log clock of a step's zoomed plot, s.
 
     From just before the step (15% of the shown transient, at least 0.2 s)
-    to 25% past the slowest convergence point of the converged runs (at
-    least 0.3 s); runs that did not converge have no point and do not
-    stretch the zoom (the plot's titles count them).  When no run converged,
-    the whole step up to its end (``end_s``).  Never past the step's end.
+    to 25% past the slowest end of a transient among the runs (at least
+    0.3 s).  A run's transient ends at its convergence point or, if later,
+    when its queue has drained (step + ``drain_time_s``): after a step down
+    the departures follow the capacity at once and the transient is the
+    queue.  Runs that did not converge have no point and do not stretch the
+    zoom (the plot's titles count them); when no run converged and no queue
+    drained, the whole step up to its end (``end_s``).  Never past the
+    step's end.
     """
     at = float(step_rows["at_s"].min())
     end = float(step_rows["end_s"].max())
-    conv = step_rows["convergence_point_s"].where(step_rows["converged"].astype(bool)).dropna()
-    slowest = float(conv.max()) if len(conv) else end
+    conv = step_rows["convergence_point_s"].where(step_rows["converged"].astype(bool))
+    drained = step_rows["at_s"] + step_rows["drain_time_s"] if "drain_time_s" in step_rows else conv * np.nan
+    ends = pd.concat([conv, drained], axis=1).max(axis=1).dropna()
+    slowest = float(ends.max()) if len(ends) else end
     span = max(slowest - at, 0.2)
     return at - max(0.15 * span, 0.2), min(slowest + max(0.25 * span, 0.3), end)
 
@@ -215,14 +223,14 @@ def plot_step_zoom(runs: pd.DataFrame, series: Mapping[str, pd.DataFrame], step_
                                  squeeze=False)
         for row, lab in zip(axes, labels):
             mine = rows[label_of(rows) == lab]
-            refs = []
             for k, r in enumerate(mine.itertuples(index=False)):
                 s = series[r.run_id]
                 w = s[(s.index >= lo) & (s.index <= hi)]
                 x = w.index.to_numpy() - at
                 row[0].plot(x, w["throughput_mbps"], color=colors[lab], lw=0.9, alpha=0.75)
                 row[1].plot(x, w["queueing_delay_ms"], color=colors[lab], lw=0.9, alpha=0.75)
-                refs.append(w["reference_mbps"])
+                row[0].plot(x, w["reference_mbps"], color="black", lw=0.9, ls="--", alpha=0.8, zorder=4,
+                            label="reference capacity (each run)" if k == 0 else None)
                 if bool(r.converged) and np.isfinite(r.convergence_point_s):
                     tc = float(r.convergence_point_s)
                     y = float(np.interp(tc, s.index.to_numpy(), s["throughput_mbps"].to_numpy()))
@@ -231,10 +239,6 @@ def plot_step_zoom(runs: pd.DataFrame, series: Mapping[str, pd.DataFrame], step_
                     row[0].plot(tc - at, y, marker="o", ms=6, mfc="white", mec="black", mew=1.0, ls="none",
                                 label="convergence point" if k == 0 else None, zorder=5)
             _no_data_note(row[1], "queueing_delay_ms", [series[r] for r in mine["run_id"]])
-            if refs:
-                ref = pd.concat(refs, axis=1).mean(axis=1)
-                row[0].plot(ref.index.to_numpy() - at, ref.to_numpy(), color="black", lw=1.1, ls="--",
-                            label="reference capacity", zorder=4)
             for band, alpha in zip(sorted(BANDS, reverse=True), (0.18, 0.35)):
                 row[0].axhspan(to * (1 - band), to * (1 + band), color="grey", alpha=alpha, lw=0,
                                label=f"±{band:.0%} of {to:g} Mbit/s")
@@ -257,6 +261,9 @@ def plot_step_zoom(runs: pd.DataFrame, series: Mapping[str, pd.DataFrame], step_
         save_figure(fig, base)
     return True
 
+
+VIOLIN_MIN_RUNS = 5
+"""Fewest values drawn as a violin (kernel density); fewer: dots and a median bar."""
 
 VIOLIN_METRICS = [
     ("normalized_area", "Normalized Area (s)"),
@@ -292,13 +299,15 @@ def plot_violins(steps: pd.DataFrame, colors: Mapping[str, str], base: Path, tit
                     if col == "convergence_s":
                         vals = vals.where(g["converged"].astype(bool))
                     v = pd.to_numeric(vals, errors="coerce").dropna().to_numpy()
-                    if v.size >= 2 and np.ptp(v) > 0:
+                    if v.size >= VIOLIN_MIN_RUNS and np.ptp(v) > 0:
                         parts = ax.violinplot(v, positions=[p], widths=0.7, showextrema=False, showmedians=True)
                         for body in parts["bodies"]:
                             body.set_facecolor(colors[lab])
                             body.set_edgecolor(colors[lab])
                             body.set_alpha(0.35)
                         parts["cmedians"].set_color("black")
+                    elif v.size:
+                        ax.hlines(np.median(v), p - 0.25, p + 0.25, color="black", lw=1.5, zorder=2)
                     ax.scatter(p + rng.uniform(-0.12, 0.12, v.size), v, s=10, color=colors[lab], zorder=3,
                                edgecolor="black", linewidth=0.3)
                     missing = len(g) - v.size

@@ -530,7 +530,7 @@ def _scenario_section(sc: str, runs: pd.DataFrame, steps: pd.DataFrame, series: 
         figs = []
         if plots.plot_step_zoom(r, series, st, colors, pdir / name, sc):
             figs.append(_figure(name, "Zoom on the transient: from just before the step to a little past the "
-                                "slowest convergence. Dashed: reference capacity; grey bands: ±2% and ±5% of "
+                                "slowest convergence or queue drain. Dashed: reference capacity; grey bands: ±2% and ±5% of "
                                 "the new nominal capacity; circles and dash-dotted lines: each run's "
                                 "convergence point."))
         step_sections.append({

@@ -69,3 +69,11 @@ def test_zoom_window_ignores_runs_that_did_not_converge_and_caps_at_the_step_end
     assert hi == 20.0  # nobody converged: show the whole step
     lo, hi = plots.zoom_window(_rows(0.0, 1.1, [1.0], [True]))
     assert hi == 1.1
+
+
+def test_zoom_window_covers_the_queue_drain_after_a_step_down():
+    rows = _rows(10.0, 20.0, [10.05, 10.05], [True, True]).assign(drain_time_s=[1.5, 2.0])
+    lo, hi = plots.zoom_window(rows)
+    assert 12.0 < hi <= 13.0  # converged at once (departures follow the capacity), but the queue took 2 s
+    lo, hi = plots.zoom_window(rows.assign(drain_time_s=float("nan")))
+    assert hi < 10.5

@@ -170,6 +170,38 @@ def test_report_on_a_results_tree_of_real_logs(results_dir):
     assert len(pd.read_csv(results_dir / "runs.csv")) == 4
 
 
+def test_report_on_real_logs_with_a_step_down(tmp_path):
+    """0 -> 12 Mbit/s, then 12 -> 4 at 1.5 s, through a simulated drop-tail link: the step down is reported by its
+    queue (peak queueing delay, drops) and gets its own zoomed plot."""
+    import numpy as np
+
+    from .conftest import ramp_then_full, simulate_link, write_run
+
+    root = tmp_path / "results"
+    n, at = 3000, 1500
+    opps = np.ones(n, int)
+    opps[at:] = (np.arange(n - at) % 3 == 0).astype(int)  # one delivery opportunity every 3 ms: 4 Mbit/s
+    steps = [{"at_s": 0.0, "from_mbps": 0.0, "to_mbps": 12.0}, {"at_s": at / 1000, "from_mbps": 12.0, "to_mbps": 4.0}]
+    for cca, ramp in (("ccp:reno", (400, 500)), ("kernel:cubic", (200, 300))):
+        for k, r in enumerate(ramp, start=1):
+            sends = ramp_then_full(n, r)
+            sends[at + 200:] = opps[at + 200:]  # the sender adapts 200 ms after the step down
+            text = simulate_link(opps, sends, queue_packets=60)
+            write_run(root / "runs" / cca.replace(":", "-") / f"run-{k}", cca, k, text, steps, name="step-0-12-4")
+    a = analyze_all(root)
+    page = write_report(root, a.runs, a.steps, a.series, **FAST)
+    imgs, _ = _srcs(page)
+    assert sorted(i for i in imgs if "zoom-" in i) == ["plots/zoom-step-0-12-4-step-0.png",
+                                                        "plots/zoom-step-0-12-4-step-1.png"]
+    summary = pd.read_csv(root / "summary_steps.csv")
+    down = summary[(summary["step"] == 1)]
+    assert set(down["kind"]) == {"down"}
+    peak = down[down["metric"] == "peak_queueing_delay_ms"]
+    assert (peak["n_valid"] == 2).all() and (peak["median"] > 50).all()  # 60 packets at 4 Mbit/s: up to 180 ms
+    assert (down[down["metric"] == "drops"]["median"] > 0).all()
+    assert "Step 1 (down): 12 → 4 Mbit/s" in page.read_text()
+
+
 def test_page_loads_every_image_in_chromium(written):
     out, page = written
     images = browser.page_images(page)
