@@ -541,8 +541,8 @@ def analyze_paths(
 
     ``path`` is a log file, a run directory or a results tree; see
     `analyze_all` for the arguments and errors.  ``workers``: processes
-    that analyse runs in parallel (default: one per core when there are at
-    least `PARALLEL_MIN_RUNS` runs, else 1).
+    that analyse runs in parallel (default 1; worth it for many long runs
+    on an otherwise idle machine, see ``make bench``).
     """
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
@@ -572,10 +572,6 @@ def analyze_paths(
     return results, errors
 
 
-PARALLEL_MIN_RUNS = 8
-"""Below this many runs, starting worker processes costs more than it saves."""
-
-
 def _analyze_job(job: tuple[Path, AnalysisOptions, str]) -> RunResult | str:
     """Worker: one run's `RunResult`, or the AnalysisError message (exceptions with custom
     constructors do not cross process boundaries reliably)."""
@@ -587,9 +583,7 @@ def _analyze_job(job: tuple[Path, AnalysisOptions, str]) -> RunResult | str:
 
 
 def _map_runs(jobs: list, workers: int | None) -> list[RunResult | str]:
-    if workers is None:
-        workers = min(len(os.sched_getaffinity(0)), len(jobs)) if len(jobs) >= PARALLEL_MIN_RUNS else 1
-    if workers <= 1:
+    if workers is None or workers <= 1 or len(jobs) < 2:
         return [_analyze_job(j) for j in jobs]
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor

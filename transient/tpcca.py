@@ -57,6 +57,8 @@ TPCCA_FAULTS = (
 """The faults of TPCCA's reference analysis that ``--method tpcca`` keeps (for the report; no
 apostrophes, so that every HTML escaper renders them alike)."""
 
+__doc__ += "".join(f"\n{k}. {fault}" for k, fault in enumerate(TPCCA_FAULTS, start=1)) + "\n"
+
 GIVE_UP = 40
 """TPCCA's detector limit (s) and the bin index it returns when it gives up."""
 
