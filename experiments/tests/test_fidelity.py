@@ -1,0 +1,78 @@
+"""``ccplab fidelity``: the ratio statistics on known numbers, input checks, and a short
+real run (kernel:reno vs ccp:reno on the fixed 12 Mbit/s link) that writes the table."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from ccplab import cli, fidelity
+from ccplab.errors import CcplabError
+
+
+def test_ratio_stats_pairwise_median_and_spread():
+    r = fidelity.ratio_stats([10.0, 12.0], [11.0, 9.0])
+    # pairwise ccp/kernel: 11/10, 11/12, 9/10, 9/12 -> sorted .75 .9 .9167 1.1
+    assert r["kernel_median"] == 11.0 and r["ccp_median"] == 10.0
+    assert r["ratio_median"] == pytest.approx((0.9 + 11 / 12) / 2)
+    assert r["ratio_p25"] == pytest.approx(0.75 + 0.75 * (0.9 - 0.75))
+    assert r["ratio_p75"] == pytest.approx(11 / 12 + 0.25 * (1.1 - 11 / 12))
+    # Zero retransmits on both sides is a ratio of 1; NaN values are left out.
+    z = fidelity.ratio_stats([0.0, math.nan], [0.0])
+    assert (z["ratio_median"], z["kernel_runs"]) == (1.0, 1)
+    assert math.isnan(fidelity.ratio_stats([], [1.0])["ratio_median"])
+
+
+def test_rows_from_analysis_tables_and_targets():
+    runs = pd.DataFrame({
+        "cca": ["kernel:cubic"] * 2 + ["ccp:cubic"] * 2, "run": [1, 2, 1, 2],
+        "throughput_mbps": [11.0, 11.2, 10.9, 11.1], "p95_queueing_delay_ms": [40, 42, 60, 62],
+        "retransmits": [10, 20, 30, 30],
+    })
+    steps = pd.DataFrame({
+        "cca": ["kernel:cubic"] * 4 + ["ccp:cubic"] * 2, "run": [1, 1, 2, 2, 1, 2],
+        "normalized_area": [4.0, 6.0, 5.0, 7.0, 5.5, 6.5], "convergence_s": [1.0, 3.0, 2.0, math.nan, 2.5, 3.0],
+    })
+    rows = {r["metric"]: r for r in fidelity.fidelity_rows("s", ["cubic"], runs, steps)}
+    assert rows["throughput_mbps"]["meets_target"] is True
+    assert rows["p95_queueing_delay_ms"]["meets_target"] is False  # ~1.5x the kernel's delay
+    assert rows["retransmits"]["ratio_median"] == pytest.approx(2.25)  # 1.5, 1.5, 3, 3
+    assert rows["retransmits"]["meets_target"] is False
+    # NA per run = mean over the run's steps: kernel 5.0, 6.0 (spread 1.0); ccp 5.5, 6.5.
+    assert rows["normalized_area"]["kernel_median"] == pytest.approx(5.5)
+    assert rows["normalized_area"]["meets_target"] is True  # |6.0 - 5.5| <= 1.0
+    assert rows["convergence_s"]["meets_target"] is None
+    table = fidelity.format_table(list(rows.values()))
+    assert "throughput_mbps" in table and "NO" in table
+
+
+def test_bad_input_names_the_option(tmp_path):
+    with pytest.raises(CcplabError, match="--scenarios: unknown scenario 'x'"):
+        fidelity.parse_scenarios("fixed12-q1bdp,x")
+    with pytest.raises(CcplabError, match="unknown kernel CCA .nosuch."):
+        fidelity.parse_algorithms("reno,nosuch")
+    assert cli.main(["fidelity", "--out", str(tmp_path / "o"), "--runs", "0"]) == 2
+    assert not (tmp_path / "o").exists()
+    assert fidelity.bdp_packets(12) == 50
+    # A late step moves into a short run.
+    down = fidelity.SCENARIOS["down24-6"].steps_for(8)
+    assert down[1].at_s == 4.0 and down[1].to_mbps == 6
+
+
+@pytest.mark.network
+def test_short_fidelity_run_writes_the_table(tmp_path, needs_root, capsys):
+    out = tmp_path / "fid"
+    code = cli.main(["fidelity", "--out", str(out), "--runs", "1", "--duration-s", "6",
+                     "--scenarios", "fixed12-q1bdp", "--algorithms", "reno"])
+    assert code == 0
+    table = pd.read_csv(out / "fidelity.csv")
+    assert set(table["metric"]) == set(fidelity.METRICS)
+    thr = table[table["metric"] == "throughput_mbps"].iloc[0]
+    # Both flows moved data through a 12 Mbit/s link.
+    assert 5 < thr["kernel_median"] <= 12.5 and 5 < thr["ccp_median"] <= 12.5
+    assert thr["ratio_median"] == pytest.approx(thr["ccp_median"] / thr["kernel_median"])
+    assert (out / "fidelity.html").read_text().count("<tr") == len(table) + 1
+    assert (out / "fixed12-q1bdp" / "runs" / "ccp-reno" / "run-1" / "algorithm.log").exists()
+    assert "throughput_mbps" in capsys.readouterr().out
