@@ -1,4 +1,4 @@
-"""The ``ccplab`` command: run, compare, demo, clean, algorithms, analyze.
+"""The ``ccplab`` command: run, compare, demo, sweep, clean, algorithms, analyze.
 
 Exit status: 0 on success, 2 on bad input or an unusable machine (the message
 names what is wrong), 130 when interrupted (after cleaning up).
@@ -67,21 +67,27 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--runs", type=int, default=sc.DEMO_RUNS)
     demo.add_argument("--duration-s", type=int, default=sc.DEMO_DURATION_S)
 
+    swp = sub.add_parser("sweep", help="run an experiment file (TOML: CCAs x scenarios x repetitions), "
+                         "resumable, on Dask workers; results in a Parquet store")
+    swp.add_argument("file", type=Path, help="experiment file, e.g. experiments/sweeps/small.toml")
+    swp.add_argument("--out", type=Path, help="sweep directory; rerun with the same --out to resume "
+                     "(default: results/sweep-<name>)")
+    swp.add_argument("--dry-run", action="store_true", help="print the plan and its estimated time; run nothing")
+    swp.add_argument("--scheduler", metavar="tcp://HOST:8786",
+                     help="a Dask scheduler whose workers were started with `--resources netlab=1` "
+                          "(default: a local cluster)")
+    swp.add_argument("--workers", type=int, default=1,
+                     help="worker processes of the local cluster (default 1: one run at a time on this host)")
+    swp.add_argument("--no-dask", action="store_true", help="run in this process, one run at a time")
+    swp.add_argument("--retry-failed", action="store_true", help="run again the runs recorded as failed")
+    swp.add_argument("--dest", metavar="URL", help="where raw run directories go (a path or an fsspec URL; "
+                     "default OUT/runs)")
+
     clean = sub.add_parser("clean", help="remove what killed runs left: their processes, the link's network "
                            "namespaces, a registered 'ccp' with no datapath, the Portus socket, partial run dirs")
     clean.add_argument("dirs", nargs="*", type=Path, metavar="DIR",
                        help="results directories to search for partial run directories (default: results/)")
     clean.add_argument("--dry-run", action="store_true", help="only list what would be removed")
-
-    fid = sub.add_parser("fidelity", help="kernel:X vs ccp:X (reno, cubic, bbr) through the issue-7 links; "
-                         "ratios ccp/kernel with median and spread; fidelity.csv + fidelity.html")
-    fid.add_argument("--out", type=Path, required=True, help="results directory (new or empty)")
-    fid.add_argument("--runs", type=int, default=5, help="runs per CCA and scenario (default %(default)s)")
-    fid.add_argument("--duration-s", type=int, default=30, help="flow duration, s (default %(default)s)")
-    fid.add_argument("--scenarios", default=None, metavar="A,B",
-                     help="comma-separated subset of: fixed12-q1bdp, fixed12-q4bdp, step0-12, step0-48, "
-                          "down24-6, verizon-lte (default: all)")
-    fid.add_argument("--algorithms", default=None, metavar="X,Y", help="default: reno,cubic,bbr")
 
     algs = sub.add_parser("algorithms", help="list the suite's algorithms and their flags")
     algs.add_argument("name", nargs="?", help="one algorithm")
@@ -161,6 +167,31 @@ def cmd_demo(args) -> int:
     return code
 
 
+def cmd_sweep(args) -> int:
+    """``ccplab sweep``: plan (--dry-run) or run an experiment file; prints a summary line."""
+    from .sweepfile import format_plan, load_sweep
+
+    sweep = load_sweep(args.file)
+    if args.dry_run:
+        print(format_plan(sweep))
+        return 0
+    if args.workers < 1:
+        raise CcplabError(f"--workers must be >= 1, got {args.workers}")
+    if args.scheduler and args.no_dask:
+        raise CcplabError("--scheduler and --no-dask exclude each other")
+    from .sweep import execute
+
+    out = args.out or REPO_ROOT / "results" / f"sweep-{sweep.name}"
+    s = execute(sweep, out, scheduler=args.scheduler, workers=args.workers, retry_failed=args.retry_failed,
+                dest=args.dest, use_dask=not args.no_dask)
+    print(f"sweep {sweep.name}: {s.finished} run(s) finished, {len(s.failed)} failed, {s.skipped} already done "
+          f"of {s.planned}; {s.wall_s:.1f} s, scheduling overhead {s.overhead_per_run_s:.2f} s/run; "
+          f"store: {out.resolve() / 'store'}")
+    for run_id, error in s.failed:
+        print(f"  FAILED {run_id}: {error.splitlines()[0] if error else ''}", file=sys.stderr)
+    return 1 if s.failed else 0
+
+
 def cmd_clean(args) -> int:
     """``ccplab clean``: list (and unless --dry-run remove) what killed runs left; needs root."""
     import os
@@ -204,12 +235,6 @@ def cmd_algorithms(args) -> int:
     return 0
 
 
-def cmd_fidelity(args) -> int:
-    from .fidelity import fidelity_command
-
-    return fidelity_command(args)
-
-
 def cmd_analyze(args) -> int:
     from .analysis import analyze_command
 
@@ -242,8 +267,8 @@ def cmd_report(args) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "compare": cmd_compare, "demo": cmd_demo, "clean": cmd_clean,
-            "algorithms": cmd_algorithms, "fidelity": cmd_fidelity, "analyze": cmd_analyze, "report": cmd_report}
+COMMANDS = {"run": cmd_run, "compare": cmd_compare, "demo": cmd_demo, "clean": cmd_clean, "sweep": cmd_sweep,
+            "algorithms": cmd_algorithms, "analyze": cmd_analyze, "report": cmd_report}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,0 +1,321 @@
+"""``ccplab sweep FILE``: run an experiment file (see ``sweepfile``), resumable, on Dask workers.
+
+Layout of a sweep directory (``--out``)::
+
+    sweep.toml           the experiment file as it was started (a resume must use the same)
+    traces/<scenario>.trace(.meta.json)   generated traces (seeded), made once by the driver
+    runs/<scenario>/<cca>/run-<k>/        raw run directories (see ccplab.run), kept
+    store/               Parquet results (see ccplab.store)
+
+Execution: every run of the plan not yet in the store is submitted, in the
+plan's order, as one Dask task needing the resource ``netlab=1``; a worker
+started with ``--resources netlab=1`` so runs one at a time (a host has one
+``ccp`` registration, and concurrent emulations share its CPUs). The task
+runs the flow in a scratch directory on the worker, analyses it there
+(``transient``), copies the run directory to the results location (a local
+path or any fsspec URL) and returns only the tables; the driver appends them
+to the store as each run completes.
+
+Resume: a run counts as finished when its rows are in the store. Runs that
+were interrupted (partial directories, a raw directory without rows) are
+discarded and rerun. A run that fails is retried once on the worker; then it
+is recorded in ``store/failed`` with its error (``--retry-failed`` runs those
+again). A worker killed mid-run: Dask reschedules its task on another worker,
+whose run replaces the partial one, so nothing is lost or counted twice.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from . import scenario as sc
+from . import store
+from .cca import parse_cca
+from .errors import CcplabError
+from .sweepfile import RunSpec, ScenarioSpec, Sweep
+
+ATTEMPTS = 2  # a failed run is retried once
+LEFTOVER_WAIT_S = 20.0  # a killed worker's daemons take a moment to clean up (SIGTERM via pdeathsig)
+
+
+@dataclass
+class SweepSummary:
+    """What ``execute`` did: counts, the failed runs' errors, wall time and the per-run scheduling overhead."""
+
+    planned: int
+    skipped: int = 0
+    finished: int = 0
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    wall_s: float = 0.0
+    run_s: float = 0.0  # sum of the runs' own wall times on the workers
+
+    @property
+    def overhead_per_run_s(self) -> float:
+        """(driver wall time - time inside the runs) / runs executed; meaningful with one worker."""
+        n = self.finished + len(self.failed)
+        return (self.wall_s - self.run_s) / n if n else 0.0
+
+
+# ------------------------------------------------------------------ the driver
+
+
+def prepare(sweep: Sweep, out: Path) -> Path:
+    """Create ``out`` for ``sweep`` (or check that it holds the same sweep, to resume); generate its traces.
+
+    Raises CcplabError when ``out`` holds something else or a different experiment file.
+    """
+    out = out.resolve()
+    text = sweep.source.read_text()
+    copy = out / "sweep.toml"
+    if copy.exists():
+        if copy.read_text() != text:
+            raise CcplabError(f"{out} holds a different sweep ({copy} differs from {sweep.source}): "
+                              "resume with the same file, or choose another --out")
+    elif out.exists() and any(out.iterdir()):
+        raise CcplabError(f"output directory {out} is not empty and holds no sweep.toml: choose another --out")
+    for spec in sweep.scenarios:  # check the CCAs and generate traces before the directory exists
+        if spec.trace is not None:
+            sc.check_trace(spec.trace)
+    for name in sweep.ccas:
+        parse_cca(name)
+    (out / "traces").mkdir(parents=True, exist_ok=True)
+    if not copy.exists():
+        from transient.atomic import write_atomic
+
+        write_atomic(copy, text)
+    for spec in sweep.scenarios:
+        if spec.trace is None and not trace_path(out, spec).exists():
+            sc.generate_step_trace(trace_path(out, spec), spec.steps, spec.duration_s, spec.sigma_mbps,
+                                   spec.trace_seed)
+    return out
+
+
+def trace_path(out: Path, spec: ScenarioSpec) -> Path:
+    """The trace a scenario's runs replay: the user's file, or the generated one in ``out/traces``."""
+    return spec.trace if spec.trace is not None else out / "traces" / f"{spec.name}.trace"
+
+
+def pending(sweep: Sweep, out: Path, retry_failed: bool = False) -> tuple[list[RunSpec], int]:
+    """The plan's runs still to do, in plan order, and how many are already done (or recorded failed)."""
+    st = out / "store"
+    todo, done = [], 0
+    for r in sweep.plan():
+        key = (sweep.name, r.scenario.name, r.cca_slug, r.repetition)
+        if store.has_run(st, "runs", *key) or (not retry_failed and store.has_run(st, "failed", *key)):
+            done += 1
+        else:
+            todo.append(r)
+    return todo, done
+
+
+def payload(sweep: Sweep, out: Path, spec: RunSpec, dest: str) -> dict:
+    """Everything a worker needs for one run (plain data: it may travel to another host)."""
+    s = spec.scenario
+    return {"sweep": sweep.name, "run_id": spec.run_id, "cca": spec.cca, "repetition": spec.repetition,
+            "cca_slug": spec.cca_slug, "scenario": s.name, "one_way_delay_ms": s.one_way_delay_ms,
+            "queue_packets": s.queue_packets, "duration_s": s.duration_s,
+            "steps": [str(x) for x in s.steps], "trace_name": trace_path(out, s).name,
+            "trace_bytes": trace_path(out, s).read_bytes(), "dest": dest}
+
+
+def execute(sweep: Sweep, out: Path, *, scheduler: str | None = None, workers: int = 1,
+            retry_failed: bool = False, dest: str | None = None, progress: bool | None = None,
+            run_fn: Callable[[dict], dict] | None = None, use_dask: bool = True) -> SweepSummary:
+    """Run every pending run of ``sweep`` into ``out``; returns a SweepSummary.
+
+    ``scheduler``: a Dask scheduler address (tcp://HOST:8786) whose workers have
+    ``netlab=1``; None starts a LocalCluster of ``workers`` worker processes with
+    netlab=1 each (more than one on a host lets emulations share its CPUs; see
+    the README). ``use_dask=False`` runs in this process instead. ``dest``: where
+    raw run directories go (default ``out/runs``; any fsspec URL). ``progress``:
+    a progress bar (default: when stderr is a terminal). ``run_fn``: the task
+    (default ``run_task``). KeyboardInterrupt stops the sweep; finished runs stay.
+    """
+    out = prepare(sweep, out)
+    todo, done = pending(sweep, out, retry_failed)
+    summary = SweepSummary(planned=len(todo) + done, skipped=done)
+    if not todo:
+        return summary
+    dest = dest or str(out / "runs")
+    run_fn = run_fn or run_task
+    started = time.monotonic()
+    with _Progress(len(todo) + done, done, sweep.name, progress) as bar:
+        results = (_dask_results if use_dask else _local_results)(
+            run_fn, [payload(sweep, out, r, dest) for r in todo], scheduler, workers)
+        for result in results:
+            _record(out / "store", result, summary)
+            bar.advance(result)
+    summary.wall_s = time.monotonic() - started
+    return summary
+
+
+def _local_results(run_fn, payloads, scheduler, workers):
+    for p in payloads:
+        yield run_fn(p)
+
+
+def _dask_results(run_fn, payloads, scheduler, workers):
+    """Submit every payload with resources netlab=1; yield the task results as they complete."""
+    from distributed import Client, LocalCluster, as_completed
+
+    cluster = None
+    if scheduler is None:
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                               resources={"netlab": 1}, dashboard_address=None)
+    try:
+        with Client(cluster if cluster is not None else scheduler) as client:
+            futures = {client.submit(run_fn, p, key=f"ccplab-run-{p['sweep']}-{p['run_id']}",
+                                     resources={"netlab": 1}, pure=False): p for p in payloads}
+            for fut in as_completed(futures):
+                try:
+                    yield fut.result()
+                except Exception as exc:  # e.g. KilledWorker: the run killed its workers repeatedly
+                    p = futures[fut]
+                    yield _failure(p, f"{type(exc).__name__}: {exc}", ATTEMPTS, 0.0)
+    finally:
+        if cluster is not None:
+            cluster.close()
+
+
+def _record(st: Path, result: dict, summary: SweepSummary) -> None:
+    key = (result["sweep"], result["scenario"], result["cca_slug"], result["repetition"])
+    summary.run_s += result.get("seconds", 0.0)
+    if result["status"] == "finished":
+        store.append(st, "steps", *key, result["steps"])
+        store.append(st, "runs", *key, result["runs"])  # written last: its presence marks the run done
+        summary.finished += 1
+    else:
+        row = pd.DataFrame([{k: result[k] for k in ("run_id", "cca", "repetition", "attempts", "error")}])
+        row = row.rename(columns={"run_id": "sweep_run_id"})
+        store.append(st, "failed", *key, row)
+        summary.failed.append((result["run_id"], result["error"]))
+
+
+class _Progress:
+    """A rich progress bar with ETA and the last run; silent when stderr is not a terminal."""
+
+    def __init__(self, total: int, done: int, name: str, enabled: bool | None):
+        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        self.total, self.done, self.name = total, done, name
+
+    def __enter__(self):
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                TimeRemainingColumn(), TextColumn("{task.fields[last]}"),
+                                console=Console(stderr=True))
+            self.bar.__enter__()
+            self.task = self.bar.add_task(f"sweep {self.name}", total=self.total, completed=self.done, last="")
+        return self
+
+    def advance(self, result: dict) -> None:
+        if self.enabled:
+            state = "ok" if result["status"] == "finished" else "FAILED"
+            self.bar.update(self.task, advance=1, last=f"{result['run_id']} {state}")
+
+    def __exit__(self, *exc):
+        if self.enabled:
+            self.bar.__exit__(*exc)
+
+
+# ------------------------------------------------------------------ the task (runs on a worker)
+
+
+def real_flow(p: dict, scenario: sc.Scenario, run_dir: Path) -> None:
+    """The flow of a run: ``ccplab.run.run_one`` on this host (root, BPF, namespaces)."""
+    from .cleanup import find_leftovers
+    from .run import run_one
+
+    _wait_for_clean_host(find_leftovers)
+    run_one(parse_cca(p["cca"]), scenario, run_dir, run_index=p["repetition"])
+
+
+def run_task(p: dict, flow: Callable[[dict, sc.Scenario, Path], None] = real_flow) -> dict:
+    """One run on this host: flow, analysis, copy of the run directory to ``p["dest"]``; returns the tables.
+
+    ``flow(p, scenario, run_dir)`` makes the run directory (``real_flow``; tests
+    of the sweep machinery pass a synthetic one). Never raises for a failed
+    run: after ATTEMPTS tries it returns ``status="failed"`` with the last
+    error (so Dask does not retry it again). KeyboardInterrupt passes.
+    """
+    started = time.monotonic()
+    error = ""
+    scratch = Path(os.environ.get("CCPLAB_SCRATCH", tempfile.gettempdir())) / "ccplab-sweep" / p["sweep"] / p["run_id"]
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            runs, steps = _run_and_analyse(p, scratch, flow)
+            _publish(scratch / "run", p["dest"], p["run_id"])
+            runs = runs.assign(attempts=attempt, run_seconds=time.monotonic() - started)
+            return {**_key(p), "status": "finished", "runs": runs, "steps": steps, "attempts": attempt,
+                    "seconds": time.monotonic() - started}
+        except Exception as exc:  # any failure of a run is retried once, then recorded with its error
+            error = f"{type(exc).__name__}: {exc}" if not isinstance(exc, CcplabError) else str(exc)
+            if not isinstance(exc, CcplabError):
+                error += "\n" + traceback.format_exc(limit=5)
+    return _failure(p, error, ATTEMPTS, time.monotonic() - started)
+
+
+def _key(p: dict) -> dict:
+    return {k: p[k] for k in ("sweep", "scenario", "cca_slug", "repetition", "run_id", "cca")}
+
+
+def _failure(p: dict, error: str, attempts: int, seconds: float) -> dict:
+    return {**_key(p), "status": "failed", "error": error, "attempts": attempts, "seconds": seconds}
+
+
+def _run_and_analyse(p: dict, scratch: Path, flow) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Run the flow into ``scratch/run`` (replacing what an interrupted attempt left) and analyse it."""
+    import transient
+
+    if scratch.exists():
+        shutil.rmtree(scratch)  # an interrupted or unpublished earlier attempt: discarded, rerun
+    scratch.mkdir(parents=True)
+    trace = scratch / p["trace_name"]
+    trace.write_bytes(p["trace_bytes"])
+    scenario = sc.Scenario(name=p["scenario"], trace=trace, one_way_delay_ms=p["one_way_delay_ms"],
+                           queue_packets=p["queue_packets"], duration_s=p["duration_s"],
+                           steps=sc.parse_step_args(p["steps"]),
+                           trace_kind="step" if p["steps"] else "file")
+    flow(p, scenario, scratch / "run")
+    try:
+        a = transient.analyze_all(scratch / "run")
+    except transient.TransientError as exc:
+        raise CcplabError(f"analysis of {p['run_id']} failed: {exc}") from exc
+    extra = {"sweep_run_id": p["run_id"], "repetition": p["repetition"]}
+    return a.runs.assign(**extra), a.steps.assign(**extra)
+
+
+def _wait_for_clean_host(find_leftovers) -> None:
+    """Wait (bounded) until a killed run's daemons on this host have cleaned up; the run's preflight
+    then reports anything that is still there."""
+    deadline = time.monotonic() + LEFTOVER_WAIT_S
+    while find_leftovers().host_state() and time.monotonic() < deadline:
+        time.sleep(0.2)  # poll interval of a bounded wait
+
+
+def _publish(local: Path, dest: str, run_id: str) -> None:
+    """Copy a finished run directory to ``dest/run_id`` (local path or fsspec URL), replacing a stale copy."""
+    import fsspec
+    from fsspec.implementations.local import LocalFileSystem
+
+    fs, root = fsspec.core.url_to_fs(dest)
+    target = f"{root.rstrip('/')}/{run_id}"
+    if fs.exists(target):
+        fs.rm(target, recursive=True)  # a copy from an attempt whose rows never reached the store
+    fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
+    if isinstance(fs, LocalFileSystem):
+        shutil.move(str(local), target)
+    else:
+        fs.put(str(local), target, recursive=True)

@@ -1,0 +1,248 @@
+"""Experiment files (TOML) for ``ccplab sweep``: CCAs x scenarios x repetitions, with cross products.
+
+Format (every key but ``name`` optional; see experiments/sweeps/*.toml)::
+
+    name = "tpcca"            # the sweep's name: [A-Za-z0-9._-]+
+    seed = 2021               # seed of the run order (default 0)
+    repetitions = 100         # runs of each CCA x scenario (default 1)
+    ccas = ["ccp:reno", "ccp:cubic", "kernel:bbr"]   # a string or a list
+
+    [scenario]                # or [[scenario]] several times; lists give cross products
+    one_way_delay_ms = 25     # ms each way (RTT = 2x)
+    queue_packets = [40, 100] # droptail limit, packets
+    duration_s = 60           # flow length, s
+    steps = ["0:0:12", "0:0:48"]   # each item: the steps of one generated trace,
+                              # AT_S:FROM_MBPS:TO_MBPS separated by spaces
+                              # ("0:0:12 10:12:4" is one trace with two steps)
+    sigma_mbps = 2.0          # per-ms capacity noise of generated traces, Mbit/s
+    trace_seed = 1            # seed of the generated traces' noise
+    # trace = "traces/x.trace"   instead of steps: a mahimahi trace (path relative to
+    #                            this file); a list gives one scenario per trace
+    # name = "..."               scenario name (default: built from the values)
+
+Every list-valued key of a scenario table is crossed with the others: the
+example gives 2 x 2 = 4 scenarios. The plan is every (scenario, CCA,
+repetition); its order is seeded and shuffled within each repetition (a
+randomized complete block design: every combination runs once per round,
+so drift over hours of runs spreads evenly over CCAs and scenarios instead
+of landing on the one that ran last).
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from transient.steps import Step
+
+from . import scenario as sc
+from .errors import CcplabError
+
+NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+SCENARIO_KEYS = {"name", "one_way_delay_ms", "queue_packets", "duration_s", "steps", "sigma_mbps",
+                 "trace_seed", "trace"}
+TOP_KEYS = {"name", "seed", "repetitions", "ccas", "scenario"}
+DEFAULTS = {"one_way_delay_ms": sc.DEMO_ONE_WAY_DELAY_MS, "queue_packets": sc.DEMO_QUEUE_PACKETS,
+            "duration_s": sc.DEMO_DURATION_S, "sigma_mbps": sc.DEMO_SIGMA_MBPS, "trace_seed": sc.DEMO_SEED}
+RUN_OVERHEAD_S = 4.0
+"""Seconds a run takes beyond its flow (link and daemons up, iperf3 handshake, teardown, analysis);
+measured on a 2-core VM, see the README's sweep section. Used only for --dry-run's estimate."""
+
+
+@dataclass(frozen=True)
+class ScenarioSpec:
+    """One scenario of a sweep: a generated step trace (``steps``) or a user's ``trace``, and the link setup."""
+
+    name: str
+    one_way_delay_ms: int
+    queue_packets: int
+    duration_s: int
+    steps: tuple[Step, ...] = ()
+    sigma_mbps: float = 0.0
+    trace_seed: int = 0
+    trace: Path | None = None
+
+    def describe(self) -> str:
+        source = f"trace {self.trace}" if self.trace else (
+            "steps " + " ".join(str(s) for s in self.steps) + f", sigma {self.sigma_mbps:g} Mbit/s")
+        return (f"{source}, one-way delay {self.one_way_delay_ms} ms, queue {self.queue_packets} packets, "
+                f"{self.duration_s} s")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of the plan: ``run_id`` = ``<scenario>/<cca slug>/run-<repetition>`` (also its directory)."""
+
+    scenario: ScenarioSpec
+    cca: str
+    repetition: int
+
+    @property
+    def cca_slug(self) -> str:
+        return re.sub(r"[^A-Za-z0-9._=-]+", "-", self.cca.replace(":", "-", 1))
+
+    @property
+    def run_id(self) -> str:
+        return f"{self.scenario.name}/{self.cca_slug}/run-{self.repetition}"
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A parsed experiment file."""
+
+    name: str
+    seed: int
+    repetitions: int
+    ccas: tuple[str, ...]
+    scenarios: tuple[ScenarioSpec, ...]
+    source: Path
+
+    def plan(self) -> list[RunSpec]:
+        """Every (scenario, CCA, repetition) in the seeded order: one shuffled block per repetition."""
+        rng = random.Random(self.seed)
+        order = []
+        for rep in range(1, self.repetitions + 1):
+            block = [RunSpec(s, c, rep) for s in self.scenarios for c in self.ccas]
+            rng.shuffle(block)
+            order += block
+        return order
+
+    def estimate_s(self) -> float:
+        """Estimated wall time of the whole plan at one run at a time, s."""
+        return sum(r.scenario.duration_s + RUN_OVERHEAD_S for r in self.plan())
+
+
+def load_sweep(path: Path) -> Sweep:
+    """Parse and check an experiment file; CcplabError names the file and the key that is wrong.
+
+    CCA names are checked by shape here (``kind:NAME``); the machine check
+    (``ccplab.cca.parse_cca``) happens when the sweep starts.
+    """
+    path = Path(path)
+    where = str(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise CcplabError(f"cannot read experiment file {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise CcplabError(f"{where}: not valid TOML: {exc}") from None
+    unknown = set(data) - TOP_KEYS
+    if unknown:
+        raise CcplabError(f"{where}: unknown key(s) {', '.join(sorted(unknown))} (known: {', '.join(sorted(TOP_KEYS))})")
+    name = _name(data.get("name"), f"{where}: name")
+    seed = _int(data.get("seed", 0), f"{where}: seed", minimum=0)
+    reps = _int(data.get("repetitions", 1), f"{where}: repetitions", minimum=1)
+    ccas = data.get("ccas")
+    ccas = [ccas] if isinstance(ccas, str) else ccas
+    if not isinstance(ccas, list) or not ccas or not all(isinstance(c, str) and ":" in c for c in ccas):
+        raise CcplabError(f"{where}: ccas must be a non-empty list of CCA names like \"kernel:cubic\", \"ccp:reno\"")
+    if len(set(ccas)) != len(ccas):
+        raise CcplabError(f"{where}: ccas lists a CCA twice")
+    tables = data.get("scenario", {})
+    tables = [tables] if isinstance(tables, dict) else tables
+    if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables) or not tables:
+        raise CcplabError(f"{where}: scenario must be a table [scenario] or tables [[scenario]]")
+    scenarios = []
+    for k, table in enumerate(tables):
+        scenarios += _expand(table, f"{where}: scenario[{k}]", path.parent)
+    names = [s.name for s in scenarios]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise CcplabError(f"{where}: two scenarios are both named {dup[0]!r}: give them distinct names")
+    return Sweep(name, seed, reps, tuple(ccas), tuple(scenarios), path.resolve())
+
+
+def _expand(table: dict[str, Any], where: str, base: Path) -> list[ScenarioSpec]:
+    """The cross product of a scenario table's list-valued keys, one ScenarioSpec each."""
+    unknown = set(table) - SCENARIO_KEYS
+    if unknown:
+        raise CcplabError(f"{where}: unknown key(s) {', '.join(sorted(unknown))} "
+                          f"(known: {', '.join(sorted(SCENARIO_KEYS))})")
+    if "steps" in table and "trace" in table:
+        raise CcplabError(f"{where}: give steps (a generated trace) or trace (a file), not both")
+    values = {**DEFAULTS, "steps": "0:0:12", **table}
+    if "trace" in table:
+        values.pop("steps")
+    prefix = values.pop("name", None)
+    if prefix is not None:
+        _name(prefix, f"{where}: name")
+    keys = sorted(values)
+    axes = [v if isinstance(v, list) else [v] for v in (values[k] for k in keys)]
+    if any(not axis for axis in axes):
+        raise CcplabError(f"{where}: an empty list gives no scenario")
+    single = all(len(a) == 1 for a in axes)
+    return [_scenario(dict(zip(keys, combo)), where, base, prefix, single) for combo in itertools.product(*axes)]
+
+
+def _scenario(v: dict[str, Any], where: str, base: Path, prefix: str | None, single: bool) -> ScenarioSpec:
+    """One scenario; named ``prefix`` (a table of one scenario), ``prefix_<auto>`` or ``<auto>``."""
+    owd = _int(v["one_way_delay_ms"], f"{where}: one_way_delay_ms", minimum=0)
+    queue = _int(v["queue_packets"], f"{where}: queue_packets", minimum=1)
+    duration = _int(v["duration_s"], f"{where}: duration_s", minimum=1)
+    sigma = _float(v["sigma_mbps"], f"{where}: sigma_mbps")
+    tseed = _int(v["trace_seed"], f"{where}: trace_seed", minimum=0)
+    trace, steps = None, ()
+    if "trace" in v:
+        if not isinstance(v["trace"], str):
+            raise CcplabError(f"{where}: trace must be a path (string), got {v['trace']!r}")
+        trace = (base / v["trace"]).resolve()
+        if not trace.is_file():
+            raise CcplabError(f"{where}: trace {trace} does not exist")
+        source = re.sub(r"[^A-Za-z0-9._-]+", "-", trace.stem)
+    else:
+        if not isinstance(v["steps"], str):
+            raise CcplabError(f"{where}: steps must be a string of AT_S:FROM_MBPS:TO_MBPS (or a list of them), "
+                              f"got {v['steps']!r}")
+        steps = sc.parse_step_args(v["steps"].replace(",", " ").split(), option=f"{where}: steps")
+        try:
+            sc.check_steps_within(steps, duration)
+        except CcplabError as exc:
+            raise CcplabError(f"{where}: {exc}") from None
+        source = sc.step_trace_name(steps) + (f"-sigma{sigma:g}" if sigma else "")
+    auto = f"{source}_owd{owd}_q{queue}_d{duration}"
+    name = auto if prefix is None else prefix if single else f"{prefix}_{auto}"
+    _name(name, f"{where}: name")
+    return ScenarioSpec(name, owd, queue, duration, steps, sigma, tseed, trace)
+
+
+def _name(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not NAME_RE.match(value):
+        raise CcplabError(f"{where} must be letters, digits, '.', '_' or '-', got {value!r}")
+    return value
+
+
+def _int(value: Any, where: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise CcplabError(f"{where} must be a whole number >= {minimum}, got {value!r}")
+    return value
+
+
+def _float(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise CcplabError(f"{where} must be a number >= 0, got {value!r}")
+    return float(value)
+
+
+def format_plan(sweep: Sweep, limit: int = 20) -> str:
+    """The --dry-run text: scenarios, CCAs, the first ``limit`` runs in order, run count and estimated time."""
+    plan = sweep.plan()
+    lines = [f"sweep {sweep.name} ({sweep.source.name}): {len(sweep.scenarios)} scenario(s) x "
+             f"{len(sweep.ccas)} CCA(s) x {sweep.repetitions} repetition(s) = {len(plan)} runs, order seed {sweep.seed}"]
+    lines += [f"  scenario {s.name}: {s.describe()}" for s in sweep.scenarios]
+    lines.append(f"  CCAs: {', '.join(sweep.ccas)}")
+    lines.append(f"  order (first {min(limit, len(plan))} of {len(plan)}):")
+    lines += [f"    {k + 1:>5}. {r.run_id}" for k, r in enumerate(plan[:limit])]
+    est = sweep.estimate_s()
+    lines.append(f"estimated time at one run at a time: {_hms(est)} ({len(plan)} runs x flow + "
+                 f"{RUN_OVERHEAD_S:g} s overhead each)")
+    return "\n".join(lines)
+
+
+def _hms(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m{s % 60:02d}s"
