@@ -103,9 +103,9 @@ class AnalysisOptions:
     Attributes:
         method: "ccplab" (default) or "tpcca".
         rtt_ms: RTT = bin width (ms); default 2 x metadata's one-way delay, else 50.
-        capacity_mbps: nominal capacity of a bare log (a step 0 -> it at 0;
-            TPCCA's B); for run directories it overrides nothing unless no
-            step is known.
+        capacity_mbps: nominal capacity (Mbit/s).  tpcca: B, winning over
+            the steps; ccplab: the step 0 -> it at 0 s when no step is known
+            (a bare log, a run without steps).
         steps: explicit steps (override metadata's).
         auto_steps: find steps in the ``#`` rate (ruptures).
         params: ccplab convergence detector parameters.
