@@ -970,6 +970,74 @@ impl FoldTables {
     }
 }
 
+// ---- messages to Portus (what libccp would send; byte-exact) ----
+
+const MSG_CREATE: u16 = 0;
+const MSG_MEASURE: u16 = 1;
+const MSG_READY: u16 = 5;
+/// libccp's MAX_CONG_ALG_SIZE (including the terminating NUL).
+pub const CONG_ALG_BYTES: usize = 64;
+
+fn header(ty: u16, len: usize, sid: u32) -> Vec<u8> {
+    let mut b = Vec::with_capacity(len);
+    b.extend_from_slice(&ty.to_le_bytes());
+    b.extend_from_slice(&(len as u16).to_le_bytes());
+    b.extend_from_slice(&sid.to_le_bytes());
+    b
+}
+
+/// The ready message a datapath sends once at start (libccp
+/// write_ready_msg): header (type 5, length 12, socket 0) and `id`.
+pub fn ready_msg(id: u32) -> Vec<u8> {
+    let mut b = header(MSG_READY, 12, 0);
+    b.extend_from_slice(&id.to_le_bytes());
+    b
+}
+
+/// A new flow's create message (libccp write_create_msg, 96 bytes):
+/// `init_cwnd` in bytes, `mss` in bytes, IPv4 addresses and ports as the
+/// datapath stores them, `cong_alg` the algorithm asked for.
+///
+/// Errors: `cong_alg` longer than 63 bytes (libccp's limit).
+#[allow(clippy::too_many_arguments)]
+pub fn create_msg(
+    sid: u32,
+    init_cwnd: u32,
+    mss: u32,
+    src_ip: u32,
+    src_port: u32,
+    dst_ip: u32,
+    dst_port: u32,
+    cong_alg: &str,
+) -> Result<Vec<u8>, FoldMsgError> {
+    if cong_alg.len() >= CONG_ALG_BYTES {
+        return Err(unsupported(format!(
+            "congestion control name {cong_alg:?} longer than 63 bytes"
+        )));
+    }
+    let mut b = header(MSG_CREATE, 8 + 24 + CONG_ALG_BYTES, sid);
+    for v in [init_cwnd, mss, src_ip, src_port, dst_ip, dst_port] {
+        b.extend_from_slice(&v.to_le_bytes());
+    }
+    let mut name = [0u8; CONG_ALG_BYTES];
+    name[..cong_alg.len()].copy_from_slice(cong_alg.as_bytes());
+    b.extend_from_slice(&name);
+    Ok(b)
+}
+
+/// A report (libccp write_measure_msg): program uid, field count, fields.
+/// A flow's close message is `measure_msg(sid, 0, &[])`.
+pub fn measure_msg(sid: u32, program_uid: u32, fields: &[u64]) -> Vec<u8> {
+    let fields = &fields[..fields.len().min(MAX_REPORT as usize)];
+    let mut b = header(MSG_MEASURE, 16 + 8 * fields.len(), sid);
+    b.extend_from_slice(&program_uid.to_le_bytes());
+    b.extend_from_slice(&(fields.len() as u32).to_le_bytes());
+    fields
+        .iter()
+        .for_each(|f| b.extend_from_slice(&f.to_le_bytes()));
+    b
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -459,9 +459,15 @@ impl Sim {
     fn new() -> Sim {
         let serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
         let k = Kernel::load();
+        // each test starts its own libccp datapath at the same time: cases replay exactly
+        FAKE_NOW_NS.store(EPOCH_NS, Ordering::Relaxed);
         let outbox = Outbox::default();
         let dp = libccp_datapath(outbox.clone());
-        outbox.take();
+        assert_eq!(
+            outbox.take(),
+            vec![fold_kernel::ready_msg(7)],
+            "ready message as libccp's"
+        );
         Sim {
             _serial: serial,
             dp,
@@ -520,13 +526,14 @@ impl Sim {
             .with_cong_alg("fold-diff")
             .unwrap();
         let conn = Connection::start(self.dp, Calls::default(), info).expect("libccp connection");
-        let sid = self
-            .outbox
-            .take()
+        let sent = self.outbox.take();
+        let create = sent
             .iter()
             .find(|m| m.len() >= 8 && m[0] == 0)
-            .map(|m| u32::from_le_bytes(m[4..8].try_into().unwrap()))
             .expect("libccp sent a create message");
+        let sid = u32::from_le_bytes(create[4..8].try_into().unwrap());
+        let ours = fold_kernel::create_msg(sid, init_cwnd, 1448, 0, 0, 0, 0, "fold-diff").unwrap();
+        assert_eq!(create, &ours, "create message as libccp's");
         self.tables.add_flow(sid);
         self.k.reset_flow(idx);
         self.flows.push((sid, idx));
@@ -542,8 +549,13 @@ impl Sim {
     fn end_flow(&mut self, f: Flow) {
         self.tables.remove_flow(f.sid);
         self.flows.retain(|(s, _)| *s != f.sid);
+        let sid = f.sid;
         drop(f.conn);
-        self.outbox.take();
+        assert_eq!(
+            self.outbox.take(),
+            vec![fold_kernel::measure_msg(sid, 0, &[])],
+            "close message as libccp's"
+        );
     }
 
     /// One ACK on both sides at `now_ns`; they must do the same.
@@ -565,10 +577,16 @@ impl Sim {
             .filter(|m| m[0] == 1 && u32::from_le_bytes(m[4..8].try_into().unwrap()) == f.sid)
             .map(|m| {
                 let n = u32::from_le_bytes(m[12..16].try_into().unwrap()) as usize;
-                let fields = (0..n)
+                let fields: Vec<u64> = (0..n)
                     .map(|i| u64::from_le_bytes(m[16 + 8 * i..24 + 8 * i].try_into().unwrap()))
                     .collect();
-                (u32::from_le_bytes(m[8..12].try_into().unwrap()), fields)
+                let uid = u32::from_le_bytes(m[8..12].try_into().unwrap());
+                assert_eq!(
+                    m,
+                    fold_kernel::measure_msg(f.sid, uid, &fields),
+                    "report message as libccp's"
+                );
+                (uid, fields)
             })
             .collect();
         assert!(
