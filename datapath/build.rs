@@ -26,7 +26,7 @@ const SRC: &str = "bpf/ccp.bpf.c";
 /// C structs whose layout user space mirrors (src/wire.rs).
 const WIRE_STRUCTS: [&str; 2] = ["ccp_event", "ccp_cmd"];
 
-fn vmlinux_h(out: &PathBuf) -> PathBuf {
+fn vmlinux_h(out: &Path) -> PathBuf {
     let dst = out.join("vmlinux.h");
     if let Ok(given) = env::var("CCP_VMLINUX_H") {
         fs::copy(&given, &dst).unwrap_or_else(|e| panic!("CCP_VMLINUX_H={given}: {e}"));

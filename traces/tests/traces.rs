@@ -257,12 +257,29 @@ fn reads_every_cellular_trace() {
         names.push(name);
     }
     names.sort();
-    assert_eq!(names.len(), 13, "expected the 13 mahimahi cellular traces, found {names:?}");
-    for want in ["Verizon-LTE-short.down", "Verizon-LTE-short.up", "TMobile-LTE-short.down", "TMobile-LTE-short.up"] {
-        assert!(names.iter().any(|n| n == want), "{want} missing from {}", dir.display());
+    assert_eq!(
+        names.len(),
+        13,
+        "expected the 13 mahimahi cellular traces, found {names:?}"
+    );
+    for want in [
+        "Verizon-LTE-short.down",
+        "Verizon-LTE-short.up",
+        "TMobile-LTE-short.down",
+        "TMobile-LTE-short.up",
+    ] {
+        assert!(
+            names.iter().any(|n| n == want),
+            "{want} missing from {}",
+            dir.display()
+        );
     }
     for doc in ["README", "SOURCE.md"] {
-        assert!(dir.join(doc).is_file(), "{doc} (source and licence) missing from {}", dir.display());
+        assert!(
+            dir.join(doc).is_file(),
+            "{doc} (source and licence) missing from {}",
+            dir.display()
+        );
     }
 }
 

@@ -19,7 +19,10 @@ use tempfile::NamedTempFile;
 /// directory is missing or not writable.
 pub fn temp_beside(path: &Path) -> io::Result<NamedTempFile> {
     let name = path.file_name().ok_or_else(|| {
-        io::Error::new(io::ErrorKind::InvalidInput, format!("{}: not a file path", path.display()))
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{}: not a file path", path.display()),
+        )
     })?;
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
@@ -42,7 +45,10 @@ pub fn persist_synced(tmp: NamedTempFile, path: &Path) -> io::Result<()> {
 /// beside `path` ([`temp_beside`]), which is then published with
 /// [`persist_synced`]. On any error (from `fill` too) `path` is unchanged
 /// and no temporary file is left.
-pub fn write_atomically(path: &Path, fill: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> io::Result<()> {
+pub fn write_atomically(
+    path: &Path,
+    fill: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> io::Result<()> {
     let mut w = BufWriter::new(temp_beside(path)?);
     fill(&mut w)?;
     let tmp = w.into_inner().map_err(|e| e.into_error())?;
@@ -54,8 +60,10 @@ mod tests {
     use super::*;
 
     fn entries(dir: &Path) -> Vec<String> {
-        let mut v: Vec<_> =
-            std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        let mut v: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
         v.sort();
         v
     }
@@ -93,7 +101,10 @@ mod tests {
         tmp.write_all(b"x").unwrap();
         let names = entries(dir.path());
         assert_eq!(names.len(), 1);
-        assert!(names[0].starts_with(".up.log.") && names[0].ends_with(".tmp"), "{names:?}");
+        assert!(
+            names[0].starts_with(".up.log.") && names[0].ends_with(".tmp"),
+            "{names:?}"
+        );
         persist_synced(tmp, &p).unwrap();
         assert_eq!(entries(dir.path()), ["up.log"]);
     }

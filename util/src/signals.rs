@@ -93,7 +93,11 @@ mod tests {
         assert_eq!(stop.received(), None);
         let t0 = Instant::now();
         assert_eq!(stop.wait_timeout(Duration::from_millis(100)), None);
-        assert!(t0.elapsed() >= Duration::from_millis(100), "returned early: {:?}", t0.elapsed());
+        assert!(
+            t0.elapsed() >= Duration::from_millis(100),
+            "returned early: {:?}",
+            t0.elapsed()
+        );
 
         let raiser = std::thread::spawn(|| {
             std::thread::sleep(Duration::from_millis(50));
@@ -101,7 +105,11 @@ mod tests {
         });
         let t0 = Instant::now();
         assert_eq!(stop.wait_timeout(Duration::from_secs(10)), Some(SIGUSR2));
-        assert!(t0.elapsed() < Duration::from_secs(5), "woke only after {:?}", t0.elapsed());
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "woke only after {:?}",
+            t0.elapsed()
+        );
         raiser.join().unwrap();
         assert_eq!(stop.received(), Some(SIGUSR2), "stays set");
     }

@@ -31,7 +31,11 @@ pub fn require_root(needs: &str) {
 /// Fails the test unless every command in `tools` is on PATH. `needs`
 /// says what for.
 pub fn require_tools(tools: &[&str], needs: &str) {
-    let missing: Vec<&str> = tools.iter().copied().filter(|t| find_on_path(t).is_none()).collect();
+    let missing: Vec<&str> = tools
+        .iter()
+        .copied()
+        .filter(|t| find_on_path(t).is_none())
+        .collect();
     assert!(
         missing.is_empty(),
         "MISSING: command(s) {missing:?} not on PATH, needed for {needs}; install them (`make deps` lists the Debian packages)"
@@ -41,12 +45,18 @@ pub fn require_tools(tools: &[&str], needs: &str) {
 /// Fails the test unless `path` exists. `what` names the data, e.g.
 /// "the mahimahi cellular traces (traces/cellular)".
 pub fn require_path(path: &Path, what: &str) {
-    assert!(path.exists(), "MISSING: {what}: {} does not exist", path.display());
+    assert!(
+        path.exists(),
+        "MISSING: {what}: {} does not exist",
+        path.display()
+    );
 }
 
 fn find_on_path(tool: &str) -> Option<std::path::PathBuf> {
     let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path).map(|d| d.join(tool)).find(|p| p.is_file())
+    std::env::split_paths(&path)
+        .map(|d| d.join(tool))
+        .find(|p| p.is_file())
 }
 
 /// Polls `check` until it returns Some (returned) or `timeout` passes
@@ -74,7 +84,9 @@ pub fn try_wait_until<T>(timeout: Duration, mut check: impl FnMut() -> Option<T>
 
 /// Waits up to `timeout` for `child` to exit; None if it is still running.
 pub fn wait_for_exit(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
-    try_wait_until(timeout, || child.try_wait().expect("waiting for a child process"))
+    try_wait_until(timeout, || {
+        child.try_wait().expect("waiting for a child process")
+    })
 }
 
 /// Whether a TCP socket listens on `port` (any address) in network
@@ -89,8 +101,15 @@ pub fn tcp_listening(netns: Option<&str>, port: u16) -> bool {
         }
         None => Command::new("ss"),
     };
-    let out = cmd.args(["-Hltn", &format!("sport = :{port}")]).output().expect("running ss (iproute2)");
-    assert!(out.status.success(), "ss failed: {}", String::from_utf8_lossy(&out.stderr));
+    let out = cmd
+        .args(["-Hltn", &format!("sport = :{port}")])
+        .output()
+        .expect("running ss (iproute2)");
+    assert!(
+        out.status.success(),
+        "ss failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     !out.stdout.iter().all(u8::is_ascii_whitespace)
 }
 
@@ -98,9 +117,11 @@ pub fn tcp_listening(netns: Option<&str>, port: u16) -> bool {
 /// and namespace.
 pub fn wait_for_tcp_listener(netns: Option<&str>, port: u16, timeout: Duration) {
     let where_ = netns.map_or("this namespace".to_string(), |n| format!("namespace {n}"));
-    wait_until(&format!("a TCP listener on port {port} in {where_}"), timeout, || {
-        tcp_listening(netns, port).then_some(())
-    });
+    wait_until(
+        &format!("a TCP listener on port {port} in {where_}"),
+        timeout,
+        || tcp_listening(netns, port).then_some(()),
+    );
 }
 
 #[cfg(test)]
@@ -109,17 +130,28 @@ mod tests {
 
     fn panic_message(f: impl FnOnce() + std::panic::UnwindSafe) -> String {
         let e = std::panic::catch_unwind(f).expect_err("should fail");
-        e.downcast_ref::<String>().cloned().or(e.downcast_ref::<&str>().map(|s| s.to_string())).unwrap()
+        e.downcast_ref::<String>()
+            .cloned()
+            .or(e.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap()
     }
 
     #[test]
     fn missing_tools_and_paths_fail_naming_them() {
         let msg = panic_message(|| require_tools(&["sh", "ccplab-no-such-tool"], "a demo"));
-        assert!(msg.contains("MISSING") && msg.contains("ccplab-no-such-tool") && msg.contains("a demo"), "{msg}");
+        assert!(
+            msg.contains("MISSING")
+                && msg.contains("ccplab-no-such-tool")
+                && msg.contains("a demo"),
+            "{msg}"
+        );
         assert!(!msg.contains("\"sh\""), "sh exists: {msg}");
         require_tools(&["sh"], "a shell");
         let msg = panic_message(|| require_path(Path::new("/nonexistent/ccplab"), "test data"));
-        assert!(msg.contains("MISSING: test data") && msg.contains("/nonexistent/ccplab"), "{msg}");
+        assert!(
+            msg.contains("MISSING: test data") && msg.contains("/nonexistent/ccplab"),
+            "{msg}"
+        );
     }
 
     #[test]
@@ -129,19 +161,35 @@ mod tests {
             require_root("this check");
         } else {
             let msg = panic_message(|| require_root("this check"));
-            assert!(msg.contains("MISSING: root") && msg.contains("this check"), "{msg}");
+            assert!(
+                msg.contains("MISSING: root") && msg.contains("this check"),
+                "{msg}"
+            );
         }
     }
 
     #[test]
     fn waits_return_the_value_or_fail_naming_what() {
         let mut n = 0;
-        assert_eq!(wait_until("n to reach 3", Duration::from_secs(5), || { n += 1; (n >= 3).then_some(n) }), 3);
+        assert_eq!(
+            wait_until("n to reach 3", Duration::from_secs(5), || {
+                n += 1;
+                (n >= 3).then_some(n)
+            }),
+            3
+        );
         let t0 = Instant::now();
-        assert_eq!(try_wait_until::<()>(Duration::from_millis(50), || None), None);
+        assert_eq!(
+            try_wait_until::<()>(Duration::from_millis(50), || None),
+            None
+        );
         assert!(t0.elapsed() >= Duration::from_millis(50));
-        let msg = panic_message(|| wait_until::<()>("the moon", Duration::from_millis(20), || None));
-        assert!(msg.contains("timed out after") && msg.contains("the moon"), "{msg}");
+        let msg =
+            panic_message(|| wait_until::<()>("the moon", Duration::from_millis(20), || None));
+        assert!(
+            msg.contains("timed out after") && msg.contains("the moon"),
+            "{msg}"
+        );
     }
 
     #[test]
@@ -157,8 +205,15 @@ mod tests {
 
     #[test]
     fn waits_for_a_process_to_exit() {
-        let mut c = Command::new("sh").args(["-c", "cat >/dev/null"]).stdin(std::process::Stdio::piped()).spawn().unwrap();
-        assert!(wait_for_exit(&mut c, Duration::from_millis(50)).is_none(), "still reading stdin");
+        let mut c = Command::new("sh")
+            .args(["-c", "cat >/dev/null"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        assert!(
+            wait_for_exit(&mut c, Duration::from_millis(50)).is_none(),
+            "still reading stdin"
+        );
         drop(c.stdin.take());
         let st = wait_for_exit(&mut c, Duration::from_secs(5)).expect("exits at EOF");
         assert!(st.success());

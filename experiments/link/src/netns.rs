@@ -76,7 +76,10 @@ pub fn processes_inside(ns: &Namespaces) -> Vec<i32> {
 
 /// `ip netns pids <name>`; empty (with a warning) if it cannot run.
 fn netns_pids(name: &str) -> Vec<i32> {
-    match std::process::Command::new("ip").args(["netns", "pids", name]).output() {
+    match std::process::Command::new("ip")
+        .args(["netns", "pids", name])
+        .output()
+    {
         Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout)
             .split_whitespace()
             .filter_map(|p| p.parse().ok())

@@ -306,7 +306,10 @@ mod tests {
             !l.arrive(0, 2, 1504, &mut s, &mut out),
             "droptail byte limit broken: 3008 bytes admitted to a 3000-byte queue"
         );
-        assert!(l.arrive(0, 3, 1000, &mut s, &mut out), "a packet that fits the byte limit is admitted");
+        assert!(
+            l.arrive(0, 3, 1000, &mut s, &mut out),
+            "a packet that fits the byte limit is admitted"
+        );
     }
 
     #[test]

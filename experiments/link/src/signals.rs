@@ -48,7 +48,9 @@ pub fn install_panic_hook() {
 ///
 /// Panics if [`install_stop_signals`] was not called.
 pub fn wait_for_stop(deadline_reached: impl Fn() -> bool) -> Stop {
-    let stop = STOP.get().expect("install_stop_signals() runs first in main");
+    let stop = STOP
+        .get()
+        .expect("install_stop_signals() runs first in main");
     loop {
         if PANICKED.load(Ordering::SeqCst) {
             return Stop::WorkerPanicked;

@@ -22,7 +22,10 @@ static SERIAL: Mutex<()> = Mutex::new(());
 /// and run flows, then serialises it with the other link tests.
 fn netlab() -> std::sync::MutexGuard<'static, ()> {
     require_root("network namespaces and veths (the rattan emulator)");
-    require_tools(&["ip", "ss", "iperf3", "python3", "timeout"], "flows through the emulated link");
+    require_tools(
+        &["ip", "ss", "iperf3", "python3", "timeout"],
+        "flows through the emulated link",
+    );
     serial()
 }
 
@@ -195,12 +198,16 @@ fn iperf_server(link: &Link) -> Bg {
         .stderr(Stdio::null())
         .spawn()
         .unwrap());
-    wait_until(&format!("iperf3 -s listening on port {IPERF_PORT} in {ns}"), Duration::from_secs(10), || {
-        if let Some(st) = srv.0.try_wait().unwrap() {
-            panic!("iperf3 -s in {ns} exited before listening: {st}");
-        }
-        tcp_listening(Some(ns), IPERF_PORT).then_some(())
-    });
+    wait_until(
+        &format!("iperf3 -s listening on port {IPERF_PORT} in {ns}"),
+        Duration::from_secs(10),
+        || {
+            if let Some(st) = srv.0.try_wait().unwrap() {
+                panic!("iperf3 -s in {ns} exited before listening: {st}");
+            }
+            tcp_listening(Some(ns), IPERF_PORT).then_some(())
+        },
+    );
     srv
 }
 
@@ -526,7 +533,10 @@ fn small_queue_overflow_logs_drops() {
 /// pass) as any user.
 #[test]
 fn bad_trace_fails_before_creating_namespaces() {
-    require_tools(&["ip", "timeout"], "running the link and listing namespaces");
+    require_tools(
+        &["ip", "timeout"],
+        "running the link and listing namespaces",
+    );
     let _serial = serial();
     let dir = tmpdir("bad");
     let trace = write_trace(&dir, "bad.trace", "1\n2\nthree\n");
@@ -622,14 +632,30 @@ fn help_offers_one_of_the_two_queue_limits() {
     );
     // Giving both is refused by the parser, naming both flags.
     let out = Command::new(env!("CARGO_BIN_EXE_ccplab-link"))
-        .args(["--uplink-trace", "x", "--one-way-delay-ms", "1", "--uplink-log", "l"])
-        .args(["--ready-file", "r", "--queue-packets", "5", "--queue-bytes", "9000"])
+        .args([
+            "--uplink-trace",
+            "x",
+            "--one-way-delay-ms",
+            "1",
+            "--uplink-log",
+            "l",
+        ])
+        .args([
+            "--ready-file",
+            "r",
+            "--queue-packets",
+            "5",
+            "--queue-bytes",
+            "9000",
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("--queue-bytes") && err.contains("--queue-packets") && err.contains("cannot be used with"),
+        err.contains("--queue-bytes")
+            && err.contains("--queue-packets")
+            && err.contains("cannot be used with"),
         "{err}"
     );
 }
