@@ -56,6 +56,9 @@ MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 BANDS = (0.02, 0.05)
 """Settling bands drawn around the new nominal capacity (fractions), as in the contract."""
 
+LEGEND_IN = (0.45, 0.7)
+"""Height (inches) kept below the panels for the figure legend: time series (1-2 rows), zoom (3 rows)."""
+
 PAPER_STYLE = {
     "font.size": 9, "axes.titlesize": 9, "axes.labelsize": 9, "legend.fontsize": 7.5,
     "xtick.labelsize": 8, "ytick.labelsize": 8, "axes.grid": True, "grid.alpha": 0.3,
@@ -167,7 +170,7 @@ def plot_timeseries(runs: pd.DataFrame, series: Mapping[str, pd.DataFrame], step
         axes[0, 0].plot([], [], color="dimgrey", lw=0.7, label="throughput / queueing delay, each run (label color)")
         axes[0, 0].plot([], [], color="grey", lw=0.8, ls=":", label="capacity step")
         _suptitle(fig, f"{title}: departure throughput vs. capacity, and queueing delay ({_bin_text(series, have)})")
-        fig.tight_layout(rect=(0, 0.06 if len(labels) > 2 else 0.1, 1, 1))
+        fig.tight_layout(rect=(0, LEGEND_IN[0] / fig.get_figheight(), 1, 1))  # room for the legend below
         _legend_below(fig, axes)
         save_figure(fig, base)
     return True
@@ -256,7 +259,7 @@ def plot_step_zoom(runs: pd.DataFrame, series: Mapping[str, pd.DataFrame], step_
         axes[0, 1].plot([], [], color="dimgrey", lw=0.8, ls="-.", label="convergence time, each run")
         axes[0, 1].plot([], [], color="grey", lw=0.8, ls=":", label="capacity step")
         _suptitle(fig, f"{title}, {_step_label(first)}: zoom on the transient")
-        fig.tight_layout(rect=(0, 0.07 if len(labels) > 2 else 0.12, 1, 1))
+        fig.tight_layout(rect=(0, LEGEND_IN[1] / fig.get_figheight(), 1, 1))  # room for the legend below
         _legend_below(fig, axes, ncol=3)
         save_figure(fig, base)
     return True
