@@ -10,7 +10,10 @@
  * Maps (user space writes progs/staged/states, reads out):
  *   fold_progs  [FOLD_MAX_SLOTS]  struct fold_prog, keyed by libccp slot
  *   fold_states [FOLD_TEST_FLOWS] struct fold_state
- *   fold_staged [FOLD_TEST_FLOWS] struct fold_staged (consumed: flags -> 0)
+ *   fold_staged [FOLD_TEST_FLOWS] struct fold_staged_entry: written only by
+ *               fold_test_stage (a message's updates merged under the lock),
+ *               taken by fold_test_invoke (the production path)
+ *   fold_scratch per-CPU struct fold_staged (taken updates; too big for the stack)
  *   fold_out    [FOLD_TEST_FLOWS] struct fold_test_out
  */
 #include "vmlinux.h"
@@ -60,8 +63,15 @@ struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, FOLD_TEST_FLOWS);
 	__type(key, __u32);
-	__type(value, struct fold_staged);
+	__type(value, struct fold_staged_entry);
 } fold_staged SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct fold_staged);
+} fold_scratch SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -91,7 +101,7 @@ static long fold_test_once(__u32 i, void *arg)
 
 	fold_invoke(st, &fold_progs, t->sg, t->prims, t->snd_cwnd, t->snd_rate, t->now_ns,
 		    t->dp_time_zero_ns, &out->res);
-	t->sg->flags = 0;
+	t->sg = NULL;	/* staged updates apply once */
 	if (out->res.report) {
 		/* libccp sends the report, then resets the volatile registers */
 		__builtin_memcpy(out->fields, st->regs, sizeof(out->fields));
@@ -109,17 +119,44 @@ int fold_test_invoke(struct fold_test_in *in)
 		.snd_rate = in->snd_rate,
 		.snd_cwnd = in->snd_cwnd,
 	};
-	__u32 flow = in->flow;
+	__u32 flow = in->flow, zero = 0;
+	struct fold_staged_entry *e;
+	struct fold_staged *scratch;
 	__u64 t0;
 
 	t.st = bpf_map_lookup_elem(&fold_states, &flow);
-	t.sg = bpf_map_lookup_elem(&fold_staged, &flow);
+	e = bpf_map_lookup_elem(&fold_staged, &flow);
+	scratch = bpf_map_lookup_elem(&fold_scratch, &zero);
 	t.out = bpf_map_lookup_elem(&fold_out, &flow);
-	if (!t.st || !t.sg || !t.out)
+	if (!t.st || !e || !scratch || !t.out)
 		return -1;
+	t.sg = fold_take_staged(e, scratch) ? scratch : NULL;
 	__builtin_memcpy(t.prims, in->prims, sizeof(t.prims));
 	t0 = bpf_ktime_get_ns();
 	bpf_loop(in->repeat ? in->repeat : 1, fold_test_once, &t, 0);
 	t.out->elapsed_ns = bpf_ktime_get_ns() - t0;
+	return 0;
+}
+
+/* Stage one Portus message's updates for a flow (what the datapath daemon
+ * does per update-fields / change-program message). The delta comes first:
+ * the verifier only allows context loads at fixed offsets from its start. */
+struct fold_test_stage_in {
+	struct fold_staged delta;
+	__u32 flow;
+	__u32 _pad;
+};
+
+SEC("syscall")
+int fold_test_stage(struct fold_test_stage_in *in)
+{
+	__u32 flow = in->flow, zero = 0;
+	struct fold_staged_entry *e = bpf_map_lookup_elem(&fold_staged, &flow);
+	struct fold_staged *d = bpf_map_lookup_elem(&fold_scratch, &zero);
+
+	if (!e || !d)
+		return -1;
+	__builtin_memcpy(d, in, sizeof(*d));
+	fold_stage_merge(e, d);
 	return 0;
 }

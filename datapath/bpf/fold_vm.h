@@ -117,6 +117,7 @@
 #define FOLD_MAX_SLOTS 16	/* program table entries (slot 0 unused) */
 
 #define FOLD_INFINITY 4294967295ULL
+#define READ_ONCE_FLAGS(x) (*(volatile __u32 *)&(x))
 
 struct fold_insn {
 	__u8 op;
@@ -177,6 +178,16 @@ struct fold_staged {
 };
 _Static_assert(sizeof(struct fold_staged) == 40 + 8 * FOLD_MAX_CONTROL, "fold_staged layout");
 
+/* A flow's staged updates as kept between invocations: user space merges
+ * each Portus message's updates in (fold_stage_merge, from a syscall
+ * program it runs with BPF_PROG_TEST_RUN), the flow's next invocation takes
+ * them (fold_take_staged); the lock keeps the two apart. */
+struct fold_staged_entry {
+	struct bpf_spin_lock lock;
+	__u32 _pad;
+	struct fold_staged sg;
+};
+
 /* What one invocation did (libccp's callbacks and its return code). */
 struct fold_result {
 	__s32 ret;		/* FOLD_OK or a libccp error code */
@@ -189,6 +200,56 @@ struct fold_result {
 	__u32 n_fields;		/* report fields: regs[0 .. n_fields) */
 	__u32 steps;		/* interpreter steps (bpf_loop iterations), for cost figures */
 };
+
+/* ---- staging (libccp stage_update / change_prog rules) ---- */
+
+/* Merge one message's staged updates `d` into entry `e`. A program change
+ * drops what was staged before it (libccp clears pending updates); other
+ * updates overwrite register by register. */
+static __always_inline void fold_stage_merge(struct fold_staged_entry *e, const struct fold_staged *d)
+{
+	int i;
+
+	bpf_spin_lock(&e->lock);
+	if (d->flags & FOLD_STAGED_CHANGE) {
+		e->sg = *d;
+	} else {
+		if (d->flags & FOLD_STAGED_CWND)
+			e->sg.cwnd = d->cwnd;
+		if (d->flags & FOLD_STAGED_RATE)
+			e->sg.rate = d->rate;
+#pragma unroll
+		for (i = 0; i < FOLD_MAX_CONTROL; i++)
+			if (d->control_mask[i >> 6] & (1ULL << (i & 63)))
+				e->sg.control[i] = d->control[i];
+		e->sg.control_mask[0] |= d->control_mask[0];
+		e->sg.control_mask[1] |= d->control_mask[1];
+		e->sg.flags |= d->flags;
+	}
+	bpf_spin_unlock(&e->lock);
+}
+
+/* Take the flow's staged updates into `out` (e.g. a per-CPU scratch map
+ * value: too big for the stack); returns 1 if there were any. A lock-free
+ * look first keeps the common case (nothing staged) cheap; an update it
+ * misses is taken on the next ACK. */
+static __always_inline int fold_take_staged(struct fold_staged_entry *e, struct fold_staged *out)
+{
+	int has;
+
+	if (!READ_ONCE_FLAGS(e->sg.flags))
+		return 0;
+	bpf_spin_lock(&e->lock);
+	has = e->sg.flags != 0;
+	if (has) {
+		*out = e->sg;
+		e->sg.flags = 0;
+		e->sg.control_mask[0] = 0;
+		e->sg.control_mask[1] = 0;
+	}
+	bpf_spin_unlock(&e->lock);
+	return has;
+}
 
 /* ---- arithmetic helpers (libccp machine.c semantics) ---- */
 

@@ -31,7 +31,7 @@
 //! with the half-read program, as in libccp (the bad instruction partly
 //! filled in, the rest zero), and the kernel gets that same program.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
 
@@ -713,8 +713,11 @@ pub enum Effect {
     WriteProgram { slot: u32, prog: Box<FoldProg> },
     /// Empty slot `slot`: libccp took it for an install that failed.
     EmptySlot { slot: u32 },
-    /// Write flow `sid`'s staged updates (consumed by its next invocation).
-    WriteStaged { sid: u32, staged: Box<FoldStaged> },
+    /// Merge `delta` into flow `sid`'s staged updates (fold_vm.h
+    /// fold_stage_merge: a delta with STAGED_CHANGE replaces what was
+    /// staged, others overwrite register by register); the flow's next
+    /// invocation applies them.
+    Stage { sid: u32, delta: Box<FoldStaged> },
 }
 
 /// The result of [`FoldTables::handle`]: effects to apply even when the
@@ -726,8 +729,8 @@ pub struct Handled {
     pub result: Result<(), FoldMsgError>,
 }
 
-/// Per-flow staged updates, as libccp's staged_update and
-/// staged_program_index.
+/// One message's staged updates (libccp staged_update and
+/// staged_program_index), before the kernel merges them.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 struct Staged {
     change_slot: Option<u32>,
@@ -799,11 +802,12 @@ fn check_update_bounds(updates: &[Update]) -> Result<(), FoldMsgError> {
 }
 
 /// The datapath side of Portus's messages for the kernel fold: libccp's
-/// program table and each known flow's staged updates.
+/// program table and the known flows (their staged updates live in the
+/// kernel, see [`Effect::Stage`]).
 #[derive(Debug)]
 pub struct FoldTables {
     slots: Vec<Slot>,
-    flows: HashMap<u32, Staged>,
+    flows: HashSet<u32>,
 }
 
 impl FoldTables {
@@ -816,25 +820,18 @@ impl FoldTables {
         );
         FoldTables {
             slots: vec![Slot::Free; capacity as usize],
-            flows: HashMap::new(),
+            flows: HashSet::new(),
         }
     }
 
     /// A flow (libccp socket id `sid`) now exists; messages may address it.
     pub fn add_flow(&mut self, sid: u32) {
-        self.flows.insert(sid, Staged::default());
+        self.flows.insert(sid);
     }
 
     /// The flow is gone.
     pub fn remove_flow(&mut self, sid: u32) {
         self.flows.remove(&sid);
-    }
-
-    /// The kernel consumed flow `sid`'s staged updates (its invocation ran).
-    pub fn staged_consumed(&mut self, sid: u32) {
-        if let Some(s) = self.flows.get_mut(&sid) {
-            *s = Staged::default();
-        }
     }
 
     /// Slot holding program `uid` (libccp: the first slot with that uid).
@@ -869,7 +866,7 @@ impl FoldTables {
         {
             let sid = u32_at(buf, 4);
             let len = usize::from(u16::from_le_bytes([buf[2], buf[3]]));
-            if len <= buf.len() && len <= BIGGEST_MSG && !self.flows.contains_key(&sid) {
+            if len <= buf.len() && len <= BIGGEST_MSG && !self.flows.contains(&sid) {
                 return Err(libccp_err(-71, format!("unknown flow {sid}")));
             }
         }
@@ -886,46 +883,43 @@ impl FoldTables {
             }
             PortusMsg::UpdateFields { sid, updates } => {
                 check_update_bounds(&updates)?;
-                let st = self
-                    .flows
-                    .get_mut(&sid)
-                    .ok_or_else(|| libccp_err(-71, format!("unknown flow {sid}")))?;
-                let r = st.stage_all(&updates);
-                fx.push(Effect::WriteStaged {
+                self.known(sid)?;
+                let mut delta = Staged::default();
+                let r = delta.stage_all(&updates);
+                fx.push(Effect::Stage {
                     sid,
-                    staged: st.to_kernel(),
+                    delta: delta.to_kernel(),
                 });
                 r
             }
             PortusMsg::ChangeProg { sid, uid, updates } => {
                 check_update_bounds(&updates)?;
-                let slot = self.slot_of(uid);
-                let st = self
-                    .flows
-                    .get_mut(&sid)
-                    .ok_or_else(|| libccp_err(-71, format!("unknown flow {sid}")))?;
-                let Some(slot) = slot else {
+                self.known(sid)?;
+                let Some(slot) = self.slot_of(uid) else {
                     return Err(FoldMsgError::NoEffect(format!(
                         "change to unknown program uid {uid}"
                     )));
                 };
-                *st = Staged {
+                let mut delta = Staged {
                     change_slot: Some(slot),
                     ..Staged::default()
                 };
-                let r = st.stage_all(&updates);
-                fx.push(Effect::WriteStaged {
+                let r = delta.stage_all(&updates);
+                fx.push(Effect::Stage {
                     sid,
-                    staged: st.to_kernel(),
+                    delta: delta.to_kernel(),
                 });
                 r
             }
         }
     }
 
-    /// Flow `sid`'s staged updates in kernel form (None: unknown flow).
-    pub fn staged_of(&self, sid: u32) -> Option<Box<FoldStaged>> {
-        self.flows.get(&sid).map(Staged::to_kernel)
+    fn known(&self, sid: u32) -> Result<(), FoldMsgError> {
+        if self.flows.contains(&sid) {
+            Ok(())
+        } else {
+            Err(libccp_err(-71, format!("unknown flow {sid}")))
+        }
     }
 
     fn install(
@@ -1158,7 +1152,11 @@ mod tests {
         upd[2..4].copy_from_slice(&len.to_le_bytes());
         let h = t.handle(&upd);
         h.result.unwrap();
-        let [Effect::WriteStaged { sid: 7, staged }] = &h.effects[..] else {
+        let [Effect::Stage {
+            sid: 7,
+            delta: staged,
+        }] = &h.effects[..]
+        else {
             panic!("{:?}", h.effects)
         };
         assert_eq!(staged.flags, STAGED_CONTROL | STAGED_CWND);
@@ -1169,7 +1167,7 @@ mod tests {
         let change = [4u8, 0, 16, 0, 7, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0];
         let h = t.handle(&change);
         h.result.unwrap();
-        let [Effect::WriteStaged { staged, .. }] = &h.effects[..] else {
+        let [Effect::Stage { delta: staged, .. }] = &h.effects[..] else {
             panic!("{:?}", h.effects)
         };
         assert_eq!((staged.flags, staged.change_slot), (STAGED_CHANGE, 1));

@@ -320,10 +320,24 @@ impl Kernel {
                         FoldProg::new_zeroed().as_bytes(),
                     );
                 }
-                Effect::WriteStaged { sid, staged } => {
+                Effect::Stage { sid, delta } => {
                     let flow = flow_of(*sid)
                         .unwrap_or_else(|| panic!("staged updates for unknown sid {sid}"));
-                    Self::put(&self.skel.maps.fold_staged, flow, staged.as_bytes());
+                    // struct fold_test_stage_in: the delta, then the flow
+                    let mut ctx = delta.as_bytes().to_vec();
+                    ctx.extend_from_slice(&flow.to_ne_bytes());
+                    ctx.extend_from_slice(&[0; 4]);
+                    let run = ProgramInput {
+                        context_in: Some(&mut ctx[..]),
+                        ..Default::default()
+                    };
+                    let out = self
+                        .skel
+                        .progs
+                        .fold_test_stage
+                        .test_run(run)
+                        .expect("BPF_PROG_TEST_RUN of fold_test_stage");
+                    assert_eq!(out.return_value, 0, "fold_test_stage found its maps");
                 }
             }
         }
@@ -333,11 +347,10 @@ impl Kernel {
         let mut st = Box::new(FoldState::new_zeroed());
         st.time_zero_ns = EPOCH_NS; // libccp: implicit_time_zero = datapath time_zero
         Self::put(&self.skel.maps.fold_states, flow, st.as_bytes());
-        Self::put(
-            &self.skel.maps.fold_staged,
-            flow,
-            FoldStaged::new_zeroed().as_bytes(),
-        );
+        // struct fold_staged_entry: lock + pad, then the staged updates
+        let mut entry = vec![0u8; 8];
+        entry.extend_from_slice(FoldStaged::new_zeroed().as_bytes());
+        Self::put(&self.skel.maps.fold_staged, flow, &entry);
     }
 
     fn invoke(&self, input: &TestIn) -> TestOut {
@@ -613,7 +626,6 @@ impl Sim {
         };
         input.prims[5] = 0; // Ack.now: computed from the clock on both sides
         let o = self.k.invoke(&input);
-        self.tables.staged_consumed(f.sid);
         let ours = Outcome {
             ret: o.ret,
             cwnd: o.cwnd[..o.n_cwnd.min(2) as usize].to_vec(),
@@ -714,7 +726,9 @@ fn portus_install(src: &str, uid: u32) -> Vec<u8> {
         num_instrs: bin.instrs.len() as u32,
         instrs: bin,
     };
-    portus::serialize::serialize(&msg).expect("Portus serializes the install message")
+    portus::serialize::serialize(&msg).unwrap_or_else(|e| {
+        panic!("Portus cannot serialize the install message of this fold program (it could never be installed): {e:?}\n{src}")
+    })
 }
 
 // ------------------------------------------------------------ randomness
