@@ -38,17 +38,9 @@ import pandas as pd
 from markupsafe import Markup, escape
 
 from . import plots, stats
+from .analyze import RUN_COLUMNS, STEP_COLUMNS
 from .atomic import write_atomic
-
-RUN_KEY_COLUMNS = ["run_id", "cca", "cca_params", "label", "run", "scenario", "method"]
-"""Run-frame columns the report needs besides the metrics (contract names; missing ones become NaN)."""
-
-STEP_KEY_COLUMNS = ["run_id", "cca", "cca_params", "label", "run", "scenario", "method", "step", "kind", "at_s",
-                    "end_s", "from_mbps", "to_mbps", "converged", "convergence_point_s", "response_class"]
-"""Step-frame columns the report needs besides the metrics (contract names)."""
-
-SERIES_COLUMNS = ["throughput_mbps", "capacity_mbps", "reference_mbps", "queueing_delay_ms", "drops"]
-"""Columns of a run's series the figures draw (contract names; missing ones become NaN)."""
+from .series import SERIES_COLUMNS
 
 OVERVIEW_RUN_METRICS = ["throughput_mbps", "p95_queueing_delay_ms", "power_score"]
 """Run metrics of the cross-scenario overview table."""
@@ -204,7 +196,7 @@ def _with_columns(df: pd.DataFrame, cols: Sequence[str]) -> pd.DataFrame:
 
 
 def _series_with_columns(s: pd.DataFrame) -> pd.DataFrame:
-    """A run's series with every `SERIES_COLUMNS` column (missing -> NaN), its attrs (bin_s) kept."""
+    """A run's series with every column of `transient.series.SERIES_COLUMNS` (missing -> NaN), attrs kept."""
     if all(c in s.columns for c in SERIES_COLUMNS):
         return s
     out = s.reindex(columns=list(s.columns) + [c for c in SERIES_COLUMNS if c not in s.columns])
@@ -439,8 +431,9 @@ def write_report(
     out = Path(results_dir)
     out.mkdir(parents=True, exist_ok=True)
     series = {k: _series_with_columns(v) for k, v in (series or {}).items()}
-    runs = _with_columns(runs_df, RUN_KEY_COLUMNS + [m for m, _ in stats.RUN_METRICS])
-    steps = _with_columns(steps_df, STEP_KEY_COLUMNS + [m for m, _ in stats.STEP_METRICS])
+    # The engine's column lists (TRANSIENT-CONTRACT): a column it did not fill is missing values, not an error.
+    runs = _with_columns(runs_df, RUN_COLUMNS)
+    steps = _with_columns(steps_df, STEP_COLUMNS)
     steps["converged"] = steps["converged"].map(lambda v: bool(v) if v is not None and v == v else False)
     run_sum = stats.run_summary(runs, n_resamples=n_resamples)
     step_sum = stats.step_summary(steps, n_resamples=n_resamples)
