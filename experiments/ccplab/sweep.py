@@ -119,18 +119,17 @@ def pending(sweep: Sweep, out: Path, retry_failed: bool = False) -> tuple[list[R
 
 
 def payload(sweep: Sweep, out: Path, spec: RunSpec, dest: str) -> dict:
-    """Everything a worker needs for one run (plain data: it may travel to another host)."""
+    """What a worker needs for one run besides the trace's bytes (plain data: it may travel to another host)."""
     s = spec.scenario
     return {"sweep": sweep.name, "run_id": spec.run_id, "cca": spec.cca, "repetition": spec.repetition,
             "cca_slug": spec.cca_slug, "scenario": s.name, "one_way_delay_ms": s.one_way_delay_ms,
             "queue_packets": s.queue_packets, "duration_s": s.duration_s,
-            "steps": [str(x) for x in s.steps], "trace_name": trace_path(out, s).name,
-            "trace_bytes": trace_path(out, s).read_bytes(), "dest": dest}
+            "steps": [str(x) for x in s.steps], "trace_name": trace_path(out, s).name, "dest": dest}
 
 
 def execute(sweep: Sweep, out: Path, *, scheduler: str | None = None, workers: int = 1,
             retry_failed: bool = False, dest: str | None = None, progress: bool | None = None,
-            run_fn: Callable[[dict], dict] | None = None, use_dask: bool = True) -> SweepSummary:
+            run_fn: Callable[[dict, bytes], dict] | None = None, use_dask: bool = True) -> SweepSummary:
     """Run every pending run of ``sweep`` into ``out``; returns a SweepSummary.
 
     ``scheduler``: a Dask scheduler address (tcp://HOST:8786) whose workers have
@@ -138,8 +137,11 @@ def execute(sweep: Sweep, out: Path, *, scheduler: str | None = None, workers: i
     netlab=1 each (more than one on a host lets emulations share its CPUs; see
     the README). ``use_dask=False`` runs in this process instead. ``dest``: where
     raw run directories go (default ``out/runs``; any fsspec URL). ``progress``:
-    a progress bar (default: when stderr is a terminal). ``run_fn``: the task
-    (default ``run_task``). KeyboardInterrupt stops the sweep; finished runs stay.
+    a progress bar (default: when stderr is a terminal). ``run_fn(payload, trace_bytes)``:
+    the task (default ``run_task``). Each scenario's trace is read once and, on
+    Dask, scattered once to the cluster (not copied into every task: the TPCCA grid
+    is 1200 runs of 1.5 MB traces). KeyboardInterrupt stops the sweep; finished
+    runs stay.
     """
     out = prepare(sweep, out)
     todo, done = pending(sweep, out, retry_failed)
@@ -150,8 +152,9 @@ def execute(sweep: Sweep, out: Path, *, scheduler: str | None = None, workers: i
     run_fn = run_fn or run_task
     started = time.monotonic()
     with _Progress(len(todo) + done, done, sweep.name, progress) as bar:
+        traces = {s.name: trace_path(out, s).read_bytes() for s in sweep.scenarios}
         results = (_dask_results if use_dask else _local_results)(
-            run_fn, [payload(sweep, out, r, dest) for r in todo], scheduler, workers)
+            run_fn, [payload(sweep, out, r, dest) for r in todo], traces, scheduler, workers)
         for result in results:
             _record(out / "store", result, summary)
             bar.advance(result)
@@ -159,23 +162,24 @@ def execute(sweep: Sweep, out: Path, *, scheduler: str | None = None, workers: i
     return summary
 
 
-def _local_results(run_fn, payloads, scheduler, workers):
+def _local_results(run_fn, payloads, traces, scheduler, workers):
     for p in payloads:
-        yield run_fn(p)
+        yield run_fn(p, traces[p["scenario"]])
 
 
-def _dask_results(run_fn, payloads, scheduler, workers):
+def _dask_results(run_fn, payloads, traces, scheduler, workers):
     """Submit every payload with resources netlab=1; yield the task results as they complete."""
     from distributed import Client, LocalCluster, as_completed
 
     cluster = None
     if scheduler is None:
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                               resources={"netlab": 1}, dashboard_address=None)
+                               resources={"netlab": 1}, dashboard_address=":0")
     try:
         with Client(cluster if cluster is not None else scheduler) as client:
-            futures = {client.submit(run_fn, p, key=f"ccplab-run-{p['sweep']}-{p['run_id']}",
-                                     resources={"netlab": 1}, pure=False): p for p in payloads}
+            shared = {name: client.scatter(data) for name, data in traces.items()}
+            futures = {client.submit(run_fn, p, shared[p["scenario"]], resources={"netlab": 1}, pure=False,
+                                     key=f"ccplab-run-{p['sweep']}-{p['run_id']}"): p for p in payloads}
             for fut in as_completed(futures):
                 try:
                     yield fut.result()
@@ -242,7 +246,7 @@ def real_flow(p: dict, scenario: sc.Scenario, run_dir: Path) -> None:
     run_one(parse_cca(p["cca"]), scenario, run_dir, run_index=p["repetition"])
 
 
-def run_task(p: dict, flow: Callable[[dict, sc.Scenario, Path], None] = real_flow) -> dict:
+def run_task(p: dict, trace_bytes: bytes, flow: Callable[[dict, sc.Scenario, Path], None] = real_flow) -> dict:
     """One run on this host: flow, analysis, copy of the run directory to ``p["dest"]``; returns the tables.
 
     ``flow(p, scenario, run_dir)`` makes the run directory (``real_flow``; tests
@@ -252,19 +256,38 @@ def run_task(p: dict, flow: Callable[[dict, sc.Scenario, Path], None] = real_flo
     """
     started = time.monotonic()
     error = ""
-    scratch = Path(os.environ.get("CCPLAB_SCRATCH", tempfile.gettempdir())) / "ccplab-sweep" / p["sweep"] / p["run_id"]
-    for attempt in range(1, ATTEMPTS + 1):
-        try:
-            runs, steps = _run_and_analyse(p, scratch, flow)
-            _publish(scratch / "run", p["dest"], p["run_id"])
-            runs = runs.assign(attempts=attempt, run_seconds=time.monotonic() - started)
-            return {**_key(p), "status": "finished", "runs": runs, "steps": steps, "attempts": attempt,
-                    "seconds": time.monotonic() - started}
-        except Exception as exc:  # any failure of a run is retried once, then recorded with its error
-            error = f"{type(exc).__name__}: {exc}" if not isinstance(exc, CcplabError) else str(exc)
-            if not isinstance(exc, CcplabError):
-                error += "\n" + traceback.format_exc(limit=5)
-    return _failure(p, error, ATTEMPTS, time.monotonic() - started)
+    scratch = _scratch_dir(p)
+    try:
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                runs, steps = _run_and_analyse(p, trace_bytes, scratch, flow)
+                _publish(scratch / "run", p["dest"], p["run_id"])
+                runs = runs.assign(attempts=attempt, run_seconds=time.monotonic() - started)
+                return {**_key(p), "status": "finished", "runs": runs, "steps": steps, "attempts": attempt,
+                        "seconds": time.monotonic() - started}
+            except Exception as exc:  # any failure of a run is retried once, then recorded with its error
+                error = f"{type(exc).__name__}: {exc}" if not isinstance(exc, CcplabError) else str(exc)
+                if not isinstance(exc, CcplabError):
+                    error += "\n" + traceback.format_exc(limit=5)
+        return _failure(p, error, ATTEMPTS, time.monotonic() - started)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _scratch_dir(p: dict) -> Path:
+    """This process's scratch directory for a run: ``$CCPLAB_SCRATCH/ccplab-sweep/<sweep>/<run_id>/w<pid>``.
+
+    Per process, so two sweeps (or a rerun after a worker died) never share one;
+    what dead processes left for the same run is removed here.
+    """
+    import psutil
+
+    base = Path(os.environ.get("CCPLAB_SCRATCH", tempfile.gettempdir())) / "ccplab-sweep" / p["sweep"] / p["run_id"]
+    if base.is_dir():
+        for old in base.glob("w*"):
+            if old.name[1:].isdigit() and not psutil.pid_exists(int(old.name[1:])):
+                shutil.rmtree(old, ignore_errors=True)
+    return base / f"w{os.getpid()}"
 
 
 def _key(p: dict) -> dict:
@@ -275,7 +298,7 @@ def _failure(p: dict, error: str, attempts: int, seconds: float) -> dict:
     return {**_key(p), "status": "failed", "error": error, "attempts": attempts, "seconds": seconds}
 
 
-def _run_and_analyse(p: dict, scratch: Path, flow) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _run_and_analyse(p: dict, trace_bytes: bytes, scratch: Path, flow) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Run the flow into ``scratch/run`` (replacing what an interrupted attempt left) and analyse it."""
     import transient
 
@@ -283,7 +306,7 @@ def _run_and_analyse(p: dict, scratch: Path, flow) -> tuple[pd.DataFrame, pd.Dat
         shutil.rmtree(scratch)  # an interrupted or unpublished earlier attempt: discarded, rerun
     scratch.mkdir(parents=True)
     trace = scratch / p["trace_name"]
-    trace.write_bytes(p["trace_bytes"])
+    trace.write_bytes(trace_bytes)
     scenario = sc.Scenario(name=p["scenario"], trace=trace, one_way_delay_ms=p["one_way_delay_ms"],
                            queue_packets=p["queue_packets"], duration_s=p["duration_s"],
                            steps=sc.parse_step_args(p["steps"]),

@@ -76,6 +76,12 @@ def test_dry_run_prints_plan_and_estimate(capsys):
     assert "estimated time at one run at a time: 0h00m56s" in out
 
 
+@pytest.fixture(autouse=True)
+def _own_scratch(tmp_path, monkeypatch):
+    """Workers' scratch directories in this test's tmp_path (also for spawned Dask workers)."""
+    monkeypatch.setenv("CCPLAB_SCRATCH", str(tmp_path / "scratch"))
+
+
 def _run(tmp_path, flow=synthetic_flow, **kw):
     return execute(load_sweep(SMALL), tmp_path / "sw", use_dask=False, progress=False,
                    run_fn=functools.partial(run_task, flow=flow), **kw)
@@ -100,6 +106,19 @@ def test_sweep_fills_the_store_and_keeps_raw_runs(tmp_path, needs_binaries):
     # a second invocation finds everything done
     again = _run(tmp_path)
     assert (again.finished, again.skipped) == (0, 8)
+
+
+def test_dask_local_cluster_gives_the_same_rows(tmp_path, needs_binaries):
+    """Two worker processes (traces scattered once): the same rows and columns as the in-process run."""
+    local = _run(tmp_path / "a")
+    dask = execute(load_sweep(SMALL), tmp_path / "b" / "sw", use_dask=True, workers=2, progress=False,
+                   run_fn=functools.partial(run_task, flow=synthetic_flow))
+    assert (local.finished, dask.finished, dask.failed) == (8, 8, [])
+    assert not any((tmp_path / "scratch").rglob("uplink.log"))  # scratch directories are removed
+    a, b = (store.read(t / "sw" / "store", "runs").sort_values("sweep_run_id") for t in (tmp_path / "a", tmp_path / "b"))
+    assert list(a.columns) == list(b.columns)
+    cols = ["sweep_run_id", "throughput_mbps", "p95_queueing_delay_ms"]  # a synthetic flow is deterministic
+    assert a[cols].reset_index(drop=True).equals(b[cols].reset_index(drop=True))
 
 
 class Interrupt:
