@@ -100,14 +100,10 @@ def test_tpcca_method_lists_the_faults_kept(tmp_path):
     text = write_report(tmp_path / "b", runs, a.steps, a.series, **FAST).read_text()
     assert htmllib.escape(faults[0]) in text and htmllib.escape(faults[1]) not in text
     # by default: the faults the engine's tpcca method declares
-    from transient import tpcca
+    from transient import TPCCA_FAULTS
 
-    engine_faults = list(getattr(tpcca, "TPCCA_FAULTS", ()))
     text = write_report(tmp_path / "c", a.runs, a.steps, a.series, **FAST).read_text()
-    if engine_faults:
-        assert all(htmllib.escape(f) in text for f in engine_faults)
-    else:
-        assert "did not list the faults" in text
+    assert TPCCA_FAULTS and all(htmllib.escape(f) in text for f in TPCCA_FAULTS)
 
 
 def test_failed_report_keeps_the_previous_one(tmp_path, monkeypatch):
@@ -252,3 +248,17 @@ def test_ccplab_report_names_a_missing_directory(tmp_path, capsys):
     missing = tmp_path / "nope"
     assert cli.main(["report", str(missing)]) == 2
     assert f"{missing}: no such file or directory" in capsys.readouterr().err
+
+
+def test_ccplab_report_passes_the_method_through(results_dir, tmp_path):
+    from ccplab import cli
+    from transient import TPCCA_FAULTS
+
+    out = tmp_path / "tpcca"
+    assert cli.main(["report", str(results_dir), "--method", "tpcca", "--out", str(out)]) == 0
+    assert set(pd.read_csv(out / "runs.csv")["method"]) == {"tpcca"}
+    text = (out / "report.html").read_text()
+    assert "Analysis method: <b>tpcca</b>" in text and htmllib.escape(TPCCA_FAULTS[0]) in text
+    assert cli.main(["report", str(results_dir), "--out", str(tmp_path / "default")]) == 0
+    assert set(pd.read_csv(tmp_path / "default" / "runs.csv")["method"]) == {"ccplab"}
+    assert "TPCCA faults kept" not in (tmp_path / "default" / "report.html").read_text()
