@@ -28,7 +28,7 @@
 //! or timeout. Standing queue the paper predicts: about 1/delta packets per
 //! flow (2 at delta 0.5); checked in algorithms/README.md. Differences from
 //! the paper: per-report rather than per-ACK updates; the largest queueing
-//! delay of an RTT is taken from each report's latest and smallest RTT sample.
+//! delay of an RTT is taken from each report's largest RTT sample (`maxrtt`).
 
 use crate::fold::{Cadence, FoldProgram};
 use crate::window::{Measurement, RttEstimator, WindowParams};
@@ -187,7 +187,7 @@ impl Copa {
 
     /// Mode switching (§2.2) from the queueing delays of the last 5 RTTs.
     fn update_mode(&mut self, now_us: u64, dq_us: u64, m: &Measurement) {
-        let dq_max = dq_us.max(m.rtt_us.saturating_sub(self.rtt_min_us));
+        let dq_max = dq_us.max(m.max_rtt_us.max(m.rtt_us).saturating_sub(self.rtt_min_us));
         self.queue_history.push_back((now_us, dq_us, dq_max));
         let srtt = self.srtt_us();
         while self.queue_history.front().is_some_and(|&(t, _, _)| now_us.saturating_sub(t) > 5 * srtt) {

@@ -55,10 +55,10 @@ pub struct FoldProgram {
 /// - `timeout`: `Flow.was_timeout` seen on any ACK,
 /// - `rtt`: the latest nonzero `Flow.rtt_sample_us` (0 = none),
 /// - `minrtt`: the smallest nonzero RTT sample (+infinity = none),
+/// - `maxrtt`: the largest RTT sample (0 = none),
 /// - `inflight`: `Flow.packets_in_flight` at the last ACK,
 /// - `inflmax`: the largest `Flow.packets_in_flight + Ack.packets_acked`
 ///   (in flight just before an ACK), for the cwnd-limited test,
-/// - `pending`: `Flow.bytes_pending` (unsent bytes) at the last ACK,
 /// - `rate`: the largest per-ACK `min(Flow.rate_outgoing, Flow.rate_incoming)`
 ///   (delivery rate, bytes/s),
 /// - `acks`: fold invocations,
@@ -68,6 +68,9 @@ pub struct FoldProgram {
 /// - `train`: the length in us of the ACK train that starts the report: ACKs
 ///   each at most 2 ms after the previous one, timed from the report that
 ///   opened this one (HyStart's ACK train; `trainon` marks it unbroken).
+///
+/// Portus allows report registers 0..15, so a program has at most 15 such
+/// fields (the suite's test compiles and serializes every program).
 pub const REPORT_FIELDS: [&str; 15] = [
     "Report.acked",
     "Report.sacked",
@@ -77,13 +80,13 @@ pub const REPORT_FIELDS: [&str; 15] = [
     "Report.minrtt",
     "Report.inflight",
     "Report.inflmax",
-    "Report.pending",
     "Report.rate",
     "Report.acks",
     "Report.cwnd",
     "Report.rtt8",
     "Report.nrtt",
     "Report.train",
+    "Report.maxrtt",
 ];
 
 /// Largest gap between two ACKs of one ACK train, us (Linux tcp_cubic.c
@@ -101,7 +104,6 @@ const DEFS: &str = "\
         (volatile minrtt +infinity)
         (volatile inflight 0)
         (volatile inflmax 0)
-        (volatile pending 0)
         (volatile rate 0)
         (volatile acks 0)
         (volatile cwnd 0)
@@ -109,6 +111,7 @@ const DEFS: &str = "\
         (volatile nrtt 0)
         (volatile train 0)
         (volatile trainon true)
+        (volatile maxrtt 0)
     )
     (reportIntervalUs 10000)
 )
@@ -124,12 +127,12 @@ const PER_ACK: &str = "\
     (:= Report.minrtt (if (&& (< Flow.rtt_sample_us +infinity) (< Flow.rtt_sample_us Report.minrtt)) Flow.rtt_sample_us))
     (:= Report.inflight Flow.packets_in_flight)
     (:= Report.inflmax (max Report.inflmax (+ Flow.packets_in_flight Ack.packets_acked)))
-    (:= Report.pending Flow.bytes_pending)
     (:= Report.rate (max Report.rate (min Flow.rate_outgoing Flow.rate_incoming)))
     (:= Report.acks (+ Report.acks 1))
     (:= Report.cwnd Cwnd)
     (:= Report.rtt8 (if (&& (< Flow.rtt_sample_us +infinity) (< Report.nrtt 8)) (min Report.rtt8 Flow.rtt_sample_us)))
     (:= Report.nrtt (if (< Flow.rtt_sample_us +infinity) (+ Report.nrtt 1)))
+    (:= Report.maxrtt (if (< Flow.rtt_sample_us +infinity) (max Report.maxrtt Flow.rtt_sample_us)))
     (:= Report.trainon (&& Report.trainon (< Micros (+ Report.train 2001))))
     (:= Report.train (if Report.trainon Micros))
 ";
@@ -178,8 +181,7 @@ const INFINITY_THRESHOLD: u64 = u32::MAX as u64;
 /// Convert the raw Report field values (in [`REPORT_FIELDS`] order) into a
 /// [`Measurement`] stamped with `now_us`.
 pub fn measurement_from_fields(values: [u64; 15], now_us: u64) -> Measurement {
-    let [acked, sacked, loss, timeout, rtt, minrtt, inflight, inflmax, pending, rate, acks, cwnd, rtt8, nrtt, train] =
-        values;
+    let [acked, sacked, loss, timeout, rtt, minrtt, inflight, inflmax, rate, acks, cwnd, rtt8, nrtt, train, maxrtt] = values;
     let finite = |v: u64| if v >= INFINITY_THRESHOLD { 0 } else { v };
     Measurement {
         now_us,
@@ -192,12 +194,12 @@ pub fn measurement_from_fields(values: [u64; 15], now_us: u64) -> Measurement {
         inflight_pkts: inflight,
         dp_cwnd_bytes: cwnd,
         inflight_max_pkts: inflmax,
-        pending_bytes: pending,
         delivery_rate_bps: finite(rate),
         acks,
         first8_min_rtt_us: finite(rtt8),
         rtt_samples: nrtt,
         ack_train_us: train,
+        max_rtt_us: finite(maxrtt),
     }
 }
 
@@ -245,12 +247,12 @@ mod tests {
 
     #[test]
     fn infinite_minrtt_means_no_sample() {
-        let m = measurement_from_fields([1, 2, 3, 1, 5, u64::MAX, 7, 8, 9, 10, 11, 12, u64::MAX, 14, 15], 13);
+        let m = measurement_from_fields([1, 2, 3, 1, 5, u64::MAX, 7, 8, 10, 11, 12, u64::MAX, 14, 15, 16], 13);
         assert_eq!(m.min_rtt_us, 0);
-        assert_eq!((m.first8_min_rtt_us, m.rtt_samples, m.ack_train_us), (0, 14, 15));
+        assert_eq!((m.first8_min_rtt_us, m.rtt_samples, m.ack_train_us, m.max_rtt_us), (0, 14, 15, 16));
         assert!(m.timeout);
         assert_eq!((m.acked_bytes, m.sacked_pkts, m.lost_pkts), (1, 2, 3));
-        assert_eq!((m.rtt_us, m.inflight_pkts, m.inflight_max_pkts, m.pending_bytes), (5, 7, 8, 9));
+        assert_eq!((m.rtt_us, m.inflight_pkts, m.inflight_max_pkts), (5, 7, 8));
         assert_eq!((m.delivery_rate_bps, m.acks, m.dp_cwnd_bytes, m.now_us), (10, 11, 12, 13));
         let m = measurement_from_fields([0, 0, 0, 0, 0, 4_294_967_295, 0, 0, 0, 0, 0, 0, 0, 0, 0], 0);
         assert_eq!(m.min_rtt_us, 0);

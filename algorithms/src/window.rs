@@ -34,9 +34,6 @@ pub struct Measurement {
     /// (`Flow.packets_in_flight + Ack.packets_acked`), packets; 0 = not reported.
     /// Tells whether the flow used its window (see [`cwnd_limited`]).
     pub inflight_max_pkts: u64,
-    /// Bytes written by the application and not yet sent, at the last ACK
-    /// (`Flow.bytes_pending`, libccp's "data available to be sent").
-    pub pending_bytes: u64,
     /// Largest delivery-rate sample of the report in bytes/s: per ACK the smaller
     /// of `Flow.rate_outgoing` and `Flow.rate_incoming`, i.e. delivered data over
     /// max(send interval, ACK interval) as Linux tcp_rate.c; 0 = none.
@@ -49,6 +46,8 @@ pub struct Measurement {
     pub rtt_samples: u64,
     /// Length of the ACK train that opened the report, us (HyStart; see [`crate::fold`]).
     pub ack_train_us: u64,
+    /// Largest RTT sample in the report, us; 0 = none.
+    pub max_rtt_us: u64,
 }
 
 impl Measurement {
