@@ -41,6 +41,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from . import stats  # noqa: E402
+
 DPI = 150
 """Resolution of the PNGs (the PDFs are vector)."""
 
@@ -277,22 +279,29 @@ VIOLIN_METRICS = [
 
 
 def plot_violins(steps: pd.DataFrame, colors: Mapping[str, str], base: Path, title: str) -> bool:
-    """Violins (runs as dots) of `VIOLIN_METRICS` per label, one column per step of one scenario."""
+    """Violins (runs as dots) of `VIOLIN_METRICS` per label, one column per step of one scenario.
+
+    The Normalized Area's axis label follows the steps' ``method`` column
+    (`transient.stats.step_metric_labels`: seconds for ccplab, no unit for tpcca).
+    """
     if not len(steps):
         return False
+    methods = steps["method"].dropna().unique() if "method" in steps else ()
+    names = dict(stats.step_metric_labels(methods))
+    metrics = [(c, names[c] if c == "normalized_area" else label) for c, label in VIOLIN_METRICS]
     steps = steps.assign(_label=label_of(steps))
     labels = sorted(steps["_label"].unique())
     step_ids = sorted(steps["step"].unique())
     rng = np.random.default_rng(0)  # deterministic jitter
     with _style():
-        fig, axes = plt.subplots(len(VIOLIN_METRICS), len(step_ids),
-                                 figsize=(max(3.6 * len(step_ids), 5.0), 1.0 + 2.0 * len(VIOLIN_METRICS)),
+        fig, axes = plt.subplots(len(metrics), len(step_ids),
+                                 figsize=(max(3.6 * len(step_ids), 5.0), 1.0 + 2.0 * len(metrics)),
                                  squeeze=False, sharex=True)
         pos = np.arange(len(labels))
         for j, sid in enumerate(step_ids):
             st = steps[steps["step"] == sid]
             axes[0, j].set_title(_step_label(st.iloc[0]))
-            for i, (col, ylabel) in enumerate(VIOLIN_METRICS):
+            for i, (col, ylabel) in enumerate(metrics):
                 ax = axes[i, j]
                 any_values = pd.to_numeric(st[col] if col in st else pd.Series(dtype=float),
                                            errors="coerce").notna().any()

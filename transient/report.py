@@ -358,9 +358,9 @@ def _scenario_description(runs: pd.DataFrame) -> str:
 
 
 def _overview(run_sum: pd.DataFrame, step_sum: pd.DataFrame, labels: Sequence[str], scen_names: Sequence[str],
-              colors: Mapping[str, str]) -> Markup:
+              colors: Mapping[str, str], methods: Sequence[str]) -> Markup:
     """Rows label x columns (scenario, metric): the headline figures of every scenario side by side."""
-    names = dict(stats.RUN_METRICS) | dict(stats.STEP_METRICS)
+    names = dict(stats.RUN_METRICS) | dict(stats.step_metric_labels(methods))
     cols = []  # (header, getter(label) -> row or None)
     for sc in scen_names:
         rs = run_sum[run_sum["scenario"] == sc]
@@ -455,7 +455,7 @@ def write_report(
             labels=labels, sources=sources, methods=methods, n_runs=len(runs), n_steps=len(steps),
             generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             ci_text=f"{stats.CONFIDENCE:.0%} bootstrap CI", errors=list(errors), scenarios=scenarios,
-            overview=_overview(run_sum, step_sum, labels, scen_names, colors),
+            overview=_overview(run_sum, step_sum, labels, scen_names, colors, methods),
             notes=METRIC_NOTES, tpcca="tpcca" in methods, tpcca_faults=faults,
             run_table=_run_table(runs),
         )
@@ -518,7 +518,8 @@ def _scenario_section(sc: str, runs: pd.DataFrame, steps: pd.DataFrame, series: 
             extra_rows.append(["TPCCA gave up (bin 40)", *[
                 f"{int(g['tpcca_gave_up'].fillna(False).astype(bool).sum())}/{len(g)}"
                 for g in (st[st["label"] == lab] for lab in labels)]])
-        step_table = _table(header, [conv_row, *_metric_rows(ss, labels, stats.STEP_METRICS), *extra_rows])
+        step_table = _table(header, [conv_row, *_metric_rows(ss, labels, stats.step_metric_labels(s["method"].dropna())),
+                                     *extra_rows])
         name = f"zoom-{_slug(sc, 'step', int(sid))}"
         figs = []
         if plots.plot_step_zoom(r, series, st, colors, pdir / name, sc):

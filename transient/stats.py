@@ -69,6 +69,21 @@ STEP_METRICS: list[tuple[str, str]] = [
 ]
 """(column, label with unit) of the per-step metrics summarised (contract names)."""
 
+NA_LABELS = {
+    "ccplab": "Normalized Area (s)",           # gap area / |delta B|: seconds of the whole step lost
+    "tpcca": "Normalized Area (TPCCA, no unit)",  # (12 / B) x area / (t_s - t_0): Mbit/s over Mbit/s
+}
+"""Axis / table label of normalized_area per analysis method (the two methods' NA differ in unit)."""
+
+
+def step_metric_labels(methods: Iterable[str] = ("ccplab",)) -> list[tuple[str, str]]:
+    """`STEP_METRICS` with the Normalized Area label of the methods used (both named if mixed)."""
+    methods = sorted({str(m) for m in methods} & set(NA_LABELS)) or ["ccplab"]
+    na = NA_LABELS[methods[0]] if len(methods) == 1 else \
+        "Normalized Area (ccplab: s; TPCCA: no unit)"
+    return [(c, na if c == "normalized_area" else label) for c, label in STEP_METRICS]
+
+
 RUN_METRICS: list[tuple[str, str]] = [
     ("throughput_mbps", "throughput (Mbit/s)"),
     ("utilization", "utilization"),

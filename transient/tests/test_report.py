@@ -259,6 +259,8 @@ def test_ccplab_report_passes_the_method_through(results_dir, tmp_path):
     assert set(pd.read_csv(out / "runs.csv")["method"]) == {"tpcca"}
     text = (out / "report.html").read_text()
     assert "Analysis method: <b>tpcca</b>" in text and htmllib.escape(TPCCA_FAULTS[0]) in text
+    assert "Normalized Area (TPCCA, no unit)" in text and "Normalized Area (s)" not in text
     assert cli.main(["report", str(results_dir), "--out", str(tmp_path / "default")]) == 0
     assert set(pd.read_csv(tmp_path / "default" / "runs.csv")["method"]) == {"ccplab"}
-    assert "TPCCA faults kept" not in (tmp_path / "default" / "report.html").read_text()
+    text = (tmp_path / "default" / "report.html").read_text()
+    assert "TPCCA faults kept" not in text and "Normalized Area (s)" in text

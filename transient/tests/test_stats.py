@@ -125,3 +125,13 @@ def test_format_estimate_rejects_an_inverted_interval():
 def test_format_interval_uses_the_estimates_digits():
     assert stats.format_interval(11.412, 11.83, like=(11.63, 11.52, 11.74)) == "[11.4, 11.8]"
     assert stats.format_interval(1.0, float("nan")) == "n/a"
+
+
+def test_normalized_area_label_follows_the_method():
+    def na(methods):
+        return dict(stats.step_metric_labels(methods))["normalized_area"]
+
+    assert na(["ccplab"]) == "Normalized Area (s)"
+    assert na(["tpcca", "tpcca"]) == "Normalized Area (TPCCA, no unit)"
+    assert "ccplab: s" in na(["tpcca", "ccplab"]) and na([]) == "Normalized Area (s)"
+    assert [c for c, _ in stats.step_metric_labels(["tpcca"])] == [c for c, _ in stats.STEP_METRICS]
