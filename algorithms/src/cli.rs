@@ -348,14 +348,14 @@ impl Drop for SocketFile {
 
 /// SIGINT/SIGTERM clear `keep_running`; Portus notices within its 1 s receive
 /// timeout and returns. A second signal exits at once (status 130).
+/// (signal-hook, through the project's one helper ccplab_util::signals.)
 fn install_signal_handlers(keep_running: Arc<AtomicBool>) -> anyhow::Result<()> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals =
-        signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).context("installing signal handlers")?;
+    use ccplab_util::signals::{StopSignals, SIGINT, SIGTERM};
+    let signals = StopSignals::install(&[SIGINT, SIGTERM]).context("installing signal handlers")?;
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
-            for sig in signals.forever() {
+            while let Ok(sig) = signals.next() {
                 if !keep_running.swap(false, Ordering::SeqCst) {
                     std::process::exit(130);
                 }

@@ -1,5 +1,5 @@
 //! Stop signals for long-running binaries (the link emulator, the datapath
-//! daemon), via signal-hook.
+//! daemon, the algorithm daemons), via signal-hook.
 //!
 //! [`StopSignals::install`] registers, for each signal, two async-signal-
 //! safe actions: record the signal number in an atomic, then write a byte
@@ -73,6 +73,21 @@ impl StopSignals {
         }
         self.received()
     }
+
+    /// Blocks until the next delivery of a registered signal (one wakeup
+    /// per delivery, so a second Ctrl-C is seen as such) and returns the
+    /// last signal received. For a dedicated signal thread; do not mix with
+    /// [`StopSignals::wait_timeout`], which consumes pending wakeups.
+    ///
+    /// Errors: the wake-up socket failed (not expected while `self` lives).
+    pub fn next(&self) -> io::Result<i32> {
+        self.wake.set_read_timeout(None)?;
+        let mut byte = [0u8; 1];
+        (&self.wake).read_exact(&mut byte)?;
+        Ok(self
+            .received()
+            .expect("a wakeup is written after the signal number"))
+    }
 }
 
 /// Readable when a stop signal has arrived, for poll(2)/epoll loops.
@@ -112,5 +127,15 @@ mod tests {
         );
         raiser.join().unwrap();
         assert_eq!(stop.received(), Some(SIGUSR2), "stays set");
+
+        // next(): one return per delivery.
+        let stop = Arc::new(stop);
+        let waiter = {
+            let stop = stop.clone();
+            std::thread::spawn(move || (stop.next().unwrap(), stop.next().unwrap()))
+        };
+        signal_hook::low_level::raise(SIGUSR2).unwrap();
+        signal_hook::low_level::raise(SIGUSR2).unwrap();
+        assert_eq!(waiter.join().unwrap(), (SIGUSR2, SIGUSR2));
     }
 }
