@@ -1,0 +1,14 @@
+"""``make bench`` keeps working (a smoke run on tiny logs; the figures themselves are not asserted)."""
+
+from transient import bench
+
+
+def test_bench_runs_and_compares_like_with_like(tmp_path, capsys):
+    logs = bench.make_runs(tmp_path / "runs", 2, 2)
+    # the baseline and our reader see the same events
+    assert [bench.baseline_parse(p) for p in logs] == [bench.ours_parse(p) for p in logs] == [6000, 6000]
+    assert bench.main(["--runs", "2", "--seconds", "1"]) == 0
+    out = capsys.readouterr().out
+    for row in ("baseline: line-by-line Python", "ours: numpy reader, 1 process", "from the Parquet cache",
+                "end to end: analyze_all, cold", "speed-up of the reader over the baseline"):
+        assert row in out, row
