@@ -32,7 +32,7 @@ struct fold_test_in {
 	__u64 dp_time_zero_ns;
 	__u64 snd_rate;
 	__u32 snd_cwnd;
-	__u32 _pad;
+	__u32 sid;		/* the flow's Portus socket id, for its reports */
 	__u64 prims[FOLD_N_PRIM];
 };
 _Static_assert(sizeof(struct fold_test_in) == 40 + 8 * FOLD_N_PRIM, "fold_test_in layout");
@@ -41,9 +41,9 @@ struct fold_test_out {
 	struct fold_result res;
 	__u32 _pad;
 	__u64 elapsed_ns;	/* ktime around the (repeated) invocations */
-	__u64 fields[FOLD_MAX_REPORT];
+	struct fold_report report;	/* the last report, as the struct_ops side emits it */
 };
-_Static_assert(sizeof(struct fold_test_out) == 56 + 8 * FOLD_MAX_REPORT, "fold_test_out layout");
+_Static_assert(sizeof(struct fold_test_out) == 56 + sizeof(struct fold_report), "fold_test_out layout");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -85,7 +85,7 @@ struct fold_test_run {
 	__u64 dp_time_zero_ns;
 	__u64 snd_rate;
 	__u32 snd_cwnd;
-	__u32 _pad;
+	__u32 sid;
 	struct fold_state *st;
 	struct fold_staged *sg;
 	struct fold_test_out *out;
@@ -104,7 +104,7 @@ static long fold_test_once(__u32 i, void *arg)
 	t->sg = NULL;	/* staged updates apply once */
 	if (out->res.report) {
 		/* libccp sends the report, then resets the volatile registers */
-		__builtin_memcpy(out->fields, st->regs, sizeof(out->fields));
+		fold_fill_report(&out->report, t->sid, st, &out->res, t->now_ns);
 		fold_finish_report(st, &fold_progs, t->now_ns);
 	}
 	return 0;
@@ -118,6 +118,7 @@ int fold_test_invoke(struct fold_test_in *in)
 		.dp_time_zero_ns = in->dp_time_zero_ns,
 		.snd_rate = in->snd_rate,
 		.snd_cwnd = in->snd_cwnd,
+		.sid = in->sid,
 	};
 	__u32 flow = in->flow, zero = 0;
 	struct fold_staged_entry *e;

@@ -201,6 +201,33 @@ struct fold_result {
 	__u32 steps;		/* interpreter steps (bpf_loop iterations), for cost figures */
 };
 
+/* A due report, for user space to forward to Portus as a measure message
+ * (src/fold_kernel.rs KernelFold::report_msg). Fixed size: ring-buffer
+ * reservations need a constant size. */
+struct fold_report {
+	__u32 flow_id;		/* the Portus socket id */
+	__u32 uid;		/* program uid */
+	__u32 n_fields;		/* fields[0 .. n_fields) are sent */
+	__u32 _pad;
+	__u64 ts_ns;
+	__u64 fields[FOLD_MAX_REPORT];
+};
+_Static_assert(sizeof(struct fold_report) == 24 + 8 * FOLD_MAX_REPORT, "fold_report layout");
+
+/* Fill a report record from an invocation whose result has report set
+ * (before fold_finish_report resets the volatile registers). */
+static __always_inline void fold_fill_report(struct fold_report *rec, __u32 flow_id,
+					     const struct fold_state *st,
+					     const struct fold_result *res, __u64 now_ns)
+{
+	rec->flow_id = flow_id;
+	rec->uid = res->report_uid;
+	rec->n_fields = res->n_fields < FOLD_MAX_REPORT ? res->n_fields : FOLD_MAX_REPORT;
+	rec->_pad = 0;
+	rec->ts_ns = now_ns;
+	__builtin_memcpy(rec->fields, st->regs, sizeof(rec->fields));
+}
+
 /* ---- staging (libccp stage_update / change_prog rules) ---- */
 
 /* Merge one message's staged updates `d` into entry `e`. A program change

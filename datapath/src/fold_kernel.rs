@@ -1032,6 +1032,151 @@ pub fn measure_msg(sid: u32, program_uid: u32, fields: &[u64]) -> Vec<u8> {
     b
 }
 
+// ---- the user-space half of `--fold kernel` ----
+
+/// A report record from the kernel (`struct fold_report`).
+#[repr(C)]
+#[derive(Clone, Debug, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct FoldReport {
+    pub flow_id: u32,
+    pub uid: u32,
+    pub n_fields: u32,
+    pub _pad: u32,
+    pub ts_ns: u64,
+    pub fields: [u64; MAX_REPORT as usize],
+}
+
+const _: () = assert!(std::mem::size_of::<FoldReport>() == 24 + 8 * MAX_REPORT as usize);
+
+/// Where [`KernelFold`] writes: the BPF side's program map and staging
+/// (implemented over the loaded skeleton by the datapath, over the test
+/// harness by tests/fold_differential.rs).
+pub trait FoldMaps {
+    /// Write `prog` at key `slot` of the program map (array of struct fold_prog).
+    fn write_program(&mut self, slot: u32, prog: &FoldProg) -> Result<(), String>;
+    /// Merge `delta` into flow `flow_id`'s staged updates (fold_stage_merge).
+    fn stage(&mut self, flow_id: u32, delta: &FoldStaged) -> Result<(), String>;
+}
+
+/// Counters of [`KernelFold`].
+#[derive(Debug, Default, Clone, Copy)]
+pub struct KernelFoldStats {
+    pub installs: u64,
+    pub staged: u64,
+    pub refused: u64,
+    pub reports: u64,
+}
+
+/// The datapath's side of Portus's protocol when fold functions run in the
+/// kernel: what libccp does in user space, minus the per-ACK invocation.
+/// Socket ids are the BPF side's flow ids.
+#[derive(Debug)]
+pub struct KernelFold {
+    tables: FoldTables,
+    written: std::collections::BTreeSet<u32>,
+    stats: KernelFoldStats,
+}
+
+impl Default for KernelFold {
+    fn default() -> Self {
+        KernelFold {
+            tables: FoldTables::new(LIBCCP_MAX_PROGRAMS),
+            written: Default::default(),
+            stats: KernelFoldStats::default(),
+        }
+    }
+}
+
+impl KernelFold {
+    /// A flow switched to `ccp`: returns its create message for Portus
+    /// (`init_cwnd` and `mss` in bytes; addresses and ports as the datapath
+    /// keeps them; `cong_alg` the algorithm asked for).
+    ///
+    /// Errors: `cong_alg` longer than 63 bytes.
+    #[allow(clippy::too_many_arguments)]
+    pub fn flow_created(
+        &mut self,
+        flow_id: u32,
+        init_cwnd: u32,
+        mss: u32,
+        src: (u32, u32),
+        dst: (u32, u32),
+        cong_alg: &str,
+    ) -> Result<Vec<u8>, FoldMsgError> {
+        let msg = create_msg(
+            flow_id, init_cwnd, mss, src.0, src.1, dst.0, dst.1, cong_alg,
+        )?;
+        self.tables.add_flow(flow_id);
+        Ok(msg)
+    }
+
+    /// The flow is gone: returns its close message for Portus.
+    pub fn flow_released(&mut self, flow_id: u32) -> Vec<u8> {
+        self.tables.remove_flow(flow_id);
+        measure_msg(flow_id, 0, &[])
+    }
+
+    /// Handle one message from Portus: program installs go to the program
+    /// map, field updates and program changes to the flow's staging.
+    ///
+    /// Errors: the message is refused (as libccp refuses it; what libccp
+    /// applies before refusing is applied too), or a map write failed
+    /// ([`FoldMsgError::Unsupported`] naming it).
+    pub fn on_portus_msg(
+        &mut self,
+        buf: &[u8],
+        maps: &mut dyn FoldMaps,
+    ) -> Result<(), FoldMsgError> {
+        let handled = self.tables.handle(buf);
+        for e in &handled.effects {
+            let r = match e {
+                Effect::ClearPrograms => {
+                    let empty = FoldProg::new_zeroed();
+                    std::mem::take(&mut self.written)
+                        .into_iter()
+                        .try_for_each(|slot| maps.write_program(slot, &empty))
+                }
+                Effect::WriteProgram { slot, prog } => {
+                    self.written.insert(*slot);
+                    self.stats.installs += 1;
+                    maps.write_program(*slot, prog)
+                }
+                Effect::EmptySlot { slot } => maps.write_program(*slot, &FoldProg::new_zeroed()),
+                Effect::Stage { sid, delta } => {
+                    self.stats.staged += 1;
+                    maps.stage(*sid, delta)
+                }
+            };
+            r.map_err(|e| unsupported(format!("writing the kernel fold maps: {e}")))?;
+        }
+        if handled.result.is_err() {
+            self.stats.refused += 1;
+        }
+        handled.result
+    }
+
+    /// The measure message for a report record from the kernel, and the
+    /// flow it belongs to.
+    ///
+    /// Errors: the record is not a `struct fold_report` (wrong size).
+    pub fn report_msg(&mut self, record: &[u8]) -> Result<(u32, Vec<u8>), FoldMsgError> {
+        let r = FoldReport::read_from_bytes(record).map_err(|_| {
+            unsupported(format!(
+                "report record of {} bytes (struct fold_report has {})",
+                record.len(),
+                std::mem::size_of::<FoldReport>()
+            ))
+        })?;
+        self.stats.reports += 1;
+        let n = (r.n_fields as usize).min(MAX_REPORT as usize);
+        Ok((r.flow_id, measure_msg(r.flow_id, r.uid, &r.fields[..n])))
+    }
+
+    pub fn stats(&self) -> KernelFoldStats {
+        self.stats
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1179,6 +1324,58 @@ mod tests {
         let other_flow = [4u8, 0, 16, 0, 8, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0];
         assert!(matches!(
             t.handle(&other_flow).result,
+            Err(FoldMsgError::Libccp { code: -71, .. })
+        ));
+    }
+
+    #[derive(Default)]
+    struct Recorded {
+        progs: Vec<(u32, u32)>,  // (slot, index written)
+        staged: Vec<(u32, u32)>, // (flow, flags)
+    }
+
+    impl FoldMaps for Recorded {
+        fn write_program(&mut self, slot: u32, prog: &FoldProg) -> Result<(), String> {
+            self.progs.push((slot, prog.index));
+            Ok(())
+        }
+        fn stage(&mut self, flow_id: u32, delta: &FoldStaged) -> Result<(), String> {
+            self.staged.push((flow_id, delta.flags));
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn kernel_fold_routes_messages_to_maps_and_reports_to_portus() {
+        let mut k = KernelFold::default();
+        let mut maps = Recorded::default();
+        let create = k
+            .flow_created(5, 14480, 1448, (1, 2), (3, 4), "reno")
+            .unwrap();
+        assert_eq!(
+            (create.len(), create[0], &create[4..8]),
+            (96, 0, &5u32.to_le_bytes()[..])
+        );
+        k.on_portus_msg(&install_msg(1, &[], &[]), &mut maps)
+            .unwrap();
+        k.on_portus_msg(&install_msg(2, &[], &[]), &mut maps)
+            .unwrap();
+        let change = [4u8, 0, 16, 0, 5, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0];
+        k.on_portus_msg(&change, &mut maps).unwrap();
+        assert_eq!(maps.staged, vec![(5, STAGED_CHANGE)]);
+        // uid 1 again: both written slots are emptied before slot 1 is rewritten
+        k.on_portus_msg(&install_msg(1, &[], &[]), &mut maps)
+            .unwrap();
+        assert_eq!(maps.progs, vec![(1, 1), (2, 2), (1, 0), (2, 0), (1, 1)]);
+        let mut rec = FoldReport::new_zeroed();
+        (rec.flow_id, rec.uid, rec.n_fields) = (5, 2, 2);
+        rec.fields[..3].copy_from_slice(&[7, 8, 9]);
+        let (flow, msg) = k.report_msg(rec.as_bytes()).unwrap();
+        assert_eq!((flow, msg), (5, measure_msg(5, 2, &[7, 8])));
+        assert!(k.report_msg(&[0; 10]).is_err());
+        assert_eq!(k.flow_released(5), measure_msg(5, 0, &[]));
+        assert!(matches!(
+            k.on_portus_msg(&change, &mut maps),
             Err(FoldMsgError::Libccp { code: -71, .. })
         ));
     }

@@ -42,7 +42,6 @@ mod skel {
     include!(concat!(env!("OUT_DIR"), "/fold_test.skel.rs"));
 }
 
-use std::collections::BTreeSet;
 use std::mem::MaybeUninit;
 use std::path::PathBuf;
 use std::process::Command;
@@ -50,8 +49,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use fold_kernel::{
-    Effect, FoldMsgError, FoldProg, FoldStaged, FoldState, FoldTables, LIBCCP_MAX_PROGRAMS,
-    MAX_SLOTS,
+    FoldMaps, FoldMsgError, FoldProg, FoldReport, FoldStaged, FoldState, KernelFold,
+    LIBCCP_MAX_PROGRAMS, MAX_SLOTS,
 };
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, OpenObject, ProgramInput};
@@ -234,7 +233,7 @@ struct TestIn {
     dp_time_zero_ns: u64,
     snd_rate: u64,
     snd_cwnd: u32,
-    _pad: u32,
+    sid: u32,
     prims: [u64; 15],
 }
 
@@ -253,16 +252,55 @@ struct TestOut {
     steps: u32,
     _pad: u32,
     elapsed_ns: u64,
-    fields: [u64; 110],
+    report_record: FoldReport,
 }
 
 const _: () = assert!(std::mem::size_of::<TestIn>() == 160);
-const _: () = assert!(std::mem::size_of::<TestOut>() == 56 + 880);
+const _: () = assert!(std::mem::size_of::<TestOut>() == 56 + std::mem::size_of::<FoldReport>());
 
 /// The BPF harness, loaded once per test.
 struct Kernel {
     skel: skel::FoldTestSkel<'static>,
-    written: BTreeSet<u32>,
+}
+
+/// KernelFold's map writes on the harness: programs into `fold_progs`,
+/// staging through the `fold_test_stage` syscall program (the production
+/// merge under the lock), flows found by socket id.
+struct HarnessMaps<'a> {
+    k: &'a Kernel,
+    flows: &'a [(u32, u32)],
+}
+
+impl FoldMaps for HarnessMaps<'_> {
+    fn write_program(&mut self, slot: u32, prog: &FoldProg) -> Result<(), String> {
+        assert!(slot < MAX_SLOTS, "program slot {slot} outside the map");
+        Kernel::put(&self.k.skel.maps.fold_progs, slot, prog.as_bytes());
+        Ok(())
+    }
+
+    fn stage(&mut self, sid: u32, delta: &FoldStaged) -> Result<(), String> {
+        let flow = Sim::flow_of(self.flows, sid)
+            .ok_or_else(|| format!("staged updates for unknown sid {sid}"))?;
+        // struct fold_test_stage_in: the delta, then the flow
+        let mut ctx = delta.as_bytes().to_vec();
+        ctx.extend_from_slice(&flow.to_ne_bytes());
+        ctx.extend_from_slice(&[0; 4]);
+        let run = ProgramInput {
+            context_in: Some(&mut ctx[..]),
+            ..Default::default()
+        };
+        let out = self
+            .k
+            .skel
+            .progs
+            .fold_test_stage
+            .test_run(run)
+            .map_err(|e| e.to_string())?;
+        if out.return_value != 0 {
+            return Err("fold_test_stage did not find its maps".into());
+        }
+        Ok(())
+    }
 }
 
 fn require_root() {
@@ -288,59 +326,12 @@ impl Kernel {
                  (Linux >= 5.17) and a verifier accepting the fold interpreter"
             )
         });
-        Kernel {
-            skel,
-            written: BTreeSet::new(),
-        }
+        Kernel { skel }
     }
 
     fn put<M: MapCore>(map: &M, key: u32, val: &[u8]) {
         map.update(&key.to_ne_bytes(), val, MapFlags::ANY)
             .unwrap_or_else(|e| panic!("writing key {key} of map {:?}: {e}", map.name()));
-    }
-
-    fn apply(&mut self, fx: &[Effect], flow_of: impl Fn(u32) -> Option<u32>) {
-        for e in fx {
-            match e {
-                Effect::ClearPrograms => {
-                    let empty = Box::new(FoldProg::new_zeroed());
-                    for slot in std::mem::take(&mut self.written) {
-                        Self::put(&self.skel.maps.fold_progs, slot, empty.as_bytes());
-                    }
-                }
-                Effect::WriteProgram { slot, prog } => {
-                    assert!(*slot < MAX_SLOTS);
-                    Self::put(&self.skel.maps.fold_progs, *slot, prog.as_bytes());
-                    self.written.insert(*slot);
-                }
-                Effect::EmptySlot { slot } => {
-                    Self::put(
-                        &self.skel.maps.fold_progs,
-                        *slot,
-                        FoldProg::new_zeroed().as_bytes(),
-                    );
-                }
-                Effect::Stage { sid, delta } => {
-                    let flow = flow_of(*sid)
-                        .unwrap_or_else(|| panic!("staged updates for unknown sid {sid}"));
-                    // struct fold_test_stage_in: the delta, then the flow
-                    let mut ctx = delta.as_bytes().to_vec();
-                    ctx.extend_from_slice(&flow.to_ne_bytes());
-                    ctx.extend_from_slice(&[0; 4]);
-                    let run = ProgramInput {
-                        context_in: Some(&mut ctx[..]),
-                        ..Default::default()
-                    };
-                    let out = self
-                        .skel
-                        .progs
-                        .fold_test_stage
-                        .test_run(run)
-                        .expect("BPF_PROG_TEST_RUN of fold_test_stage");
-                    assert_eq!(out.return_value, 0, "fold_test_stage found its maps");
-                }
-            }
-        }
     }
 
     fn reset_flow(&mut self, flow: u32) {
@@ -463,7 +454,7 @@ struct Sim {
     dp: &'static Datapath,
     outbox: Outbox,
     k: Kernel,
-    tables: FoldTables,
+    kf: KernelFold,
     flows: Vec<(u32, u32)>, // (sid, kernel flow index)
     tally: Tally,
 }
@@ -486,7 +477,7 @@ impl Sim {
             dp,
             outbox,
             k,
-            tables: FoldTables::new(LIBCCP_MAX_PROGRAMS),
+            kf: KernelFold::default(),
             flows: vec![],
             tally: Tally::default(),
         }
@@ -500,12 +491,13 @@ impl Sim {
     fn send(&mut self, msg: &[u8], ctx: &dyn Fn() -> String) {
         let mut copy = msg.to_vec();
         let lib = self.dp.recv_msg(&mut copy[..]);
-        let ours = self.tables.handle(msg);
-        let flows = self.flows.clone();
-        self.k
-            .apply(&ours.effects, |sid| Self::flow_of(&flows, sid));
+        let mut maps = HarnessMaps {
+            k: &self.k,
+            flows: &self.flows,
+        };
+        let ours = self.kf.on_portus_msg(msg, &mut maps);
         self.tally.messages += 1;
-        match (&lib, &ours.result) {
+        match (&lib, &ours) {
             (Ok(()), Ok(())) => {}
             (Err(le), Err(FoldMsgError::Libccp { code, what })) => {
                 assert_eq!(
@@ -524,7 +516,7 @@ impl Sim {
                 ctx(),
                 msg,
                 lib,
-                ours.result
+                ours
             ),
         }
     }
@@ -545,9 +537,11 @@ impl Sim {
             .find(|m| m.len() >= 8 && m[0] == 0)
             .expect("libccp sent a create message");
         let sid = u32::from_le_bytes(create[4..8].try_into().unwrap());
-        let ours = fold_kernel::create_msg(sid, init_cwnd, 1448, 0, 0, 0, 0, "fold-diff").unwrap();
+        let ours = self
+            .kf
+            .flow_created(sid, init_cwnd, 1448, (0, 0), (0, 0), "fold-diff")
+            .unwrap();
         assert_eq!(create, &ours, "create message as libccp's");
-        self.tables.add_flow(sid);
         self.k.reset_flow(idx);
         self.flows.push((sid, idx));
         Flow {
@@ -560,15 +554,10 @@ impl Sim {
     }
 
     fn end_flow(&mut self, f: Flow) {
-        self.tables.remove_flow(f.sid);
         self.flows.retain(|(s, _)| *s != f.sid);
-        let sid = f.sid;
+        let close = self.kf.flow_released(f.sid);
         drop(f.conn);
-        assert_eq!(
-            self.outbox.take(),
-            vec![fold_kernel::measure_msg(sid, 0, &[])],
-            "close message as libccp's"
-        );
+        assert_eq!(self.outbox.take(), vec![close], "close message as libccp's");
     }
 
     /// One ACK on both sides at `now_ns`; they must do the same.
@@ -583,25 +572,13 @@ impl Sim {
         f.conn.load_primitives(p.as_libccp());
         let ret = f.conn.invoke().err().map_or(0, |e| libccp_code(&e));
         let calls = std::mem::take(&mut *f.conn);
-        let reports: Vec<(u32, Vec<u64>)> = self
+        let raw_reports: Vec<Vec<u8>> = self
             .outbox
             .take()
             .into_iter()
             .filter(|m| m[0] == 1 && u32::from_le_bytes(m[4..8].try_into().unwrap()) == f.sid)
-            .map(|m| {
-                let n = u32::from_le_bytes(m[12..16].try_into().unwrap()) as usize;
-                let fields: Vec<u64> = (0..n)
-                    .map(|i| u64::from_le_bytes(m[16 + 8 * i..24 + 8 * i].try_into().unwrap()))
-                    .collect();
-                let uid = u32::from_le_bytes(m[8..12].try_into().unwrap());
-                assert_eq!(
-                    m,
-                    fold_kernel::measure_msg(f.sid, uid, &fields),
-                    "report message as libccp's"
-                );
-                (uid, fields)
-            })
             .collect();
+        let reports: Vec<(u32, Vec<u64>)> = raw_reports.iter().map(|m| parse_measure(m)).collect();
         assert!(
             reports.len() <= 1,
             "{}: libccp sent {} reports in one invocation",
@@ -622,21 +599,36 @@ impl Sim {
             snd_rate: p.snd_rate,
             snd_cwnd: p.snd_cwnd,
             prims: p.v,
+            sid: f.sid,
             ..Default::default()
         };
         input.prims[5] = 0; // Ack.now: computed from the clock on both sides
         let o = self.k.invoke(&input);
+        // the report as the datapath would forward it to Portus
+        let our_msg = (o.report != 0).then(|| {
+            let (flow, msg) = self
+                .kf
+                .report_msg(o.report_record.as_bytes())
+                .expect("report record");
+            assert_eq!(flow, f.sid, "report record names the flow");
+            msg
+        });
         let ours = Outcome {
             ret: o.ret,
             cwnd: o.cwnd[..o.n_cwnd.min(2) as usize].to_vec(),
             rate: o.rate[..o.n_rate.min(2) as usize].to_vec(),
-            report: (o.report != 0)
-                .then(|| (o.report_uid, o.fields[..o.n_fields as usize].to_vec())),
+            report: our_msg.as_deref().map(parse_measure),
         };
         assert_eq!(
             lib,
             ours,
             "{}: prims {p:?} at {now_ns} ns: libccp (left) vs BPF interpreter (right)",
+            ctx()
+        );
+        assert_eq!(
+            raw_reports.first(),
+            our_msg.as_ref(),
+            "{}: report message bytes",
             ctx()
         );
         self.tally.invokes += 1;
@@ -655,6 +647,15 @@ impl Sim {
 }
 
 // ------------------------------------------------------------ messages
+
+/// (program uid, fields) of a measure message.
+fn parse_measure(m: &[u8]) -> (u32, Vec<u64>) {
+    let n = u32::from_le_bytes(m[12..16].try_into().unwrap()) as usize;
+    let fields = (0..n)
+        .map(|i| u64::from_le_bytes(m[16 + 8 * i..24 + 8 * i].try_into().unwrap()))
+        .collect();
+    (u32::from_le_bytes(m[8..12].try_into().unwrap()), fields)
+}
 
 fn hdr(ty: u8, len: usize, sid: u32) -> Vec<u8> {
     let mut b = vec![ty, 0];
