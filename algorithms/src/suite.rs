@@ -9,6 +9,8 @@
 //! [`AlgorithmSpec`]) and add `entry::<name::NameSpec>()` below.
 
 use crate::{bbr, cli, copa, cubic, reno, vegas, AlgorithmSpec};
+use crate::{aimd, delay_threshold, exp3cc, fixed_window, interval_prediction, mixture, pid, rocinante, spoderman,
+    sprout_ewma};
 use std::ffi::OsString;
 use std::process::ExitCode;
 
@@ -37,6 +39,17 @@ pub const SUITE: &[Entry] = &[
     entry::<bbr::BbrSpec>(),
     entry::<copa::CopaSpec>(),
     entry::<vegas::VegasSpec>(),
+    // The cellular-contest algorithms (ALGORITHMS.md section 2).
+    entry::<fixed_window::FixedWindowSpec>(),
+    entry::<aimd::AimdSpec>(),
+    entry::<delay_threshold::DelayThresholdSpec>(),
+    entry::<rocinante::RocinanteSpec>(),
+    entry::<sprout_ewma::SproutEwmaSpec>(),
+    entry::<pid::PidSpec>(),
+    entry::<interval_prediction::IntervalPredictionSpec>(),
+    entry::<mixture::MixtureSpec>(),
+    entry::<spoderman::SpodermanSpec>(),
+    entry::<exp3cc::Exp3ccSpec>(),
 ];
 
 /// The entry called `name`.
