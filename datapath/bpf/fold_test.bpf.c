@@ -161,3 +161,25 @@ int fold_test_stage(struct fold_test_stage_in *in)
 	fold_stage_merge(e, d);
 	return 0;
 }
+
+/* Primitives from one ACK (fold_prims), in and out through the context. */
+struct fold_test_prims_io {
+	struct fold_ack ack;
+	struct fold_baseline base;	/* in: previous; out: updated */
+	__u64 prims[FOLD_N_PRIM];	/* out */
+};
+
+SEC("syscall")
+int fold_test_prims(struct fold_test_prims_io *io)
+{
+	struct fold_ack a;
+	struct fold_baseline b;
+	__u64 prims[FOLD_N_PRIM];
+
+	__builtin_memcpy(&a, &io->ack, sizeof(a));
+	__builtin_memcpy(&b, &io->base, sizeof(b));
+	fold_prims(&a, &b, prims);
+	__builtin_memcpy(&io->base, &b, sizeof(b));
+	__builtin_memcpy(io->prims, prims, sizeof(prims));
+	return 0;
+}

@@ -228,6 +228,115 @@ static __always_inline void fold_fill_report(struct fold_report *rec, __u32 flow
 	__builtin_memcpy(rec->fields, st->regs, sizeof(rec->fields));
 }
 
+/* ---- primitives (the datapath's measurements, per ACK) ---- */
+
+/* One ACK's snapshot of the socket (the per-ACK part of ccp.bpf.c's struct
+ * ccp_event; units as there). */
+struct fold_ack {
+	__u64 bytes_acked;	/* tp->bytes_acked, cumulative bytes */
+	__s64 rtt_us;		/* rs->rtt_us, < 0: no sample */
+	__s64 interval_us;	/* rs->interval_us */
+	__s32 delivered;	/* rs->delivered, packets */
+	__u32 snd_interval_us;
+	__u32 rcv_interval_us;
+	__u32 acked_sacked;	/* rs->acked_sacked, packets */
+	__u32 sacked_out;	/* packets */
+	__u32 lost_out;
+	__u32 retrans_out;
+	__u32 packets_out;
+	__u32 write_seq;
+	__u32 snd_una;
+	__u32 ecn_bytes;	/* cumulative bytes acked with ECE */
+	__u32 timeouts;		/* cumulative RTOs */
+	__u32 lost;		/* tp->lost, cumulative packets */
+	__u32 mss;		/* tp->mss_cache, bytes */
+};
+_Static_assert(sizeof(struct fold_ack) == 80, "fold_ack layout");
+
+/* Counters at the previous invocation (src/primitives.rs Baseline). */
+struct fold_baseline {
+	__u64 bytes_acked;
+	__u64 rate_outgoing;
+	__u64 rate_incoming;
+	__u32 sacked_out;
+	__u32 ecn_bytes;
+	__u32 timeouts;
+	__u32 lost;
+};
+_Static_assert(sizeof(struct fold_baseline) == 40, "fold_baseline layout");
+
+static __always_inline __u32 fold_sat_sub(__u32 a, __u32 b)
+{
+	return a > b ? a - b : 0;
+}
+
+static __always_inline __u32 fold_sat_add(__u32 a, __u32 b)
+{
+	__u32 s = a + b;
+
+	return s < a ? 0xffffffffU : s;
+}
+
+static __always_inline __u32 fold_sat_mul(__u32 a, __u32 b)
+{
+	__u64 p = (__u64)a * b;
+
+	return p > 0xffffffffULL ? 0xffffffffU : (__u32)p;
+}
+
+/* delivered * mss per interval, bytes/s; `none` when the sample has no rate */
+static __always_inline __u64 fold_rate(__s32 delivered, __u32 mss, __u32 interval_us, __u64 none)
+{
+	if (delivered <= 0 || interval_us == 0)
+		return none;
+	return (__u64)delivered * mss * 1000000ULL / interval_us;
+}
+
+/*
+ * The 15 primitives in libccp's register order from one ACK, as
+ * src/primitives.rs compute() does in user space (the differential test
+ * checks the two agree): per-ACK deltas of cumulative counters against
+ * `b` (updated), rates from the rate sample (the last valid one when this
+ * ACK has none), the RTT only from a valid rate sample (else 0: none).
+ * Ack.now is left 0 (fold_invoke fills it). Cwnd and Rate are not
+ * primitives here: the caller seeds them (snd_cwnd / snd_rate).
+ */
+static __always_inline void fold_prims(const struct fold_ack *a, struct fold_baseline *b, __u64 *prims)
+{
+	__u32 mss = a->mss ? a->mss : 1;
+	__u32 misordered = fold_sat_sub(a->sacked_out, b->sacked_out);
+	__u32 ecn = a->ecn_bytes - b->ecn_bytes;
+	__u64 rout = fold_rate(a->delivered, mss, a->snd_interval_us, b->rate_outgoing);
+	__u64 rin = fold_rate(a->delivered, mss, a->rcv_interval_us, b->rate_incoming);
+	__u32 pif = fold_sat_add(fold_sat_sub(a->packets_out, fold_sat_add(a->sacked_out, a->lost_out)),
+				 a->retrans_out);
+	__u64 acked = a->bytes_acked > b->bytes_acked ? a->bytes_acked - b->bytes_acked : 0;
+	int valid = a->delivered > 0 && a->interval_us > 0 && a->rtt_us > 0;
+
+	prims[0] = acked > 0xffffffffULL ? 0xffffffffULL : acked;	/* bytes_acked */
+	prims[1] = fold_sat_mul(misordered, mss);			/* bytes_misordered */
+	prims[2] = ecn;							/* ecn_bytes */
+	prims[3] = ecn / mss;						/* ecn_packets */
+	prims[4] = a->lost - b->lost;					/* lost_pkts_sample */
+	prims[5] = 0;							/* now: fold_invoke */
+	prims[6] = fold_sat_sub(a->acked_sacked, misordered);		/* packets_acked */
+	prims[7] = misordered;						/* packets_misordered */
+	prims[8] = fold_sat_mul(pif, mss);				/* bytes_in_flight */
+	prims[9] = a->write_seq - a->snd_una;				/* bytes_pending */
+	prims[10] = pif;						/* packets_in_flight */
+	prims[11] = rin;						/* rate_incoming */
+	prims[12] = rout;						/* rate_outgoing */
+	prims[13] = valid ? (__u64)a->rtt_us : 0;			/* rtt_sample_us */
+	prims[14] = a->timeouts != b->timeouts;				/* was_timeout */
+	b->bytes_acked = a->bytes_acked;
+	b->sacked_out = a->sacked_out;
+	b->ecn_bytes = a->ecn_bytes;
+	b->timeouts = a->timeouts;
+	b->lost = a->lost;
+	b->rate_outgoing = rout;
+	b->rate_incoming = rin;
+}
+
 /* ---- staging (libccp stage_update / change_prog rules) ---- */
 
 /* Merge one message's staged updates `d` into entry `e`. A program change

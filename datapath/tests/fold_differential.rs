@@ -31,6 +31,14 @@
 #[path = "../src/fold_kernel.rs"]
 mod fold_kernel;
 
+// The user-space primitives (the reference for fold_vm.h fold_prims).
+#[allow(dead_code)]
+#[path = "../src/primitives.rs"]
+mod primitives;
+#[allow(dead_code)]
+#[path = "../src/wire.rs"]
+mod wire;
+
 mod skel {
     #![allow(
         clippy::all,
@@ -1364,4 +1372,182 @@ fn bench_fold_interpreter() {
         );
         sim.end_flow(f);
     }
+}
+
+/// `struct fold_test_prims_io`: fold_ack, fold_baseline, prims.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+struct PrimsIo {
+    bytes_acked: u64,
+    rtt_us: i64,
+    interval_us: i64,
+    delivered: i32,
+    snd_interval_us: u32,
+    rcv_interval_us: u32,
+    acked_sacked: u32,
+    sacked_out: u32,
+    lost_out: u32,
+    retrans_out: u32,
+    packets_out: u32,
+    write_seq: u32,
+    snd_una: u32,
+    ecn_bytes: u32,
+    timeouts: u32,
+    lost: u32,
+    mss: u32,
+    // struct fold_baseline
+    b_bytes_acked: u64,
+    b_rate_outgoing: u64,
+    b_rate_incoming: u64,
+    b_sacked_out: u32,
+    b_ecn_bytes: u32,
+    b_timeouts: u32,
+    b_lost: u32,
+    prims: [u64; 15],
+}
+
+const _: () = assert!(std::mem::size_of::<PrimsIo>() == 80 + 40 + 120);
+
+/// fold_vm.h's fold_prims (what the kernel fold computes per ACK) against
+/// src/primitives.rs compute() (what user space computes for libccp), on
+/// random ACK sequences with edge values.
+#[test]
+fn kernel_primitives_match_user_space() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let k = Kernel::load();
+    let mut r = Rng(env_u64("FOLD_DIFF_SEED", 0x00c0_ffee));
+    let mut checked = 0u64;
+    for flow in 0..2000u64 {
+        let mut base = primitives::Baseline::default();
+        let mut io = PrimsIo::default();
+        let mut s = wire::AckSample {
+            mss: 1448,
+            ..Default::default()
+        };
+        for ack in 0..50 {
+            // cumulative counters mostly grow; sometimes anything goes
+            let wild = r.chance(10);
+            let (e64, e32) = (edge_u64(&mut r), edge_u32(&mut r));
+            let grow = |r: &mut Rng, v: u32, n: u64| {
+                if wild {
+                    edge_u32(r) as u32
+                } else {
+                    v.wrapping_add(r.below(n) as u32)
+                }
+            };
+            s.mss = if r.chance(3) {
+                edge_u32(&mut r) as u32
+            } else {
+                1448
+            };
+            s.bytes_acked = if wild {
+                edge_u64(&mut r)
+            } else {
+                s.bytes_acked + 1448 * r.below(4)
+            };
+            s.rtt_us = r.pick(&[-1, 0, 1, 20_000, 123_456, i64::MAX, i64::MIN, e64 as i64]);
+            s.interval_us = r.pick(&[-1, 0, 1, 20_000, e64 as i64]);
+            s.delivered = r.pick(&[-1, 0, 1, 10, i32::MAX, e32 as i32]);
+            s.snd_interval_us = r.pick(&[0, 1, 20_000, e32 as u32]);
+            s.rcv_interval_us = r.pick(&[0, 1, 25_000, e32 as u32]);
+            s.acked_sacked = grow(&mut r, 0, 4);
+            s.sacked_out = grow(&mut r, s.sacked_out, 3);
+            s.lost_out = if wild {
+                edge_u32(&mut r) as u32
+            } else {
+                r.below(3) as u32
+            };
+            s.retrans_out = if wild {
+                edge_u32(&mut r) as u32
+            } else {
+                r.below(3) as u32
+            };
+            s.packets_out = if wild {
+                edge_u32(&mut r) as u32
+            } else {
+                10 + r.below(100) as u32
+            };
+            s.write_seq = grow(&mut r, s.write_seq, 100_000);
+            s.snd_una = grow(&mut r, s.snd_una, 100_000);
+            s.ecn_bytes = grow(&mut r, s.ecn_bytes, 3000);
+            s.timeouts = grow(&mut r, s.timeouts, 2);
+            s.lost = grow(&mut r, s.lost, 3);
+            let want = primitives::compute(&mut base, &s, None, None);
+            io = PrimsIo {
+                bytes_acked: s.bytes_acked,
+                rtt_us: s.rtt_us,
+                interval_us: s.interval_us,
+                delivered: s.delivered,
+                snd_interval_us: s.snd_interval_us,
+                rcv_interval_us: s.rcv_interval_us,
+                acked_sacked: s.acked_sacked,
+                sacked_out: s.sacked_out,
+                lost_out: s.lost_out,
+                retrans_out: s.retrans_out,
+                packets_out: s.packets_out,
+                write_seq: s.write_seq,
+                snd_una: s.snd_una,
+                ecn_bytes: s.ecn_bytes,
+                timeouts: s.timeouts,
+                lost: s.lost,
+                mss: s.mss,
+                prims: [0; 15],
+                ..io
+            };
+            let mut ctx = io.as_bytes().to_vec();
+            let run = ProgramInput {
+                context_in: Some(&mut ctx[..]),
+                ..Default::default()
+            };
+            k.skel
+                .progs
+                .fold_test_prims
+                .test_run(run)
+                .expect("BPF_PROG_TEST_RUN of fold_test_prims");
+            io = PrimsIo::read_from_bytes(&ctx[..]).unwrap();
+            let u = |v: u32| u64::from(v);
+            let expected = [
+                u(want.bytes_acked),
+                u(want.bytes_misordered),
+                u(want.ecn_bytes),
+                u(want.ecn_packets),
+                u(want.lost_pkts_sample),
+                0,
+                u(want.packets_acked),
+                u(want.packets_misordered),
+                u(want.bytes_in_flight),
+                u(want.bytes_pending),
+                u(want.packets_in_flight),
+                want.rate_incoming,
+                want.rate_outgoing,
+                want.rtt_sample_us,
+                u64::from(want.was_timeout),
+            ];
+            assert_eq!(
+                io.prims, expected,
+                "flow {flow} ack {ack}: {s:?}: primitives.rs (left) vs fold_prims (right)"
+            );
+            let kb = (
+                io.b_bytes_acked,
+                io.b_sacked_out,
+                io.b_ecn_bytes,
+                io.b_timeouts,
+                io.b_lost,
+                io.b_rate_outgoing,
+                io.b_rate_incoming,
+            );
+            let ub = (
+                base.bytes_acked,
+                base.sacked_out,
+                base.ecn_bytes,
+                base.timeouts,
+                base.lost,
+                base.rate_outgoing,
+                base.rate_incoming,
+            );
+            assert_eq!(ub, kb, "flow {flow} ack {ack}: baseline after {s:?}");
+            checked += 1;
+        }
+    }
+    println!("fold_prims matched primitives.rs on {checked} ACKs");
 }
