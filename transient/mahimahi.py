@@ -24,8 +24,9 @@ the base timestamp, the base is subtracted (``LinkLog.time_origin ==
 "base-subtracted"``); otherwise the times are taken as already relative
 (``"relative"``).
 
-Speed: the file is parsed as raw bytes with numpy (no Python loop over
-lines): the positions of spaces and newlines give every line's tokens, and
+Speed: polars' CSV reader parses a well-formed log (multi-threaded); any
+line it cannot take goes to a numpy reader of the raw bytes (no Python loop
+over lines), which also words every error: the positions of spaces and newlines give every line's tokens, and
 each numeric token is read as the unaligned 8-byte word that ends with it and
 decoded with SWAR arithmetic (see `_swar_digits`).  Only header lines (a handful) and malformed lines (to word
 the error) are looked at in Python.  Parsed logs are cached as Parquet
@@ -105,9 +106,20 @@ def parse_link_log(text: str, name: str = "<text>") -> LinkLog:
 
 
 def parse_link_bytes(raw: bytes, name: str = "<bytes>") -> LinkLog:
-    """Parse the bytes of an mm-link log; see `read_link_log`. ``name`` is used in errors."""
+    """Parse the bytes of an mm-link log; see `read_link_log`. ``name`` is used in errors.
+
+    Fast path: polars' multi-threaded CSV reader (space-separated, ``#`` lines
+    skipped as comments: they only ever start a line in a header), checked
+    column by column.  Anything it cannot take as it is (a malformed line,
+    tabs, runs of blanks, a line count that does not add up) goes to the
+    numpy reader, which normalises whitespace and words the error with the
+    file and line.
+    """
     if not raw.endswith(b"\n"):
         raw += b"\n"
+    fast = _parse_polars(raw, name)
+    if fast is not None:
+        return fast
     try:
         return _parse(raw, name)
     except LogFormatError:
@@ -117,6 +129,69 @@ def parse_link_bytes(raw: bytes, name: str = "<bytes>") -> LinkLog:
         if tidy == raw:
             raise
         return _parse(tidy, name)
+
+
+_POLARS_SCHEMA = None
+
+
+def _parse_polars(raw: bytes, name: str) -> LinkLog | None:
+    """The log through polars, or None when the numpy reader must decide (see `parse_link_bytes`)."""
+    global _POLARS_SCHEMA
+    try:
+        import polars as pl
+    except ImportError:  # a dependency in pyproject.toml; without it the numpy reader does it all
+        return None
+    if _POLARS_SCHEMA is None:  # the symbol as an enum: its physical value is our kind code
+        _POLARS_SCHEMA = {"t": pl.Int64, "s": pl.Enum(["+", "-", "#", "d"]), "a": pl.Int64, "b": pl.Float64}
+    buf = np.frombuffer(raw, dtype=np.uint8)
+    nl = np.flatnonzero(buf == 10)
+    starts = np.empty_like(nl)
+    starts[:1] = 0
+    starts[1:] = nl[:-1] + 1
+    nonempty = nl > starts
+    is_header = nonempty & (buf[np.minimum(starts, buf.size - 1)] == ord("#"))
+    n_events = int(nonempty.sum() - is_header.sum())
+    if n_events == 0 or b"\t" in raw or b"\r" in raw:
+        return None
+    try:
+        df = pl.read_csv(raw, has_header=False, separator=" ", comment_prefix="#", schema=_POLARS_SCHEMA,
+                         quote_char=None, missing_columns="insert")
+    except Exception:  # noqa: BLE001 - any complaint of polars: let the numpy reader word it
+        return None
+    if df.get_column("t").null_count():
+        df = df.filter(pl.any_horizontal(pl.all().is_not_null()))  # blank lines
+    if df.height != n_events:
+        return None
+    code = df.get_column("s").to_physical().to_numpy()
+    if code.dtype != np.uint8:
+        return None  # a null: a missing field
+    code = code.astype(np.int8)
+    t = df.get_column("t").to_numpy()
+    a = df.get_column("a").to_numpy()
+    b = df.get_column("b").to_numpy()
+    if t.dtype != np.int64 or a.dtype != np.int64:
+        return None  # a null in a column polars did fill: a missing field
+    four = (code == 1) | (code == 3)
+    with np.errstate(invalid="ignore"):
+        ok = (code >= 0) & (t >= 0) & (a >= 0) & np.where(four, b >= 0, np.isnan(b))
+        ok &= (code != 3) | (b == np.floor(b))
+    if not ok.all():
+        return None
+    header_idx = np.flatnonzero(is_header)
+    header, base = _parse_header(raw, starts[header_idx], nl[header_idx], header_idx + 1, name)
+    is_drop = code == 3
+    events = pd.DataFrame({
+        "time_ms": t,
+        "kind": pd.Categorical.from_codes(code, dtype=KIND_DTYPE, validate=False),
+        "bytes": np.where(is_drop, b, a).astype(np.int64),  # b is whole (checked) where selected
+        "delay_ms": np.where(code == 1, b, np.nan),
+        "packets": np.where(is_drop, a, 1),
+    })
+    origin = "relative"
+    if base is not None and int(t.min()) >= base:
+        events["time_ms"] -= base
+        origin = "base-subtracted"
+    return LinkLog(name, header, base, origin, events)
 
 
 def _normalize_whitespace(raw: bytes) -> bytes:

@@ -143,3 +143,26 @@ def test_reader_tolerates_tabs_crlf_and_padding():
 def test_long_timestamps_and_first_line_event():
     log = parse_link_log("1795365488739 + 1504\n1795365488740 - 1504 1\n")
     assert log.events["time_ms"].tolist() == [1795365488739, 1795365488740]
+
+
+def test_polars_and_numpy_readers_agree(tmp_path):
+    import gzip
+    from pathlib import Path
+
+    from transient import mahimahi
+
+    golden = Path(__file__).parent / "golden"
+    texts = [LOG.encode()] + [gzip.decompress(p.read_bytes()) for p in sorted(golden.glob("*.log.gz"))]
+    for raw in texts:
+        fast = mahimahi._parse_polars(raw, "x")
+        slow = mahimahi._parse(raw, "x")
+        assert fast is not None, "a well-formed log must take the fast path"
+        pd.testing.assert_frame_equal(fast.events, slow.events)
+        assert (fast.header, fast.base_timestamp_ms, fast.time_origin) == (slow.header, slow.base_timestamp_ms, slow.time_origin)
+
+
+@pytest.mark.parametrize("line", ["12 x 1504", "12 +", "12 - 1504", "-3 + 1504", "12 + 1504 9", "12 d 2 30.5", "12\t+ 1504"])
+def test_polars_path_hands_bad_lines_to_the_numpy_reader(line):
+    from transient import mahimahi
+
+    assert mahimahi._parse_polars(f"0 # 1504\n{line}\n".encode(), "x") is None
