@@ -9,6 +9,6 @@ def test_bench_runs_and_compares_like_with_like(tmp_path, capsys):
     assert [bench.baseline_parse(p) for p in logs] == [bench.ours_parse(p) for p in logs] == [6000, 6000]
     assert bench.main(["--runs", "2", "--seconds", "1"]) == 0
     out = capsys.readouterr().out
-    for row in ("baseline: line-by-line Python", "ours: numpy reader, 1 process", "from the Parquet cache",
-                "end to end: analyze_all, cold", "speed-up of the reader over the baseline"):
+    for row in ("baseline: line-by-line Python", "ours: read_link_log, cold, 1 process", "from the Parquet cache",
+                "end to end: analyze_all, cold", "speed-up over the baseline: cold parse"):
         assert row in out, row
