@@ -39,7 +39,8 @@ def run_analysis(args: argparse.Namespace) -> tuple[list[RunResult], list[tuple[
     options = options_from_args(args)
     results, errors = [], []
     for path in args.paths:
-        res, err = analyze_paths(path, options=options, on_error="skip" if args.skip_bad else "raise")
+        res, err = analyze_paths(path, options=options, on_error="skip" if args.skip_bad else "raise",
+                                 workers=args.workers)
         results += res
         errors += err
     return results, errors

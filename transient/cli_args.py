@@ -2,7 +2,7 @@
 
 One definition, so both commands take the same flags with the same help:
 ``--method``, ``--step`` (repeatable), ``--steps auto``, ``--rtt-ms``,
-``--capacity-mbps``, ``--json``, ``--skip-bad``.
+``--capacity-mbps``, ``--json``, ``--skip-bad``, ``--workers``.
 """
 
 from __future__ import annotations
@@ -46,6 +46,8 @@ def add_analysis_arguments(p: argparse.ArgumentParser) -> None:
                    help="print one JSON object per run per line (JSON Lines): the run's fields and a 'steps' "
                         "list (NaN -> null)")
     p.add_argument("--skip-bad", action="store_true", help="skip runs that fail to analyse instead of stopping")
+    p.add_argument("--workers", type=int, default=1,
+                   help="processes analysing the runs of a results directory in parallel (default 1)")
 
 
 def options_from_args(args: argparse.Namespace) -> AnalysisOptions:
