@@ -24,18 +24,21 @@ analysis uses that value when present and computes it otherwise.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Union
+from typing import TYPE_CHECKING, Union
 
 import numpy as np
 import pandas as pd
 
 from .errors import AnalysisError
 
+if TYPE_CHECKING:
+    from .mahimahi import LinkLog
+
 FLOW_START_MIN_BYTES = 1000
 """Smallest arrival (bytes incl. TUN header) taken as a data-connection packet."""
 
 
-def flow_start_s(log_or_path: Union[str, Path, "LinkLog", pd.DataFrame]) -> float:  # noqa: F821
+def flow_start_s(log_or_path: Union[str, Path, "LinkLog", pd.DataFrame]) -> float:
     """Arrival time (s on the log clock) of the first packet of the data flow.
 
     Args:

@@ -10,7 +10,7 @@ import pytest
 from transient import TPCCA_FAULTS, AnalysisOptions, analyze_log, parse_link_log
 from transient.tpcca import tpcca_analysis, tpcca_bins, tpcca_stable_index
 
-from .conftest import PKT, simulate_link
+from .conftest import simulate_link
 
 
 def test_bins_strict_rule_gap_divisor_and_last_bin_dropped():
