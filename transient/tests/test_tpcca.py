@@ -100,3 +100,12 @@ def test_faults_are_listed_for_the_report():
     text = " ".join(TPCCA_FAULTS)
     for fault in ("arrivals", "40", "absolute", "wrong level", "rewards long transients", "handshake"):
         assert fault in text
+
+
+def test_horizon_is_twice_the_one_way_delay_in_ms_read_as_seconds():
+    # one-way delay 1 ms -> horizon min(duration 5 s, 2 "s"): arrivals after 2 s are ignored
+    t = np.arange(0, 5000) / 1000.0
+    res = tpcca_analysis(t, np.full(t.size, 1504), 12.0, 1.0, 5.0)
+    assert res.bins_t.max() < 2.0 and res.bins_t.max() > 1.9
+    res = tpcca_analysis(t, np.full(t.size, 1504), 12.0, 1.0, 1.5)  # the duration wins when shorter
+    assert res.bins_t.max() < 1.5
