@@ -120,5 +120,6 @@ fn main() {
         .expect("building bpf/fold_test.bpf.c and its skeleton");
     println!("cargo:rerun-if-changed=bpf/fold_test.bpf.c");
     println!("cargo:rerun-if-changed=bpf/fold_vm.h");
+    println!("cargo:rerun-if-changed=bpf/fold_ccp.h");
     println!("cargo:rerun-if-env-changed=CCP_VMLINUX_H");
 }

@@ -8,17 +8,17 @@
  * (and a report's fields, copied before the volatile reset) in `fold_out`.
  *
  * Maps (user space writes progs/staged/states, reads out):
- *   fold_progs  [FOLD_MAX_SLOTS]  struct fold_prog, keyed by libccp slot
- *   fold_states [FOLD_TEST_FLOWS] struct fold_state
- *   fold_staged [FOLD_TEST_FLOWS] struct fold_staged_entry: written only by
- *               fold_test_stage (a message's updates merged under the lock),
- *               taken by fold_test_invoke (the production path)
- *   fold_scratch per-CPU struct fold_staged (taken updates; too big for the stack)
+ *   fold_progs, fold_staged, fold_scratch: fold_ccp.h's (the production
+ *               maps; staged updates go through its fold_stage program,
+ *               keyed here by flow index)
+ *   fold_states [FOLD_TEST_FLOWS] struct fold_state (sk_storage in production)
  *   fold_out    [FOLD_TEST_FLOWS] struct fold_test_out
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
 #include "fold_vm.h"
+#include "fold_ccp.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -47,31 +47,10 @@ _Static_assert(sizeof(struct fold_test_out) == 56 + sizeof(struct fold_report), 
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, FOLD_MAX_SLOTS);
-	__type(key, __u32);
-	__type(value, struct fold_prog);
-} fold_progs SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, FOLD_TEST_FLOWS);
 	__type(key, __u32);
 	__type(value, struct fold_state);
 } fold_states SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, FOLD_TEST_FLOWS);
-	__type(key, __u32);
-	__type(value, struct fold_staged_entry);
-} fold_staged SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct fold_staged);
-} fold_scratch SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -120,45 +99,23 @@ int fold_test_invoke(struct fold_test_in *in)
 		.snd_cwnd = in->snd_cwnd,
 		.sid = in->sid,
 	};
-	__u32 flow = in->flow, zero = 0;
+	__u32 flow = in->flow;
 	struct fold_staged_entry *e;
-	struct fold_staged *scratch;
+	struct fold_scratch_buf *scratch;
 	__u64 t0;
 
 	t.st = bpf_map_lookup_elem(&fold_states, &flow);
-	e = bpf_map_lookup_elem(&fold_staged, &flow);
-	scratch = bpf_map_lookup_elem(&fold_scratch, &zero);
+	scratch = fold_scratch_get();
 	t.out = bpf_map_lookup_elem(&fold_out, &flow);
-	if (!t.st || !e || !scratch || !t.out)
+	if (!t.st || !scratch || !t.out)
 		return -1;
-	t.sg = fold_take_staged(e, scratch) ? scratch : NULL;
+	/* staged updates: the production path (fold_ccp.h), keyed by flow index here */
+	e = bpf_map_lookup_elem(&fold_staged, &flow);
+	t.sg = e && fold_take_staged(e, &scratch->sg) ? &scratch->sg : NULL;
 	__builtin_memcpy(t.prims, in->prims, sizeof(t.prims));
 	t0 = bpf_ktime_get_ns();
 	bpf_loop(in->repeat ? in->repeat : 1, fold_test_once, &t, 0);
 	t.out->elapsed_ns = bpf_ktime_get_ns() - t0;
-	return 0;
-}
-
-/* Stage one Portus message's updates for a flow (what the datapath daemon
- * does per update-fields / change-program message). The delta comes first:
- * the verifier only allows context loads at fixed offsets from its start. */
-struct fold_test_stage_in {
-	struct fold_staged delta;
-	__u32 flow;
-	__u32 _pad;
-};
-
-SEC("syscall")
-int fold_test_stage(struct fold_test_stage_in *in)
-{
-	__u32 flow = in->flow, zero = 0;
-	struct fold_staged_entry *e = bpf_map_lookup_elem(&fold_staged, &flow);
-	struct fold_staged *d = bpf_map_lookup_elem(&fold_scratch, &zero);
-
-	if (!e || !d)
-		return -1;
-	__builtin_memcpy(d, in, sizeof(*d));
-	fold_stage_merge(e, d);
 	return 0;
 }
 
@@ -183,3 +140,51 @@ int fold_test_prims(struct fold_test_prims_io *io)
 	__builtin_memcpy(io->prims, prims, sizeof(prims));
 	return 0;
 }
+
+/* fold_ccp.h's per-ACK path in a struct_ops congestion control that is
+ * loaded (so the verifier checks it in the context it will run in) but
+ * never registered. */
+SEC("struct_ops")
+void BPF_PROG(fold_check_init, struct sock *sk)
+{
+	fold_flow_start(sk, 0);
+}
+
+SEC("struct_ops")
+void BPF_PROG(fold_check_cong_control, struct sock *sk, __u32 ack, int flag, const struct rate_sample *rs)
+{
+	struct tcp_sock *tp = (struct tcp_sock *)sk;
+	__u32 cwnd = 0;
+	__u64 rate = 0;
+
+	if (fold_on_ack(sk, rs, 1, 0, 0, bpf_ktime_get_ns(), &cwnd, &rate) && cwnd)
+		tp->snd_cwnd = cwnd / (tp->mss_cache ? tp->mss_cache : 1) ?: 1;
+}
+
+SEC("struct_ops")
+void BPF_PROG(fold_check_release, struct sock *sk)
+{
+	fold_flow_end(1);
+}
+
+SEC("struct_ops")
+__u32 BPF_PROG(fold_check_ssthresh, struct sock *sk)
+{
+	return 2;
+}
+
+SEC("struct_ops")
+__u32 BPF_PROG(fold_check_undo_cwnd, struct sock *sk)
+{
+	return ((struct tcp_sock *)sk)->snd_cwnd;
+}
+
+SEC(".struct_ops.link")
+struct tcp_congestion_ops fold_check = {
+	.init = (void *)fold_check_init,
+	.release = (void *)fold_check_release,
+	.cong_control = (void *)fold_check_cong_control,
+	.ssthresh = (void *)fold_check_ssthresh,
+	.undo_cwnd = (void *)fold_check_undo_cwnd,
+	.name = "ccp_fold_check",
+};

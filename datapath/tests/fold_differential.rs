@@ -272,7 +272,7 @@ struct Kernel {
 }
 
 /// KernelFold's map writes on the harness: programs into `fold_progs`,
-/// staging through the `fold_test_stage` syscall program (the production
+/// staging through fold_ccp.h's `fold_stage` syscall program (the production
 /// merge under the lock), flows found by socket id.
 struct HarnessMaps<'a> {
     k: &'a Kernel,
@@ -289,7 +289,7 @@ impl FoldMaps for HarnessMaps<'_> {
     fn stage(&mut self, sid: u32, delta: &FoldStaged) -> Result<(), String> {
         let flow = Sim::flow_of(self.flows, sid)
             .ok_or_else(|| format!("staged updates for unknown sid {sid}"))?;
-        // struct fold_test_stage_in: the delta, then the flow
+        // struct fold_stage_in (fold_ccp.h): the delta, then the flow
         let mut ctx = delta.as_bytes().to_vec();
         ctx.extend_from_slice(&flow.to_ne_bytes());
         ctx.extend_from_slice(&[0; 4]);
@@ -301,11 +301,11 @@ impl FoldMaps for HarnessMaps<'_> {
             .k
             .skel
             .progs
-            .fold_test_stage
+            .fold_stage
             .test_run(run)
             .map_err(|e| e.to_string())?;
         if out.return_value != 0 {
-            return Err("fold_test_stage did not find its maps".into());
+            return Err(format!("fold_stage returned {}", out.return_value as i32));
         }
         Ok(())
     }
@@ -346,10 +346,8 @@ impl Kernel {
         let mut st = Box::new(FoldState::new_zeroed());
         st.time_zero_ns = EPOCH_NS; // libccp: implicit_time_zero = datapath time_zero
         Self::put(&self.skel.maps.fold_states, flow, st.as_bytes());
-        // struct fold_staged_entry: lock + pad, then the staged updates
-        let mut entry = vec![0u8; 8];
-        entry.extend_from_slice(FoldStaged::new_zeroed().as_bytes());
-        Self::put(&self.skel.maps.fold_staged, flow, &entry);
+        // nothing staged: no entry (fold_stage creates it)
+        let _ = self.skel.maps.fold_staged.delete(&flow.to_ne_bytes());
     }
 
     fn invoke(&self, input: &TestIn) -> TestOut {

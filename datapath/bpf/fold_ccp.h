@@ -1,0 +1,257 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * fold_ccp.h: the struct_ops side of `--fold kernel`: per-flow fold state in
+ * socket storage, the program table, staged updates, report records, and
+ * one call per ACK (fold_on_ack) that does what the user-space libccp path
+ * does with an ACK event (src/fold.rs on_ack + src/primitives.rs), without
+ * leaving the kernel. Only reports (and create/release events) reach user
+ * space.
+ *
+ * Include after vmlinux.h, bpf_helpers.h and fold_vm.h, once per object.
+ * The includer calls:
+ *   fold_flow_start(sk, timeouts)                 from init()
+ *   fold_on_ack(sk, rs, flow_id, ecn_bytes, timeouts, now, &cwnd, &rate)
+ *                                                 from cong_control(): 1 = the
+ *                                                 algorithm's cwnd (bytes) /
+ *                                                 rate (bytes/s) to apply,
+ *                                                 0 = no algorithm yet: fall back
+ *   fold_flow_end(flow_id)                        from release()
+ * User space (src/fold_kernel.rs KernelFold) writes `fold_progs`, stages
+ * updates by running the `fold_stage` syscall program with
+ * BPF_PROG_TEST_RUN (context: struct fold_stage_in), reads `fold_reports`,
+ * and sets `fold_time_zero_ns` (origin of Ack.now, libccp's datapath
+ * time_zero) before load.
+ */
+#ifndef CCP_FOLD_CCP_H
+#define CCP_FOLD_CCP_H
+
+/* Origin of Ack.now (CLOCK_MONOTONIC ns), set by user space before load. */
+const volatile __u64 fold_time_zero_ns = 0;
+
+/* Counters read by user space. */
+__u64 fold_invocations = 0;
+__u64 fold_aborts = 0;		/* invocations aborted (overflow, underflow, div0) */
+__u64 fold_reports_sent = 0;
+__u64 fold_reports_dropped = 0;	/* report ring buffer full */
+
+/* Per-flow state: the interpreter's registers plus the datapath's own
+ * bookkeeping (what src/fold.rs keeps per libccp connection). */
+struct fold_flow {
+	struct fold_state st;
+	struct fold_baseline base;
+	__u64 req_rate;		/* last set_rate (bytes/s), 0: none */
+	__u32 req_cwnd;		/* last set_cwnd (bytes), 0: none */
+	__u32 awaiting;		/* after an RTO: the algorithm has not answered yet */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct fold_flow);
+} fold_flows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, FOLD_MAX_SLOTS);
+	__type(key, __u32);
+	__type(value, struct fold_prog);
+} fold_progs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);	/* flow id (= Portus socket id) */
+	__type(value, struct fold_staged_entry);
+} fold_staged SEC(".maps");
+
+/* Per-CPU buffers too big for the 512-byte stack. `empty` is a zeroed
+ * fold_staged_entry as bytes (a per-CPU map cannot hold a spin lock). */
+struct fold_scratch_buf {
+	struct fold_staged sg;
+	__u8 empty[sizeof(struct fold_staged_entry)];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct fold_scratch_buf);
+} fold_scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 20);
+} fold_reports SEC(".maps");
+
+static __always_inline struct fold_scratch_buf *fold_scratch_get(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&fold_scratch, &zero);
+}
+
+/* A new flow: state zeroed, counters' baseline as the kernel has them now
+ * (libccp: registers zero, Micros from the datapath's time zero). */
+static __always_inline void fold_flow_start(struct sock *sk, __u32 timeouts)
+{
+	const struct tcp_sock *tp = (const struct tcp_sock *)sk;
+	struct fold_flow *ff = bpf_sk_storage_get(&fold_flows, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+
+	if (!ff)
+		return;
+	__builtin_memset(&ff->base, 0, sizeof(ff->base));
+	ff->st.slot = 0;
+	ff->st.time_zero_ns = fold_time_zero_ns;
+	ff->base.bytes_acked = tp->bytes_acked;
+	ff->base.lost = tp->lost;
+	ff->base.timeouts = timeouts;
+	ff->req_cwnd = 0;
+	ff->req_rate = 0;
+	ff->awaiting = 0;
+}
+
+/* The flow is gone: drop what user space staged for it. */
+static __always_inline void fold_flow_end(__u32 flow_id)
+{
+	bpf_map_delete_elem(&fold_staged, &flow_id);
+}
+
+static __always_inline void fold_fill_ack(struct fold_ack *a, const struct tcp_sock *tp,
+					  const struct rate_sample *rs, __u32 ecn_bytes,
+					  __u32 timeouts)
+{
+	a->bytes_acked = tp->bytes_acked;
+	a->rtt_us = rs->rtt_us;
+	a->interval_us = rs->interval_us;
+	a->delivered = rs->delivered;
+	a->snd_interval_us = rs->snd_interval_us;
+	a->rcv_interval_us = rs->rcv_interval_us;
+	a->acked_sacked = rs->acked_sacked;
+	a->sacked_out = tp->sacked_out;
+	a->lost_out = tp->lost_out;
+	a->retrans_out = tp->retrans_out;
+	a->packets_out = tp->packets_out;
+	a->write_seq = tp->write_seq;
+	a->snd_una = tp->snd_una;
+	a->ecn_bytes = ecn_bytes;
+	a->timeouts = timeouts;
+	a->lost = tp->lost;
+	a->mss = tp->mss_cache;
+}
+
+static __always_inline void fold_send_report(struct fold_flow *ff, __u32 flow_id,
+					     const struct fold_result *res, __u64 now)
+{
+	struct fold_report *rec = bpf_ringbuf_reserve(&fold_reports, sizeof(*rec), 0);
+
+	if (rec) {
+		fold_fill_report(rec, flow_id, &ff->st, res, now);
+		bpf_ringbuf_submit(rec, BPF_RB_FORCE_WAKEUP);
+		__sync_fetch_and_add(&fold_reports_sent, 1);
+	} else {
+		__sync_fetch_and_add(&fold_reports_dropped, 1);
+	}
+	fold_finish_report(&ff->st, &fold_progs, now);
+}
+
+/*
+ * One ACK: primitives, staged updates, the flow's fold program, its report.
+ * Cwnd is seeded with the cwnd the algorithm last set (else the kernel's),
+ * Rate with the rate it last set (libccp re-seeds both every invocation and
+ * an asynchronous datapath must echo what it applied, FIELD-NOTES). After an
+ * RTO the algorithm's earlier requests are stale: they are forgotten and the
+ * kernel's loss window stands until the algorithm sets something other than
+ * that seed (src/fold.rs awaiting_alg).
+ * Returns 1 with *cwnd_bytes / *rate (0 = leave) when the algorithm controls
+ * the flow, 0 when the caller should run its fallback.
+ */
+static __always_inline int fold_on_ack(struct sock *sk, const struct rate_sample *rs, __u32 flow_id,
+				       __u32 ecn_bytes, __u32 timeouts, __u64 now,
+				       __u32 *cwnd_bytes, __u64 *rate)
+{
+	const struct tcp_sock *tp = (const struct tcp_sock *)sk;
+	struct fold_flow *ff = bpf_sk_storage_get(&fold_flows, sk, 0, 0);
+	struct fold_staged_entry *e = bpf_map_lookup_elem(&fold_staged, &flow_id);
+	struct fold_scratch_buf *scratch = fold_scratch_get();
+	struct fold_staged *sg = NULL;
+	struct fold_result res;
+	struct fold_ack a;
+	__u64 prims[FOLD_N_PRIM];
+	__u32 seed, last;
+
+	if (!ff || !scratch)
+		return 0;
+	fold_fill_ack(&a, tp, rs, ecn_bytes, timeouts);
+	fold_prims(&a, &ff->base, prims);
+	if (prims[14]) {	/* was_timeout */
+		ff->awaiting = 1;
+		ff->req_cwnd = 0;
+		ff->req_rate = 0;
+	}
+	seed = ff->req_cwnd ? ff->req_cwnd : fold_sat_mul(tp->snd_cwnd, a.mss ? a.mss : 1);
+	if (e && fold_take_staged(e, &scratch->sg))
+		sg = &scratch->sg;
+	fold_invoke(&ff->st, &fold_progs, sg, prims, seed, ff->req_rate, now, fold_time_zero_ns, &res);
+	__sync_fetch_and_add(&fold_invocations, 1);
+	if (res.ret >= FOLD_ERR_SUB_UNDERFLOW && res.ret <= FOLD_ERR_ADD_OVERFLOW)
+		__sync_fetch_and_add(&fold_aborts, 1);
+	if (res.n_cwnd) {
+		last = res.n_cwnd > 1 ? res.cwnd[1] : res.cwnd[0];
+		ff->req_cwnd = last;
+	}
+	if (res.n_rate) {
+		last = res.n_rate > 1 ? res.rate[1] : res.rate[0];
+		ff->req_rate = last;
+	}
+	if (res.report)
+		fold_send_report(ff, flow_id, &res, now);
+	if (ff->awaiting) {
+		/* libccp echoes the seed on every invocation: only another cwnd
+		 * or a rate is the algorithm speaking again */
+		if (!((res.n_cwnd && ff->req_cwnd != seed) || ff->req_rate)) {
+			ff->req_cwnd = 0;
+			ff->req_rate = 0;
+			return 0;
+		}
+		ff->awaiting = 0;
+	}
+	if (!ff->req_cwnd && !ff->req_rate)
+		return 0;
+	*cwnd_bytes = ff->req_cwnd;
+	*rate = ff->req_rate;
+	return 1;
+}
+
+/* Staging from user space: one Portus message's updates for one flow
+ * (src/fold_kernel.rs Effect::Stage). The delta comes first: the verifier
+ * only allows context loads at fixed offsets from its start. */
+struct fold_stage_in {
+	struct fold_staged delta;
+	__u32 flow_id;
+	__u32 _pad;
+};
+
+SEC("syscall")
+int fold_stage(struct fold_stage_in *in)
+{
+	__u32 flow_id = in->flow_id;
+	struct fold_scratch_buf *scratch = fold_scratch_get();
+	struct fold_staged_entry *e;
+
+	if (!scratch)
+		return -1;
+	__builtin_memcpy(&scratch->sg, in, sizeof(scratch->sg));
+	e = bpf_map_lookup_elem(&fold_staged, &flow_id);
+	if (!e) {
+		__builtin_memset(scratch->empty, 0, sizeof(scratch->empty));
+		bpf_map_update_elem(&fold_staged, &flow_id, scratch->empty, BPF_NOEXIST);
+		e = bpf_map_lookup_elem(&fold_staged, &flow_id);
+		if (!e)
+			return -2;	/* map full */
+	}
+	fold_stage_merge(e, &scratch->sg);
+	return 0;
+}
+
+#endif /* CCP_FOLD_CCP_H */
