@@ -139,8 +139,8 @@ def execute(sweep: Sweep, out: Path, *, scheduler: str | None = None, workers: i
     raw run directories go (default ``out/runs``; any fsspec URL). ``progress``:
     a progress bar (default: when stderr is a terminal). ``run_fn(payload, trace_bytes)``:
     the task (default ``run_task``). Each scenario's trace is read once and, on
-    Dask, scattered once to the cluster (not copied into every task: the TPCCA grid
-    is 1200 runs of 1.5 MB traces). KeyboardInterrupt stops the sweep; finished
+    Dask, sent once to the cluster as a task (not copied into every run's task: the
+    TPCCA grid is 1200 runs of 1.5 MB traces). KeyboardInterrupt stops the sweep; finished
     runs stay.
     """
     out = prepare(sweep, out)
@@ -177,7 +177,10 @@ def _dask_results(run_fn, payloads, traces, scheduler, workers):
                                resources={"netlab": 1}, dashboard_address=":0")
     try:
         with Client(cluster if cluster is not None else scheduler) as client:
-            shared = {name: client.scatter(data) for name, data in traces.items()}
+            # one task per trace, not client.scatter: a task's result is recomputed when the worker
+            # holding it dies (scattered data would be lost with it, failing every run that needs it)
+            shared = {name: client.submit(_trace_bytes, data, key=f"ccplab-trace-{name}")
+                      for name, data in traces.items()}
             futures = {client.submit(run_fn, p, shared[p["scenario"]], resources={"netlab": 1}, pure=False,
                                      key=f"ccplab-run-{p['sweep']}-{p['run_id']}"): p for p in payloads}
             for fut in as_completed(futures):
@@ -189,6 +192,11 @@ def _dask_results(run_fn, payloads, traces, scheduler, workers):
     finally:
         if cluster is not None:
             cluster.close()
+
+
+def _trace_bytes(data: bytes) -> bytes:
+    """A trace's bytes as a Dask task result (see ``_dask_results``)."""
+    return data
 
 
 def _record(st: Path, result: dict, summary: SweepSummary) -> None:
