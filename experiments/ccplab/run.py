@@ -190,6 +190,7 @@ def _start_link(scenario: Scenario, rundir: Path) -> Daemon:
         "--one-way-delay-ms", scenario.one_way_delay_ms, "--queue-packets", scenario.queue_packets,
         "--uplink-log", rundir / "uplink.log", "--ready-file", ready_file,
         "--duration-s", link_duration_s(scenario),
+        *(["--downlink-trace", scenario.downlink_trace] if scenario.downlink_trace is not None else []),
     ], rundir / "link.log")
     return _started(link, ready_file.exists)
 

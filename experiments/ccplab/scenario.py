@@ -51,10 +51,13 @@ class Scenario:
     sigma_mbps: float | None = None
     seed: int | None = None
     trace_kind: str = "file"
+    # ACK-direction (downlink) trace, e.g. a cellular .up file; None = unlimited (ccplab contest sets it).
+    downlink_trace: Path | None = None
 
     def to_json(self) -> dict:
         data = asdict(self)
         data["trace"] = str(self.trace)
+        data["downlink_trace"] = None if self.downlink_trace is None else str(self.downlink_trace)
         data["steps"] = [s.as_dict() for s in self.steps]
         return data
 

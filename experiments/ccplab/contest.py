@@ -1,0 +1,379 @@
+"""``ccplab contest``: the cellular congestion-control contest on real TCP flows.
+
+The contest setup (ALGORITHMS.md section 2, after the MIT 6.829 contest on
+mahimahi/Sprout): the data direction replays a cellular trace (default
+``traces/cellular/Verizon-LTE-short.down``), the ACKs its ``.up`` twin, 20 ms
+one-way delay each way, an unbounded queue, the trace played once (the flow
+lasts the trace's length unless ``--duration-s`` says less; the link starts
+the trace at the flow's first packet). Every CCA gets the same link; per CCA
+the leaderboard shows what mahimahi's ``mm-throughput-graph`` prints (average
+capacity, average throughput with utilization, p95 per-packet queueing delay,
+p95 signal delay; ``transient.link_metrics`` computes them the same way over
+the run's whole log) and the power score = throughput (Mbit/s) / p95 signal
+delay (s), sorted by score.
+
+"Unbounded" queue: a droptail limit of `UNBOUNDED_QUEUE_PACKETS` packets,
+which no flow reaches here (a TCP sender's socket buffer keeps far fewer
+packets in flight), so nothing is dropped for lack of room, as in the contest.
+
+Output directory:
+    contest.json          the setup (trace, CCAs, runs, sweep)
+    runs.csv              one row per run: cca, run, (sweep) value, the metrics below
+    leaderboard.csv       one row per CCA: median of each metric, min and max of the score
+    plots/plane.{png,pdf}             throughput vs p95 signal delay, every CCA
+    plots/throughput-<cca>.{png,pdf}  throughput over time against the capacity (run 1)
+    plots/sweep.{png,pdf}             with --sweep: throughput vs p95 signal delay per value
+    runs/<cca>/run-<k>/   run directories (see ccplab.run)
+
+Metric columns (units in the names): capacity_mbps, throughput_mbps, utilization,
+p95_queueing_delay_ms, p95_signal_delay_ms, power_score.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Sequence
+
+from transient.atomic import write_atomic
+
+from . import registry
+from .binaries import REPO_ROOT
+from .cca import Cca, parse_cca
+from .compare import check_out_dir, prepare_out_dir
+from .errors import CcplabError
+from .scenario import Scenario, check_trace
+
+CELLULAR_DIR = REPO_ROOT / "traces" / "cellular"
+DEFAULT_TRACE = "Verizon-LTE-short"
+CONTEST_ONE_WAY_DELAY_MS = 20
+UNBOUNDED_QUEUE_PACKETS = 1_000_000
+DEFAULT_KERNEL_CCAS = ("kernel:cubic", "kernel:bbr")
+METRICS = ("capacity_mbps", "throughput_mbps", "utilization", "p95_queueing_delay_ms", "p95_signal_delay_ms",
+           "power_score")
+
+
+# ---------------------------------------------------------------- inputs
+
+def resolve_trace(text: str) -> tuple[Path, Path]:
+    """The (data, ACK) traces of ``--trace``: a NAME of traces/cellular (``TMobile-LTE-short`` ->
+    NAME.down and NAME.up) or a PATH to a ``.down`` file whose ``.up`` twin lies beside it.
+
+    CcplabError names the missing file and, for a name, the names available.
+    """
+    path = Path(text)
+    if path.suffix == ".down" or path.is_file():
+        down = path.resolve()
+        if not down.is_file():
+            raise CcplabError(f"--trace {text}: no such file")
+        if down.suffix != ".down":
+            raise CcplabError(f"--trace {text}: a trace path must end in .down (its ACK twin is the .up file)")
+        up = down.with_suffix(".up")
+    else:
+        down, up = CELLULAR_DIR / f"{text}.down", CELLULAR_DIR / f"{text}.up"
+        if not down.is_file():
+            raise CcplabError(f"--trace {text}: no cellular trace of that name; available: "
+                              f"{', '.join(available_traces())} (or give a path to a .down file)")
+    if not up.is_file():
+        raise CcplabError(f"--trace {text}: the ACK-direction trace {up} is missing (the contest needs both)")
+    return down, up
+
+
+def available_traces() -> list[str]:
+    """Names of the cellular traces with both directions in traces/cellular."""
+    return sorted(p.stem for p in CELLULAR_DIR.glob("*.down") if p.with_suffix(".up").is_file())
+
+
+def trace_length_s(trace: Path) -> int:
+    """Length of one play of a mahimahi trace, whole seconds (its last timestamp, ms, rounded up)."""
+    last = None
+    with trace.open("rb") as f:
+        for line in f:
+            if line.strip():
+                last = line
+    try:
+        ms = int(last) if last is not None else 0
+    except ValueError:
+        raise CcplabError(f"trace {trace}: last line {last!r} is not a millisecond timestamp") from None
+    if ms <= 0:
+        raise CcplabError(f"trace {trace}: empty or zero-length trace")
+    return max(1, math.ceil(ms / 1000))
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A one-parameter sweep: CCA ``base`` (``ccp:NAME[:fixed=value...]``), parameter ``param``, ``values``."""
+
+    base: str
+    param: str
+    values: tuple[str, ...]
+
+    def cca_texts(self) -> list[str]:
+        """The CCA of each value, e.g. ``ccp:fixed-window:window=5``."""
+        return [f"{self.base}:{self.param}={v}" for v in self.values]
+
+
+
+
+def _number(text: str, spec: str) -> Decimal:
+    try:
+        d = Decimal(text)
+    except InvalidOperation:
+        raise CcplabError(f"--sweep {spec!r}: {text!r} is not a number") from None
+    if not d.is_finite():
+        raise CcplabError(f"--sweep {spec!r}: {text!r} is not a finite number")
+    return d
+
+
+def _fmt(d: Decimal) -> str:
+    """A value as the algorithm's flag takes it: 5, 0.25 (no exponent, no trailing zeros)."""
+    s = format(d.normalize(), "f")
+    return s
+
+
+def parse_sweep(spec: str) -> Sweep:
+    """Parse ``[ccp:]NAME[:flag=value...]:PARAM=START..STOP[:STEP]`` (STOP included, STEP default 1)
+    or ``[ccp:]NAME[:flag=value...]:PARAM=V1,V2,...``.
+
+    Examples: ``fixed-window:window=5..90:5`` (18 values), ``aimd:beta=1.5,2,4``,
+    ``delay-threshold:mode=aimd:theta-ms=60..120:20``. Values are exact decimals
+    (``0.1..0.5:0.1`` gives 0.1 0.2 0.3 0.4 0.5). Only the syntax is checked here;
+    the algorithm and its parameters are checked by ``parse_cca`` (see `sweep_ccas`).
+
+    Raises CcplabError naming what is wrong.
+    """
+    fields = spec.split(":")
+    if fields and fields[0] == "ccp":
+        fields = fields[1:]
+    if fields and fields[0] == "kernel":
+        raise CcplabError(f"--sweep {spec!r}: only ccp:NAME algorithms have parameters to sweep")
+    if len(fields) < 2 or not fields[0]:
+        raise CcplabError(f"--sweep {spec!r}: expected NAME:PARAM=START..STOP[:STEP] or NAME:PARAM=V1,V2,..."
+                          " e.g. fixed-window:window=5..90:5")
+    swept = [i for i, f in enumerate(fields) if "=" in f and (".." in f or "," in f)]
+    if len(swept) != 1:
+        raise CcplabError(f"--sweep {spec!r}: exactly one parameter must have a range A..B or a list A,B,...")
+    i = swept[0]
+    field = fields[i]
+    step_text = None
+    rest = fields[i + 1:]
+    if rest and "=" not in rest[0]:
+        step_text, rest = rest[0], rest[1:]
+    if rest:
+        raise CcplabError(f"--sweep {spec!r}: put fixed parameters before the swept one ({rest[0]!r} follows it)")
+    name, _, value = field.partition("=")
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", name):
+        raise CcplabError(f"--sweep {spec!r}: bad parameter name {name!r}")
+    if ".." in value:
+        if "," in value:
+            raise CcplabError(f"--sweep {spec!r}: give a range or a list, not both")
+        lo_text, _, hi_text = value.partition("..")
+        lo, hi = _number(lo_text, spec), _number(hi_text, spec)
+        step = _number(step_text, spec) if step_text is not None else Decimal(1)
+        if step <= 0:
+            raise CcplabError(f"--sweep {spec!r}: the step must be > 0, got {step_text}")
+        if hi < lo:
+            raise CcplabError(f"--sweep {spec!r}: the range {lo_text}..{hi_text} is empty (STOP < START)")
+        count = int((hi - lo) / step) + 1
+        if count > 1000:
+            raise CcplabError(f"--sweep {spec!r}: {count} values; at most 1000")
+        values = tuple(_fmt(lo + k * step) for k in range(count))
+    else:
+        if step_text is not None:
+            raise CcplabError(f"--sweep {spec!r}: a step ({step_text}) only goes with a range A..B")
+        items = value.split(",")
+        if any(not v for v in items):
+            raise CcplabError(f"--sweep {spec!r}: empty value in the list {value!r}")
+        values = tuple(items)
+    if len(set(values)) != len(values):
+        raise CcplabError(f"--sweep {spec!r}: a value repeats")
+    base = ":".join(["ccp", *fields[:i]])
+    return Sweep(base, name.replace("_", "-"), values)
+
+
+def sweep_ccas(sweep: Sweep) -> list[Cca]:
+    """The CCAs of a sweep, each checked against the algorithm (CcplabError names a bad one)."""
+    return [parse_cca(t) for t in sweep.cca_texts()]
+
+
+def default_ccas() -> list[Cca]:
+    """Every algorithm of the suite (ccp:NAME, default flags) plus kernel:cubic and kernel:bbr."""
+    names = list(registry.load_registry())
+    return [parse_cca(f"ccp:{n}") for n in names] + [parse_cca(t) for t in DEFAULT_KERNEL_CCAS]
+
+
+# ---------------------------------------------------------------- running
+
+@dataclass(frozen=True)
+class ContestSetup:
+    """Everything a contest needs, checked: the traces, the link, the CCAs, runs, sweep."""
+
+    trace_name: str
+    down: Path
+    up: Path
+    duration_s: int
+    runs: int
+    ccas: tuple[Cca, ...]
+    one_way_delay_ms: int = CONTEST_ONE_WAY_DELAY_MS
+    sweep: Sweep | None = None
+
+    def scenario(self) -> Scenario:
+        return Scenario(name=f"contest-{self.trace_name}", trace=self.down, one_way_delay_ms=self.one_way_delay_ms,
+                        queue_packets=UNBOUNDED_QUEUE_PACKETS, duration_s=self.duration_s, downlink_trace=self.up)
+
+    def to_json(self) -> dict:
+        return {"trace": self.trace_name, "down": str(self.down), "up": str(self.up),
+                "duration_s": self.duration_s, "runs": self.runs, "one_way_delay_ms": self.one_way_delay_ms,
+                "queue_packets": UNBOUNDED_QUEUE_PACKETS, "ccas": [str(c) for c in self.ccas],
+                "sweep": None if self.sweep is None else {"base": self.sweep.base, "param": self.sweep.param,
+                                                          "values": list(self.sweep.values)}}
+
+
+def make_setup(trace: str = DEFAULT_TRACE, ccas: Sequence[str] = (), runs: int = 1, duration_s: int | None = None,
+               sweep: str | None = None, one_way_delay_ms: int = CONTEST_ONE_WAY_DELAY_MS) -> ContestSetup:
+    """Check the contest's input (CcplabError names the bad one); creates nothing.
+
+    ``ccas``: CCA texts (default: `default_ccas`); ``sweep``: a `parse_sweep` spec (then no ``ccas``);
+    ``duration_s``: default the trace's length; it may not exceed it (the trace is played once).
+    """
+    if runs < 1:
+        raise CcplabError(f"--runs must be >= 1, got {runs}")
+    if one_way_delay_ms < 0:
+        raise CcplabError(f"--one-way-delay-ms must be >= 0, got {one_way_delay_ms}")
+    down, up = resolve_trace(trace)
+    length = trace_length_s(down)
+    if duration_s is None:
+        duration_s = length
+    if duration_s < 1 or duration_s > length:
+        raise CcplabError(f"--duration-s must be in [1, {length}] (the trace {down.name} lasts {length} s and "
+                          f"is played once), got {duration_s}")
+    parsed_sweep = None
+    if sweep is not None:
+        if ccas:
+            raise CcplabError("give either --sweep or --cca, not both")
+        parsed_sweep = parse_sweep(sweep)
+        cca_list = sweep_ccas(parsed_sweep)
+    elif ccas:
+        cca_list = [parse_cca(t) for t in ccas]
+    else:
+        cca_list = default_ccas()
+    slugs = [c.slug for c in cca_list]
+    if len(set(slugs)) != len(slugs):
+        raise CcplabError(f"a CCA is listed twice: {', '.join(sorted(s for s in slugs if slugs.count(s) > 1))}")
+    name = down.name[:-len(".down")] if down.name.endswith(".down") else down.stem
+    return ContestSetup(name, down, up, duration_s, runs, tuple(cca_list), one_way_delay_ms, parsed_sweep)
+
+
+def run_metrics(run_dir: Path) -> dict[str, float]:
+    """The mm-throughput-graph figures of one run directory's uplink log (see `transient.metrics`)."""
+    import transient
+
+    try:
+        log = transient.read_link_log(run_dir / "uplink.log")
+        return transient.link_metrics(log.events).as_dict()
+    except (transient.TransientError, ValueError, OSError) as exc:
+        raise CcplabError(f"{run_dir}: cannot read the link log: {exc}") from exc
+
+
+def run_contest(setup: ContestSetup, out: Path) -> list[dict]:
+    """Run every CCA ``setup.runs`` times into ``out`` (new or empty); write the tables and plots.
+
+    Returns the per-run rows (`METRICS` + cca, run, value). Progress on stderr.
+    Raises CcplabError (a run failed: finished runs stay in place).
+    """
+    from .run import preflight, run_one
+
+    for cca in setup.ccas:
+        preflight(cca)
+    for tr in (setup.down, setup.up):
+        check_trace(tr)
+    out = prepare_out_dir(out)
+    write_atomic(out / "contest.json", json.dumps(setup.to_json(), indent=2) + "\n")
+    scenario = setup.scenario()
+    rows: list[dict] = []
+    total = len(setup.ccas) * setup.runs
+    done = 0
+    values = setup.sweep.values if setup.sweep else [None] * len(setup.ccas)
+    for cca, value in zip(setup.ccas, values):
+        for k in range(1, setup.runs + 1):
+            done += 1
+            started = time.monotonic()
+            _progress(f"[{done}/{total}] {cca} run {k}/{setup.runs} ({setup.duration_s} s on {setup.trace_name}) ...")
+            result = run_one(cca, scenario, out / "runs" / cca.slug / f"run-{k}", run_index=k)
+            m = run_metrics(result.run_dir)
+            rows.append({"cca": str(cca), "run": k, "value": value, **m, "run_dir": str(result.run_dir)})
+            _progress(f"[{done}/{total}] {cca}: {m['throughput_mbps']:.2f} Mbit/s, p95 signal delay "
+                      f"{m['p95_signal_delay_ms']:.0f} ms, score {m['power_score']:.2f} "
+                      f"({time.monotonic() - started:.0f} s)")
+    board = leaderboard(rows)
+    _write_csv(out / "runs.csv", rows, ["cca", "run", "value", *METRICS, "duration_s", "run_dir"])
+    _write_csv(out / "leaderboard.csv", board, list(board[0].keys()) if board else ["cca"])
+    from . import contest_plots
+
+    contest_plots.write_plots(out, rows, board, setup)
+    return rows
+
+
+def leaderboard(rows: Sequence[dict]) -> list[dict]:
+    """One row per CCA: the median of each metric over its runs, the score's min and max (the spread)
+    and the run count, sorted by median score, best first (NaN scores last)."""
+    by: dict[str, list[dict]] = {}
+    for r in rows:
+        by.setdefault(r["cca"], []).append(r)
+    board = []
+    for cca, rs in by.items():
+        row: dict = {"cca": cca, "runs": len(rs), "value": rs[0].get("value")}
+        for m in METRICS:
+            vals = [float(r[m]) for r in rs if not math.isnan(float(r[m]))]
+            row[m] = statistics.median(vals) if vals else float("nan")
+        scores = [float(r["power_score"]) for r in rs if not math.isnan(float(r["power_score"]))]
+        row["score_min"] = min(scores) if scores else float("nan")
+        row["score_max"] = max(scores) if scores else float("nan")
+        board.append(row)
+    board.sort(key=lambda r: (math.isnan(r["power_score"]), -r["power_score"] if not math.isnan(r["power_score"]) else 0))
+    return board
+
+
+def format_leaderboard(board: Sequence[dict], setup: ContestSetup) -> str:
+    """The leaderboard as text, one line per CCA (medians; spread = min..max score when runs > 1)."""
+    head = (f"contest on {setup.trace_name} ({setup.duration_s} s, {setup.one_way_delay_ms} ms each way, "
+            f"unbounded queue), {setup.runs} run(s) per CCA" + (", medians" if setup.runs > 1 else ""))
+    cols = f"{'#':>2}  {'CCA':<40} {'capacity':>9} {'throughput (util)':>19} {'p95 qdelay':>11} " \
+           f"{'p95 signal':>11} {'score':>7}" + ("  score min..max" if setup.runs > 1 else "")
+    lines = [head, cols, f"{'':>2}  {'':<40} {'Mbit/s':>9} {'Mbit/s':>19} {'ms':>11} {'ms':>11} {'Mbit/s/s':>7}"]
+    for i, r in enumerate(board, 1):
+        util = f"{r['throughput_mbps']:.2f} ({100 * r['utilization']:.0f}%)"
+        line = (f"{i:>2}  {r['cca']:<40} {r['capacity_mbps']:>9.2f} {util:>19} {r['p95_queueing_delay_ms']:>11.0f} "
+                f"{r['p95_signal_delay_ms']:>11.0f} {r['power_score']:>7.2f}")
+        if setup.runs > 1:
+            line += f"  {r['score_min']:.2f}..{r['score_max']:.2f}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def _write_csv(path: Path, rows: Sequence[dict], columns: list[str]) -> None:
+    import io
+
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore")
+    w.writeheader()
+    for r in rows:
+        w.writerow(r)
+    write_atomic(path, buf.getvalue())
+
+
+def _progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+__all__ = ["CELLULAR_DIR", "UNBOUNDED_QUEUE_PACKETS", "ContestSetup", "Sweep", "available_traces", "check_out_dir",
+           "default_ccas", "format_leaderboard", "leaderboard", "make_setup", "parse_sweep", "resolve_trace",
+           "run_contest", "run_metrics", "sweep_ccas", "trace_length_s"]
