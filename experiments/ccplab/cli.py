@@ -100,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_analyze_arguments(ana)
     _add_report_parser(sub)
+    _add_contest_parser(sub)
     return parser
 
 
@@ -267,8 +268,52 @@ def cmd_report(args) -> int:
     return 0
 
 
+
+def _add_contest_parser(sub) -> None:
+    """``ccplab contest`` (issue 9): the cellular contest setup as one command."""
+    from . import contest as ct
+
+    con = sub.add_parser(
+        "contest", help="the cellular contest: a trace's .down for the data and .up for the ACKs, 20 ms each way, "
+        "unbounded queue, the trace played once; leaderboard by power score = throughput / p95 signal delay",
+        description="Run each CCA on the contest link and print a leaderboard (average capacity, throughput with "
+        "utilization, p95 per-packet queueing delay, p95 signal delay as mahimahi's mm-throughput-graph, and "
+        "power score = throughput (Mbit/s) / p95 signal delay (s)), sorted by score; write runs.csv, "
+        "leaderboard.csv and plots (throughput/delay plane, throughput over time per CCA; PNG + PDF).")
+    con.add_argument("--cca", action="append", default=[], help="a CCA (repeat); default: every algorithm of the "
+                     "suite plus kernel:cubic and kernel:bbr")
+    con.add_argument("--trace", default=ct.DEFAULT_TRACE, metavar="NAME|PATH",
+                     help="a cellular trace of traces/cellular by name (Verizon-LTE-short, TMobile-LTE-short, "
+                          "ATT-LTE-driving, ...) or a path to a .down file with its .up beside it "
+                          "(default %(default)s)")
+    con.add_argument("--duration-s", type=int, default=None, help="flow length, s (default: the trace's length)")
+    con.add_argument("--runs", type=int, default=1, help="runs per CCA; > 1 gives the median and spread")
+    con.add_argument("--sweep", metavar="NAME:PARAM=START..STOP[:STEP]",
+                     help="run one algorithm over a parameter range instead of --cca, e.g. "
+                          "fixed-window:window=5..90:5 (STOP included) or aimd:beta=1.5,2,4; plots/sweep marks "
+                          "the best value")
+    con.add_argument("--one-way-delay-ms", type=int, default=ct.CONTEST_ONE_WAY_DELAY_MS,
+                     help="one-way delay each way, ms (default %(default)s)")
+    con.add_argument("--out", type=Path, help="results directory, new or empty "
+                     "(default: results/contest-<trace>-<timestamp>)")
+
+
+def cmd_contest(args) -> int:
+    from . import contest as ct
+
+    setup = ct.make_setup(args.trace, args.cca, args.runs, args.duration_s, args.sweep, args.one_way_delay_ms)
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out = args.out or REPO_ROOT / "results" / f"contest-{setup.trace_name}-{stamp}"
+    ct.check_out_dir(out)
+    rows = ct.run_contest(setup, out)
+    print(ct.format_leaderboard(ct.leaderboard(rows), setup))
+    print(f"results: {out}")
+    return 0
+
+
 COMMANDS = {"run": cmd_run, "compare": cmd_compare, "demo": cmd_demo, "clean": cmd_clean, "sweep": cmd_sweep,
-            "algorithms": cmd_algorithms, "analyze": cmd_analyze, "report": cmd_report}
+            "algorithms": cmd_algorithms, "analyze": cmd_analyze, "report": cmd_report,
+            "contest": cmd_contest}
 
 if __name__ == "__main__":
     sys.exit(main())
