@@ -185,9 +185,11 @@ def cmd_sweep(args) -> int:
     out = args.out or REPO_ROOT / "results" / f"sweep-{sweep.name}"
     s = execute(sweep, out, scheduler=args.scheduler, workers=args.workers, retry_failed=args.retry_failed,
                 dest=args.dest, use_dask=not args.no_dask)
+    # (wall - time inside the runs) / runs is the scheduling overhead only when runs do not overlap
+    timing = (f"scheduling overhead {s.overhead_per_run_s:.2f} s/run" if args.workers == 1 and not args.scheduler
+              else f"{s.run_s / s.wall_s if s.wall_s else 0:.2f} runs in parallel on average")
     print(f"sweep {sweep.name}: {s.finished} run(s) finished, {len(s.failed)} failed, {s.skipped} already done "
-          f"of {s.planned}; {s.wall_s:.1f} s, scheduling overhead {s.overhead_per_run_s:.2f} s/run; "
-          f"store: {out.resolve() / 'store'}")
+          f"of {s.planned}; {s.wall_s:.1f} s, {timing}; store: {out.resolve() / 'store'}")
     for run_id, error in s.failed:
         print(f"  FAILED {run_id}: {error.splitlines()[0] if error else ''}", file=sys.stderr)
     return 1 if s.failed else 0

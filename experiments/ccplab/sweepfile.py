@@ -49,9 +49,11 @@ SCENARIO_KEYS = {"name", "one_way_delay_ms", "queue_packets", "duration_s", "ste
 TOP_KEYS = {"name", "seed", "repetitions", "ccas", "scenario"}
 DEFAULTS = {"one_way_delay_ms": sc.DEMO_ONE_WAY_DELAY_MS, "queue_packets": sc.DEMO_QUEUE_PACKETS,
             "duration_s": sc.DEMO_DURATION_S, "sigma_mbps": sc.DEMO_SIGMA_MBPS, "trace_seed": sc.DEMO_SEED}
-RUN_OVERHEAD_S = 4.0
-"""Seconds a run takes beyond its flow (link and daemons up, iperf3 handshake, teardown, analysis);
-measured on a 2-core VM, see the README's sweep section. Used only for --dry-run's estimate."""
+RUN_OVERHEAD_S = 2.5
+"""Seconds a run takes beyond its flow (link and daemons up, iperf3 handshake, teardown, analysis,
+scheduling). Measured on a 2-core VM: 0.9 s for a kernel CCA, 2.1 s for a ccp one (datapath and
+algorithm start), plus 0.5 s of Dask scheduling per run; see the README's sweep section. Used only
+for --dry-run's estimate."""
 
 
 @dataclass(frozen=True)
