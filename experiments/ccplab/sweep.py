@@ -143,6 +143,11 @@ def execute(sweep: Sweep, out: Path, *, scheduler: str | None = None, workers: i
     TPCCA grid is 1200 runs of 1.5 MB traces). KeyboardInterrupt stops the sweep; finished
     runs stay.
     """
+    if run_fn is None and scheduler is None:  # real flows on this host: refuse now, not 2 x every run
+        from .run import preflight
+
+        for name in sweep.ccas:
+            preflight(parse_cca(name))
     out = prepare(sweep, out)
     todo, done = pending(sweep, out, retry_failed)
     summary = SweepSummary(planned=len(todo) + done, skipped=done)

@@ -188,6 +188,15 @@ def test_resume_refuses_a_different_experiment_file(tmp_path, needs_binaries):
         _run(tmp_path)
 
 
+def test_sweep_on_this_host_checks_it_before_creating_anything(tmp_path, monkeypatch):
+    from ccplab import run
+
+    monkeypatch.setattr(run.os, "geteuid", lambda: 1000)
+    with pytest.raises(CcplabError, match="needs root"):
+        execute(load_sweep(SMALL), tmp_path / "sw", use_dask=False, progress=False)
+    assert not (tmp_path / "sw").exists()
+
+
 def test_store_schema_is_the_same_when_a_column_is_all_null(tmp_path):
     st = tmp_path / "store"
     store.append(st, "steps", "s", "scn", "a", 1, pd.DataFrame({"convergence_s": [1.5], "converged": [True],
