@@ -16,8 +16,8 @@
 //! acknowledged packet. Where the rules run: per report, from a fold program
 //! that reports every 10 ms and at once on a loss or timeout. The growth sums
 //! to the same total as per ACK (alpha x acked packets / cwnd); the RTT test
-//! uses the report's latest RTT sample, so a report is one "ACK" for the
-//! congestion signal. Why not in the fold program: the shared fold program
+//! uses the report's largest RTT sample, so "some ACK exceeded the timeout"
+//! is exact; a report with a congestion signal does not also grow. Why not in the fold program: the shared fold program
 //! (crate::fold) is the same for the whole suite and the decrease needs the
 //! once-per-RTT guard and a float division, which the fold language (integer,
 //! no state across reports besides registers) would make opaque; 10 ms is a
@@ -230,6 +230,14 @@ mod tests {
         let c = a.cwnd_pkts();
         a.on_report(&report(300, 1, 80));
         assert!(a.cwnd_pkts() > c);
+    }
+
+    #[test]
+    fn any_ack_above_the_timeout_is_an_event() {
+        let mut a = Aimd::new(&args(), params());
+        // The latest sample is 50 ms but one ACK of the report saw 95 ms (> 80 ms).
+        a.on_report(&Measurement { max_rtt_us: 95_000, ..report(0, 4, 50) });
+        assert_eq!(a.cwnd_pkts(), 5.0, "halved, no growth in the same report");
     }
 
     #[test]

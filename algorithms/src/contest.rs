@@ -225,10 +225,17 @@ impl OncePerRtt {
 }
 
 /// The contest's congestion signal, in TCP terms (ALGORITHMS.md section 2):
-/// a report whose latest RTT sample exceeds `threshold_us`, or any packet
-/// marked lost, or an RTO.
+/// any ACK of the report with an RTT sample above `threshold_us` (the
+/// report's largest sample, `Report.maxrtt`, or its latest when that is
+/// absent), or any packet marked lost, or an RTO. Exactly the per-ACK test
+/// "some ACK's RTT exceeded the threshold" for the whole report.
 pub fn congestion_signal(m: &Measurement, threshold_us: u64) -> bool {
-    m.timeout || m.lost_pkts > 0 || (m.rtt_us > 0 && m.rtt_us > threshold_us)
+    m.timeout || m.lost_pkts > 0 || largest_rtt_us(m) > threshold_us
+}
+
+/// The largest RTT sample of a report, us (0 = none).
+pub fn largest_rtt_us(m: &Measurement) -> u64 {
+    m.max_rtt_us.max(m.rtt_us)
 }
 
 /// A control that sets only the window, `cwnd_pkts` clamped to the flow's

@@ -11,9 +11,11 @@
 //! A packet marked lost or an RTO counts as an RTT above theta (the contest's
 //! "timeout", ALGORITHMS.md). Where the rules run: per report, every 10 ms
 //! (and at once on a loss), with the report's acknowledged packets as the
-//! per-ACK count and its latest RTT sample as the one compared with theta: the
-//! same totals as per ACK while all of a report's ACKs fall on one side of
-//! theta. Not in the fold program because the once-per-RTT guards and the
+//! per-ACK count. aiad compares the report's latest RTT sample with theta (the
+//! same totals as per ACK while all of a report's ACKs fall on one side);
+//! aimd and mimd decrease when any ACK of the report was above theta (the
+//! report's largest sample, exact for "once per RTT on an RTT above theta")
+//! and otherwise apply the increase. Not in the fold program because the once-per-RTT guards and the
 //! float divisions need state the shared fold program does not keep.
 
 use crate::contest::{window_control, OncePerRtt};
@@ -154,7 +156,11 @@ impl DelayThreshold {
         if m.rtt_us == 0 && !loss {
             return self.cwnd;
         }
-        let above = loss || m.rtt_us > self.rule.theta_us;
+        let sample = match self.rule.mode {
+            Mode::Aiad => m.rtt_us,
+            Mode::Aimd | Mode::Mimd => crate::contest::largest_rtt_us(m),
+        };
+        let above = loss || sample > self.rule.theta_us;
         let acked = m.acked_pkts(self.params.mss_bytes);
         let rtt = if m.rtt_us > 0 { m.rtt_us } else { self.rule.theta_us };
         let r = self.rule;
@@ -235,6 +241,13 @@ mod tests {
         assert!((f.cwnd_pkts() - 13.0 / 1.02).abs() < 1e-12);
         f.update(&report(110, 0, 100));
         assert!((f.cwnd_pkts() - 13.0 / 1.02 / 1.02).abs() < 1e-12);
+        // One ACK above theta (the report's largest sample) is enough; aiad looks at the latest.
+        let c = f.cwnd_pkts();
+        f.update(&Measurement { max_rtt_us: 81_000, ..report(300, 5, 60) });
+        assert!((f.cwnd_pkts() - c / 1.02).abs() < 1e-12);
+        let mut g = flow(Mode::Aiad);
+        g.update(&Measurement { max_rtt_us: 120_000, ..report(0, 5, 60) });
+        assert!((g.cwnd_pkts() - 10.5).abs() < 1e-12);
     }
 
     #[test]
