@@ -61,7 +61,6 @@ pub const OP_ADD: u8 = 0;
 pub const OP_BIND: u8 = 1;
 pub const OP_DEF: u8 = 2;
 pub const OP_EWMA: u8 = 5;
-pub const OP_SUB: u8 = 14;
 /// libccp's MAX_OP: opcodes 0..15 are valid on the wire.
 pub const OP_COUNT: u8 = 15;
 pub const OP_JZ: u8 = 15;
@@ -700,6 +699,7 @@ enum Slot {
     /// (the program was past what the kernel supports).
     Taken {
         uid: u32,
+        #[cfg_attr(not(test), allow(dead_code))]
         ok: bool,
     },
 }
@@ -956,6 +956,7 @@ impl FoldTables {
     }
 
     /// Whether the kernel holds slot `slot`'s program.
+    #[cfg(test)]
     pub fn slot_ok(&self, slot: u32) -> bool {
         matches!(
             self.slots.get(slot.wrapping_sub(1) as usize),
