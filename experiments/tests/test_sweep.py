@@ -121,6 +121,20 @@ def test_dask_local_cluster_gives_the_same_rows(tmp_path, needs_binaries):
     assert a[cols].reset_index(drop=True).equals(b[cols].reset_index(drop=True))
 
 
+def test_raw_runs_go_to_an_fsspec_destination(tmp_path, needs_binaries):
+    """--dest takes any fsspec URL (here fsspec's in-memory filesystem): the run directories land there."""
+    import fsspec
+
+    dest = f"memory://ccplab-test-{tmp_path.name}"
+    summary = _run(tmp_path, dest=dest)
+    assert summary.finished == 8
+    fs = fsspec.filesystem("memory")
+    root = dest.removeprefix("memory://")
+    logs = fs.glob(f"{root}/**/uplink.log")
+    assert len(logs) == 8 and not (tmp_path / "sw" / "runs").exists()
+    fs.rm(root, recursive=True)
+
+
 class Interrupt:
     """A synthetic flow that is interrupted (Ctrl-C) at its ``at``-th call, after writing half a run."""
 
