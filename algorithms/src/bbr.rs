@@ -2,8 +2,9 @@
 //! a rate-based controller that sets the pacing rate and the cwnd.
 //!
 //! Per report (two per RTT; the kernel's rules applied with the report's totals):
-//! - Rounds: a round ends when the data in flight at its start has been
-//!   cumulatively acknowledged (tcp_bbr.c counts `delivered` the same way).
+//! - Rounds: a round ends when as much data as was in flight at its start has
+//!   been delivered (cumulatively acknowledged or SACKed; tcp_bbr.c counts
+//!   `tp->delivered` the same way).
 //! - Bottleneck bandwidth BtlBw: windowed max of the delivery rate over the
 //!   last 10 rounds (`--bw-window-rounds`); the delivery-rate sample is the
 //!   report's largest per-ACK min(send rate, ACK rate), i.e. Linux's
@@ -142,6 +143,7 @@ pub struct Bbr {
     min_rtt_stamp_us: u64,
     rtt: RttEstimator,
     acked_total: u64,
+    delivered_total: u64,
     round: u64,
     next_round_at: u64,
     round_start: bool,
@@ -175,6 +177,7 @@ impl Bbr {
             min_rtt_stamp_us: 0,
             rtt: RttEstimator::default(),
             acked_total: 0,
+            delivered_total: 0,
             round: 0,
             next_round_at: 0,
             round_start: false,
@@ -254,13 +257,17 @@ impl Bbr {
     }
 
     fn update_round(&mut self, m: &Measurement) {
+        let mss = u64::from(self.params.mss_bytes);
         self.acked_total += m.acked_bytes;
+        // Delivered data counts SACKed packets too (tcp_bbr.c rounds use
+        // tp->delivered), so rounds keep advancing during loss recovery.
+        self.delivered_total += m.acked_bytes + m.sacked_pkts * mss;
         self.round_start = false;
-        if self.acked_total >= self.next_round_at {
+        if self.delivered_total >= self.next_round_at {
             self.round += 1;
             self.round_start = true;
             let inflight = m.inflight_pkts.max(1);
-            self.next_round_at = self.acked_total + inflight * u64::from(self.params.mss_bytes);
+            self.next_round_at = self.delivered_total + inflight * mss;
         }
     }
 
@@ -361,7 +368,7 @@ impl Bbr {
             None if (m.inflight_pkts as f64) <= MIN_CWND_PKTS => {
                 self.probe_rtt_done_us = Some(m.now_us + PROBE_RTT_US);
                 self.probe_rtt_round_done = false;
-                self.next_round_at = self.acked_total;
+                self.next_round_at = self.delivered_total;
             }
             Some(done) => {
                 if self.round_start {

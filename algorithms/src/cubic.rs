@@ -1,6 +1,6 @@
 //! CUBIC window logic (RFC 9438), independent of Portus.
 //!
-//! Applied **per report** (one per RTT, plus an urgent report on loss or
+//! Applied **per report** (four per RTT, plus an urgent report on loss or
 //! timeout) with the report's totals: the per-ACK rule
 //! `cwnd += (target - cwnd) / cwnd` becomes `cwnd += (target - cwnd) * acked / cwnd`
 //! (capped at target), and `W_est += alpha * segments_acked / cwnd` is applied
@@ -29,11 +29,11 @@
 //!   the minimum RTT); then ssthresh = cwnd. Active from cwnd >= 16 packets.
 //!
 //! Fold program: [`crate::fold`]'s fields (incl. the HyStart fields `rtt8`,
-//! `nrtt`, `train` accumulated per ACK), one report per RTT and at once on a
-//! loss or timeout. Differences from Linux `cubic`: per-report updates, so
-//! HyStart acts at the end of the round in which it triggers (ssthresh is set to
-//! the cwnd the flow had when the train crossed the threshold, interpolated
-//! from the report); the recovery point is estimated from the in-flight count
+//! `nrtt`, `train`, `trainon` accumulated per ACK), four reports per RTT (as
+//! Reno, for smaller slow-start bursts) and at once on a loss or timeout. Differences from Linux `cubic`: per-report updates, so
+//! HyStart acts at the end of the report in which it triggers (ssthresh is set
+//! to the cwnd the flow had when the train crossed the threshold, interpolated
+//! from the report; rounds are one SRTT of reports); the recovery point is estimated from the in-flight count
 //! at the loss; no PRR; the epoch is not shifted after idle periods.
 //!
 //! Math: only `f64::cbrt` and multiplications, never `powf`/`ln` — the
@@ -76,9 +76,10 @@ pub struct CubicArgs {
     pub hystart_low_window: f64,
 }
 
-/// Cubic's fold program: one report per RTT, urgent on loss or timeout.
+/// Cubic's fold program: four reports per RTT (smaller cwnd steps, so slow start
+/// sends smaller bursts), urgent on loss or timeout.
 pub const PROGRAM: FoldProgram =
-    FoldProgram { name: "ccplab_cubic", cadence: Cadence::PerRtt(1), urgent_on_loss: true };
+    FoldProgram { name: "ccplab_cubic", cadence: Cadence::PerRtt(4), urgent_on_loss: true };
 
 impl AlgorithmSpec for CubicSpec {
     const NAME: &'static str = "cubic";
@@ -103,11 +104,8 @@ impl AlgorithmSpec for CubicSpec {
             fast_convergence: a.fast_convergence,
             reno_friendly: a.reno_friendly,
         };
-        let hs = a.hystart.then(|| HyStart {
-            ack_train: a.hystart_detect != "delay",
-            delay: a.hystart_detect != "ack-train",
-            low_window_pkts: a.hystart_low_window,
-            delay_min_us: 0,
+        let hs = a.hystart.then(|| {
+            HyStart::new(a.hystart_detect != "delay", a.hystart_detect != "ack-train", a.hystart_low_window)
         });
         Cubic::new(params, cp).with_hystart(hs)
     }
@@ -119,7 +117,14 @@ impl AlgorithmSpec for CubicSpec {
 
 /// HyStart (Ha and Rhee 2008) as Linux tcp_cubic.c: leave slow start before the
 /// first loss when the RTT rises or the ACK train gets long.
-#[derive(Clone, Copy, Debug, PartialEq)]
+///
+/// A round is one smoothed RTT of reports (tcp_cubic.c: until the data sent at
+/// the round's start is acked). The ACK train of a round is the sum of the
+/// reports' train lengths while the train stays unbroken across them (each
+/// report's train starts at the report, see [`crate::fold`]); the delay
+/// detector uses the minimum of the round's first 8 RTT samples (the first
+/// reports' `rtt8` until 8 samples are seen).
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
 pub struct HyStart {
     /// Use the ACK-train detector.
     pub ack_train: bool,
@@ -129,6 +134,13 @@ pub struct HyStart {
     pub low_window_pkts: f64,
     /// The flow's minimum RTT so far, us (0 = none yet); Linux `delay_min`.
     pub delay_min_us: u64,
+    /// Start of the current round (time of the report that opened it), us.
+    round_start_us: Option<u64>,
+    last_report_us: u64,
+    round_train_us: u64,
+    train_alive: bool,
+    round_min8_us: u64,
+    round_samples: u64,
 }
 
 /// Which HyStart detector fired.
@@ -142,30 +154,62 @@ pub enum HyStartExit {
 pub const HYSTART_MIN_SAMPLES: u64 = 8;
 
 impl HyStart {
+    /// HyStart with the given detectors, active from `low_window_pkts`.
+    pub fn new(ack_train: bool, delay: bool, low_window_pkts: f64) -> Self {
+        HyStart { ack_train, delay, low_window_pkts, ..Default::default() }
+    }
+
     /// Linux HYSTART_DELAY_THRESH: clamp(delay_min / 8, 4 ms, 16 ms), us.
     pub fn delay_thresh_us(delay_min_us: u64) -> u64 {
         (delay_min_us / 8).clamp(4_000, 16_000)
     }
 
-    /// Check report `m` (one round) in slow start at `cwnd_pkts`; updates delay_min.
-    /// Returns the detector that fired and the fraction of the report's ACKs
-    /// that had arrived when it fired (1 for the delay detector).
-    pub fn check(&mut self, m: &Measurement, cwnd_pkts: f64) -> Option<(HyStartExit, f64)> {
+    /// The ACK train of the current round so far, us.
+    pub fn round_train_us(&self) -> u64 {
+        self.round_train_us
+    }
+
+    /// Check report `m` in slow start at `cwnd_pkts` with smoothed RTT `srtt_us`.
+    /// Returns the detector that fired and the fraction of the report's ACKs that
+    /// had arrived when it fired (1 for the delay detector).
+    pub fn check(&mut self, m: &Measurement, cwnd_pkts: f64, srtt_us: f64) -> Option<(HyStartExit, f64)> {
         if m.min_rtt_us > 0 && (self.delay_min_us == 0 || m.min_rtt_us < self.delay_min_us) {
             self.delay_min_us = m.min_rtt_us;
+        }
+        let round_len = if srtt_us > 0.0 { srtt_us as u64 } else { self.delay_min_us };
+        if self.round_start_us.is_none_or(|t| m.now_us.saturating_sub(t) >= round_len) {
+            self.round_start_us = Some(self.last_report_us);
+            self.round_train_us = 0;
+            self.train_alive = true;
+            self.round_min8_us = 0;
+            self.round_samples = 0;
+        }
+        self.last_report_us = m.now_us;
+        let train_before = self.round_train_us;
+        if self.train_alive {
+            self.round_train_us += m.ack_train_us;
+            self.train_alive = m.ack_train_unbroken;
+        }
+        if self.round_samples < HYSTART_MIN_SAMPLES && m.first8_min_rtt_us > 0 {
+            self.round_min8_us = match self.round_min8_us {
+                0 => m.first8_min_rtt_us,
+                v => v.min(m.first8_min_rtt_us),
+            };
+            self.round_samples += m.rtt_samples;
         }
         if cwnd_pkts < self.low_window_pkts || self.delay_min_us == 0 {
             return None;
         }
         // Unpaced flows compare the train with half the minimum RTT (tcp_cubic.c).
         let train_limit_us = self.delay_min_us / 2;
-        if self.ack_train && m.ack_train_us > train_limit_us {
-            let frac = train_limit_us as f64 / m.ack_train_us as f64;
+        if self.ack_train && self.round_train_us > train_limit_us {
+            let into_report = train_limit_us.saturating_sub(train_before) as f64;
+            let frac = (into_report / m.ack_train_us.max(1) as f64).clamp(0.0, 1.0);
             return Some((HyStartExit::AckTrain, frac));
         }
         if self.delay
-            && m.rtt_samples >= HYSTART_MIN_SAMPLES
-            && m.first8_min_rtt_us > self.delay_min_us + Self::delay_thresh_us(self.delay_min_us)
+            && self.round_samples >= HYSTART_MIN_SAMPLES
+            && self.round_min8_us > self.delay_min_us + Self::delay_thresh_us(self.delay_min_us)
         {
             return Some((HyStartExit::DelayIncrease, 1.0));
         }
@@ -324,7 +368,7 @@ impl Cubic {
         }
         let acked = m.acked_pkts(self.params.mss_bytes);
         if in_ss {
-            if let Some((how, frac)) = self.hystart.as_mut().and_then(|h| h.check(m, self.cwnd)) {
+            if let Some((how, frac)) = self.hystart.as_mut().and_then(|h| h.check(m, self.cwnd, self.rtt.srtt_us)) {
                 // Slow start ended when the detector fired: ssthresh = the cwnd
                 // of that moment (tcp_cubic.c), the rest of the report is CA.
                 let at_exit = self.cwnd + acked * frac;
@@ -589,6 +633,60 @@ mod tests {
         let e = cu.epoch().expect("epoch after slow start");
         assert_eq!(e.k_s, 0.0);
         assert!(close(e.w_max, e.cwnd_epoch));
+    }
+
+    /// A slow-start report at `now_us` whose ACK train lasted `train_us`.
+    fn ss_report(now_us: u64, acked: f64, rtt_us: u64, train_us: u64, unbroken: bool) -> Measurement {
+        Measurement {
+            ack_train_us: train_us,
+            ack_train_unbroken: unbroken,
+            rtt_samples: 8,
+            first8_min_rtt_us: rtt_us,
+            ..report(now_us, acked, rtt_us)
+        }
+    }
+
+    #[test]
+    fn hystart_ack_train_spans_reports_of_a_round() {
+        let mut hs = HyStart::new(true, false, 16.0);
+        // delay_min 40 ms: the train must exceed 20 ms. Reports every 12 ms, each
+        // a 12 ms unbroken train: 12 ms, then 24 ms -> fires 8/12 into the 2nd report.
+        assert_eq!(hs.check(&ss_report(0, 0.0, 40_000, 0, true), 20.0, 40_000.0), None);
+        assert_eq!(hs.check(&ss_report(12_000, 10.0, 40_000, 12_000, true), 20.0, 40_000.0), None);
+        let (how, frac) = hs.check(&ss_report(24_000, 10.0, 40_000, 12_000, true), 20.0, 40_000.0).unwrap();
+        assert_eq!(how, HyStartExit::AckTrain);
+        assert!((frac - 8.0 / 12.0).abs() < 1e-9);
+        // Below the low window nothing fires; a broken train stops adding up.
+        let mut hs = HyStart::new(true, false, 16.0);
+        hs.check(&ss_report(0, 0.0, 40_000, 0, true), 20.0, 40_000.0);
+        assert_eq!(hs.check(&ss_report(12_000, 10.0, 40_000, 12_000, true), 10.0, 40_000.0), None);
+        let mut hs = HyStart::new(true, false, 16.0);
+        hs.check(&ss_report(0, 0.0, 40_000, 0, true), 20.0, 40_000.0);
+        hs.check(&ss_report(12_000, 10.0, 40_000, 5_000, false), 20.0, 40_000.0);
+        assert_eq!(hs.check(&ss_report(24_000, 10.0, 40_000, 12_000, true), 20.0, 40_000.0), None);
+        assert_eq!(hs.round_train_us(), 5_000);
+    }
+
+    #[test]
+    fn hystart_delay_increase_ends_slow_start_with_ssthresh_cwnd() {
+        // delay_min 40 ms: threshold clamp(5 ms, 4, 16) -> a round minimum above 45 ms.
+        let p = params(20.0, f64::INFINITY);
+        let mut cu = Cubic::new(p, CubicParams::default()).with_hystart(Some(HyStart::new(false, true, 16.0)));
+        cu.on_report(&ss_report(0, 0.0, 40_000, 0, false));
+        cu.on_report(&ss_report(50_000, 20.0, 44_000, 0, false));
+        assert_eq!(cu.phase(), Phase::SlowStart, "44 ms is within the threshold");
+        assert_eq!(cu.cwnd_pkts(), 40.0);
+        cu.on_report(&ss_report(100_000, 40.0, 46_000, 0, false));
+        assert_eq!(cu.hystart_exit(), Some(HyStartExit::DelayIncrease));
+        assert_eq!(cu.ssthresh_pkts(), 80.0, "ssthresh = cwnd when it fired (after the report's ACKs)");
+        assert_eq!(cu.phase(), Phase::CongestionAvoidance);
+        // Without HyStart the same reports keep doubling.
+        let mut plain = Cubic::new(p, CubicParams::default());
+        for (t, a, r) in [(0, 0.0, 40_000), (50_000, 20.0, 44_000), (100_000, 40.0, 46_000)] {
+            plain.on_report(&ss_report(t, a, r, 0, false));
+        }
+        assert_eq!(plain.phase(), Phase::SlowStart);
+        assert_eq!(plain.cwnd_pkts(), 80.0);
     }
 
     #[test]

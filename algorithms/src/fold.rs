@@ -67,11 +67,12 @@ pub struct FoldProgram {
 ///   none), and `nrtt` the number of RTT samples (HyStart's delay increase),
 /// - `train`: the length in us of the ACK train that starts the report: ACKs
 ///   each at most 2 ms after the previous one, timed from the report that
-///   opened this one (HyStart's ACK train; `trainon` marks it unbroken).
+///   opened this one (HyStart's ACK train), and `trainon` whether it was still
+///   unbroken at the report (so a train can continue into the next report),
 ///
-/// Portus allows report registers 0..15, so a program has at most 15 such
+/// Portus allows report registers 0..15, so a program has at most 16 such
 /// fields (the suite's test compiles and serializes every program).
-pub const REPORT_FIELDS: [&str; 15] = [
+pub const REPORT_FIELDS: [&str; 16] = [
     "Report.acked",
     "Report.sacked",
     "Report.loss",
@@ -87,6 +88,7 @@ pub const REPORT_FIELDS: [&str; 15] = [
     "Report.nrtt",
     "Report.train",
     "Report.maxrtt",
+    "Report.trainon",
 ];
 
 /// Largest gap between two ACKs of one ACK train, us (Linux tcp_cubic.c
@@ -180,8 +182,9 @@ const INFINITY_THRESHOLD: u64 = u32::MAX as u64;
 
 /// Convert the raw Report field values (in [`REPORT_FIELDS`] order) into a
 /// [`Measurement`] stamped with `now_us`.
-pub fn measurement_from_fields(values: [u64; 15], now_us: u64) -> Measurement {
-    let [acked, sacked, loss, timeout, rtt, minrtt, inflight, inflmax, rate, acks, cwnd, rtt8, nrtt, train, maxrtt] = values;
+pub fn measurement_from_fields(values: [u64; 16], now_us: u64) -> Measurement {
+    let [acked, sacked, loss, timeout, rtt, minrtt, inflight, inflmax, rate, acks, cwnd, rtt8, nrtt, train, maxrtt, trainon] =
+        values;
     let finite = |v: u64| if v >= INFINITY_THRESHOLD { 0 } else { v };
     Measurement {
         now_us,
@@ -200,6 +203,7 @@ pub fn measurement_from_fields(values: [u64; 15], now_us: u64) -> Measurement {
         rtt_samples: nrtt,
         ack_train_us: train,
         max_rtt_us: finite(maxrtt),
+        ack_train_unbroken: trainon != 0,
     }
 }
 
@@ -207,7 +211,7 @@ pub fn measurement_from_fields(values: [u64; 15], now_us: u64) -> Measurement {
 ///
 /// Errors: the report comes from another program (stale uid) or lacks a field.
 pub fn read_measurement(report: &Report, sc: &Scope, now_us: u64) -> portus::Result<Measurement> {
-    let mut values = [0u64; 15];
+    let mut values = [0u64; 16];
     for (v, name) in values.iter_mut().zip(REPORT_FIELDS) {
         *v = report.get_field(name, sc)?;
     }
@@ -247,14 +251,15 @@ mod tests {
 
     #[test]
     fn infinite_minrtt_means_no_sample() {
-        let m = measurement_from_fields([1, 2, 3, 1, 5, u64::MAX, 7, 8, 10, 11, 12, u64::MAX, 14, 15, 16], 13);
+        let m = measurement_from_fields([1, 2, 3, 1, 5, u64::MAX, 7, 8, 10, 11, 12, u64::MAX, 14, 15, 16, 1], 13);
+        assert!(m.ack_train_unbroken);
         assert_eq!(m.min_rtt_us, 0);
         assert_eq!((m.first8_min_rtt_us, m.rtt_samples, m.ack_train_us, m.max_rtt_us), (0, 14, 15, 16));
         assert!(m.timeout);
         assert_eq!((m.acked_bytes, m.sacked_pkts, m.lost_pkts), (1, 2, 3));
         assert_eq!((m.rtt_us, m.inflight_pkts, m.inflight_max_pkts), (5, 7, 8));
         assert_eq!((m.delivery_rate_bps, m.acks, m.dp_cwnd_bytes, m.now_us), (10, 11, 12, 13));
-        let m = measurement_from_fields([0, 0, 0, 0, 0, 4_294_967_295, 0, 0, 0, 0, 0, 0, 0, 0, 0], 0);
+        let m = measurement_from_fields([0, 0, 0, 0, 0, 4_294_967_295, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], 0);
         assert_eq!(m.min_rtt_us, 0);
     }
 }

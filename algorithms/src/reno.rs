@@ -1,7 +1,7 @@
 //! Reno window logic (RFC 5681), independent of Portus.
 //!
-//! Applied **per report** (one report per RTT, plus an urgent report on loss or
-//! timeout) with the report's totals, as ALGORITHMS.md allows: the per-ACK
+//! Applied **per report** (four reports per RTT, plus an urgent report on loss
+//! or timeout) with the report's totals, as ALGORITHMS.md allows: the per-ACK
 //! rules sum to the same growth over an RTT and a per-report rule keeps the
 //! fold program and the IPC rate small.
 //!
@@ -21,8 +21,12 @@
 //! - Growth only when cwnd-limited ([`crate::window::cwnd_limited`], as Linux
 //!   `tcp_is_cwnd_limited`): an application-limited flow's cwnd stays put.
 //!
-//! Fold program: [`crate::fold`]'s fields, one report per RTT and at once on a
-//! loss or timeout. Differences from Linux `reno`: per-report (not per-ACK)
+//! Fold program: [`crate::fold`]'s fields, four reports per RTT and at once on
+//! a loss or timeout. Four rather than one: each report raises cwnd by what it
+//! acknowledged, and in slow start a once-per-RTT step releases a whole
+//! window's worth of packets at once, a burst that overflowed a 1-BDP queue
+//! (measured with `ccplab fidelity`: retransmits 3.0x the kernel's at one report
+//! per RTT, 1.2-1.3x at four). Differences from Linux `reno`: per-report (not per-ACK)
 //! updates; no PRR during recovery (cwnd = ssthresh at once); the recovery
 //! point is estimated from the in-flight count at the loss; ssthresh uses cwnd
 //! rather than FlightSize, as Linux `tcp_reno_ssthresh` does.
@@ -41,9 +45,9 @@ pub struct RenoSpec;
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct RenoArgs {}
 
-/// Reno's fold program: one report per RTT, urgent on loss or timeout.
+/// Reno's fold program: four reports per RTT, urgent on loss or timeout.
 pub const PROGRAM: FoldProgram =
-    FoldProgram { name: "ccplab_reno", cadence: Cadence::PerRtt(1), urgent_on_loss: true };
+    FoldProgram { name: "ccplab_reno", cadence: Cadence::PerRtt(4), urgent_on_loss: true };
 
 impl AlgorithmSpec for RenoSpec {
     const NAME: &'static str = "reno";

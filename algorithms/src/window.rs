@@ -48,6 +48,8 @@ pub struct Measurement {
     pub ack_train_us: u64,
     /// Largest RTT sample in the report, us; 0 = none.
     pub max_rtt_us: u64,
+    /// The ACK train was still unbroken at the report (it may continue in the next).
+    pub ack_train_unbroken: bool,
 }
 
 impl Measurement {

@@ -68,7 +68,7 @@ fn fold_reports_once_per_rtt_and_at_once_on_loss_or_timeout() {
     // The Datapath must not move while a Connection points into it: keep it boxed.
     let dp = Box::new(dp);
 
-    let text = ccp_algorithms::reno::PROGRAM.text();
+    let text = ccp_algorithms::vegas::PROGRAM.text(); // one report per RTT
     let (bin, sc) = portus::lang::compile(text.as_bytes(), &[]).expect("fold compiles");
     let install = serialize::install::Msg {
         sid: 0,
