@@ -47,6 +47,11 @@ class Cca:
         return re.sub(r"[^A-Za-z0-9._-]", "_", "-".join(parts))
 
     @property
+    def base(self) -> str:
+        """``kind:name`` without parameters (the ``cca`` of the analysis contract)."""
+        return f"{self.kind}:{self.name}"
+
+    @property
     def param_dict(self) -> dict[str, str]:
         """The parameters as {flag name: value} (recorded as ``cca_params``)."""
         return dict(self.params)

@@ -40,6 +40,7 @@ def test_cca_parameters_parse_label_and_slug():
     argv = registry.lookup("cubic").argv(cca.param_dict)
     assert argv[-4:] == ["--beta", "0.8", "--hystart-detect", "delay"]
     assert parse_cca("ccp:reno").params == ()
+    assert cca.base == "ccp:cubic"
 
 
 @pytest.mark.parametrize("text, fragments", [
