@@ -31,6 +31,8 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_endian.h>
+#include "fold_vm.h"
+#include "fold_ccp.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -122,6 +124,11 @@ struct {
 const volatile __u64 wake_interval_ns = 200000;    /* force a wakeup at most this often */
 const volatile __u64 stale_after_ns = 500000000;   /* heartbeat age that means "daemon gone" */
 
+/* 1: fold programs run here, per ACK (--fold kernel, fold_ccp.h); only
+ * create/release/state events and reports go to user space. 0: every ACK
+ * goes to user space, where libccp runs them (--fold userspace). */
+const volatile __u32 fold_in_kernel = 0;
+
 /* Written by user space through the mmaped .bss on every loop iteration. */
 __u64 heartbeat_ns = 0;
 /* Statistics, read by user space. */
@@ -191,6 +198,8 @@ void BPF_PROG(ccp_init, struct sock *sk)
 	 * From now on pacing is ours: off unless a command sets a rate. */
 	if (sk->sk_pacing_status == SK_PACING_NEEDED)
 		sk->sk_pacing_status = SK_PACING_NONE;
+	if (fold_in_kernel)
+		fold_flow_start(sk, ca->timeouts);
 
 	ev = reserve_event(EV_CREATE, ca->flow_id, now);
 	if (!ev)
@@ -216,6 +225,7 @@ void BPF_PROG(ccp_release, struct sock *sk)
 	struct ccp_event *ev;
 
 	bpf_map_delete_elem(&commands, &id);
+	fold_flow_end(id);
 	ev = reserve_event(EV_RELEASE, id, bpf_ktime_get_ns());
 	if (ev)
 		bpf_ringbuf_submit(ev, BPF_RB_FORCE_WAKEUP);
@@ -388,6 +398,25 @@ static __always_inline void fallback(struct sock *sk, struct tcp_sock *tp, struc
 	tcp_reno_cong_avoid(sk, ack, rs->acked_sacked);
 }
 
+/* --fold kernel: the flow's fold program runs here (fold_ccp.h); what the
+ * algorithm set is applied while the daemon's heartbeat is fresh (it
+ * forwards the reports), else the fallback runs. */
+static __always_inline void fold_cong_control(struct sock *sk, struct tcp_sock *tp, struct ccp_priv *ca,
+					      __u32 ack, const struct rate_sample *rs, __u64 now, __u64 hb)
+{
+	struct ccp_cmd cmd = {};
+
+	if (fold_on_ack(sk, rs, ca->flow_id, ca->ecn_bytes, ca->timeouts, now, &cmd.cwnd_bytes,
+			&cmd.rate_bytes_per_sec) &&
+	    hb && (hb > now || now - hb < stale_after_ns)) {
+		apply_command(sk, tp, ca, &cmd);
+		__sync_fetch_and_add(&command_acks, 1);
+	} else {
+		fallback(sk, tp, ca, ack, rs);
+		__sync_fetch_and_add(&fallback_acks, 1);
+	}
+}
+
 SEC("struct_ops")
 void BPF_PROG(ccp_cong_control, struct sock *sk, __u32 ack, int flag, const struct rate_sample *rs)
 {
@@ -402,6 +431,10 @@ void BPF_PROG(ccp_cong_control, struct sock *sk, __u32 ack, int flag, const stru
 	 * SYN_SENT precedes tcp_finish_connect): no flow id yet, plain Reno. */
 	if (id == 0) {
 		fallback(sk, tp, ca, ack, rs);
+		return;
+	}
+	if (fold_in_kernel) {
+		fold_cong_control(sk, tp, ca, ack, rs, now, hb);
 		return;
 	}
 	emit_ack(sk, tp, ca, rs, now);

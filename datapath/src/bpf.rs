@@ -11,6 +11,7 @@ use anyhow::{bail, Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder};
 
+use crate::fold_kernel::{FoldMaps, FoldProg, FoldStaged};
 use crate::wire::{decode_event, Command, Event};
 
 mod skel {
@@ -31,6 +32,9 @@ pub struct BpfConfig {
     /// If the daemon's heartbeat is older than this, commands are ignored and
     /// flows run the Reno fallback.
     pub stale_after: Duration,
+    /// Run the fold programs in the kernel (`--fold kernel`, bpf/fold_ccp.h)
+    /// instead of sending every ACK to libccp in user space.
+    pub fold_in_kernel: bool,
 }
 
 impl Default for BpfConfig {
@@ -38,6 +42,7 @@ impl Default for BpfConfig {
         BpfConfig {
             wake_interval: Duration::from_micros(200),
             stale_after: Duration::from_millis(500),
+            fold_in_kernel: true,
         }
     }
 }
@@ -53,6 +58,11 @@ pub struct BpfStats {
     pub command_acks: u64,
     /// Flows seen (ids handed out).
     pub flows: u32,
+    /// --fold kernel: fold invocations, aborted ones, reports sent/dropped.
+    pub fold_invocations: u64,
+    pub fold_aborts: u64,
+    pub fold_reports: u64,
+    pub fold_reports_dropped: u64,
 }
 
 /// The loaded BPF object; the congestion control is registered while
@@ -95,6 +105,9 @@ impl BpfDatapath {
             .context("BPF object has no .rodata")?;
         rodata.wake_interval_ns = cfg.wake_interval.as_nanos() as u64;
         rodata.stale_after_ns = cfg.stale_after.as_nanos() as u64;
+        rodata.fold_in_kernel = u32::from(cfg.fold_in_kernel);
+        // origin of the fold programs' Ack.now (libccp: datapath time zero)
+        rodata.fold_time_zero_ns = monotonic_ns();
         let mut skel = open.load().context(
             "loading the BPF struct_ops object into the kernel failed \
              (needs root/CAP_BPF, a kernel with BPF struct_ops for tcp_congestion_ops and BTF)",
@@ -139,6 +152,17 @@ impl BpfDatapath {
         b.build().context("creating the ring-buffer consumer")
     }
 
+    /// A ring-buffer consumer for `--fold kernel` reports (raw `struct
+    /// fold_report` records, see fold_kernel::KernelFold::report_msg).
+    pub fn report_reader(&self, queue: Rc<RefCell<Vec<Vec<u8>>>>) -> Result<RingBuffer<'static>> {
+        let mut b = RingBufferBuilder::new();
+        b.add(&self.skel.maps.fold_reports, move |data: &[u8]| {
+            queue.borrow_mut().push(data.to_vec());
+            0
+        })?;
+        b.build().context("creating the report ring-buffer consumer")
+    }
+
     /// Write (insert or replace) the command for `flow_id`; the BPF side
     /// applies it on the flow's next ACK.
     pub fn set_command(&self, flow_id: u32, cmd: Command) -> Result<()> {
@@ -173,7 +197,38 @@ impl BpfDatapath {
                 fallback_acks: std::ptr::addr_of!((*bss).fallback_acks).read_volatile(),
                 command_acks: std::ptr::addr_of!((*bss).command_acks).read_volatile(),
                 flows: std::ptr::addr_of!((*bss).next_flow_id).read_volatile(),
+                fold_invocations: std::ptr::addr_of!((*bss).fold_invocations).read_volatile(),
+                fold_aborts: std::ptr::addr_of!((*bss).fold_aborts).read_volatile(),
+                fold_reports: std::ptr::addr_of!((*bss).fold_reports_sent).read_volatile(),
+                fold_reports_dropped: std::ptr::addr_of!((*bss).fold_reports_dropped).read_volatile(),
             }
+        }
+    }
+}
+
+/// `--fold kernel`: Portus's programs and staged updates go to the BPF maps
+/// of bpf/fold_ccp.h.
+impl FoldMaps for BpfDatapath {
+    fn write_program(&mut self, slot: u32, prog: &FoldProg) -> std::result::Result<(), String> {
+        use zerocopy::IntoBytes;
+        self.skel
+            .maps
+            .fold_progs
+            .update(&slot.to_ne_bytes(), prog.as_bytes(), MapFlags::ANY)
+            .map_err(|e| format!("fold_progs[{slot}]: {e}"))
+    }
+
+    fn stage(&mut self, flow_id: u32, delta: &FoldStaged) -> std::result::Result<(), String> {
+        use zerocopy::IntoBytes;
+        // struct fold_stage_in: the delta, then the flow id
+        let mut ctx = delta.as_bytes().to_vec();
+        ctx.extend_from_slice(&flow_id.to_ne_bytes());
+        ctx.extend_from_slice(&[0; 4]);
+        let run = libbpf_rs::ProgramInput { context_in: Some(&mut ctx[..]), ..Default::default() };
+        let out = self.skel.progs.fold_stage.test_run(run).map_err(|e| format!("fold_stage: {e}"))?;
+        match out.return_value as i32 {
+            0 => Ok(()),
+            r => Err(format!("fold_stage for flow {flow_id} returned {r}")),
         }
     }
 }

@@ -1,8 +1,14 @@
 //! ccp-datapath: registers the eBPF struct_ops TCP congestion control `ccp`
 //! and drives it from a Portus algorithm through libccp.
 //!
-//! Data flow: kernel (bpf/ccp.bpf.c) --ring buffer--> [`bpf`] --events-->
-//! [`fold`] (libccp runs the algorithm's fold programs) --commands (cwnd,
+//! Data flow, `--fold kernel` (default): the algorithm's fold programs run in
+//! the kernel per ACK (bpf/fold_vm.h, bpf/fold_ccp.h); [`fold_kernel`] turns
+//! Portus's install / update / change messages into BPF map entries and the
+//! kernel's report records into Portus measure messages; only flow
+//! create/release events and reports cross to user space.
+//!
+//! `--fold userspace`: kernel (bpf/ccp.bpf.c) --ring buffer--> [`bpf`]
+//! --events--> [`fold`] (libccp runs the fold programs) --commands (cwnd,
 //! pacing rate)--> BPF `commands` map --next ACK--> socket; libccp <-> Portus
 //! over [`ipc`] (unix datagrams).
 //!
@@ -13,6 +19,7 @@
 
 mod bpf;
 mod fold;
+mod fold_kernel;
 mod ipc;
 mod primitives;
 mod stats;
@@ -32,7 +39,8 @@ use serde::Serialize;
 
 use crate::bpf::{ca_available, monotonic_ns, BpfConfig, BpfDatapath, CA_NAME};
 use crate::fold::FoldEngine;
-use crate::ipc::PortusIpc;
+use crate::fold_kernel::KernelFold;
+use crate::ipc::{PortusIpc, PortusSender};
 use crate::stats::Samples;
 use crate::wire::Event;
 
@@ -72,9 +80,83 @@ struct Cli {
     /// events are picked up by the 1 ms poll or the next wakeup).
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     wake_us: u64,
+    /// Where the algorithms' fold programs run: `kernel` (in BPF, per ACK;
+    /// only reports reach user space) or `userspace` (every ACK goes to
+    /// libccp in this daemon).
+    #[arg(long, value_enum, default_value_t = FoldMode::Kernel)]
+    fold: FoldMode,
     /// More logging (-v: debug incl. each command applied, -vv: trace).
     #[arg(short, long, action = clap::ArgAction::Count)]
     verbose: u8,
+}
+
+/// `--fold`: where fold programs run.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum FoldMode {
+    Kernel,
+    Userspace,
+}
+
+/// `--fold kernel`: the Portus side of the kernel fold.
+struct KernelMode {
+    kf: KernelFold,
+    sender: PortusSender,
+    congalg: String,
+    /// Create messages Portus did not get yet (flow, message, last try).
+    unsent: Vec<(u32, Vec<u8>, Instant)>,
+    /// Report records from the kernel, raw.
+    reports: Rc<RefCell<Vec<Vec<u8>>>>,
+}
+
+/// Re-send a create message Portus did not get this often.
+const CREATE_RETRY: Duration = Duration::from_secs(1);
+
+impl KernelMode {
+    fn created(&mut self, c: &crate::wire::FlowCreated) {
+        let msg = self.kf.flow_created(
+            c.flow_id,
+            c.init_cwnd_pkts.saturating_mul(c.mss),
+            c.mss,
+            (c.saddr, u32::from(c.sport)),
+            (c.daddr, u32::from(c.dport)),
+            &self.congalg,
+        );
+        match msg {
+            Ok(m) if self.sender.send(&m) => {}
+            Ok(m) => self.unsent.push((c.flow_id, m, Instant::now())),
+            Err(e) => tracing::warn!(flow = c.flow_id, error = %e, "flow not announced (fallback)"),
+        }
+    }
+
+    fn released(&mut self, flow_id: u32) {
+        self.unsent.retain(|(f, _, _)| *f != flow_id);
+        let close = self.kf.flow_released(flow_id);
+        self.sender.send(&close);
+    }
+
+    /// Forward the kernel's reports; re-announce flows Portus missed.
+    fn tick(&mut self) {
+        for rec in std::mem::take(&mut *self.reports.borrow_mut()) {
+            match self.kf.report_msg(&rec) {
+                Ok((_, msg)) => {
+                    self.sender.send(&msg);
+                }
+                Err(e) => tracing::warn!(error = %e, "report record"),
+            }
+        }
+        let sender = &mut self.sender;
+        self.unsent.retain_mut(|(flow, msg, at)| {
+            if at.elapsed() < CREATE_RETRY {
+                return true;
+            }
+            *at = Instant::now();
+            let sent = sender.send(msg);
+            if sent {
+                tracing::info!(flow = *flow, "flow announced to Portus");
+            }
+            !sent
+        });
+    }
 }
 
 /// Contents of --ready-file.
@@ -123,7 +205,9 @@ impl Drop for ReadyFile {
 struct Loop {
     bpf: BpfDatapath,
     ipc: PortusIpc,
-    fold: FoldEngine,
+    /// `--fold userspace`: libccp; `--fold kernel`: None.
+    fold: Option<FoldEngine>,
+    kernel: Option<KernelMode>,
     /// Per-ACK user-space cost: decode-to-command, ns.
     ack_cost: Samples,
     /// Kernel event timestamp to command written into the map, ns.
@@ -143,13 +227,21 @@ impl Loop {
                     init_cwnd_pkts = c.init_cwnd_pkts,
                     "flow created"
                 );
-                if let Err(e) = self.fold.create(&c, monotonic_ns()) {
-                    tracing::warn!(flow = c.flow_id, error = %e, "flow not managed by libccp (Reno fallback)");
+                if let Some(k) = &mut self.kernel {
+                    k.created(&c);
+                }
+                if let Some(fold) = &mut self.fold {
+                    if let Err(e) = fold.create(&c, monotonic_ns()) {
+                        tracing::warn!(flow = c.flow_id, error = %e, "flow not managed by libccp (Reno fallback)");
+                    }
                 }
             }
             Event::Ack(s) => {
+                let Some(fold) = self.fold.as_mut() else {
+                    return; // --fold kernel: the kernel folds its own ACKs
+                };
                 let t0 = Instant::now();
-                let cmd = self.fold.on_ack(&s, monotonic_ns());
+                let cmd = fold.on_ack(&s, monotonic_ns());
                 if let Some(cmd) = cmd {
                     match self.bpf.set_command(s.flow_id, cmd) {
                         Ok(()) => {
@@ -169,7 +261,11 @@ impl Loop {
             }
             Event::Released { flow_id, .. } => {
                 self.bpf.delete_command(flow_id);
-                if self.fold.release(flow_id) {
+                if let Some(k) = &mut self.kernel {
+                    k.released(flow_id);
+                    tracing::info!(flow = flow_id, "flow released");
+                }
+                if self.fold.as_mut().is_some_and(|f| f.release(flow_id)) {
                     tracing::info!(flow = flow_id, "flow released");
                 }
             }
@@ -180,7 +276,12 @@ impl Loop {
         loop {
             match self.ipc.try_recv(buf) {
                 Ok(Some(n)) => {
-                    if let Err(e) = self.fold.recv_msg(&mut buf[..n]) {
+                    let r = match (&mut self.kernel, &mut self.fold) {
+                        (Some(k), _) => k.kf.on_portus_msg(&buf[..n], &mut self.bpf).map_err(anyhow::Error::from),
+                        (None, Some(fold)) => fold.recv_msg(&mut buf[..n]),
+                        (None, None) => Ok(()),
+                    };
+                    if let Err(e) = r {
                         tracing::debug!(error = %e, len = n, "Portus message");
                     }
                 }
@@ -195,7 +296,9 @@ impl Loop {
 
     fn summary(&self, level_info: bool) {
         let b = self.bpf.stats();
-        let f = self.fold.stats();
+        let f = self.fold.as_ref().map(|f| f.stats()).unwrap_or_default();
+        let active = self.fold.as_ref().map_or(0, |f| f.active_flows());
+        let k = self.kernel.as_ref().map(|k| k.kf.stats()).unwrap_or_default();
         // integer formatting: µs with 3 decimals, no floats in this binary
         let us = |v: Option<u64>| match v {
             Some(ns) => format!("{}.{:03}", ns / 1000, ns % 1000),
@@ -204,10 +307,11 @@ impl Loop {
         let msg = format!(
             "flows={} (bpf ids {}) active={} invokes={} commands={} skipped_invalid={} unknown_flow_acks={} \
              bpf: command_acks={} fallback_acks={} dropped_events={} bad_records={} \
-             per-ACK user cost us: mean={} p50={} p99={}; event->command us: p50={} p99={} (n={})",
+             per-ACK user cost us: mean={} p50={} p99={}; event->command us: p50={} p99={} (n={}) \
+             kernel fold: invocations={} aborted={} reports={} reports_dropped={} installs={} staged={} refused={}",
             f.flows_created,
             b.flows,
-            self.fold.active_flows(),
+            active,
             f.invokes,
             f.commands,
             f.skipped_invalid,
@@ -222,6 +326,13 @@ impl Loop {
             us(self.cmd_latency.percentile(50)),
             us(self.cmd_latency.percentile(99)),
             self.cmd_latency.count,
+            b.fold_invocations,
+            b.fold_aborts,
+            b.fold_reports,
+            b.fold_reports_dropped,
+            k.installs,
+            k.staged,
+            k.refused,
         );
         if level_info {
             tracing::info!("{msg}");
@@ -234,12 +345,28 @@ impl Loop {
 fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
     preflight()?;
     let ipc = PortusIpc::bind(&cli.bind_dir, &cli.portus_socket)?;
+    let in_kernel = cli.fold == FoldMode::Kernel;
+    if in_kernel {
+        fold_kernel::create_msg(0, 0, 0, 0, 0, 0, 0, &cli.congalg).map_err(|e| anyhow::anyhow!("--congalg: {e}"))?;
+    }
     let mut bpf = BpfDatapath::load(BpfConfig {
         wake_interval: Duration::from_micros(cli.wake_us),
         stale_after: Duration::from_millis(cli.stale_ms),
+        fold_in_kernel: in_kernel,
     })?;
     bpf.heartbeat(monotonic_ns());
-    let fold = FoldEngine::new(Box::new(ipc.sender()?), std::process::id(), &cli.congalg)?;
+    let (fold, kernel, report_ring) = if in_kernel {
+        let mut sender = ipc.sender()?;
+        if !sender.send(&fold_kernel::ready_msg(std::process::id())) {
+            tracing::info!("Portus not reachable yet; flows will be announced when it is");
+        }
+        let reports = Rc::new(RefCell::new(Vec::new()));
+        let ring = bpf.report_reader(reports.clone())?;
+        let k = KernelMode { kf: KernelFold::default(), sender, congalg: cli.congalg.clone(), unsent: vec![], reports };
+        (None, Some(k), Some(ring))
+    } else {
+        (Some(FoldEngine::new(Box::new(ipc.sender()?), std::process::id(), &cli.congalg)?), None, None)
+    };
     let queue = Rc::new(RefCell::new(Vec::<Event>::new()));
     let bad_records = Rc::new(RefCell::new(0u64));
     let ring = bpf.event_reader(queue.clone(), bad_records.clone())?;
@@ -254,16 +381,19 @@ fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
         ccplab_util::fs::write_atomically(p, |w| w.write_all(&body))
             .with_context(|| format!("--ready-file {}: cannot write", p.display()))?;
     }
-    tracing::info!(ca = CA_NAME, socket = %socket, portus = %cli.portus_socket.display(), congalg = %cli.congalg, "registered; ready");
+    tracing::info!(ca = CA_NAME, socket = %socket, portus = %cli.portus_socket.display(), congalg = %cli.congalg, fold = ?cli.fold, "registered; ready");
 
-    let mut lp = Loop { bpf, ipc, fold, ack_cost: Samples::new(65536), cmd_latency: Samples::new(65536), bad_records };
+    let mut lp = Loop { bpf, ipc, fold, kernel, ack_cost: Samples::new(65536), cmd_latency: Samples::new(65536), bad_records };
     let mut buf = vec![0u8; 64 * 1024];
-    let mut fds = [
+    let mut fds = vec![
         libc::pollfd { fd: ring.epoll_fd(), events: libc::POLLIN, revents: 0 },
         libc::pollfd { fd: lp.ipc.fd(), events: libc::POLLIN, revents: 0 },
         // readable once SIGINT/SIGTERM arrived: wakes the poll at once
         libc::pollfd { fd: stop.as_raw_fd(), events: libc::POLLIN, revents: 0 },
     ];
+    if let Some(r) = &report_ring {
+        fds.push(libc::pollfd { fd: r.epoll_fd(), events: libc::POLLIN, revents: 0 });
+    }
     let mut last_summary = Instant::now();
     while stop.received().is_none() {
         lp.bpf.heartbeat(monotonic_ns());
@@ -279,6 +409,14 @@ fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
         for ev in events {
             lp.handle(ev);
         }
+        if let Some(r) = &report_ring {
+            if let Err(e) = r.consume() {
+                tracing::warn!(error = %e, "report ring buffer consume");
+            }
+        }
+        if let Some(k) = &mut lp.kernel {
+            k.tick();
+        }
         if last_summary.elapsed() >= Duration::from_secs(10) {
             lp.summary(false);
             last_summary = Instant::now();
@@ -288,6 +426,7 @@ fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
     lp.summary(true);
     lp.bpf.unregister();
     drop(ring);
+    drop(report_ring);
     drop(lp); // closes maps, removes the socket file
     Ok(())
 }
