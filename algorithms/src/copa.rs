@@ -16,7 +16,8 @@
 //!   RTT; a change of direction (or a decision against the current direction)
 //!   resets v to 1.
 //! - pacing rate = 2 cwnd / RTT_standing (the paper paces at twice the rate).
-//! - mode switching (§2.2): the queue counts as "nearly empty" when d_q is
+//! - mode switching (§2.2, `--mode-switch true`; off by default, see the flag):
+//!   the queue counts as "nearly empty" when d_q is
 //!   below 10 % of the largest queueing delay of the last 4 RTTs. If it was
 //!   nearly empty at least once in the last 5 RTTs Copa runs in default mode
 //!   (delta = `--delta`); otherwise in competitive mode, where 1/delta grows by
@@ -45,7 +46,10 @@ pub struct CopaArgs {
     #[arg(long, default_value = "0.5")]
     pub delta: f64,
     /// Switch to competitive mode when the queue never nearly empties in 5 RTTs (§2.2).
-    #[arg(long, default_value = "true", action = clap::ArgAction::Set, value_name = "BOOL")]
+    /// Off by default: with per-report control a lone flow's queue rarely drains below
+    /// 10 % of its recent maximum, so the rule took a single flow into competitive
+    /// mode, where 1/delta grew to ~55 and the queue to ~14 packets (measured).
+    #[arg(long, default_value = "false", action = clap::ArgAction::Set, value_name = "BOOL")]
     pub mode_switch: bool,
     /// Pacing rate = gain x cwnd / RTT_standing (the paper: 2).
     #[arg(long, default_value = "2")]
