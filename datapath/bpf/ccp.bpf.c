@@ -32,7 +32,6 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_endian.h>
 #include "fold_vm.h"
-#include "fold_ccp.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -163,6 +162,10 @@ static __always_inline __u64 wake_flag(__u64 now)
 	}
 	return BPF_RB_NO_WAKEUP;
 }
+
+/* --fold kernel (fold_ccp.h): reports wake user space like ACK events do. */
+#define FOLD_REPORT_WAKE_FLAGS(now) wake_flag(now)
+#include "fold_ccp.h"
 
 static __always_inline struct ccp_event *reserve_event(__u32 kind, __u32 flow_id, __u64 now)
 {

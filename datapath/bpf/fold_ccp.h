@@ -140,14 +140,24 @@ static __always_inline void fold_fill_ack(struct fold_ack *a, const struct tcp_s
 	a->mss = tp->mss_cache;
 }
 
+#ifndef FOLD_REPORT_WAKE_FLAGS
+/* Ring-buffer flags for a report that is not urgent. A wakeup costs 7-20 us
+ * here (FIELD-NOTES) and a program reporting once per RTT reports on almost
+ * every ACK when the RTT is tens of us: the includer should rate-limit, e.g.
+ * `#define FOLD_REPORT_WAKE_FLAGS(now) wake_flag(now)` before including. */
+#define FOLD_REPORT_WAKE_FLAGS(now) BPF_RB_FORCE_WAKEUP
+#endif
+
+/* Send the report; one seen with a loss or timeout (urgent) wakes user
+ * space at once, others as FOLD_REPORT_WAKE_FLAGS decides. */
 static __always_inline void fold_send_report(struct fold_flow *ff, __u32 flow_id,
-					     const struct fold_result *res, __u64 now)
+					     const struct fold_result *res, __u64 now, int urgent)
 {
 	struct fold_report *rec = bpf_ringbuf_reserve(&fold_reports, sizeof(*rec), 0);
 
 	if (rec) {
 		fold_fill_report(rec, flow_id, &ff->st, res, now);
-		bpf_ringbuf_submit(rec, BPF_RB_FORCE_WAKEUP);
+		bpf_ringbuf_submit(rec, urgent ? BPF_RB_FORCE_WAKEUP : FOLD_REPORT_WAKE_FLAGS(now));
 		__sync_fetch_and_add(&fold_reports_sent, 1);
 	} else {
 		__sync_fetch_and_add(&fold_reports_dropped, 1);
@@ -205,7 +215,7 @@ static __always_inline int fold_on_ack(struct sock *sk, const struct rate_sample
 		ff->req_rate = last;
 	}
 	if (res.report)
-		fold_send_report(ff, flow_id, &res, now);
+		fold_send_report(ff, flow_id, &res, now, prims[4] || prims[14]);
 	if (ff->awaiting) {
 		/* libccp echoes the seed on every invocation: only another cwnd
 		 * or a rate is the algorithm speaking again */
