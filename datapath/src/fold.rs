@@ -29,6 +29,9 @@ impl MsgSink for crate::ipc::PortusSender {
     }
 }
 
+/// libccp / Portus message type of an update_field message.
+const UPDATE_FIELD_MSG: u16 = 3;
+
 /// If a flow's create message could not be delivered (Portus not up yet),
 /// re-announce the flow this often (ns).
 const CREATE_RETRY_NS: u64 = 1_000_000_000;
@@ -79,6 +82,9 @@ struct Flow {
     /// After an RTO: the algorithm has not commanded since (its last request is
     /// stale and must not be re-applied; the kernel's loss window stands).
     awaiting_alg: bool,
+    /// `updates_received` when the RTO was seen: an update staged in libccp
+    /// before it (applied by the first invocation after an outage) is stale too.
+    updates_at_rto: u64,
 }
 
 /// Counters for logging / the exit summary.
@@ -106,6 +112,9 @@ pub struct FoldEngine {
     congalg: String,
     flows: HashMap<u32, Flow>,
     stats: FoldStats,
+    /// Updates (Portus UPDATE_FIELD messages) received so far; a flow awaiting
+    /// the algorithm after an RTO only listens to updates received after it.
+    updates_received: u64,
 }
 
 impl FoldEngine {
@@ -130,7 +139,14 @@ impl FoldEngine {
         if send_failed.replace(false) {
             tracing::info!("Portus not reachable yet; flows will be announced when it is");
         }
-        Ok(FoldEngine { dp, send_failed, congalg: congalg.to_string(), flows: HashMap::new(), stats: FoldStats::default() })
+        Ok(FoldEngine {
+            dp,
+            send_failed,
+            congalg: congalg.to_string(),
+            flows: HashMap::new(),
+            stats: FoldStats::default(),
+            updates_received: 0,
+        })
     }
 
     /// A flow switched to `ccp`: start its libccp Connection (announces the
@@ -150,6 +166,7 @@ impl FoldEngine {
                 last_cmd: None,
                 invokes: 0,
                 awaiting_alg: false,
+                updates_at_rto: 0,
             },
         );
         Ok(())
@@ -198,6 +215,7 @@ impl FoldEngine {
             // and send nothing until the algorithm answers the timeout report.
             self.stats.timeouts += 1;
             flow.awaiting_alg = true;
+            flow.updates_at_rto = self.updates_received;
         }
         if flow.awaiting_alg {
             conn.cwnd_bytes = None;
@@ -216,7 +234,8 @@ impl FoldEngine {
         if flow.awaiting_alg {
             // libccp echoes the seeded loss window on every invoke; only a
             // different cwnd or a rate is the algorithm speaking again.
-            let spoke = conn.cwnd_bytes.is_some_and(|c| c != seed_cwnd) || conn.rate.is_some();
+            let fresh = self.updates_received > flow.updates_at_rto;
+            let spoke = fresh && (conn.cwnd_bytes.is_some_and(|c| c != seed_cwnd) || conn.rate.is_some());
             if !spoke {
                 conn.cwnd_bytes = None;
                 conn.rate = None;
@@ -254,6 +273,10 @@ impl FoldEngine {
     /// change program, update fields). Staged changes apply on the flow's
     /// next invocation.
     pub fn recv_msg(&mut self, msg: &mut [u8]) -> Result<()> {
+        // libccp message header: u16 type (3 = UPDATE_FIELD), u16 length, u32 sid.
+        if msg.len() >= 2 && u16::from_ne_bytes([msg[0], msg[1]]) == UPDATE_FIELD_MSG {
+            self.updates_received += 1;
+        }
         self.dp.recv_msg(msg).map_err(|e| {
             self.stats.recv_errors += 1;
             anyhow!("libccp rejected a Portus message: {e}")
@@ -433,9 +456,11 @@ mod tests {
         assert_eq!(eng.on_ack(&ack(3, 0, false), 2), None);
         assert_eq!(reports(&out, &sc), vec![(3, 0)], "urgent report of 3 lost packets");
 
-        // An RTO (EV_STATE snapshot: timeouts 1, cwnd 1): the fold reports the
-        // timeout at once, and no command goes out: the stale 40 packets are not
-        // re-applied, the kernel's loss window stands.
+        // The algorithm's last update before an outage (no ACK applies it) ...
+        set_cwnd(&mut eng, 50 * u64::from(MSS));
+        // ... then an RTO (EV_STATE snapshot: timeouts 1, cwnd 1): the fold reports
+        // the timeout at once, and no command goes out: neither the stale 40 nor
+        // the 50 staged before the RTO are applied, the kernel's loss window stands.
         assert_eq!(eng.on_ack(&ack(13, 1, false), 3), None);
         assert_eq!(reports(&out, &sc), vec![(10, 1)]);
         assert_eq!(eng.on_ack(&ack(13, 1, true), 4), None, "still waiting for the algorithm");
