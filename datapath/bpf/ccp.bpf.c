@@ -273,6 +273,20 @@ static __always_inline void fill_snapshot(struct ccp_event *ev, struct sock *sk,
 	ev->lost = tp->lost;
 }
 
+/* An RTO makes the algorithm's cwnd/rate updates staged before it stale:
+ * without ACKs during an outage they would otherwise be applied by the first
+ * invocation after the RTO and taken for the algorithm's answer to it. */
+static __always_inline void drop_staged_controls(__u32 flow_id)
+{
+	struct fold_staged_entry *e = bpf_map_lookup_elem(&fold_staged, &flow_id);
+
+	if (!e)
+		return;
+	bpf_spin_lock(&e->lock);
+	e->sg.flags &= ~(FOLD_STAGED_CWND | FOLD_STAGED_RATE);
+	bpf_spin_unlock(&e->lock);
+}
+
 /* Entries into Recovery (fast retransmit, RACK) and Loss (RTO) reach user
  * space at once, without waiting for the next ACK (an RTO has none). */
 SEC("struct_ops")
@@ -282,8 +296,11 @@ void BPF_PROG(ccp_set_state, struct sock *sk, __u8 new_state)
 	struct ccp_event *ev;
 	__u8 old = ca->ca_state;
 
-	if (new_state == TCP_CA_Loss && old != TCP_CA_Loss)
+	if (new_state == TCP_CA_Loss && old != TCP_CA_Loss) {
 		ca->timeouts++;
+		if (ca->flow_id)
+			drop_staged_controls(ca->flow_id);
+	}
 	ca->ca_state = new_state;
 	if (!ca->flow_id || new_state == old ||
 	    (new_state != TCP_CA_Loss && new_state != TCP_CA_Recovery))
