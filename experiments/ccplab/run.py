@@ -120,7 +120,7 @@ def run_one(cca: Cca, scenario: Scenario, out: Path, run_index: int = 1) -> RunR
         iperf = _run_flow(cca, scenario, partial)
         mbps, socket_cc = _check_iperf(iperf, cca)
         metadata = {
-            "schema": 1, "cca": str(cca), "run": run_index, "scenario": scenario.to_json(),
+            "schema": 1, "cca": cca.base, "cca_params": cca.param_dict, "run": run_index, "scenario": scenario.to_json(),
             "flow_start_s": _flow_start_s(partial / "uplink.log"),
             "files": {"link_log": "uplink.log", "iperf3": "iperf3.json", "link": "link.log",
                       "datapath_log": "datapath.log" if cca.kind == "ccp" else None,

@@ -56,10 +56,12 @@ def _assert_left_nothing(before: set[str]) -> None:
 def test_ccp_reno_flow_is_controlled_by_the_portus_algorithm(step_trace, tmp_path):
     before = _namespaces()
     out = tmp_path / "run"
-    assert _run("ccp:reno", step_trace, out) == 0
+    # a parameter (at its default value) goes to the algorithm and into metadata.json
+    assert _run("ccp:reno:init-cwnd-pkts=10", step_trace, out) == 0
 
     meta = json.loads((out / "metadata.json").read_text())
     assert meta["cca"] == "ccp:reno"
+    assert meta["cca_params"] == {"init-cwnd-pkts": "10"}
     assert meta["socket_congestion_control"] == "ccp"  # iperf3's socket used our struct_ops CA
 
     algo_log = (out / "algorithm.log").read_text()
@@ -73,6 +75,7 @@ def test_ccp_reno_flow_is_controlled_by_the_portus_algorithm(step_trace, tmp_pat
     assert meta["iperf3_receiver_mbps"] > 0.75 * LINK_MBPS
     result = transient.analyze_run(out)
     assert result.metrics.throughput_mbps > 0.75 * LINK_MBPS
+    assert result.info["label"] == "ccp:reno init-cwnd-pkts=10", "the label of reports shows the parameters"
     assert result.metrics.utilization > 0.8
     assert result.metrics.p95_queueing_delay_ms <= 40 * 1.2 + 5  # a 40-packet droptail queue at 1 pkt/ms
     _assert_left_nothing(before)
