@@ -5,7 +5,7 @@ mahimahi log -> analysis (the ``transient`` package) -> report.
 
 Modules:
     cca        parse and check a CCA name (``kernel:cubic``, ``ccp:reno``)
-    registry   the algorithm registry (algorithms/registry.toml) read by name
+    registry   the algorithm suite as `ccp-algorithms --list-json` declares it (algorithms/src/suite.rs)
     binaries   where the project's built binaries are
     processes  start a daemon, wait until it is ready, stop it
     scenario   an experiment scenario and its step-change trace

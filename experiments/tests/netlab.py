@@ -27,7 +27,7 @@ from ccplab.binaries import REPO_ROOT, bin_dir
 SWEEPS = REPO_ROOT / "experiments" / "sweeps"
 PACKET_BYTES = 1500
 
-PROJECT_BINARIES = ("ccplab-trace", "ccplab-link", "ccp-datapath", "ccp-reno", "ccp-cubic")
+PROJECT_BINARIES = ("ccplab-trace", "ccplab-link", "ccp-datapath", "ccp-algorithms", "ccp-reno", "ccp-cubic")
 NETLAB_TOOLS = ("iperf3", "ip", "ss")
 BTF_VMLINUX = Path("/sys/kernel/btf/vmlinux")
 
