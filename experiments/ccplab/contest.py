@@ -346,12 +346,13 @@ def format_leaderboard(board: Sequence[dict], setup: ContestSetup) -> str:
     """The leaderboard as text, one line per CCA (medians; spread = min..max score when runs > 1)."""
     head = (f"contest on {setup.trace_name} ({setup.duration_s} s, {setup.one_way_delay_ms} ms each way, "
             f"unbounded queue), {setup.runs} run(s) per CCA" + (", medians" if setup.runs > 1 else ""))
-    cols = f"{'#':>2}  {'CCA':<40} {'capacity':>9} {'throughput (util)':>19} {'p95 qdelay':>11} " \
+    w = max([40, *(len(r["cca"]) for r in board)])  # the CCA column fits the longest name
+    cols = f"{'#':>2}  {'CCA':<{w}} {'capacity':>9} {'throughput (util)':>19} {'p95 qdelay':>11} " \
            f"{'p95 signal':>11} {'score':>7}" + ("  score min..max" if setup.runs > 1 else "")
-    lines = [head, cols, f"{'':>2}  {'':<40} {'Mbit/s':>9} {'Mbit/s':>19} {'ms':>11} {'ms':>11} {'Mbit/s/s':>7}"]
+    lines = [head, cols, f"{'':>2}  {'':<{w}} {'Mbit/s':>9} {'Mbit/s':>19} {'ms':>11} {'ms':>11} {'Mbit/s/s':>7}"]
     for i, r in enumerate(board, 1):
         util = f"{r['throughput_mbps']:.2f} ({100 * r['utilization']:.0f}%)"
-        line = (f"{i:>2}  {r['cca']:<40} {r['capacity_mbps']:>9.2f} {util:>19} {r['p95_queueing_delay_ms']:>11.0f} "
+        line = (f"{i:>2}  {r['cca']:<{w}} {r['capacity_mbps']:>9.2f} {util:>19} {r['p95_queueing_delay_ms']:>11.0f} "
                 f"{r['p95_signal_delay_ms']:>11.0f} {r['power_score']:>7.2f}")
         if setup.runs > 1:
             line += f"  {r['score_min']:.2f}..{r['score_max']:.2f}"
