@@ -89,6 +89,17 @@ def build_parser() -> argparse.ArgumentParser:
                        help="results directories to search for partial run directories (default: results/)")
     clean.add_argument("--dry-run", action="store_true", help="only list what would be removed")
 
+    fid = sub.add_parser("fidelity", help="kernel:X vs ccp:X (reno, cubic, bbr) through the same links "
+                         "(fixed 12 Mbit/s at 1 and 4 BDP, steps 0->12, 0->48, 24->6, Verizon LTE); ratios ccp/kernel with "
+                         "median and spread; fidelity.csv + fidelity.html")
+    fid.add_argument("--out", type=Path, required=True, help="results directory (new or empty)")
+    fid.add_argument("--runs", type=int, default=5, help="runs per CCA and scenario (default %(default)s)")
+    fid.add_argument("--duration-s", type=int, default=30, help="flow duration, s (default %(default)s)")
+    fid.add_argument("--scenarios", default=None, metavar="A,B",
+                     help="comma-separated subset of: fixed12-q1bdp, fixed12-q4bdp, step0-12, step0-48, "
+                          "down24-6, verizon-lte (default: all)")
+    fid.add_argument("--algorithms", default=None, metavar="X,Y", help="default: reno,cubic,bbr")
+
     algs = sub.add_parser("algorithms", help="list the suite's algorithms and their flags")
     algs.add_argument("name", nargs="?", help="one algorithm")
     algs.add_argument("--dump-program", action="store_true", help="print its fold program")
@@ -238,6 +249,12 @@ def cmd_algorithms(args) -> int:
     return 0
 
 
+def cmd_fidelity(args) -> int:
+    from .fidelity import fidelity_command
+
+    return fidelity_command(args)
+
+
 def cmd_analyze(args) -> int:
     from .analysis import analyze_command
 
@@ -314,7 +331,7 @@ def cmd_contest(args) -> int:
 
 
 COMMANDS = {"run": cmd_run, "compare": cmd_compare, "demo": cmd_demo, "clean": cmd_clean, "sweep": cmd_sweep,
-            "algorithms": cmd_algorithms, "analyze": cmd_analyze, "report": cmd_report,
+            "algorithms": cmd_algorithms, "fidelity": cmd_fidelity, "analyze": cmd_analyze, "report": cmd_report,
             "contest": cmd_contest}
 
 if __name__ == "__main__":
