@@ -16,11 +16,15 @@ demo: build
 
 test: build test-rust test-python
 
+# Real-flow tests take the host lock, so they never overlap another emulation
+# (`ccp` registers once per host; concurrent emulations distort each other).
+NETLAB_LOCK := flock /tmp/ccplab-netlab.lock
+
 test-rust:
-	$(CARGO) test --release --workspace
+	$(NETLAB_LOCK) $(CARGO) test --release --workspace
 
 test-python:
-	$(PY) -m pytest -v
+	$(NETLAB_LOCK) $(PY) -m pytest -v
 
 build: deps
 	$(CARGO) build --release --workspace
@@ -47,8 +51,10 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 # Benchmarks print figures (not timed tests): the log reader vs a line-by-line baseline.
-bench: deps-python
+bench: build
 	$(PY) -m transient.bench
+	$(NETLAB_LOCK) $(VENV)/bin/ccplab fidelity --runs 5 --duration-s 20 \
+	    --out results/bench-fidelity-$$(date +%Y%m%d-%H%M%S)
 
 clean:
 	rm -rf target $(VENV)
