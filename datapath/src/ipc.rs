@@ -1,41 +1,158 @@
-//! Portus unix-socket IPC (datagrams).
+//! Portus unix-socket IPC (datagrams), restricted to root.
 //!
 //! Portus 0.9 (`portus::ipc::unix`) binds `/tmp/ccp/<name>` (default
 //! `/tmp/ccp/portus`) and answers every message to the sender's bound path,
 //! so the datapath binds its own filesystem path
 //! (`<bind-dir>/ccp-datapath-<pid>`). One datagram = one libccp message; no
 //! extra framing.
+//!
+//! Security (issue 8 item 5, "only root steers flows"): whoever can send to
+//! these sockets sets every `ccp` flow's cwnd and pacing rate. So
+//! - the bind directory is created mode 0700 (0770 group `--allow-gid`) and
+//!   an existing one must be a real directory owned by root that no one else
+//!   can write ([`secure_dir`]); a root-owned one that others can merely
+//!   enter (Portus creates /tmp/ccp with the umask, 0755) is tightened;
+//! - every received datagram carries the sender's kernel-checked
+//!   credentials (SO_PASSCRED / SCM_CREDENTIALS); one from an untrusted uid
+//!   is dropped and counted ([`PortusIpc::try_recv`]);
+//! - the Portus socket must be a socket owned by a trusted user before the
+//!   datapath sends to it ([`PortusSender::send`]).
 
 use std::io::ErrorKind;
 use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
+
+/// Whose sockets and datagrams the datapath trusts: root, the daemon's own
+/// effective uid (root in production; lets unit tests run unprivileged) and,
+/// if configured, members of one group (by the sender's effective gid).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Trust {
+    /// The daemon's effective uid.
+    pub uid: u32,
+    /// `--allow-gid`: a group whose members may also send.
+    pub allow_gid: Option<u32>,
+}
+
+impl Trust {
+    /// Trust root, this process's effective uid and `allow_gid`.
+    pub fn current(allow_gid: Option<u32>) -> Self {
+        // SAFETY: geteuid has no preconditions.
+        Trust { uid: unsafe { libc::geteuid() }, allow_gid }
+    }
+
+    /// May a peer with these (kernel-reported) credentials steer flows?
+    pub fn admits(&self, uid: u32, gid: u32) -> bool {
+        uid == 0 || uid == self.uid || self.allow_gid == Some(gid)
+    }
+
+    fn owner_ok(&self, uid: u32) -> bool {
+        uid == 0 || uid == self.uid
+    }
+}
+
+/// Create `dir` mode 0700 (0770 owned by group `allow_gid` if set), or check
+/// an existing one: it must be a directory (not a symlink) owned by root (or
+/// the daemon's uid), writable by nobody else (group bits only for the
+/// allowed group). An existing trusted one that others can enter or read is
+/// tightened to that mode.
+///
+/// Errors name `dir` and what is wrong: not a directory, foreign owner,
+/// group/world-writable, or it cannot be created / changed.
+pub fn secure_dir(dir: &Path, trust: &Trust) -> Result<()> {
+    let d = dir.display();
+    let want: u32 = if trust.allow_gid.is_some() { 0o770 } else { 0o700 };
+    match std::fs::DirBuilder::new().mode(want).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e).with_context(|| format!("--bind-dir {d}: cannot create directory")),
+    }
+    let md = std::fs::symlink_metadata(dir).with_context(|| format!("--bind-dir {d}: cannot stat"))?;
+    if !md.file_type().is_dir() {
+        bail!("--bind-dir {d}: is not a directory (a symlink or file there could redirect the sockets); refusing to start");
+    }
+    if !trust.owner_ok(md.uid()) {
+        bail!(
+            "--bind-dir {d}: owned by uid {}, not root: another user created it and could steer flows; \
+             remove it (as root) and start again; refusing to start",
+            md.uid()
+        );
+    }
+    let mode = md.mode() & 0o7777;
+    let group_ok = trust.allow_gid.is_some_and(|g| g == md.gid());
+    if mode & 0o002 != 0 || (mode & 0o020 != 0 && !group_ok) {
+        bail!(
+            "--bind-dir {d}: mode {mode:04o} is group/world-writable: others could plant sockets; \
+             expected {want:04o}; refusing to start"
+        );
+    }
+    if let Some(g) = trust.allow_gid {
+        if md.gid() != g {
+            chown(dir, None, Some(g)).with_context(|| format!("--bind-dir {d}: cannot set group {g}"))?;
+        }
+    }
+    if mode != want {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(want))
+            .with_context(|| format!("--bind-dir {d}: cannot tighten mode {mode:04o} to {want:04o}"))?;
+        tracing::info!(dir = %d, from = format!("{mode:04o}"), to = format!("{want:04o}"), "tightened socket directory");
+    }
+    Ok(())
+}
+
+fn chown(path: &Path, uid: Option<u32>, gid: Option<u32>) -> std::io::Result<()> {
+    std::os::unix::fs::chown(path, uid, gid)
+}
+
+/// Is `path` a unix socket owned by a trusted user (or by the allowed group)?
+/// Err names what is wrong.
+pub fn check_peer_socket(path: &Path, trust: &Trust) -> std::result::Result<(), String> {
+    let md = std::fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if !md.file_type().is_socket() {
+        return Err(format!("{} is not a unix socket", path.display()));
+    }
+    if !(trust.owner_ok(md.uid()) || trust.allow_gid == Some(md.gid())) {
+        return Err(format!("{} is owned by uid {} (not root): not sending flow data to it", path.display(), md.uid()));
+    }
+    Ok(())
+}
 
 /// The datapath's bound socket. Removes its socket file on drop.
 pub struct PortusIpc {
     sock: UnixDatagram,
     path: PathBuf,
     portus: PathBuf,
+    trust: Trust,
+    /// Datagrams dropped because their sender was not trusted.
+    dropped_untrusted: u64,
 }
 
 /// Send half handed to libccp (see [`crate::fold::MsgSink`]).
 pub struct PortusSender {
     sock: UnixDatagram,
     portus: PathBuf,
+    trust: Trust,
     failures: u64,
+    /// When the Portus socket's owner was last found trusted (re-checked
+    /// every [`OWNER_RECHECK`] and after a failed send).
+    owner_checked: Option<Instant>,
 }
 
+/// How long a verified Portus socket owner is trusted before an `lstat` again.
+const OWNER_RECHECK: Duration = Duration::from_secs(1);
+
 impl PortusIpc {
-    /// Bind `<bind_dir>/ccp-datapath-<pid>` (creating `bind_dir`, replacing a
-    /// stale socket file of the same name) and talk to the Portus socket at
-    /// `portus`. The socket is non-blocking.
+    /// Secure `bind_dir` ([`secure_dir`]), bind `<bind_dir>/ccp-datapath-<pid>`
+    /// (replacing a stale socket file of the same name; socket mode 0700, or
+    /// 0770 for the allowed group), enable SO_PASSCRED and talk to the Portus
+    /// socket at `portus`. The socket is non-blocking.
     ///
-    /// Errors: `bind_dir` cannot be created or written, or bind fails.
-    pub fn bind(bind_dir: &Path, portus: &Path) -> Result<Self> {
-        std::fs::create_dir_all(bind_dir)
-            .with_context(|| format!("--bind-dir {}: cannot create directory", bind_dir.display()))?;
+    /// Errors: `bind_dir` is unsafe, cannot be created or written, or bind fails.
+    pub fn bind(bind_dir: &Path, portus: &Path, trust: Trust) -> Result<Self> {
+        secure_dir(bind_dir, &trust)?;
         let path = bind_dir.join(format!("ccp-datapath-{}", std::process::id()));
         match std::fs::remove_file(&path) {
             Err(e) if e.kind() != ErrorKind::NotFound => {
@@ -46,10 +163,17 @@ impl PortusIpc {
         let sock = UnixDatagram::bind(&path).with_context(|| {
             format!("--bind-dir {}: cannot bind unix socket {} (directory not writable?)", bind_dir.display(), path.display())
         })?;
+        let sock_mode = if trust.allow_gid.is_some() { 0o770 } else { 0o700 };
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(sock_mode))
+            .with_context(|| format!("cannot set mode of {}", path.display()))?;
+        if let Some(g) = trust.allow_gid {
+            chown(&path, None, Some(g)).with_context(|| format!("--allow-gid {g}: cannot chgrp {}", path.display()))?;
+        }
         sock.set_nonblocking(true)?;
-        set_buf(&sock, libc::SO_RCVBUF, 4 << 20);
-        set_buf(&sock, libc::SO_SNDBUF, 4 << 20);
-        Ok(PortusIpc { sock, path, portus: portus.to_path_buf() })
+        setsockopt_int(&sock, libc::SO_PASSCRED, 1).context("SO_PASSCRED on the datapath socket")?;
+        let _ = setsockopt_int(&sock, libc::SO_RCVBUF, 4 << 20);
+        let _ = setsockopt_int(&sock, libc::SO_SNDBUF, 4 << 20);
+        Ok(PortusIpc { sock, path, portus: portus.to_path_buf(), trust, dropped_untrusted: 0 })
     }
 
     /// The path this datapath is bound to (Portus replies here).
@@ -62,20 +186,53 @@ impl PortusIpc {
         self.sock.as_raw_fd()
     }
 
+    /// Datagrams dropped so far because their sender was not trusted.
+    pub fn dropped_untrusted(&self) -> u64 {
+        self.dropped_untrusted
+    }
+
     /// A sender for outgoing libccp messages (a clone of the same socket, so
     /// Portus sees our bound path as the source).
     pub fn sender(&self) -> Result<PortusSender> {
-        Ok(PortusSender { sock: self.sock.try_clone()?, portus: self.portus.clone(), failures: 0 })
+        Ok(PortusSender {
+            sock: self.sock.try_clone()?,
+            portus: self.portus.clone(),
+            trust: self.trust,
+            failures: 0,
+            owner_checked: None,
+        })
     }
 
-    /// Receive one datagram into `buf` without blocking; Ok(None) when
-    /// nothing is queued.
-    pub fn try_recv(&self, buf: &mut [u8]) -> std::io::Result<Option<usize>> {
-        match self.sock.recv(buf) {
-            Ok(n) => Ok(Some(n)),
-            Err(e) if e.kind() == ErrorKind::WouldBlock => Ok(None),
-            Err(e) if e.kind() == ErrorKind::Interrupted => Ok(None),
-            Err(e) => Err(e),
+    /// Receive one datagram from a trusted sender into `buf` without
+    /// blocking; Ok(None) when nothing trusted is queued. Datagrams whose
+    /// SCM_CREDENTIALS uid/gid [`Trust::admits`] refuses (or that carry no
+    /// credentials) are dropped with a warning (the first and every 1000th).
+    /// Returns the datagram's full length: more than `buf.len()` means it
+    /// was truncated (the caller drops it as oversized).
+    pub fn try_recv(&mut self, buf: &mut [u8]) -> std::io::Result<Option<usize>> {
+        loop {
+            let (n, cred) = match recv_with_creds(self.sock.as_raw_fd(), buf) {
+                Ok(v) => v,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(None),
+                Err(e) if e.kind() == ErrorKind::Interrupted => return Ok(None),
+                Err(e) => return Err(e),
+            };
+            match cred {
+                Some(c) if self.trust.admits(c.uid, c.gid) => return Ok(Some(n)),
+                _ => {
+                    self.dropped_untrusted += 1;
+                    if self.dropped_untrusted % 1000 == 1 {
+                        tracing::warn!(
+                            socket = %self.path.display(),
+                            sender_pid = cred.map(|c| c.pid),
+                            sender_uid = cred.map(|c| c.uid),
+                            sender_gid = cred.map(|c| c.gid),
+                            dropped = self.dropped_untrusted,
+                            "dropped a datagram from an untrusted sender (not root / --allow-gid)"
+                        );
+                    }
+                }
+            }
         }
     }
 }
@@ -86,33 +243,84 @@ impl Drop for PortusIpc {
     }
 }
 
-fn set_buf(sock: &UnixDatagram, opt: libc::c_int, bytes: libc::c_int) {
+fn setsockopt_int(sock: &UnixDatagram, opt: libc::c_int, val: libc::c_int) -> std::io::Result<()> {
     // SAFETY: plain setsockopt on an fd we own with an int argument.
-    unsafe {
+    let r = unsafe {
         libc::setsockopt(
             sock.as_raw_fd(),
             libc::SOL_SOCKET,
             opt,
-            &bytes as *const libc::c_int as *const libc::c_void,
+            &val as *const libc::c_int as *const libc::c_void,
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        );
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
+}
+
+/// recvmsg(MSG_DONTWAIT | MSG_TRUNC) with room for one SCM_CREDENTIALS: the
+/// datagram's full length and the sender's credentials (None if absent).
+fn recv_with_creds(fd: RawFd, buf: &mut [u8]) -> std::io::Result<(usize, Option<libc::ucred>)> {
+    // u64 array: cmsg buffers must be aligned for cmsghdr
+    let mut cbuf = [0u64; 8];
+    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    // SAFETY: msghdr is plain data; zeroed is a valid empty header.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&cbuf) as _;
+    // SAFETY: msg points at live buffers for the duration of the call.
+    let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT | libc::MSG_TRUNC) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut cred = None;
+    // SAFETY: walking the control messages the kernel wrote into cbuf with
+    // the libc CMSG macros; the ucred is read unaligned.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_CREDENTIALS {
+                cred = Some(std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::ucred));
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    Ok((n as usize, cred))
 }
 
 impl PortusSender {
     /// Send one message to Portus. Returns false if it could not be sent
-    /// (Portus not running: ENOENT/ECONNREFUSED; its queue full: EAGAIN).
+    /// (Portus not running: ENOENT/ECONNREFUSED; its queue full: EAGAIN) or
+    /// the Portus socket is not a socket owned by a trusted user.
     pub fn send(&mut self, msg: &[u8]) -> bool {
+        let fresh = self.owner_checked.is_some_and(|t| t.elapsed() < OWNER_RECHECK);
+        if !fresh {
+            if let Err(why) = check_peer_socket(&self.portus, &self.trust) {
+                self.fail(&why);
+                return false;
+            }
+            self.owner_checked = Some(Instant::now());
+        }
         match self.sock.send_to(msg, &self.portus) {
             Ok(_) => true,
             Err(e) => {
-                self.failures += 1;
-                // first failure and then every 1000th, to keep the log usable
-                if self.failures % 1000 == 1 {
-                    tracing::warn!(portus = %self.portus.display(), error = %e, failures = self.failures, "cannot send to Portus");
-                }
+                self.owner_checked = None;
+                self.fail(&e.to_string());
                 false
             }
+        }
+    }
+
+    fn fail(&mut self, why: &str) {
+        self.failures += 1;
+        // first failure and then every 1000th, to keep the log usable
+        if self.failures % 1000 == 1 {
+            tracing::warn!(portus = %self.portus.display(), error = %why, failures = self.failures, "cannot send to Portus");
         }
     }
 }
@@ -128,9 +336,12 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let _ = std::fs::remove_file(&portus_path);
         let portus = UnixDatagram::bind(&portus_path).unwrap();
-        let ipc = PortusIpc::bind(&dir, &portus_path).unwrap();
+        let mut ipc = PortusIpc::bind(&dir, &portus_path, Trust::current(None)).unwrap();
         let bound = ipc.path().to_path_buf();
         assert!(bound.exists());
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().mode() & 0o777;
+        assert_eq!(mode(&dir), 0o700, "bind dir tightened to 0700");
+        assert_eq!(mode(&bound), 0o700, "socket mode 0700");
         let mut tx = ipc.sender().unwrap();
         assert!(tx.send(b"hello"));
         let mut buf = [0u8; 16];
@@ -155,15 +366,58 @@ mod tests {
         // no Portus listening: send reports failure
         drop(portus);
         std::fs::remove_file(&portus_path).unwrap();
-        let ipc = PortusIpc::bind(&dir, &portus_path).unwrap();
+        let ipc = PortusIpc::bind(&dir, &portus_path, Trust::current(None)).unwrap();
         assert!(!ipc.sender().unwrap().send(b"x"));
         drop(ipc);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
+    fn group_or_world_writable_bind_dir_is_refused() {
+        let dir = std::env::temp_dir().join(format!("ccp-ipc-test-ww-{}", std::process::id()));
+        for (mode, allow_gid) in [(0o777, None), (0o770, None), (0o703, None)] {
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+            let err = format!("{:#}", secure_dir(&dir, &Trust::current(allow_gid)).unwrap_err());
+            assert!(err.contains(&dir.display().to_string()) && err.contains("group/world-writable"), "{mode:o}: {err}");
+            assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o777, mode, "refused dir left as it was");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+        // a symlink in its place (to a perfectly safe directory) is refused too
+        let target = std::env::temp_dir().join(format!("ccp-ipc-test-tg-{}", std::process::id()));
+        std::fs::create_dir_all(&target).unwrap();
+        std::os::unix::fs::symlink(&target, &dir).unwrap();
+        let err = format!("{:#}", secure_dir(&dir, &Trust::current(None)).unwrap_err());
+        assert!(err.contains("is not a directory"), "{err}");
+        std::fs::remove_file(&dir).unwrap();
+        std::fs::remove_dir_all(&target).unwrap();
+    }
+
+    #[test]
+    fn portus_path_that_is_not_a_socket_gets_nothing() {
+        let dir = std::env::temp_dir().join(format!("ccp-ipc-test-ns-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fake = dir.join("portus");
+        std::fs::write(&fake, b"").unwrap();
+        let err = check_peer_socket(&fake, &Trust::current(None)).unwrap_err();
+        assert!(err.contains("not a unix socket"), "{err}");
+        let ipc = PortusIpc::bind(&dir, &fake, Trust::current(None)).unwrap();
+        assert!(!ipc.sender().unwrap().send(b"x"));
+        drop(ipc);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn trust_admits_root_self_and_the_allowed_group_only() {
+        let t = Trust { uid: 0, allow_gid: Some(1234) };
+        assert!(t.admits(0, 0) && t.admits(0, 99) && t.admits(5000, 1234));
+        assert!(!t.admits(65534, 65534) && !t.admits(1000, 1000));
+        assert!(!Trust { uid: 0, allow_gid: None }.admits(65534, 0));
+    }
+
+    #[test]
     fn unwritable_bind_dir_is_an_error() {
-        let err = PortusIpc::bind(Path::new("/proc/ccp-no-such-dir"), Path::new("/tmp/ccp/portus"))
+        let err = PortusIpc::bind(Path::new("/proc/ccp-no-such-dir"), Path::new("/tmp/ccp/portus"), Trust::current(None))
             .err()
             .expect("binding under /proc must fail");
         assert!(format!("{err:#}").contains("--bind-dir"));

@@ -40,7 +40,7 @@ use serde::Serialize;
 use crate::bpf::{ca_available, monotonic_ns, BpfConfig, BpfDatapath, CA_NAME};
 use crate::fold::FoldEngine;
 use crate::fold_kernel::KernelFold;
-use crate::ipc::{PortusIpc, PortusSender};
+use crate::ipc::{PortusIpc, PortusSender, Trust};
 use crate::stats::Samples;
 use crate::wire::Event;
 
@@ -61,9 +61,16 @@ struct Cli {
     #[arg(long, default_value = "/tmp/ccp/portus")]
     portus_socket: PathBuf,
     /// Directory for this datapath's own socket, bound as
-    /// <bind-dir>/ccp-datapath-<pid> (Portus replies to it).
+    /// <bind-dir>/ccp-datapath-<pid> (Portus replies to it). Created mode
+    /// 0700; an existing one must be owned by root and writable by no one
+    /// else, or the datapath refuses to start (a root-owned one others can
+    /// enter is tightened to 0700).
     #[arg(long, default_value = "/tmp/ccp")]
     bind_dir: PathBuf,
+    /// Also accept datagrams from senders whose effective gid is this group
+    /// (the bind dir and socket become mode 0770, group GID). Default: root only.
+    #[arg(long, value_name = "GID")]
+    allow_gid: Option<u32>,
     /// Congestion algorithm name sent in each flow's create message; Portus
     /// matches it against CongAlg::name() (falls back to its default alg).
     #[arg(long, default_value = "reno")]
@@ -213,6 +220,8 @@ struct Loop {
     /// Kernel event timestamp to command written into the map, ns.
     cmd_latency: Samples,
     bad_records: Rc<RefCell<u64>>,
+    /// Portus messages refused (parse errors, over libccp's limits, oversized).
+    bad_msgs: u64,
 }
 
 impl Loop {
@@ -275,6 +284,12 @@ impl Loop {
     fn drain_ipc(&mut self, buf: &mut [u8]) {
         loop {
             match self.ipc.try_recv(buf) {
+                Ok(Some(n)) if n > buf.len() => {
+                    self.bad_msgs += 1;
+                    if self.bad_msgs % 1000 == 1 {
+                        tracing::warn!(len = n, max = buf.len(), dropped = self.bad_msgs, "oversized Portus message dropped");
+                    }
+                }
                 Ok(Some(n)) => {
                     let r = match (&mut self.kernel, &mut self.fold) {
                         (Some(k), _) => k.kf.on_portus_msg(&buf[..n], &mut self.bpf).map_err(anyhow::Error::from),
@@ -282,7 +297,12 @@ impl Loop {
                         (None, None) => Ok(()),
                     };
                     if let Err(e) = r {
-                        tracing::debug!(error = %e, len = n, "Portus message");
+                        // refused like libccp refuses it; rate-limited so a
+                        // flood cannot fill the log
+                        self.bad_msgs += 1;
+                        if self.bad_msgs % 1000 == 1 {
+                            tracing::warn!(error = %e, len = n, dropped = self.bad_msgs, "Portus message refused");
+                        }
                     }
                 }
                 Ok(None) => break,
@@ -306,7 +326,7 @@ impl Loop {
         };
         let msg = format!(
             "flows={} (bpf ids {}) active={} invokes={} commands={} skipped_invalid={} unknown_flow_acks={} \
-             bpf: command_acks={} fallback_acks={} dropped_events={} bad_records={} \
+             bpf: command_acks={} fallback_acks={} dropped_events={} bad_records={} refused_msgs={} untrusted_msgs={} \
              per-ACK user cost us: mean={} p50={} p99={}; event->command us: p50={} p99={} (n={}) \
              kernel fold: invocations={} aborted={} reports={} reports_dropped={} installs={} staged={} refused={}",
             f.flows_created,
@@ -320,6 +340,8 @@ impl Loop {
             b.fallback_acks,
             b.dropped_events,
             self.bad_records.borrow(),
+            self.bad_msgs,
+            self.ipc.dropped_untrusted(),
             us(self.ack_cost.mean()),
             us(self.ack_cost.percentile(50)),
             us(self.ack_cost.percentile(99)),
@@ -344,7 +366,7 @@ impl Loop {
 
 fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
     preflight()?;
-    let ipc = PortusIpc::bind(&cli.bind_dir, &cli.portus_socket)?;
+    let ipc = PortusIpc::bind(&cli.bind_dir, &cli.portus_socket, Trust::current(cli.allow_gid))?;
     let in_kernel = cli.fold == FoldMode::Kernel;
     if in_kernel {
         fold_kernel::create_msg(0, 0, 0, 0, 0, 0, 0, &cli.congalg).map_err(|e| anyhow::anyhow!("--congalg: {e}"))?;
@@ -383,7 +405,7 @@ fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
     }
     tracing::info!(ca = CA_NAME, socket = %socket, portus = %cli.portus_socket.display(), congalg = %cli.congalg, fold = ?cli.fold, "registered; ready");
 
-    let mut lp = Loop { bpf, ipc, fold, kernel, ack_cost: Samples::new(65536), cmd_latency: Samples::new(65536), bad_records };
+    let mut lp = Loop { bpf, ipc, fold, kernel, ack_cost: Samples::new(65536), cmd_latency: Samples::new(65536), bad_records, bad_msgs: 0 };
     let mut buf = vec![0u8; 64 * 1024];
     let mut fds = vec![
         libc::pollfd { fd: ring.epoll_fd(), events: libc::POLLIN, revents: 0 },
