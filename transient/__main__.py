@@ -56,18 +56,24 @@ def print_summary(results: Sequence[RunResult]) -> None:
         print(steps[SUMMARY_COLUMNS].to_string(index=False))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def analyse_and_print(args: argparse.Namespace, out: str | None, source: str, error_prefix: str = "error") -> int:
+    """Analyse every PATH of parsed ``args`` and print the step table (or, with --json, one JSON object per
+    run per line); skipped runs are listed on stderr.  With ``out`` (a directory) runs.csv, steps.csv, plots
+    and report.html are written there, ``source`` naming the input in the report.
+
+    The CLI glue shared by ``python -m transient`` and ``ccplab analyze``.  Returns 0, or 2 with
+    "``error_prefix``: message" on stderr when an input is bad (nothing is printed to stdout then).
+    """
     try:
         results, errors = run_analysis(args)
-        if args.out:
+        if out:
             from .report import write_report
 
             runs, steps = _tables(results)
-            report = write_report(args.out, runs, steps, {r.run_id: r.series for r in results},
-                                  errors=errors, source=" ".join(args.paths))
+            report = write_report(out, runs, steps, {r.run_id: r.series for r in results},
+                                  errors=errors, source=source)
     except (TransientError, ValueError, OSError, argparse.ArgumentTypeError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"{error_prefix}: {exc}", file=sys.stderr)
         return 2
     for path, err in errors:
         print(f"skipped {path}: {err}", file=sys.stderr)
@@ -75,10 +81,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_json_lines(results)
     else:
         print_summary(results)
-    if args.out:
+    if out:
         print(f"report: {report}", file=sys.stderr)
     return 0
 
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return analyse_and_print(args, args.out, source=" ".join(args.paths))
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from .errors import CcplabError
@@ -40,30 +39,11 @@ def analyze_command(args: argparse.Namespace) -> int:
     Returns 0, or 2 with the message on stderr when an input is bad (the message names the file, and
     the line of a malformed log).
     """
-    import transient
-    from transient.__main__ import print_summary, run_analysis
-    from transient.analyze import _tables
-    from transient.cli_args import print_json_lines
+    from transient.__main__ import analyse_and_print
 
     for p in args.paths:
         if not Path(p).exists():
             raise CcplabError(f"{p} does not exist")
-    try:
-        results, errors = run_analysis(args)
-        write = not args.no_report and len(args.paths) == 1 and Path(args.paths[0]).is_dir()
-        if write:
-            runs, steps = _tables(results)
-            report = transient.write_report(args.paths[0], runs, steps, {r.run_id: r.series for r in results},
-                                            errors=errors, source=str(args.paths[0]))
-    except (transient.TransientError, ValueError, OSError, argparse.ArgumentTypeError) as exc:
-        print(f"ccplab: error: {exc}", file=sys.stderr)
-        return 2
-    for path, err in errors:
-        print(f"skipped {path}: {err}", file=sys.stderr)
-    if args.json:
-        print_json_lines(results)
-    else:
-        print_summary(results)
-    if write:
-        print(f"report: {report}", file=sys.stderr)
-    return 0
+    write = not args.no_report and len(args.paths) == 1 and Path(args.paths[0]).is_dir()
+    out = args.paths[0] if write else None
+    return analyse_and_print(args, out, source=str(args.paths[0]), error_prefix="ccplab: error")
