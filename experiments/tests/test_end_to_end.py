@@ -124,14 +124,20 @@ def _wait_for_ccp_data_flow(proc, partial, timeout_s: float = 40.0, min_acked: i
              f"a ccp data socket with {min_acked} bytes acked in namespace {ready['sender_netns']}")
 
 
+def _start_ccp_reno_run(trace, out) -> subprocess.Popen:
+    """`ccplab run` of ccp:reno over ``trace`` (25 ms one way, 40-packet queue, 30 s) into ``out``, in the
+    background with stderr piped: long enough to be interrupted mid-flow."""
+    return subprocess.Popen([sys.executable, "-m", "ccplab.cli", "run", "--cca", "ccp:reno", "--trace",
+                             str(trace), "--one-way-delay-ms", "25", "--queue-packets", "40",
+                             "--duration-s", "30", "--out", str(out)], stderr=subprocess.PIPE, text=True)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_interrupted_run_cleans_up(step_trace, tmp_path, sig):
     """Ctrl-C (or SIGTERM) in the middle of a ccp run: exit 130, daemons stopped, no partial directory."""
     before = _namespaces()
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "ccplab.cli", "run", "--cca", "ccp:reno", "--trace",
-                             str(step_trace), "--one-way-delay-ms", "25", "--queue-packets", "40",
-                             "--duration-s", "30", "--out", str(out)], stderr=subprocess.PIPE, text=True)
+    proc = _start_ccp_reno_run(step_trace, out)
     try:
         _wait_for_ccp_data_flow(proc, tmp_path / f".run.partial-{proc.pid}")
         proc.send_signal(sig)
@@ -158,9 +164,7 @@ def test_sigkilled_run_leaves_nothing_and_the_next_run_succeeds(step_trace, tmp_
     """Issue 8 item 6: SIGKILL of `ccplab run` mid-flow (no cleanup code can run in it)."""
     before = _namespaces()
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "ccplab.cli", "run", "--cca", "ccp:reno", "--trace",
-                             str(step_trace), "--one-way-delay-ms", "25", "--queue-packets", "40",
-                             "--duration-s", "30", "--out", str(out)], stderr=subprocess.PIPE, text=True)
+    proc = _start_ccp_reno_run(step_trace, out)
     partial = tmp_path / f".run.partial-{proc.pid}"
     try:
         _wait_for_ccp_data_flow(proc, partial)
