@@ -1,7 +1,7 @@
 //! `ccplab-trace step --step AT_S:FROM_MBPS:TO_MBPS` (repeatable): several steps in one trace.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 
 /// A temporary directory removed on drop, also when the test fails.
 struct TmpDir(PathBuf);
@@ -28,6 +28,17 @@ fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ccplab-trace"))
 }
 
+/// `ccplab-trace step` of 2 s with one `--step` per entry of `steps`, the `extra` flags, and `--out out`.
+fn run_step(steps: &[&str], extra: &[&str], out: &Path) -> Output {
+    let mut cmd = bin();
+    cmd.arg("step");
+    for step in steps {
+        cmd.args(["--step", step]);
+    }
+    cmd.args(["--duration-s", "2"]).args(extra).arg("--out").arg(out);
+    cmd.output().unwrap()
+}
+
 /// Per-second opportunity counts of a written trace (timestamps 1..=period ms).
 fn per_second(path: &Path) -> Vec<usize> {
     let text = std::fs::read_to_string(path).unwrap();
@@ -44,20 +55,7 @@ fn per_second(path: &Path) -> Vec<usize> {
 fn two_steps_up_then_down() {
     let dir = TmpDir::new("two");
     let out = dir.path().join("two.trace");
-    let o = bin()
-        .args([
-            "step",
-            "--step",
-            "0:0:12",
-            "--step",
-            "1:12:4",
-            "--duration-s",
-            "2",
-        ])
-        .args(["--sigma-mbps", "0", "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
+    let o = run_step(&["0:0:12", "1:12:4"], &["--sigma-mbps", "0"], &out);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let counts = per_second(&out);
     // 12 Mbit/s = 1 packet/ms for the first second, 4 Mbit/s = 1/3 packet/ms after
@@ -69,20 +67,7 @@ fn two_steps_up_then_down() {
 fn step_whose_from_is_not_the_current_rate_is_refused() {
     let dir = TmpDir::new("bad");
     let out = dir.path().join("bad.trace");
-    let o = bin()
-        .args([
-            "step",
-            "--step",
-            "0:0:12",
-            "--step",
-            "1:6:4",
-            "--duration-s",
-            "2",
-        ])
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
+    let o = run_step(&["0:0:12", "1:6:4"], &[], &out);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
@@ -95,20 +80,7 @@ fn step_whose_from_is_not_the_current_rate_is_refused() {
 #[test]
 fn old_two_field_step_is_refused_with_the_syntax() {
     let dir = TmpDir::new("old");
-    let o = bin()
-        .args([
-            "step",
-            "--before-mbps",
-            "12",
-            "--step",
-            "1:4",
-            "--duration-s",
-            "2",
-        ])
-        .arg("--out")
-        .arg(dir.path().join("x.trace"))
-        .output()
-        .unwrap();
+    let o = run_step(&["1:4"], &["--before-mbps", "12"], &dir.path().join("x.trace"));
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("AT_S:FROM_MBPS:TO_MBPS"), "{err}");
