@@ -23,7 +23,7 @@
 
 use crate::fold::{Cadence, FoldProgram};
 use crate::window::{
-    cwnd_limited, slow_start, LossGuard, Measurement, Phase, ReportEvent, WindowAlgorithm,
+    cwnd_limited, slow_start, LossGuard, Measurement, ReportEvent, WindowAlgorithm,
     WindowParams,
 };
 use crate::AlgorithmSpec;
@@ -192,26 +192,13 @@ impl WindowAlgorithm for Vegas {
         self.cwnd_bytes()
     }
 
-    fn cwnd_pkts(&self) -> f64 {
-        self.cwnd
-    }
-
-    fn ssthresh_pkts(&self) -> f64 {
-        self.ssthresh
-    }
-
-    fn phase(&self) -> Phase {
-        self.guard.phase(self.cwnd, self.ssthresh)
-    }
-
-    fn params(&self) -> &WindowParams {
-        &self.params
-    }
+    crate::window::loss_window_accessors!();
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::window::Phase;
 
     const MSS: u32 = 1000;
     const BASE: u64 = 40_000;

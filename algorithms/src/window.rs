@@ -172,6 +172,31 @@ pub trait WindowAlgorithm: Send {
     }
 }
 
+/// The four state accessors of [`WindowAlgorithm`] for a loss-based algorithm whose struct holds
+/// `cwnd` and `ssthresh` (packets, f64), `guard: LossGuard` (which names the phase) and
+/// `params: WindowParams`. Invoke inside the `impl WindowAlgorithm for ...` block: one definition
+/// for Reno, Cubic and Vegas.
+macro_rules! loss_window_accessors {
+    () => {
+        fn cwnd_pkts(&self) -> f64 {
+            self.cwnd
+        }
+
+        fn ssthresh_pkts(&self) -> f64 {
+            self.ssthresh
+        }
+
+        fn phase(&self) -> $crate::window::Phase {
+            self.guard.phase(self.cwnd, self.ssthresh)
+        }
+
+        fn params(&self) -> &$crate::window::WindowParams {
+            &self.params
+        }
+    };
+}
+pub(crate) use loss_window_accessors;
+
 /// Smoothed RTT per RFC 6298 (alpha = 1/8), from the reports' latest samples.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct RttEstimator {
