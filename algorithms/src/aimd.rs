@@ -193,7 +193,7 @@ impl Controller for Aimd {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixed_window::tests::params;
+    use crate::fixed_window::tests::{params, report};
 
     fn args() -> AimdArgs {
         AimdArgs {
@@ -204,10 +204,6 @@ mod tests {
             slow_start: false,
             consecutive_timeouts: None,
         }
-    }
-
-    fn report(now_ms: u64, acked: u64, rtt_ms: u64) -> Measurement {
-        Measurement { now_us: now_ms * 1000, acked_bytes: acked * 1000, rtt_us: rtt_ms * 1000, ..Default::default() }
     }
 
     #[test]

@@ -201,11 +201,7 @@ impl Controller for DelayThreshold {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixed_window::tests::params;
-
-    fn report(now_ms: u64, acked: u64, rtt_ms: u64) -> Measurement {
-        Measurement { now_us: now_ms * 1000, acked_bytes: acked * 1000, rtt_us: rtt_ms * 1000, ..Default::default() }
-    }
+    use crate::fixed_window::tests::{params, report};
 
     fn flow(mode: Mode) -> DelayThreshold {
         DelayThreshold::new(DelayThresholdArgs { mode, ..Default::default() }.rule(), params())

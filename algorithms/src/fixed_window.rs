@@ -81,6 +81,11 @@ pub(crate) mod tests {
         }
     }
 
+    /// A report at `now_ms` acknowledging `acked` packets of [`params`]' 1000-byte MSS, latest RTT `rtt_ms`.
+    pub(crate) fn report(now_ms: u64, acked: u64, rtt_ms: u64) -> Measurement {
+        Measurement { now_us: now_ms * 1000, acked_bytes: acked * 1000, rtt_us: rtt_ms * 1000, ..Default::default() }
+    }
+
     #[test]
     fn window_never_moves() {
         let mut f = FixedWindowSpec::new_flow(&FixedWindowArgs { window: 20.0 }, params());

@@ -172,7 +172,7 @@ impl Controller for IntervalPrediction {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixed_window::tests::params;
+    use crate::fixed_window::tests::{params, report};
 
     #[test]
     fn tau_polynomial_and_clamp() {
@@ -190,19 +190,16 @@ mod tests {
     fn window_is_tau_times_rate_estimate() {
         let mut f = IntervalPrediction::new(&IntervalPredictionArgs::default(), params());
         // RTTs 40, 50, 45 ms -> deltas +10, -5: mean 2.5 > 0, s = 7.5.
-        let r = |t_ms: u64, acked: u64, rtt_ms: u64| Measurement {
-            now_us: t_ms * 1000, acked_bytes: acked * 1000, rtt_us: rtt_ms * 1000, ..Default::default()
-        };
-        f.update(&r(0, 0, 40));
-        f.update(&r(15, 0, 50));
-        f.update(&r(30, 30, 45)); // the tick's 30 packets: 1000/s (all 30 in the 15 ms after the last report)
+        f.update(&report(0, 0, 40));
+        f.update(&report(15, 0, 50));
+        f.update(&report(30, 30, 45)); // the tick's 30 packets: 1000/s (all 30 in the 15 ms after the last report)
         let (s, m) = f.delta_stats();
         assert!((s - 7.5).abs() < 1e-12 && (m - 2.5).abs() < 1e-12);
         let tau = tau_ms(65.0, 7.5, 2.5);
         assert!((f.tau() - tau).abs() < 1e-12);
         assert!((f.cwnd_pkts() - tau / 1e3 * 1000.0).abs() < 1e-9);
         // Next tick 15 packets (500/s): estimate = 0.8 x 1000 + 0.2 x 500 = 900.
-        f.update(&r(60, 15, 45));
+        f.update(&report(60, 15, 45));
         let tau = tau_ms(65.0, f.delta_stats().0, f.delta_stats().1);
         assert!((f.cwnd_pkts() - tau / 1e3 * 900.0).abs() < 1e-9);
     }
