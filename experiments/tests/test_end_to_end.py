@@ -205,7 +205,7 @@ def test_preflight_names_ccplab_clean_for_a_left_namespace(step_trace, tmp_path,
         subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
 
-def test_compare_with_a_step_up_and_a_step_down(tmp_path):
+def test_compare_with_a_step_up_and_a_step_down(tmp_path, needs_root):
     """The demo's two kinds of step (issue 6 item 9), scaled to 8 s: 0 -> 12 at 0 s, 12 -> 4 Mbit/s at 4 s."""
     before = _namespaces()
     out = tmp_path / "cmp"
