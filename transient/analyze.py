@@ -57,7 +57,7 @@ from .metrics import LinkMetrics, link_metrics
 from .secondorder import NAN_SECOND_ORDER, second_order_metrics
 from .series import LogArrays, binned_series
 from .steps import Step
-from .timezero import flow_start_s
+from .timezero import flow_end_s, flow_start_s
 from .tpcca import TPCCA_FAULTS, tpcca_analysis
 
 DEFAULT_RTT_MS = 50.0
@@ -399,7 +399,8 @@ def _analyze(spec: _RunSpec, opts: AnalysisOptions) -> RunResult:
     if opts.method == "tpcca":
         rows = _tpcca_rows(log, spec, run_end, opts)
     else:
-        rows = _ccplab_rows(arrays, spec, start, run_end, opts)
+        # steps end with the data flow, not with the log's idle tail (`flow_end_s`)
+        rows = _ccplab_rows(arrays, spec, start, min(run_end, flow_end_s(log.events, str(spec.log_path))), opts)
     info = {**spec.info, "rtt_ms": spec.rtt_ms, "flow_start_s": start, "method": opts.method,
             "duration_s": spec.duration_s if spec.duration_s is not None else metrics.duration_s}
     ident = {k: info.get(k) for k in ("cca", "cca_params", "label", "run", "scenario")}

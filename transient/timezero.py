@@ -66,10 +66,34 @@ def flow_start_s(log_or_path: Union[str, Path, "LinkLog", pd.DataFrame]) -> floa
         events, name = log_or_path, "<events>"
     else:
         raise TypeError(f"flow_start_s: expected a path, LinkLog or events DataFrame, got {type(log_or_path).__name__}")
+    return float(_data_arrival_ms(events, name).min()) / 1000.0
+
+
+def flow_end_s(events: pd.DataFrame, name: str = "<events>") -> float:
+    """End of the measured data flow: 1 ms after its last data-size arrival (s on the log clock).
+
+    The same rule as `flow_start_s` (arrivals of >= 1000 bytes) from the other
+    end. The link log runs on for a moment after the sender stops (iperf3's
+    result exchange, the runner stopping the link); those idle bins are not
+    part of the last step's response, and counting them would show a fall of
+    the sending rate to 0 as an undershoot of the last step.
+
+    Args:
+        events: a parsed log's events (``transient.LinkLog.events``).
+        name: the log's name, for the error.
+
+    Raises:
+        AnalysisError: no arrival of >= 1000 bytes (no data flow).
+    """
+    return (float(_data_arrival_ms(events, name).max()) + 1.0) / 1000.0
+
+
+def _data_arrival_ms(events: pd.DataFrame, name: str) -> np.ndarray:
+    """Arrival times (ms) of the data flow's packets (>= `FLOW_START_MIN_BYTES`)."""
     big = (events["kind"] == "arrival").to_numpy() & (events["bytes"].to_numpy() >= FLOW_START_MIN_BYTES)
     idx = np.flatnonzero(big)
     if idx.size == 0:
         raise AnalysisError(
             f"{name}: no data flow: no arrival ('+' line) of >= {FLOW_START_MIN_BYTES} bytes, "
             "so the flow's start (time zero) cannot be found")
-    return float(events["time_ms"].to_numpy()[idx].min()) / 1000.0
+    return events["time_ms"].to_numpy()[idx]

@@ -261,3 +261,17 @@ def test_parallel_analysis_equals_serial(results_dir):
     parallel = analyze_all(results_dir, workers=2)
     assert serial.runs.drop(columns=["path"]).equals(parallel.runs.drop(columns=["path"]))
     assert serial.steps.equals(parallel.steps)
+
+
+def test_last_step_ends_with_the_data_flow_not_the_logs_idle_tail(tmp_path):
+    """The link runs on for a moment after the sender stops; the last step's span ends at the
+    flow's last data arrival, so the idle tail is not read as an undershoot of the last step."""
+    n, flow_ms = 4000, 3000
+    opps = np.ones(n, dtype=int)
+    sends = np.where(np.arange(n) < flow_ms, 1, 0)  # the sender tracks the link, then stops
+    p = tmp_path / "u.log"
+    p.write_text(simulate_link(opps, sends))
+    last = analyze_log(p, steps=[Step(0.0, 0.0, 12.0)]).steps.iloc[-1]
+    assert last["end_s"] == pytest.approx(flow_ms / 1000.0, abs=0.002), "span ends 1 ms after the last data arrival"
+    assert last["converged"] and last["normalized_area"] == pytest.approx(0.0, abs=0.02)
+    assert not last["peak_time_s"] > last["end_s"] - last["at_s"], "peak inside the flow's span"
