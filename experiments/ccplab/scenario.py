@@ -101,6 +101,10 @@ def sidecar_path(trace: Path) -> Path:
     return trace.with_name(trace.name + ".meta.json")
 
 
+TRACE_TAIL_S = 5
+"""Seconds a generated trace runs past the flow's duration (so it never loops during the flow)."""
+
+
 def generate_step_trace(out: Path, steps: Sequence[Step], duration_s: int, sigma_mbps: float, seed: int) -> Path:
     """Write a seeded step-change trace (TPCCA poster model) with ``steps`` and its sidecar; returns ``out``.
 
@@ -114,8 +118,12 @@ def generate_step_trace(out: Path, steps: Sequence[Step], duration_s: int, sigma
     argv = [str(project_binary("ccplab-trace")), "step"]
     for step in steps:
         argv += ["--step", str(step)]
-    argv += ["--duration-s", str(duration_s), "--sigma-mbps", str(sigma_mbps), "--seed", str(seed),
-             "--out", str(out)]
+    # The trace is longer than the flow: replay starts with the link's first packet
+    # (iperf3's control connection, ~0.3 s before the data flow), and a mahimahi
+    # trace loops; a trace of exactly the flow's length would jump back to its
+    # first step during the flow's last moments.
+    argv += ["--duration-s", str(duration_s + TRACE_TAIL_S), "--sigma-mbps", str(sigma_mbps),
+             "--seed", str(seed), "--out", str(out)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     if done.returncode != 0:
         raise CcplabError(f"trace generation failed: {done.stderr.strip()}")

@@ -96,7 +96,10 @@ def test_generated_trace_has_every_step(tmp_path, needs_binaries):
     trace = sc.generate_step_trace(tmp_path / "t.trace", steps, duration_s=4, sigma_mbps=0.0, seed=1)
     stamps = [int(x) for x in trace.read_text().split()]
     first, second = sum(t <= 2000 for t in stamps), sum(t > 2000 for t in stamps)
-    assert first == 2000 and 665 <= second <= 668  # 1 packet/ms at 12 Mbit/s, then 1/3 packet/ms
+    # 1 packet/ms at 12 Mbit/s, then 1/3 packet/ms to the end: the flow's 4 s plus the tail
+    # that keeps a looping trace from jumping back to its first step during the flow
+    assert max(stamps) == (4 + sc.TRACE_TAIL_S) * 1000
+    assert first == 2000 and 665 * (2 + sc.TRACE_TAIL_S) // 2 <= second <= 668 * (2 + sc.TRACE_TAIL_S) // 2
     meta = json.loads(sc.sidecar_path(trace).read_text())
     assert meta["steps"] == [s.as_dict() for s in steps]
     assert sc.trace_annotations(trace)["steps"] == list(steps)
