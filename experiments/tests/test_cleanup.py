@@ -41,18 +41,24 @@ def test_daemons_die_with_a_sigkilled_runner(tmp_path):
         time.sleep(120)
     """)
     proc = subprocess.Popen([sys.executable, "-c", runner], stdout=subprocess.PIPE, text=True)
+    child = None
     try:
         child = int(proc.stdout.readline())
         assert psutil.pid_exists(child)
-        # (read once the child has exec'd its program: during setpriv's exec the environ can read empty)
-        wait_for(lambda: psutil.Process(child).environ().get(RUNNER_ENV) == str(proc.pid), 10,
-                 f"{RUNNER_ENV}={proc.pid} in the daemon's environment")
+        # Kill the runner only once setpriv has exec'd the daemon's own program: setpriv sets the
+        # parent-death signal just before that exec, and a runner killed earlier (while the child
+        # is still setpriv) would leave an orphan that no signal reaches.
+        wait_for(lambda: psutil.Process(child).cmdline()[:1] == [sys.executable], 10,
+                 f"setpriv to exec the daemon {child}")
+        assert psutil.Process(child).environ().get(RUNNER_ENV) == str(proc.pid), "daemon carries its runner's pid"
         proc.kill()
         proc.wait(10)
         wait_for(lambda: not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE,
                  10, f"the daemon {child} of the killed runner to stop")
     finally:
         proc.kill()
+        if child is not None and psutil.pid_exists(child):  # a failed test must not leave it for the next runs
+            psutil.Process(child).kill()
 
 
 def test_orphan_of_a_dead_runner_is_found_and_stopped():
