@@ -325,6 +325,20 @@ impl PortusSender {
     }
 }
 
+/// `--fold userspace`: hand one Portus message to libccp only if the kernel
+/// fold's parser ([`crate::fold_kernel::parse_message`], libccp's rules and
+/// limits) accepts it. libccp 1.2 itself takes counts past its arrays (e.g.
+/// more than 256 expressions) and then loops or reads out of bounds in its
+/// state machine (found by tests/fuzz_messages.rs), so such messages must
+/// never reach it. Refused messages are not applied at all (libccp would
+/// apply part of some refused installs).
+///
+/// Errors: the message is refused (by the screen or by libccp).
+pub fn deliver_to_libccp(fold: &mut crate::fold::FoldEngine, msg: &mut [u8]) -> Result<()> {
+    crate::fold_kernel::parse_message(msg).map_err(|e| anyhow::anyhow!("Portus message refused: {e}"))?;
+    fold.recv_msg(msg)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -293,7 +293,7 @@ impl Loop {
                 Ok(Some(n)) => {
                     let r = match (&mut self.kernel, &mut self.fold) {
                         (Some(k), _) => k.kf.on_portus_msg(&buf[..n], &mut self.bpf).map_err(anyhow::Error::from),
-                        (None, Some(fold)) => fold.recv_msg(&mut buf[..n]),
+                        (None, Some(fold)) => crate::ipc::deliver_to_libccp(fold, &mut buf[..n]),
                         (None, None) => Ok(()),
                     };
                     if let Err(e) = r {
