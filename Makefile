@@ -53,6 +53,7 @@ $(VENV)/.installed: pyproject.toml
 # Benchmarks print figures (not timed tests): the log reader vs a line-by-line baseline.
 bench: build
 	$(PY) -m transient.bench
+	CCPLAB_FUZZ_CASES=1000000 $(CARGO) test --release -p ccp-datapath --test fuzz_messages -- --nocapture
 	$(NETLAB_LOCK) $(VENV)/bin/ccplab fidelity --runs 5 --duration-s 20 \
 	    --out results/bench-fidelity-$$(date +%Y%m%d-%H%M%S)
 
