@@ -21,11 +21,14 @@ use std::os::fd::{AsRawFd, FromRawFd};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex, MutexGuard};
+use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use ccplab_util::testkit::{require_path, require_root, require_tools, try_wait_until, wait_for_exit, wait_until};
+use ccplab_util::testkit::{
+    ccp_registered, lock_ccp_registration, require_root, require_tools, try_wait_until, wait_for_exit,
+    CcpRegistrationLock,
+};
 use portus::ipc::{BackendBuilder, Blocking, Ipc};
 use portus::lang::Scope;
 use portus::{CCPHandle, CongAlg, Datapath, DatapathInfo, DatapathTrait, Flow, Report, RunBuilder};
@@ -38,36 +41,12 @@ const WIRE_BYTES_PER_SEG: u64 = 1514;
 
 // ---------------------------------------------------------------- locking
 
-static LOCAL: Mutex<()> = Mutex::new(());
-
-struct TestLock {
-    _local: MutexGuard<'static, ()>,
-    _file: File,
-}
-
 /// Fail (naming what is missing) unless the test can load BPF struct_ops
-/// and create namespaces; then serialize tests that register `ccp` (this
-/// binary and other processes using the same lock file) and wait until no
-/// other `ccp` is registered.
-fn lock() -> TestLock {
+/// and create namespaces; then hold the `ccp` registration lock.
+fn lock() -> CcpRegistrationLock {
     require_root("loading the BPF struct_ops congestion control and creating network namespaces");
-    require_path(Path::new("/sys/kernel/btf/vmlinux"), "kernel BTF (BPF struct_ops support)");
     require_tools(&["ip", "tc", "setpriv"], "the test network and the non-root check");
-    let local = LOCAL.lock().unwrap_or_else(|p| p.into_inner());
-    let file = File::create("/tmp/ccp-datapath-tests.lock").expect("lock file");
-    // SAFETY: flock on an fd we own.
-    assert_eq!(unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) }, 0, "flock");
-    wait_until("another process to unregister congestion control `ccp`", Duration::from_secs(60), || {
-        (!ca_registered()).then_some(())
-    });
-    TestLock { _local: local, _file: file }
-}
-
-fn ca_registered() -> bool {
-    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
-        .unwrap()
-        .split_whitespace()
-        .any(|n| n == "ccp")
+    lock_ccp_registration()
 }
 
 fn uniq(tag: &str) -> String {
@@ -390,7 +369,7 @@ impl DatapathProc {
         assert_eq!(ready["pid"], dp.child.as_ref().unwrap().id());
         dp.socket = PathBuf::from(ready["socket"].as_str().unwrap());
         assert!(dp.socket.exists(), "bound socket exists");
-        assert!(ca_registered(), "ccp registered once ready");
+        assert!(ccp_registered(), "ccp registered once ready");
         dp
     }
 
@@ -519,7 +498,7 @@ fn fixed_cwnd_from_portus_reaches_the_socket_and_follows_changes() {
     drop(flow);
     let st = dp.stop(libc::SIGINT).expect("datapath exits on SIGINT");
     assert!(st.success(), "exit status {st}");
-    assert!(!ca_registered(), "ccp unregistered after exit");
+    assert!(!ccp_registered(), "ccp unregistered after exit");
     assert!(!dp.ready.exists(), "ready file removed on exit");
     assert!(!dp.socket.exists(), "socket file removed on exit");
     drop(net);
@@ -557,7 +536,7 @@ fn flow_falls_back_to_reno_when_the_datapath_dies() {
     dp.signal(libc::SIGKILL);
     let st = dp.stop(libc::SIGKILL);
     assert!(st.is_some());
-    assert!(!ca_registered(), "ccp unregistered when its process died");
+    assert!(!ccp_registered(), "ccp unregistered when its process died");
     // heartbeat goes stale after 500 ms: the BPF side runs Reno again
     let grown = flow.wait_for(Duration::from_secs(5), |t| t.tcpi_snd_cwnd > 12);
     assert!(grown.is_some(), "flow stuck at cwnd {} after the datapath died", flow.info().tcpi_snd_cwnd);
@@ -595,17 +574,17 @@ fn clear_errors_for_bad_environment() {
     assert!(err.contains("must run as root"), "{err}");
     let err = run_expect_failure(&["--bind-dir", "/proc/ccp-not-writable"], false);
     assert!(err.contains("--bind-dir"), "{err}");
-    assert!(!ca_registered(), "a failed start leaves nothing registered");
+    assert!(!ccp_registered(), "a failed start leaves nothing registered");
     let err = run_expect_failure(&["--congalg", &"x".repeat(64)], false);
     assert!(err.contains("--congalg"), "{err}");
-    assert!(!ca_registered());
+    assert!(!ccp_registered());
 
     // a second datapath while one is running
     let missing = PathBuf::from(format!("/tmp/ccp/{}", uniq("ccpdp-test-nobody-")));
     let mut dp = DatapathProc::start(&missing, "reno");
     let err = run_expect_failure(&[], false);
     assert!(err.contains("already registered"), "{err}");
-    assert!(ca_registered(), "the first datapath is unaffected");
+    assert!(ccp_registered(), "the first datapath is unaffected");
     assert!(dp.stop(libc::SIGTERM).expect("exits").success());
-    assert!(!ca_registered());
+    assert!(!ccp_registered());
 }

@@ -30,16 +30,17 @@ mod wire;
 
 use std::fs::File;
 use std::io::ErrorKind;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Mutex, MutexGuard};
+
 use std::time::Duration;
 
-use ccplab_util::testkit::{require_path, require_root, try_wait_until, wait_for_exit, wait_until};
+use ccplab_util::testkit::{
+    ccp_registered, lock_ccp_registration, require_root, try_wait_until, wait_for_exit, wait_until,
+};
 use ipc::{secure_dir, PortusIpc, Trust};
 
 const BIN: &str = env!("CARGO_BIN_EXE_ccp-datapath");
@@ -164,18 +165,18 @@ fn socket_directory_prepared_by_another_user_is_refused() {
     assert_eq!(std::fs::metadata(&sockdir).unwrap().mode() & 0o777, 0o700);
     // and the daemon refuses to start on a foreign directory, naming it
     std::os::unix::fs::chown(&sockdir, Some(NOBODY), Some(NOBODY)).unwrap();
-    let _l = lock();
+    let _l = lock_ccp_registration();
     let out = Command::new(BIN).args(["--bind-dir", sockdir.to_str().unwrap()]).output().expect("spawn ccp-datapath");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("--bind-dir") && stderr.contains(sockdir.to_str().unwrap()) && stderr.contains("owned by uid 65534"), "{stderr}");
-    assert!(!ca_registered(), "nothing registered after the refusal");
+    assert!(!ccp_registered(), "nothing registered after the refusal");
 }
 
 #[test]
 fn non_root_user_cannot_reach_the_sockets() {
     require_root("acting as uid 65534 and starting ccp-datapath");
-    let _l = lock();
+    let _l = lock_ccp_registration();
     // a Portus as the lab runs it: portus::ipc::unix binds /tmp/ccp/<name>
     let name = uniq("ccp-sec-portus-");
     let portus = portus::ipc::unix::Socket::<portus::ipc::Blocking>::new(&name).expect("bind Portus socket");
@@ -205,34 +206,6 @@ fn non_root_user_cannot_reach_the_sockets() {
 }
 
 // ---------------------------------------------------------------- helpers
-
-static LOCAL: Mutex<()> = Mutex::new(());
-
-struct TestLock {
-    _local: MutexGuard<'static, ()>,
-    _file: File,
-}
-
-/// Serialize with every test that registers `ccp` (same lock file as
-/// tests/end_to_end.rs) and wait until no other `ccp` is registered.
-fn lock() -> TestLock {
-    require_path(Path::new("/sys/kernel/btf/vmlinux"), "kernel BTF (BPF struct_ops support)");
-    let local = LOCAL.lock().unwrap_or_else(|p| p.into_inner());
-    let file = File::create("/tmp/ccp-datapath-tests.lock").expect("lock file");
-    // SAFETY: flock on an fd we own.
-    assert_eq!(unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) }, 0, "flock");
-    wait_until("another process to unregister congestion control `ccp`", Duration::from_secs(60), || {
-        (!ca_registered()).then_some(())
-    });
-    TestLock { _local: local, _file: file }
-}
-
-fn ca_registered() -> bool {
-    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
-        .unwrap()
-        .split_whitespace()
-        .any(|c| c == "ccp")
-}
 
 struct Unlink(PathBuf);
 impl Drop for Unlink {

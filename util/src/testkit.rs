@@ -219,3 +219,34 @@ mod tests {
         assert!(st.success());
     }
 }
+
+/// Held while a test may register the congestion control `ccp` (see [`lock_ccp_registration`]).
+pub struct CcpRegistrationLock {
+    _local: std::sync::MutexGuard<'static, ()>,
+    _file: std::fs::File,
+}
+
+/// Serialize every test that registers `ccp` (threads of this test binary and
+/// other processes, through the lock file `/tmp/ccp-datapath-tests.lock`),
+/// then wait (up to 60 s) until no other `ccp` is registered: the kernel
+/// takes one congestion control of a name. Fails naming the kernel BTF when
+/// struct_ops cannot load; callers add their own `require_*` checks.
+pub fn lock_ccp_registration() -> CcpRegistrationLock {
+    static LOCAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    require_path(Path::new("/sys/kernel/btf/vmlinux"), "kernel BTF (BPF struct_ops support)");
+    let local = LOCAL.lock().unwrap_or_else(|p| p.into_inner());
+    let file = std::fs::File::create("/tmp/ccp-datapath-tests.lock").expect("create /tmp/ccp-datapath-tests.lock");
+    file.lock().expect("lock /tmp/ccp-datapath-tests.lock");
+    wait_until("another process to unregister congestion control `ccp`", Duration::from_secs(60), || {
+        (!ccp_registered()).then_some(())
+    });
+    CcpRegistrationLock { _local: local, _file: file }
+}
+
+/// Whether a congestion control named `ccp` is registered (a datapath is running).
+pub fn ccp_registered() -> bool {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+        .expect("read /proc/sys/net/ipv4/tcp_available_congestion_control")
+        .split_whitespace()
+        .any(|name| name == "ccp")
+}
