@@ -35,6 +35,13 @@ use std::collections::{HashMap, HashSet};
 
 use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
 
+// Declared here (not `crate::stats`) because the tests include this file on
+// its own with `#[path]`; the path is relative to this file.
+#[allow(dead_code)]
+#[path = "stats.rs"]
+mod stats;
+use stats::{monotonic_ns, Samples};
+
 // ---- layout constants: mirror bpf/fold_vm.h ----
 pub const MAX_REPORT: u32 = 110;
 pub const MAX_CONTROL: u32 = 110;
@@ -1066,7 +1073,19 @@ pub struct KernelFoldStats {
     pub staged: u64,
     pub refused: u64,
     pub reports: u64,
+    /// Report-to-cwnd latency, ns: from a report's kernel timestamp
+    /// (`ts_ns`, CLOCK_MONOTONIC) to the moment the first cwnd or rate
+    /// update for that flow after it was staged into the kernel maps; the
+    /// nearest-rank median and 99th percentile over the last
+    /// [`REPORT_TO_CWND_KEPT`] samples (None before the first), and how
+    /// many samples there were in all.
+    pub report_to_cwnd_p50_ns: Option<u64>,
+    pub report_to_cwnd_p99_ns: Option<u64>,
+    pub report_to_cwnd_n: u64,
 }
+
+/// Report-to-cwnd latency samples kept for the percentiles.
+pub const REPORT_TO_CWND_KEPT: usize = 1 << 16;
 
 /// The datapath's side of Portus's protocol when fold functions run in the
 /// kernel: what libccp does in user space, minus the per-ACK invocation.
@@ -1076,19 +1095,35 @@ pub struct KernelFold {
     tables: FoldTables,
     written: std::collections::BTreeSet<u32>,
     stats: KernelFoldStats,
+    /// Per flow: `ts_ns` of its last report not yet answered by a cwnd or
+    /// rate update (taken by the first such update, so a report counts once
+    /// and updates Portus sends on its own timers are not measured).
+    unanswered_report_ns: HashMap<u32, u64>,
+    report_to_cwnd: Samples,
+    /// CLOCK_MONOTONIC ns (a parameter so tests can drive time).
+    clock: fn() -> u64,
 }
 
 impl Default for KernelFold {
     fn default() -> Self {
-        KernelFold {
-            tables: FoldTables::new(LIBCCP_MAX_PROGRAMS),
-            written: Default::default(),
-            stats: KernelFoldStats::default(),
-        }
+        Self::with_clock(monotonic_ns)
     }
 }
 
 impl KernelFold {
+    /// As `default()`, reading time (CLOCK_MONOTONIC ns, the clock of the
+    /// kernel's report timestamps) from `clock`.
+    pub fn with_clock(clock: fn() -> u64) -> Self {
+        KernelFold {
+            tables: FoldTables::new(LIBCCP_MAX_PROGRAMS),
+            written: Default::default(),
+            stats: KernelFoldStats::default(),
+            unanswered_report_ns: HashMap::new(),
+            report_to_cwnd: Samples::new(REPORT_TO_CWND_KEPT),
+            clock,
+        }
+    }
+
     /// A flow switched to `ccp`: returns its create message for Portus
     /// (`init_cwnd` and `mss` in bytes; addresses and ports as the datapath
     /// keeps them; `cong_alg` the algorithm asked for).
@@ -1114,6 +1149,7 @@ impl KernelFold {
     /// The flow is gone: returns its close message for Portus.
     pub fn flow_released(&mut self, flow_id: u32) -> Vec<u8> {
         self.tables.remove_flow(flow_id);
+        self.unanswered_report_ns.remove(&flow_id);
         measure_msg(flow_id, 0, &[])
     }
 
@@ -1145,7 +1181,11 @@ impl KernelFold {
                 Effect::EmptySlot { slot } => maps.write_program(*slot, &FoldProg::new_zeroed()),
                 Effect::Stage { sid, delta } => {
                     self.stats.staged += 1;
-                    maps.stage(*sid, delta)
+                    let r = maps.stage(*sid, delta);
+                    if r.is_ok() && delta.flags & (STAGED_CWND | STAGED_RATE) != 0 {
+                        self.answered(*sid);
+                    }
+                    r
                 }
             };
             r.map_err(|e| unsupported(format!("writing the kernel fold maps: {e}")))?;
@@ -1169,12 +1209,28 @@ impl KernelFold {
             ))
         })?;
         self.stats.reports += 1;
+        self.unanswered_report_ns.insert(r.flow_id, r.ts_ns);
         let n = (r.n_fields as usize).min(MAX_REPORT as usize);
         Ok((r.flow_id, measure_msg(r.flow_id, r.uid, &r.fields[..n])))
     }
 
+    /// A cwnd or rate update for `flow` reached the kernel maps: one
+    /// report-to-cwnd sample if a report of it is waiting for its answer.
+    fn answered(&mut self, flow: u32) {
+        if let Some(ts) = self.unanswered_report_ns.remove(&flow) {
+            // a report stamped after our clock read (other CPU) counts as 0
+            self.report_to_cwnd.push((self.clock)().saturating_sub(ts));
+        }
+    }
+
+    /// The counters and the report-to-cwnd percentiles (see [`KernelFoldStats`]).
     pub fn stats(&self) -> KernelFoldStats {
-        self.stats
+        KernelFoldStats {
+            report_to_cwnd_p50_ns: self.report_to_cwnd.percentile(50),
+            report_to_cwnd_p99_ns: self.report_to_cwnd.percentile(99),
+            report_to_cwnd_n: self.report_to_cwnd.count,
+            ..self.stats
+        }
     }
 }
 
@@ -1379,6 +1435,60 @@ mod tests {
             k.on_portus_msg(&change, &mut maps),
             Err(FoldMsgError::Libccp { code: -71, .. })
         ));
+    }
+
+    static FAKE_NOW_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    fn fake_now() -> u64 {
+        FAKE_NOW_NS.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn report(flow: u32, ts_ns: u64) -> FoldReport {
+        let mut rec = FoldReport::new_zeroed();
+        (rec.flow_id, rec.uid, rec.ts_ns) = (flow, 1, ts_ns);
+        rec
+    }
+
+    fn update_msg(sid: u32, reg_type: u8, reg_index: u32) -> Vec<u8> {
+        let mut m = vec![3, 0, 0, 0];
+        m.extend_from_slice(&sid.to_le_bytes());
+        m.extend_from_slice(&1u32.to_le_bytes());
+        m.push(reg_type);
+        m.extend_from_slice(&reg_index.to_le_bytes());
+        m.extend_from_slice(&14480u64.to_le_bytes());
+        let len = m.len() as u16;
+        m[2..4].copy_from_slice(&len.to_le_bytes());
+        m
+    }
+
+    #[test]
+    fn report_to_cwnd_latency_counts_each_report_once_per_flow() {
+        let mut k = KernelFold::with_clock(fake_now);
+        let mut maps = Recorded::default();
+        k.on_portus_msg(&install_msg(1, &[], &[]), &mut maps).unwrap();
+        for flow in [5, 6] {
+            k.flow_created(flow, 14480, 1448, (1, 2), (3, 4), "cubic").unwrap();
+        }
+        assert_eq!(k.stats().report_to_cwnd_p50_ns, None, "no sample yet");
+        FAKE_NOW_NS.store(1_000_000, std::sync::atomic::Ordering::SeqCst);
+        k.report_msg(report(5, 900_000).as_bytes()).unwrap(); // answered 100 us later
+        k.report_msg(report(6, 400_000).as_bytes()).unwrap(); // answered 600 us later
+        let cwnd = update_msg(5, REG_IMPLICIT, IMPLICIT_CWND);
+        k.on_portus_msg(&cwnd, &mut maps).unwrap();
+        k.on_portus_msg(&cwnd, &mut maps).unwrap(); // no new report: not a sample
+        let control_only = update_msg(6, REG_NONVOLATILE_CONTROL, 3);
+        k.on_portus_msg(&control_only, &mut maps).unwrap(); // not a cwnd/rate: not a sample
+        assert_eq!(k.stats().report_to_cwnd_n, 1);
+        k.on_portus_msg(&update_msg(6, REG_IMPLICIT, IMPLICIT_RATE), &mut maps).unwrap();
+        let s = k.stats();
+        assert_eq!(s.report_to_cwnd_n, 2);
+        assert_eq!((s.report_to_cwnd_p50_ns, s.report_to_cwnd_p99_ns), (Some(100_000), Some(600_000)));
+        assert_eq!((s.reports, s.staged), (2, 4));
+        // a released flow's waiting report is forgotten
+        k.report_msg(report(5, 950_000).as_bytes()).unwrap();
+        k.flow_released(5);
+        k.flow_created(5, 14480, 1448, (1, 2), (3, 4), "cubic").unwrap();
+        k.on_portus_msg(&cwnd, &mut maps).unwrap();
+        assert_eq!(k.stats().report_to_cwnd_n, 2);
     }
 
     #[test]

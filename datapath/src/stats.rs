@@ -1,6 +1,17 @@
 //! Integer-only latency bookkeeping (no float logarithms anywhere in this
 //! binary: libccp's exported `log` symbol shadows libm's, see main.rs).
 
+/// Now on CLOCK_MONOTONIC in ns: the clock of the BPF side's
+/// `bpf_ktime_get_ns()` (record timestamps such as `ts_ns`), so the two can
+/// be subtracted.
+#[allow(dead_code)] // main.rs's `mod stats` does not use it (fold_kernel.rs does)
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid pointer to a timespec; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// Keeps the last `cap` samples (ns) and their count/sum.
 #[derive(Debug, Clone)]
 pub struct Samples {
@@ -72,5 +83,13 @@ mod tests {
         assert_eq!(s.percentile(100), Some(3));
         assert_eq!(s.count, 4);
         assert!(Samples::new(3).percentile(50).is_none());
+    }
+
+    #[test]
+    fn monotonic_clock_moves_forward() {
+        let a = monotonic_ns();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let b = monotonic_ns();
+        assert!(b - a >= 2_000_000, "{a} -> {b}");
     }
 }
