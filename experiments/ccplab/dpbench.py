@@ -1,0 +1,780 @@
+"""Datapath benchmark (issue 8 item 7): ``make bench`` runs ``python -m ccplab.dpbench``.
+
+What it measures, on this host, in one run:
+
+* a veth pair (MTU 1500, the kernel's default offloads: TSO/GSO on) between
+  two network namespaces it creates, iperf3 flows from one to the other;
+* three modes ALTERNATING back to back for every configuration (so drift of a
+  shared machine hits all of them alike): ``kernel`` (the kernel's cubic),
+  ``ccp-kernel-fold`` (``ccp-datapath --fold kernel`` + the Portus
+  ``ccp-algorithms cubic``) and ``ccp-userspace-fold`` (``--fold userspace``:
+  libccp folds every ACK in user space), each ``--reps`` times;
+* 1, 10 and 100 parallel flows (``iperf3 -P``), at full speed and paced to
+  1 Gbit/s in total. Pacing is iperf3's own ``-b RATE`` per stream
+  (1 Gbit/s / flows), not ``--fq-rate``: ``--fq-rate`` is SO_MAX_PACING_RATE,
+  which only caps the rate the congestion control sets, and ccp-datapath
+  takes pacing over (it turns TCP-internal pacing off in ``init`` unless the
+  algorithm commands a rate), so the same flag would pace kernel cubic and
+  leave ccp unpaced. ``-b`` limits the application's writes the same way
+  under every congestion control, which "equal paced throughput" needs.
+
+Per run it records: throughput (iperf3 receiver, Gbit/s); busy CPU of the
+host's cores over the client's lifetime (/proc/stat: everything but idle and
+iowait, as a fraction of all cores, 1.0 = both cores busy); for ccp, the BPF
+cost per ACK (``kernel.bpf_stats_enabled=1`` during the benchmark, restored
+after; ``run_time_ns / run_cnt`` of the datapath's ``ccp_cong_control``
+from ``bpftool -j prog show``, and the time of all of its struct_ops
+programs per ``cong_control`` call); messages crossing from the kernel to user
+space (the datapath's exit summary: per-ACK snapshots ``invokes`` +
+``unknown_flow_acks`` in ``--fold userspace``, ``kernel fold: reports=`` in
+``--fold kernel``; create/release/state events are not counted) per second
+per flow and per RTT per flow (RTT: mean of iperf3's per-stream sender
+``mean_rtt``); and the latency from kernel record to command: ``report->cwnd
+us: p50 p99`` of the summary in ``--fold kernel`` (n/a while the datapath does
+not log it) and ``event->command us: p50 p99`` in ``--fold userspace``.
+
+Targets for ``--fold kernel`` (issue 8), shown as ratios with PASS/MISS:
+throughput >= 0.97x kernel cubic at full speed at 1, 10 and 100 flows; busy
+CPU <= 1.05x kernel cubic's when paced (and only when the paced throughputs
+are equal within 3%: otherwise MISS); BPF time per ACK (all programs) under
+1.5 us; at most 2 user-space messages per RTT per flow.
+
+Needs root, kernel BTF, iperf3, ip, ss, bpftool and the built binaries
+(``cargo build --release -p ccp-datapath -p ccp-algorithms``). Runs under the
+host's netlab lock (``flock /tmp/ccplab-netlab.lock``); started without it,
+it takes the lock itself. Everything it starts, the namespaces and the
+sysctl are undone on exit, on an error and on SIGINT/SIGTERM/SIGHUP;
+namespaces of a benchmark that was SIGKILLed are removed by the next one.
+Exit status 0 after printing (a MISS is a figure, not a failure), 2 when the
+machine cannot run it (the message names what is missing), 130 when
+interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import fcntl
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from . import registry
+from .binaries import REPO_ROOT, project_binary, system_binary
+from .cca import DATAPATH_CA, kernel_ccs
+from .errors import CcplabError
+from .processes import Daemon, child_env, supervised
+# the runner's readiness helpers: start-and-wait, a listener seen by `ss`
+from .run import PORTUS_SOCKET, READY_TIMEOUT_S, _listening, _started
+
+MODES = ("kernel", "ccp-kernel-fold", "ccp-userspace-fold")
+"""Modes in the order they alternate; ``kernel`` is the reference of every ratio."""
+FOLD_OF_MODE = {"ccp-kernel-fold": "kernel", "ccp-userspace-fold": "userspace"}
+TARGET_MODE = "ccp-kernel-fold"
+FLOWS = (1, 10, 100)
+PACED_TOTAL_MBPS = 1000.0
+ALGORITHM = "cubic"
+
+# Targets of issue 8 item 7.
+MIN_THROUGHPUT_RATIO = 0.97
+MAX_CPU_RATIO = 1.05
+EQUAL_THROUGHPUT_TOLERANCE = 0.03  # "equal paced throughput": within 3%
+MAX_BPF_NS_PER_ACK = 1500.0
+MAX_MSGS_PER_RTT = 2.0
+
+NETLAB_LOCK = Path("/tmp/ccplab-netlab.lock")
+BPF_STATS_SYSCTL = Path("/proc/sys/kernel/bpf_stats_enabled")
+PROC_STAT = Path("/proc/stat")
+NETNS_DIR = Path("/var/run/netns")
+NS_PREFIX = "dpbench"
+NS_NAME = re.compile(rf"^{NS_PREFIX}-(snd|rcv)-(\d+)$")
+SENDER_IP, RECEIVER_IP, PREFIX_LEN = "10.203.0.1", "10.203.0.2", 24
+MTU = 1500
+IPERF_PORT = 5201
+CLIENT_GRACE_S = 30.0
+CONG_CONTROL_PROG = "ccp_cong_contro"  # bpftool shows the kernel's 15-character program name
+
+
+# ---------------------------------------------------------------- pure parts
+
+@dataclass(frozen=True)
+class CpuCounters:
+    """Jiffies from the aggregate ``cpu`` line of /proc/stat: busy (all but idle and iowait) and total."""
+
+    busy: int
+    total: int
+
+
+def cpu_counters(proc_stat: str) -> CpuCounters:
+    """Parse /proc/stat text (proc(5): ``cpu user nice system idle iowait irq softirq steal guest
+    guest_nice``). guest and guest_nice are already inside user and nice, so they are not added again.
+
+    Raises CcplabError when there is no aggregate ``cpu`` line or it has fewer than 4 numbers.
+    """
+    for line in proc_stat.splitlines():
+        fields = line.split()
+        if fields and fields[0] == "cpu":
+            try:
+                values = [int(v) for v in fields[1:]]
+            except ValueError:
+                raise CcplabError(f"/proc/stat: non-numeric cpu line {line!r}") from None
+            if len(values) < 4:
+                raise CcplabError(f"/proc/stat: cpu line has {len(values)} fields, need at least 4: {line!r}")
+            total = sum(values[:8])  # user..steal
+            idle = values[3] + (values[4] if len(values) > 4 else 0)
+            return CpuCounters(busy=total - idle, total=total)
+    raise CcplabError("/proc/stat has no aggregate 'cpu' line")
+
+
+def busy_fraction(before: CpuCounters, after: CpuCounters) -> float:
+    """Busy share of all cores between two samples, 0..1 (1.0 = every core busy the whole time).
+
+    Raises CcplabError when no time passed (equal totals) or the counters went backwards.
+    """
+    total = after.total - before.total
+    busy = after.busy - before.busy
+    if total <= 0 or busy < 0:
+        raise CcplabError(f"/proc/stat counters did not advance (total {before.total} -> {after.total})")
+    return busy / total
+
+
+@dataclass(frozen=True)
+class ProgCost:
+    """One BPF program's cumulative cost while ``kernel.bpf_stats_enabled`` was 1."""
+
+    name: str
+    run_time_ns: int
+    run_cnt: int
+
+
+def ccp_prog_costs(bpftool_json: str, after_id: int, pid: int | None = None) -> list[ProgCost]:
+    """The datapath's struct_ops programs in ``bpftool -j prog show`` output.
+
+    Selects programs of type ``struct_ops`` named ``ccp_*`` with an id above ``after_id`` (the
+    highest id before the datapath started, so an earlier instance's programs are not counted) and,
+    when bpftool lists owning processes (``pids``) and ``pid`` is given, owned by ``pid``.
+    bpftool omits ``run_time_ns``/``run_cnt`` while they are 0; they count as 0.
+
+    Raises CcplabError when the text is not bpftool's JSON list.
+    """
+    try:
+        progs = json.loads(bpftool_json)
+    except ValueError as exc:
+        raise CcplabError(f"bpftool -j prog show printed no JSON: {exc}") from None
+    if not isinstance(progs, list):
+        raise CcplabError("bpftool -j prog show: expected a JSON list of programs")
+    out = []
+    for p in progs:
+        if p.get("type") != "struct_ops" or not str(p.get("name", "")).startswith("ccp_"):
+            continue
+        if int(p.get("id", 0)) <= after_id:
+            continue
+        owners = [o.get("pid") for o in p.get("pids", [])]
+        if pid is not None and owners and pid not in owners:
+            continue
+        out.append(ProgCost(p["name"], int(p.get("run_time_ns", 0)), int(p.get("run_cnt", 0))))
+    return out
+
+
+def max_prog_id(bpftool_json: str) -> int:
+    """Highest program id in ``bpftool -j prog show`` output (0 when none)."""
+    try:
+        return max((int(p.get("id", 0)) for p in json.loads(bpftool_json)), default=0)
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise CcplabError(f"bpftool -j prog show: unexpected output ({exc})") from None
+
+
+def bpf_ns_per_ack(costs: Sequence[ProgCost]) -> tuple[float | None, float | None]:
+    """(``cong_control`` ns per call, all ccp programs' ns per ``cong_control`` call).
+
+    ``cong_control`` runs once per ACK, so the second figure is the BPF time the datapath costs per
+    ACK (in_ack_event, set_state etc. included). (None, None) when cong_control never ran.
+    """
+    cc = [c for c in costs if c.name == CONG_CONTROL_PROG]
+    acks = sum(c.run_cnt for c in cc)
+    if acks == 0:
+        return None, None
+    return sum(c.run_time_ns for c in cc) / acks, sum(c.run_time_ns for c in costs) / acks
+
+
+def summary_line(datapath_log: str) -> str:
+    """The datapath's last summary line (the one it logs at exit, containing ``kernel fold:``).
+
+    Raises CcplabError when the log has none (the datapath did not exit cleanly).
+    """
+    lines = [line for line in datapath_log.splitlines() if "kernel fold:" in line and "invokes=" in line]
+    if not lines:
+        raise CcplabError("the datapath logged no summary line (did it exit cleanly?)")
+    return lines[-1]
+
+
+def summary_field(line: str, key: str, after: str = "") -> float | None:
+    """Value of ``key=V`` in a summary line, the first one after the label ``after`` (e.g.
+    ``"kernel fold:"``); None when the value is ``-`` (no sample) or the key/label is absent.
+
+    Raises CcplabError when the value is neither a number nor ``-``.
+    """
+    start = line.find(after) if after else 0
+    if start < 0:
+        return None
+    m = re.search(rf"(?<![\w>-]){re.escape(key)}=([^\s,;]+)", line[start + len(after):])
+    if m is None or m.group(1) == "-":
+        return None
+    try:
+        return float(m.group(1))
+    except ValueError:
+        raise CcplabError(f"datapath summary: {key}={m.group(1)!r} is not a number") from None
+
+
+def crossing_messages(line: str, fold: str) -> int:
+    """Kernel-to-user-space records of one datapath run, from its summary line: per-ACK snapshots
+    in ``--fold userspace`` (``invokes`` + ``unknown_flow_acks``), reports in ``--fold kernel``.
+
+    Raises CcplabError when a needed counter is missing.
+    """
+    keys = [("invokes", ""), ("unknown_flow_acks", "")] if fold == "userspace" else [("reports", "kernel fold:")]
+    total = 0
+    for key, after in keys:
+        v = summary_field(line, key, after)
+        if v is None:
+            raise CcplabError(f"datapath summary has no {after}{key}= counter: {line[-200:]}")
+        total += int(v)
+    return total
+
+
+def command_latency_us(line: str, fold: str) -> tuple[float | None, float | None]:
+    """(p50, p99) in us from the kernel record to the command reaching the kernel: ``report->cwnd
+    us:`` in ``--fold kernel``, ``event->command us:`` in ``--fold userspace``; None when not logged."""
+    label = "report->cwnd us:" if fold == "kernel" else "event->command us:"
+    return summary_field(line, "p50", label), summary_field(line, "p99", label)
+
+
+@dataclass(frozen=True)
+class IperfFigures:
+    """One iperf3 client result: receiver Gbit/s, seconds, streams, mean sender RTT (us), sender CC."""
+
+    gbps: float
+    seconds: float
+    streams: int
+    mean_rtt_us: float | None
+    sender_cc: str
+
+
+def iperf_figures(result: dict) -> IperfFigures:
+    """Figures of an iperf3 ``-J`` client result. Raises CcplabError on an iperf3 error or missing sums."""
+    if "error" in result:
+        raise CcplabError(f"iperf3 client failed: {result['error']}")
+    end = result.get("end", {})
+    received = end.get("sum_received")
+    if not received or "bits_per_second" not in received:
+        raise CcplabError("iperf3 result has no end.sum_received.bits_per_second")
+    streams = end.get("streams", [])
+    rtts = [s["sender"]["mean_rtt"] for s in streams if s.get("sender", {}).get("mean_rtt")]
+    return IperfFigures(gbps=received["bits_per_second"] / 1e9, seconds=float(received.get("seconds", 0.0)),
+                        streams=len(streams), mean_rtt_us=statistics.fmean(rtts) if rtts else None,
+                        sender_cc=end.get("sender_tcp_congestion", ""))
+
+
+def per_flow_rates(messages: int, seconds: float, flows: int, rtt_us: float | None) -> tuple[float, float | None]:
+    """(messages per second per flow, messages per RTT per flow = that x RTT). Raises CcplabError
+    for a non-positive duration or flow count."""
+    if seconds <= 0 or flows <= 0:
+        raise CcplabError(f"cannot rate {messages} messages over {seconds} s and {flows} flows")
+    per_s = messages / seconds / flows
+    return per_s, (per_s * rtt_us / 1e6 if rtt_us else None)
+
+
+@dataclass
+class Measurement:
+    """One run of one mode in one configuration (see the module doc for each figure)."""
+
+    mode: str
+    flows: int
+    paced: bool
+    rep: int
+    gbps: float
+    busy: float
+    rtt_us: float | None
+    cong_control_ns: float | None = None
+    bpf_ns_per_ack: float | None = None
+    msgs_per_s_per_flow: float | None = None
+    msgs_per_rtt_per_flow: float | None = None
+    latency_p50_us: float | None = None
+    latency_p99_us: float | None = None
+
+
+@dataclass(frozen=True)
+class TargetRow:
+    """One target check: what, the configuration, the figure, the bound, PASS or MISS (with why)."""
+
+    what: str
+    config: str
+    figure: str
+    bound: str
+    verdict: str
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.fmean(present) if present else None
+
+
+def _of(ms: Sequence[Measurement], mode: str, flows: int, paced: bool) -> list[Measurement]:
+    return [m for m in ms if m.mode == mode and m.flows == flows and m.paced == paced]
+
+
+def _verdict(ok: bool | None, why: str = "") -> str:
+    if ok is None:
+        return "MISS (no data)"
+    return "PASS" if ok else ("MISS" + (f" ({why})" if why else ""))
+
+
+def evaluate_targets(ms: Sequence[Measurement], flows: Sequence[int] = FLOWS) -> list[TargetRow]:
+    """The issue's four targets for ``ccp-kernel-fold`` against ``kernel`` (means over repetitions).
+
+    Throughput at full speed per flow count; CPU when paced per flow count (MISS when the paced
+    throughputs differ by more than 3%, since the CPU ratio then compares unequal work); BPF time per
+    ACK and messages per RTT per flow per flow count, the worse of full speed and paced.
+    """
+    rows: list[TargetRow] = []
+    for n in flows:
+        k = _mean([m.gbps for m in _of(ms, "kernel", n, False)])
+        c = _mean([m.gbps for m in _of(ms, TARGET_MODE, n, False)])
+        ratio = c / k if c is not None and k else None
+        rows.append(TargetRow("throughput vs kernel cubic", f"{n} flows, full", _x(ratio),
+                              f">= {MIN_THROUGHPUT_RATIO:.2f}x",
+                              _verdict(None if ratio is None else ratio >= MIN_THROUGHPUT_RATIO)))
+    for n in flows:
+        kp, cp = _of(ms, "kernel", n, True), _of(ms, TARGET_MODE, n, True)
+        kg, cg = _mean([m.gbps for m in kp]), _mean([m.gbps for m in cp])
+        kb, cb = _mean([m.busy for m in kp]), _mean([m.busy for m in cp])
+        ratio = cb / kb if cb is not None and kb else None
+        equal = kg is not None and cg is not None and kg > 0 and abs(cg / kg - 1) <= EQUAL_THROUGHPUT_TOLERANCE
+        why = "" if equal or ratio is None else f"throughput {cg:.3f} vs {kg:.3f} Gbit/s, not equal"
+        ok = None if ratio is None else (ratio <= MAX_CPU_RATIO and equal)
+        rows.append(TargetRow("busy CPU vs kernel cubic", f"{n} flows, paced", _x(ratio),
+                              f"<= {MAX_CPU_RATIO:.2f}x", _verdict(ok, why)))
+    for n in flows:
+        worst = _worst([_mean([m.bpf_ns_per_ack for m in _of(ms, TARGET_MODE, n, p)]) for p in (False, True)])
+        rows.append(TargetRow("BPF time per ACK", f"{n} flows", "n/a" if worst is None else f"{worst / 1000:.2f} us",
+                              f"< {MAX_BPF_NS_PER_ACK / 1000:.1f} us",
+                              _verdict(None if worst is None else worst < MAX_BPF_NS_PER_ACK)))
+    for n in flows:
+        worst = _worst([_mean([m.msgs_per_rtt_per_flow for m in _of(ms, TARGET_MODE, n, p)]) for p in (False, True)])
+        rows.append(TargetRow("user-space msgs per RTT per flow", f"{n} flows",
+                              "n/a" if worst is None else f"{worst:.2f}", f"<= {MAX_MSGS_PER_RTT:g}",
+                              _verdict(None if worst is None else worst <= MAX_MSGS_PER_RTT)))
+    return rows
+
+
+def _worst(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return max(present) if present else None
+
+
+def _x(ratio: float | None) -> str:
+    return "n/a" if ratio is None else f"{ratio:.3f}x"
+
+
+def _fmt(v: float | None, spec: str) -> str:
+    return "n/a" if v is None else format(v, spec)
+
+
+def results_table(ms: Sequence[Measurement], flows: Sequence[int] = FLOWS) -> str:
+    """The per-configuration table: one row per flow count x load x mode, figures as means over
+    repetitions except Gbit/s, which lists each repetition in run order, then the mean."""
+    head = (f"{'flows':>5} {'load':<6} {'mode':<19} {'Gbit/s (each run)':<24} {'mean':>6} {'busy%':>6} "
+            f"{'cc ns':>6} {'bpf ns/ACK':>10} {'msg/s/flow':>11} {'msg/RTT':>8} {'RTT us':>8} "
+            f"{'cmd lat p50/p99 us':>19}")
+    lines = [head, "-" * len(head)]
+    for n in flows:
+        for paced in (False, True):
+            for mode in MODES:
+                rs = _of(ms, mode, n, paced)
+                if not rs:
+                    continue
+                runs = " ".join(f"{m.gbps:.2f}" for m in rs)
+                busy = _mean([m.busy for m in rs])
+                lat = (f"{_fmt(_mean([m.latency_p50_us for m in rs]), '.0f')}/"
+                       f"{_fmt(_mean([m.latency_p99_us for m in rs]), '.0f')}") if mode != "kernel" else "-"
+                lines.append(
+                    f"{n:>5} {'1G' if paced else 'full':<6} {mode:<19} {runs:<24} "
+                    f"{_fmt(_mean([m.gbps for m in rs]), '.2f'):>6} {_fmt(None if busy is None else 100 * busy, '.1f'):>6} "
+                    f"{_fmt(_mean([m.cong_control_ns for m in rs]), '.0f'):>6} "
+                    f"{_fmt(_mean([m.bpf_ns_per_ack for m in rs]), '.0f'):>10} "
+                    f"{_fmt(_mean([m.msgs_per_s_per_flow for m in rs]), '.0f'):>11} "
+                    f"{_fmt(_mean([m.msgs_per_rtt_per_flow for m in rs]), '.2f'):>8} "
+                    f"{_fmt(_mean([m.rtt_us for m in rs]), '.0f'):>8} {lat:>19}")
+    return "\n".join(lines)
+
+
+def targets_table(rows: Sequence[TargetRow]) -> str:
+    """The targets of ``--fold kernel`` as a table: what, configuration, figure, bound, PASS/MISS."""
+    head = f"{'target (--fold kernel)':<34} {'config':<16} {'figure':>10} {'bound':>10}  verdict"
+    return "\n".join([head, "-" * len(head)] +
+                     [f"{r.what:<34} {r.config:<16} {r.figure:>10} {r.bound:>10}  {r.verdict}" for r in rows])
+
+
+def run_plan(flows: Sequence[int], reps: int, modes: Sequence[str] = MODES) -> list[tuple[int, bool, int, str]]:
+    """The order of runs: (flows, paced, rep, mode); per configuration the modes alternate, ``reps`` times."""
+    return [(n, paced, rep, mode) for n in flows for paced in (False, True)
+            for rep in range(1, reps + 1) for mode in modes]
+
+
+def paced_stream_rate(flows: int, total_mbps: float = PACED_TOTAL_MBPS) -> str:
+    """iperf3 ``-b`` value per stream so ``flows`` streams total ``total_mbps`` (bit/s, integer)."""
+    return str(int(total_mbps * 1e6 / flows))
+
+
+# ---------------------------------------------------------------- the host side
+
+def _run(argv: Sequence[str], what: str, timeout: float = 30) -> str:
+    done = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise CcplabError(f"{what} failed (status {done.returncode}): {done.stderr.strip() or done.stdout.strip()}")
+    return done.stdout
+
+
+def _netns_exec(ns: str, *argv) -> list[str]:
+    return ["ip", "netns", "exec", ns, *(str(a) for a in argv)]
+
+
+def preflight() -> None:
+    """CcplabError naming what this host lacks to run the benchmark."""
+    if os.geteuid() != 0:
+        raise CcplabError("the datapath benchmark needs root (network namespaces, BPF struct_ops, sysctls)")
+    if not Path("/sys/kernel/btf/vmlinux").exists():
+        raise CcplabError("kernel BTF /sys/kernel/btf/vmlinux is missing (BPF struct_ops needs it)")
+    for tool, package in (("iperf3", None), ("ip", "iproute2"), ("ss", "iproute2"), ("bpftool", None),
+                          ("setpriv", "util-linux")):
+        system_binary(tool, package)
+    for name in ("ccp-datapath", "ccp-algorithms"):
+        project_binary(name)
+    if DATAPATH_CA in kernel_ccs():
+        raise CcplabError(f"congestion control '{DATAPATH_CA}' is already registered: another ccp-datapath "
+                          "runs (or `ccplab clean` is needed)")
+    if "cubic" not in kernel_ccs():
+        raise CcplabError("the kernel offers no 'cubic' congestion control (tcp_available_congestion_control)")
+
+
+@contextmanager
+def netlab_lock() -> Iterator[None]:
+    """Hold the host's netlab lock: nothing when this process already runs under ``flock`` on it (an
+    inherited descriptor of the lock file), else take it here, waiting for whoever holds it."""
+    inherited = False
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            inherited |= os.readlink(f"/proc/self/fd/{fd}") == str(NETLAB_LOCK)
+        except OSError:
+            pass
+    if inherited:
+        yield
+        return
+    with open(NETLAB_LOCK, "a") as f:
+        print(f"waiting for the netlab lock {NETLAB_LOCK} ...", file=sys.stderr, flush=True)
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@contextmanager
+def bpf_stats_enabled() -> Iterator[None]:
+    """``kernel.bpf_stats_enabled`` = 1 inside, its previous value restored after (also on errors)."""
+    try:
+        before = BPF_STATS_SYSCTL.read_text().strip()
+    except OSError as exc:
+        raise CcplabError(f"cannot read {BPF_STATS_SYSCTL}: {exc}") from None
+    BPF_STATS_SYSCTL.write_text("1")
+    try:
+        yield
+    finally:
+        BPF_STATS_SYSCTL.write_text(before)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _delete_netns(ns: str) -> None:
+    """SIGKILL what still runs in ``ns`` (it keeps the veth alive), then delete it."""
+    pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+    for pid in pids:
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except (ProcessLookupError, ValueError):
+            pass
+    subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def remove_stale_namespaces() -> list[str]:
+    """Delete namespaces a SIGKILLed benchmark left (``dpbench-*-<pid>`` of a dead pid); their names."""
+    try:
+        names = sorted(p.name for p in NETNS_DIR.iterdir())
+    except FileNotFoundError:
+        return []
+    stale = [n for n in names if (m := NS_NAME.match(n)) and not _pid_alive(int(m.group(2)))]
+    for ns in stale:
+        _delete_netns(ns)
+    return stale
+
+
+@contextmanager
+def veth_namespaces() -> Iterator[tuple[str, str]]:
+    """Two fresh namespaces (sender, receiver) joined by a veth pair, MTU 1500, addresses
+    10.203.0.1/24 and .2; deleted on exit (also when setting them up fails half-way)."""
+    snd, rcv = f"{NS_PREFIX}-snd-{os.getpid()}", f"{NS_PREFIX}-rcv-{os.getpid()}"
+    try:
+        for ns in (snd, rcv):
+            _run(["ip", "netns", "add", ns], f"ip netns add {ns}")
+            _run(["ip", "-n", ns, "link", "set", "lo", "up"], f"lo up in {ns}")
+        _run(["ip", "-n", snd, "link", "add", "veth0", "mtu", MTU, "type", "veth",
+              "peer", "name", "veth0", "netns", rcv, "mtu", MTU], "creating the veth pair")
+        for ns, ip in ((snd, SENDER_IP), (rcv, RECEIVER_IP)):
+            _run(["ip", "-n", ns, "addr", "add", f"{ip}/{PREFIX_LEN}", "dev", "veth0"], f"address in {ns}")
+            _run(["ip", "-n", ns, "link", "set", "veth0", "up"], f"veth up in {ns}")
+        yield snd, rcv
+    finally:
+        for ns in (snd, rcv):
+            _delete_netns(ns)
+
+
+def offloads(ns: str) -> str:
+    """The sender veth's segmentation/receive offloads as ``tso=on gso=on gro=off`` (ethtool -k), or why not."""
+    done = subprocess.run(_netns_exec(ns, "ethtool", "-k", "veth0"), capture_output=True, text=True)
+    if done.returncode != 0:
+        return "offloads unknown (ethtool missing or failed)"
+    names = {"tcp-segmentation-offload": "tso", "generic-segmentation-offload": "gso",
+             "generic-receive-offload": "gro"}
+    found = {}
+    for line in done.stdout.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in names:
+            found[names[key.strip()]] = value.split()[0] if value.split() else "?"
+    return " ".join(f"{k}={found.get(k, '?')}" for k in ("tso", "gso", "gro"))
+
+
+def _bpftool_progs() -> str:
+    return _run(["bpftool", "-j", "prog", "show"], "bpftool -j prog show")
+
+
+class Bench:
+    """The host side of one benchmark: namespaces, a persistent iperf3 server, and per run the
+    Portus algorithm and ccp-datapath (fresh per run, so their counters cover that run only)."""
+
+    def __init__(self, stack: ExitStack, workdir: Path, duration_s: int):
+        self.workdir = workdir
+        self.duration_s = duration_s
+        self.snd, self.rcv = stack.enter_context(veth_namespaces())
+        server = Daemon("iperf3 server", _netns_exec(self.rcv, "iperf3", "-s", "-B", RECEIVER_IP, "-p", IPERF_PORT),
+                        workdir / "iperf3-server.log", stop_timeout_s=3)
+        stack.enter_context(_started(server, lambda: _listening(self.rcv, IPERF_PORT)))
+        self.runs = 0
+
+    def measure(self, mode: str, flows: int, paced: bool, rep: int) -> Measurement:
+        """One run: the flows of ``mode`` for ``duration_s`` s; raises CcplabError when a part fails."""
+        self.runs += 1
+        fold = FOLD_OF_MODE.get(mode)
+        if fold is None:
+            result, busy = self._client("cubic", flows, paced)
+            fig = self._checked(result, "cubic", flows)
+            return Measurement(mode, flows, paced, rep, fig.gbps, busy, fig.mean_rtt_us)
+        log = self.workdir / f"run{self.runs:02d}-{mode}-{flows}-{'paced' if paced else 'full'}-datapath.log"
+        with ExitStack() as stack:
+            algo = registry.lookup(ALGORITHM)
+            PORTUS_SOCKET.unlink(missing_ok=True)  # its appearance then means this algorithm bound it
+            stack.enter_context(_started(Daemon(algo.binary, [*algo.argv(), "--ipc", "unix"],
+                                                log.with_name(log.name.replace("datapath", "algorithm"))),
+                                         PORTUS_SOCKET.exists))
+            first_id = max_prog_id(_bpftool_progs())
+            ready = self.workdir / ".datapath-ready.json"
+            ready.unlink(missing_ok=True)
+            datapath = stack.enter_context(_started(Daemon("ccp-datapath", [
+                project_binary("ccp-datapath"), "--fold", fold, "--congalg", ALGORITHM, "--ready-file", ready,
+            ], log), ready.exists))
+            result, busy = self._client(DATAPATH_CA, flows, paced)
+            costs = ccp_prog_costs(_bpftool_progs(), first_id, datapath.proc.pid)
+            status = datapath.stop()
+        fig = self._checked(result, DATAPATH_CA, flows)
+        if status != 0:
+            raise CcplabError(f"ccp-datapath exited with status {status}:\n{datapath.log_tail()}")
+        line = summary_line(log.read_text(errors="replace"))
+        cc_ns, all_ns = bpf_ns_per_ack(costs)
+        per_s, per_rtt = per_flow_rates(crossing_messages(line, fold), fig.seconds, flows, fig.mean_rtt_us)
+        p50, p99 = command_latency_us(line, fold)
+        return Measurement(mode, flows, paced, rep, fig.gbps, busy, fig.mean_rtt_us, cc_ns, all_ns,
+                           per_s, per_rtt, p50, p99)
+
+    def _client(self, cc: str, flows: int, paced: bool) -> tuple[dict, float]:
+        argv = _netns_exec(self.snd, "iperf3", "-c", RECEIVER_IP, "-p", IPERF_PORT, "-t", self.duration_s,
+                           "-P", flows, "-C", cc, "-J", *(["-b", paced_stream_rate(flows)] if paced else []))
+        limit_s = self.duration_s + CLIENT_GRACE_S
+        self._wait_server_idle()
+        before = cpu_counters(PROC_STAT.read_text())
+        try:
+            done = subprocess.run(supervised(argv), capture_output=True, text=True, timeout=limit_s,
+                                  env=child_env())
+        except subprocess.TimeoutExpired:
+            raise CcplabError(f"iperf3 client ({flows} flows, {cc}) did not finish within {limit_s:.0f} s") from None
+        busy = busy_fraction(before, cpu_counters(PROC_STAT.read_text()))
+        try:
+            return json.loads(done.stdout), busy
+        except ValueError:
+            raise CcplabError(f"iperf3 client failed (status {done.returncode}): {done.stderr.strip()}") from None
+
+    def _wait_server_idle(self) -> None:
+        """Until the server has no established connection left from the previous run (iperf3 3.x
+        refuses a client while it still finishes a test: "the server is busy")."""
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            done = subprocess.run(_netns_exec(self.rcv, "ss", "-Htn", "state", "established",
+                                              f"( sport = :{IPERF_PORT} )"), capture_output=True, text=True)
+            if not done.stdout.strip():
+                return
+            time.sleep(0.05)  # poll interval of a bounded wait
+        raise CcplabError(f"the iperf3 server still had connections {READY_TIMEOUT_S:.0f} s after a run")
+
+    @staticmethod
+    def _checked(result: dict, cc: str, flows: int) -> IperfFigures:
+        fig = iperf_figures(result)
+        if fig.sender_cc and fig.sender_cc != cc:
+            raise CcplabError(f"the flows used congestion control {fig.sender_cc!r}, not {cc!r}")
+        if fig.streams != flows:
+            raise CcplabError(f"iperf3 ran {fig.streams} streams, not {flows}")
+        return fig
+
+
+def background_busy(seconds: float = 2.0) -> float:
+    """Busy share of all cores over ``seconds`` before any flow (the shared machine's own load)."""
+    before = cpu_counters(PROC_STAT.read_text())
+    time.sleep(seconds)  # a measurement window, not a synchronisation
+    return busy_fraction(before, cpu_counters(PROC_STAT.read_text()))
+
+
+def _commit() -> str:
+    done = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True)
+    dirty = subprocess.run(["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True).stdout.strip()
+    return (done.stdout.strip() or "unknown") + ("+dirty" if dirty else "")
+
+
+def _raise_on_signal(signum, _frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    preflight()
+    plan = run_plan(args.flows, args.reps)
+    with netlab_lock(), ExitStack() as stack:
+        stale = remove_stale_namespaces()
+        if stale:
+            print(f"removed namespaces of a killed benchmark: {', '.join(stale)}", file=sys.stderr)
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ccplab-dpbench-")))
+        if args.keep_logs:
+            stack.callback(_copy_logs, workdir, args.keep_logs)
+        stack.enter_context(bpf_stats_enabled())
+        bench = Bench(stack, workdir, args.duration_s)
+        idle = background_busy()
+        print(f"datapath benchmark: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, commit {_commit()}, "
+              f"{os.cpu_count()} cores, veth MTU {MTU} ({offloads(bench.snd)}), iperf3 -t {args.duration_s}, "
+              f"algorithm ccp-algorithms {ALGORITHM}; paced = iperf3 -b per stream, "
+              f"{PACED_TOTAL_MBPS / 1000:g} Gbit/s in total; background busy {100 * idle:.1f}% before the runs",
+              flush=True)
+        measurements: list[Measurement] = []
+        for i, (flows, paced, rep, mode) in enumerate(plan, 1):
+            m = bench.measure(mode, flows, paced, rep)
+            measurements.append(m)
+            print(f"  [{i}/{len(plan)}] {flows:>3} flows {'paced' if paced else 'full '} {mode:<19} "
+                  f"{m.gbps:6.2f} Gbit/s busy {100 * m.busy:5.1f}%", file=sys.stderr, flush=True)
+    print()
+    print(results_table(measurements, args.flows))
+    print()
+    print(targets_table(evaluate_targets(measurements, args.flows)))
+    print("\nbusy% = share of both cores (/proc/stat) while iperf3 ran; cc ns = BPF ns per ccp_cong_control call; "
+          "bpf ns/ACK = all ccp programs' BPF ns per cong_control call; msg = kernel-to-user records "
+          "(userspace fold: per-ACK snapshots; kernel fold: reports); cmd lat = report->cwnd (kernel fold) or "
+          "event->command (userspace fold), us.")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps([asdict(m) for m in measurements], indent=1))
+        print(f"measurements: {args.json}")
+    return 0
+
+
+def _copy_logs(workdir: Path, dest: Path) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    for p in workdir.glob("*.log"):
+        (dest / p.name).write_bytes(p.read_bytes())
+
+
+def _flow_counts(text: str) -> list[int]:
+    try:
+        counts = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--flows {text!r}: expected comma-separated integers, e.g. 1,10,100")
+    if not counts or any(c < 1 or c > 128 for c in counts):
+        raise argparse.ArgumentTypeError(f"--flows {text!r}: each count must be 1..128 (iperf3's -P limit)")
+    return counts
+
+
+def _positive(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m ccplab.dpbench",
+        description="Datapath benchmark (issue 8 item 7): kernel cubic vs ccp-datapath (cubic) with the fold in "
+                    "the kernel and in user space, alternating, over a veth pair; prints throughput, busy CPU, BPF "
+                    "cost per ACK, user-space messages per flow, command latency and the issue's targets. "
+                    "Needs root; runs under the netlab lock.")
+    p.add_argument("--duration-s", type=_positive, default=8, help="seconds per iperf3 run (default %(default)s)")
+    p.add_argument("--reps", type=_positive, default=2, help="repetitions of the alternation (default %(default)s)")
+    p.add_argument("--flows", type=_flow_counts, default=list(FLOWS),
+                   help="parallel flow counts, comma-separated (default 1,10,100)")
+    p.add_argument("--json", type=Path, help="also write every measurement to this JSON file")
+    p.add_argument("--keep-logs", type=Path, metavar="DIR", help="copy the daemons' logs into DIR")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit status (see the module doc)."""
+    args = build_parser().parse_args(argv)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _raise_on_signal)
+    try:
+        return run_bench(args)
+    except CcplabError as exc:
+        print(f"dpbench: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("dpbench: interrupted; cleaned up", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,194 @@
+"""The datapath benchmark's pure parts: /proc/stat deltas, bpftool JSON, the datapath's summary line,
+iperf3 JSON, per-flow message rates, the target verdicts and the run order (no root needed)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ccplab import dpbench as d
+from ccplab.errors import CcplabError
+
+# Shaped like the datapath's exit summary (datapath/src/main.rs `summary`), tracing prefix included.
+SUMMARY_USERSPACE = (
+    "2026-11-22T19:40:01.5Z  INFO ccp_datapath: flows=10 (bpf ids 10) active=0 resynced=0 invokes=420000 "
+    "commands=9000 skipped_invalid=12 unknown_flow_acks=30 bpf: command_acks=419000 fallback_acks=5 "
+    "dropped_events=0 bad_records=0 refused_msgs=0 untrusted_msgs=0 per-ACK user cost us: mean=1.200 "
+    "p50=0.900 p99=9.100; event->command us: p50=96.000 p99=2700.500 (n=9000) kernel fold: invocations=0 "
+    "aborted=0 reports=0 reports_dropped=0 installs=0 staged=0 refused=0")
+SUMMARY_KERNEL = (
+    "2026-11-22T19:41:01.5Z  INFO ccp_datapath: flows=0 (bpf ids 10) active=0 resynced=0 invokes=0 commands=0 "
+    "skipped_invalid=0 unknown_flow_acks=0 bpf: command_acks=0 fallback_acks=7 dropped_events=0 bad_records=0 "
+    "refused_msgs=0 untrusted_msgs=0 per-ACK user cost us: mean=- p50=- p99=-; event->command us: p50=- p99=- "
+    "(n=0) kernel fold: invocations=500000 aborted=0 reports=16000 reports_dropped=3 installs=2 staged=15990 "
+    "refused=0 report->cwnd us: p50=55.125 p99=812.000 (n=15990)")
+
+PROC_STAT = """cpu  100 10 50 800 40 5 5 0 7 0
+cpu0 50 5 25 400 20 2 3 0 3 0
+cpu1 50 5 25 400 20 3 2 0 4 0
+intr 12345
+"""
+
+
+def test_cpu_counters_busy_excludes_idle_and_iowait_and_guest_is_not_counted_twice():
+    c = d.cpu_counters(PROC_STAT)
+    assert c.total == 100 + 10 + 50 + 800 + 40 + 5 + 5 + 0
+    assert c.busy == c.total - 800 - 40
+
+
+def test_busy_fraction_of_two_samples():
+    before = d.CpuCounters(busy=1000, total=5000)
+    after = d.CpuCounters(busy=1600, total=6000)
+    assert d.busy_fraction(before, after) == pytest.approx(0.6)
+    with pytest.raises(CcplabError, match="did not advance"):
+        d.busy_fraction(after, after)
+
+
+def test_cpu_counters_bad_input_names_the_problem():
+    with pytest.raises(CcplabError, match="no aggregate 'cpu' line"):
+        d.cpu_counters("cpu0 1 2 3 4\n")
+    with pytest.raises(CcplabError, match="at least 4"):
+        d.cpu_counters("cpu 1 2 3\n")
+
+
+BPFTOOL = json.dumps([
+    {"id": 40, "type": "struct_ops", "name": "ccp_cong_contro", "run_time_ns": 999, "run_cnt": 1},  # older instance
+    {"id": 51, "type": "struct_ops", "name": "ccp_init", "run_time_ns": 5000, "run_cnt": 10,
+     "pids": [{"pid": 777, "comm": "ccp-datapath"}]},
+    {"id": 52, "type": "struct_ops", "name": "ccp_cong_contro", "run_time_ns": 1_200_000, "run_cnt": 1000,
+     "pids": [{"pid": 777, "comm": "ccp-datapath"}]},
+    {"id": 53, "type": "struct_ops", "name": "ccp_in_ack_even", "run_time_ns": 300_000, "run_cnt": 1000,
+     "pids": [{"pid": 777, "comm": "ccp-datapath"}]},
+    {"id": 54, "type": "struct_ops", "name": "ccp_set_state", "pids": [{"pid": 777, "comm": "ccp-datapath"}]},
+    {"id": 55, "type": "struct_ops", "name": "ccp_cong_contro", "run_time_ns": 7, "run_cnt": 7,
+     "pids": [{"pid": 888, "comm": "other"}]},
+    {"id": 56, "type": "tracing", "name": "ccp_something", "run_time_ns": 1, "run_cnt": 1},
+])
+
+
+def test_ccp_prog_costs_selects_this_datapaths_struct_ops_programs():
+    costs = d.ccp_prog_costs(BPFTOOL, after_id=50, pid=777)
+    assert [c.name for c in costs] == ["ccp_init", "ccp_cong_contro", "ccp_in_ack_even", "ccp_set_state"]
+    assert costs[-1] == d.ProgCost("ccp_set_state", 0, 0), "bpftool omits zero counters"
+    cc_ns, all_ns = d.bpf_ns_per_ack(costs)
+    assert cc_ns == pytest.approx(1200.0)
+    assert all_ns == pytest.approx((5000 + 1_200_000 + 300_000) / 1000)
+
+
+def test_ccp_prog_costs_without_pids_uses_ids_only():
+    progs = json.loads(BPFTOOL)
+    for p in progs:
+        p.pop("pids", None)
+    costs = d.ccp_prog_costs(json.dumps(progs), after_id=51, pid=777)
+    assert [c.run_cnt for c in costs if c.name == d.CONG_CONTROL_PROG] == [1000, 7]
+    assert d.max_prog_id(BPFTOOL) == 56
+    assert d.max_prog_id("[]") == 0
+
+
+def test_bpf_ns_per_ack_none_when_cong_control_never_ran_and_bad_json_is_an_error():
+    assert d.bpf_ns_per_ack([d.ProgCost("ccp_init", 10, 1)]) == (None, None)
+    with pytest.raises(CcplabError, match="no JSON"):
+        d.ccp_prog_costs("Error: no", after_id=0)
+    with pytest.raises(CcplabError, match="JSON list"):
+        d.ccp_prog_costs("{}", after_id=0)
+
+
+def test_summary_fields_by_label():
+    assert d.summary_line("noise\n" + SUMMARY_USERSPACE + "\nbye\n") == SUMMARY_USERSPACE
+    assert d.summary_field(SUMMARY_USERSPACE, "invokes") == 420000
+    assert d.summary_field(SUMMARY_USERSPACE, "p50") == pytest.approx(0.9), "first p50: per-ACK user cost"
+    assert d.summary_field(SUMMARY_USERSPACE, "p99", "event->command us:") == pytest.approx(2700.5)
+    assert d.summary_field(SUMMARY_KERNEL, "refused") == 0, "refused_msgs= is not refused="
+    assert d.summary_field(SUMMARY_KERNEL, "p50", "event->command us:") is None, "'-' is no sample"
+    assert d.summary_field(SUMMARY_USERSPACE, "p50", "report->cwnd us:") is None, "label not logged"
+    with pytest.raises(CcplabError, match="no summary line"):
+        d.summary_line("INFO registered; ready\n")
+    with pytest.raises(CcplabError, match="not a number"):
+        d.summary_field("x invokes=abc", "invokes")
+
+
+def test_crossing_messages_and_latency_per_fold_mode():
+    assert d.crossing_messages(SUMMARY_USERSPACE, "userspace") == 420000 + 30
+    assert d.crossing_messages(SUMMARY_KERNEL, "kernel") == 16000
+    assert d.command_latency_us(SUMMARY_USERSPACE, "userspace") == (pytest.approx(96.0), pytest.approx(2700.5))
+    assert d.command_latency_us(SUMMARY_KERNEL, "kernel") == (pytest.approx(55.125), pytest.approx(812.0))
+    assert d.command_latency_us(SUMMARY_USERSPACE, "kernel") == (None, None)
+    with pytest.raises(CcplabError, match="kernel fold:reports"):
+        d.crossing_messages("flows=1 invokes=3 kernel fold: invocations=1", "kernel")
+
+
+def test_per_flow_rates():
+    per_s, per_rtt = d.per_flow_rates(16000, 8.0, 10, 250.0)
+    assert per_s == pytest.approx(200.0)
+    assert per_rtt == pytest.approx(0.05)
+    assert d.per_flow_rates(8, 8.0, 1, None) == (1.0, None)
+    with pytest.raises(CcplabError):
+        d.per_flow_rates(1, 0.0, 1, 100.0)
+
+
+def _iperf(bps: float, rtts: list[int], cc: str = "ccp") -> dict:
+    return {"end": {"sum_received": {"bits_per_second": bps, "seconds": 8.01},
+                    "streams": [{"sender": {"mean_rtt": r}} for r in rtts], "sender_tcp_congestion": cc}}
+
+
+def test_iperf_figures():
+    f = d.iperf_figures(_iperf(21.5e9, [100, 300]))
+    assert (f.gbps, f.seconds, f.streams, f.mean_rtt_us, f.sender_cc) == (21.5, 8.01, 2, 200.0, "ccp")
+    with pytest.raises(CcplabError, match="unable to connect"):
+        d.iperf_figures({"error": "unable to connect"})
+    with pytest.raises(CcplabError, match="sum_received"):
+        d.iperf_figures({"end": {}})
+
+
+def _m(mode: str, flows: int, paced: bool, gbps: float, busy: float, bpf: float | None = None,
+       per_rtt: float | None = None) -> d.Measurement:
+    return d.Measurement(mode, flows, paced, 1, gbps, busy, 100.0, bpf_ns_per_ack=bpf, msgs_per_rtt_per_flow=per_rtt)
+
+
+def test_targets_pass_and_miss_at_the_bounds():
+    ms = [
+        _m("kernel", 1, False, 20.0, 0.8), _m("ccp-kernel-fold", 1, False, 19.4, 0.8, 1400, 1.0),  # 0.97x: PASS
+        _m("kernel", 1, True, 1.0, 0.20), _m("ccp-kernel-fold", 1, True, 0.99, 0.21, 1499, 2.0),  # 1.05x: PASS
+        _m("ccp-userspace-fold", 1, False, 1.0, 1.0, 9999, 99),  # not the target mode: ignored
+    ]
+    rows = d.evaluate_targets(ms, flows=[1])
+    assert [r.verdict for r in rows] == ["PASS"] * 4
+    assert rows[0].figure == "0.970x" and rows[2].figure == "1.50 us"
+    ms = [
+        _m("kernel", 1, False, 20.0, 0.8), _m("ccp-kernel-fold", 1, False, 19.3, 0.8, 1000, 0.5),
+        _m("kernel", 1, True, 1.0, 0.20), _m("ccp-kernel-fold", 1, True, 1.0, 0.22, 1500, 2.1),
+    ]
+    assert [r.verdict for r in d.evaluate_targets(ms, flows=[1])] == ["MISS"] * 4, "worst of full/paced counts"
+
+
+def test_cpu_target_needs_equal_paced_throughput_and_missing_data_is_a_miss():
+    ms = [_m("kernel", 10, True, 1.0, 0.30), _m("ccp-kernel-fold", 10, True, 0.90, 0.20)]
+    cpu = [r for r in d.evaluate_targets(ms, flows=[10]) if r.what.startswith("busy CPU")][0]
+    assert cpu.figure == "0.667x"
+    assert cpu.verdict.startswith("MISS (throughput 0.900 vs 1.000")
+    rows = d.evaluate_targets([], flows=[100])
+    assert all(r.verdict == "MISS (no data)" for r in rows) and len(rows) == 4
+
+
+def test_run_plan_alternates_modes_within_each_configuration():
+    plan = d.run_plan([1, 10], reps=2)
+    assert len(plan) == 2 * 2 * 2 * 3
+    assert [m for *_, m in plan[:6]] == list(d.MODES) * 2
+    assert plan[0][:3] == (1, False, 1) and plan[3][:3] == (1, False, 2) and plan[6][:2] == (1, True)
+
+
+def test_paced_rate_splits_one_gigabit_over_the_streams_and_tables_render():
+    assert [d.paced_stream_rate(n) for n in (1, 10, 100)] == ["1000000000", "100000000", "10000000"]
+    ms = [_m("kernel", 1, False, 20.0, 0.8), _m("ccp-kernel-fold", 1, False, 19.0, 0.85, 1200, 0.3)]
+    table = d.results_table(ms, flows=[1])
+    assert "20.00" in table and "ccp-kernel-fold" in table and "ccp-userspace-fold" not in table
+    assert "MISS" in d.targets_table(d.evaluate_targets(ms, flows=[1]))
+
+
+def test_cli_rejects_bad_flow_counts():
+    with pytest.raises(SystemExit):
+        d.build_parser().parse_args(["--flows", "1,200"])
+    with pytest.raises(SystemExit):
+        d.build_parser().parse_args(["--flows", "x"])
+    assert d.build_parser().parse_args(["--flows", "1,10"]).flows == [1, 10]
