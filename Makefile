@@ -56,6 +56,7 @@ bench: build
 	CCPLAB_FUZZ_CASES=1000000 $(CARGO) test --release -p ccp-datapath --test fuzz_messages -- --nocapture
 	$(NETLAB_LOCK) $(VENV)/bin/ccplab fidelity --runs 5 --duration-s 20 \
 	    --out results/bench-fidelity-$$(date +%Y%m%d-%H%M%S)
+	$(NETLAB_LOCK) $(PY) -m ccplab.dpbench --json results/bench-datapath-$$(date +%Y%m%d-%H%M%S).json
 
 clean:
 	rm -rf target $(VENV)
