@@ -2,18 +2,20 @@
 //!
 //! `ccp-algorithms <alg> [--ipc unix|netlink] [--ipc-name NAME] [--init-cwnd-pkts N]
 //! [--ss-thresh-pkts N|inf] [--min-cwnd-pkts N] [--max-cwnd-pkts N] [-v...]
-//! [<algorithm flags>] [--dump-program] [--describe-json]`
+//! [<algorithm flags>] [--also NAME[:FLAG=VALUE...]]... [--dump-program] [--describe-json]`
+//!
+//! `--also` hosts more algorithms in the same Portus daemon (see [`parse_host_spec`]);
+//! `<alg>` stays the default for flows whose congAlg names none of them.
 //!
 //! Exit status: 0 on a clean stop (SIGINT/SIGTERM) or after `--dump-program` /
 //! `--describe-json`; 2 on bad flags (clap); 1 on a runtime error (IPC socket
 //! in use or not creatable, Portus failure).
 
-use crate::portus_glue::{PortusAlg, WindowBounds};
+use crate::portus_glue::{HostedAlg, Hosting, PortusAlg, WindowBounds};
 use crate::AlgorithmSpec;
 use anyhow::{bail, Context};
 use clap::{ArgAction, Args, CommandFactory, FromArgMatches, Parser, ValueEnum};
-use portus::ipc::{BackendBuilder, Blocking};
-use portus::RunBuilder;
+use portus::ipc::Blocking;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -66,6 +68,12 @@ pub struct CommonArgs {
     /// Print {"name","summary","source","controls","command","program","flags":[{"flag","default","help"}]} as JSON, then exit.
     #[arg(long)]
     pub describe_json: bool,
+    /// Host another algorithm of the suite in this daemon, with its own flags written as
+    /// NAME:FLAG=VALUE:... (the runner's ccp:NAME:flag=value syntax, without "ccp:"), e.g.
+    /// --also cubic:beta=0.8 --also fixed-window:window=10. Portus gives a flow the algorithm
+    /// whose name equals the flow's congAlg; this command's own algorithm takes all others.
+    #[arg(long, value_name = "NAME[:FLAG=VALUE...]")]
+    pub also: Vec<String>,
 }
 
 impl CommonArgs {
@@ -143,7 +151,11 @@ pub fn command<S: AlgorithmSpec>() -> clap::Command {
 }
 
 /// Flags that are actions rather than configuration (left out of `--describe-json`).
-const META_FLAGS: [&str; 4] = ["help", "version", "dump_program", "describe_json"];
+/// (`--also` configures the daemon, not the algorithm: not a `ccp:NAME:flag=value` parameter.)
+const META_FLAGS: [&str; 5] = ["help", "version", "dump_program", "describe_json", "also"];
+
+/// Flags of the daemon as a whole: not settable per hosted algorithm in `--also`.
+const DAEMON_FLAGS: [&str; 6] = ["ipc", "ipc-name", "verbose", "also", "dump-program", "describe-json"];
 
 /// The `--describe-json` document of algorithm `S`, derived from its clap Command so the
 /// flags have one source of truth.
@@ -219,8 +231,88 @@ pub fn parse_from<S: AlgorithmSpec, T: Into<std::ffi::OsString> + Clone>(
         IpcKind::Unix => cli.common.unix_socket_path().map(|_| ()),
         IpcKind::Netlink => Ok(()),
     });
+    let check = check.and_then(|_| hosting::<S>(&cli).map(|_| ()));
     check.map_err(|msg| cmd.error(clap::error::ErrorKind::ValueValidation, msg))?;
     Ok(cli)
+}
+
+/// One `--also` value, `NAME[:FLAG=VALUE...]`, as (NAME, [(FLAG, VALUE)]): FLAG is
+/// the algorithm's flag without `--` (`_` read as `-`, as the runner does), in the
+/// given order. Errors name the value and what is wrong (empty name, an item
+/// without `=`, a flag given twice).
+pub fn parse_host_spec(text: &str) -> Result<(String, Vec<(String, String)>), String> {
+    let mut items = text.split(':');
+    let name = items.next().unwrap_or("");
+    if name.is_empty() {
+        return Err(format!("--also {text:?}: expected NAME[:FLAG=VALUE...], e.g. cubic:beta=0.8"));
+    }
+    let mut params: Vec<(String, String)> = Vec::new();
+    for item in items {
+        let (k, v) = item
+            .split_once('=')
+            .filter(|(k, v)| !k.is_empty() && !v.is_empty())
+            .ok_or_else(|| format!("--also {text}: {item:?} is not FLAG=VALUE (e.g. {name}:beta=0.8)"))?;
+        let k = k.trim_start_matches("--").replace('_', "-");
+        if params.iter().any(|(p, _)| *p == k) {
+            return Err(format!("--also {text}: flag {k} given twice"));
+        }
+        params.push((k, v.to_string()));
+    }
+    Ok((name.to_string(), params))
+}
+
+/// Algorithm `S` with `params` ({flag without --: value}) for a multi-algorithm
+/// daemon, validated exactly as `ccp-algorithms NAME --FLAG VALUE...` would be
+/// (its own flags and the shared window bounds, with `S`'s defaults). Errors name
+/// the algorithm and the flag.
+pub fn hosted<S: AlgorithmSpec>(params: &[(String, String)]) -> Result<Box<dyn HostedAlg>, String> {
+    let cmd = command::<S>();
+    let settable: Vec<&str> = cmd
+        .get_arguments()
+        .filter(|a| !META_FLAGS.contains(&a.get_id().as_str()))
+        .filter_map(|a| a.get_long())
+        .filter(|l| !DAEMON_FLAGS.contains(l))
+        .collect();
+    let mut argv = vec![S::NAME.to_string()];
+    for (k, v) in params {
+        if DAEMON_FLAGS.contains(&k.as_str()) {
+            return Err(format!("--also {}: --{k} belongs to the whole daemon; give it once, outside --also", S::NAME));
+        }
+        if !settable.contains(&k.as_str()) {
+            return Err(format!("--also {}: {} has no flag --{k}; its flags: --{}", S::NAME, S::NAME, settable.join(", --")));
+        }
+        argv.push(format!("--{k}"));
+        argv.push(v.clone());
+    }
+    let mut cmd = command::<S>();
+    let m = cmd.try_get_matches_from_mut(&argv).map_err(|e| format!("--also {}: {}", S::NAME, clap_message(&e)))?;
+    let cli = Cli::<S::Args>::from_arg_matches(&m).map_err(|e| format!("--also {}: {}", S::NAME, clap_message(&e)))?;
+    let bounds = cli.common.bounds().map_err(|e| format!("--also {}: {e}", S::NAME))?;
+    S::validate(&cli.alg).map_err(|e| format!("--also {}: {e}", S::NAME))?;
+    Ok(Box::new(PortusAlg::<S>::new(cli.alg, bounds)))
+}
+
+/// The first line of a clap error without its "error: " prefix.
+fn clap_message(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let line = text.lines().next().unwrap_or("").trim();
+    line.strip_prefix("error: ").unwrap_or(line).to_string()
+}
+
+/// The algorithms the daemon of `cli` hosts: `S` with its flags first (the
+/// default), then each `--also` in order. Errors name the `--also` value or the
+/// algorithm (unknown, hosted twice, too many fold programs for libccp).
+pub fn hosting<S: AlgorithmSpec>(cli: &Cli<S::Args>) -> Result<Hosting, String> {
+    let bounds = cli.common.bounds()?;
+    let mut algs: Vec<Box<dyn HostedAlg>> = vec![Box::new(PortusAlg::<S>::new(cli.alg.clone(), bounds))];
+    for spec in &cli.common.also {
+        let (name, params) = parse_host_spec(spec)?;
+        let entry = crate::suite::find(&name).ok_or_else(|| {
+            format!("--also {spec}: unknown algorithm {name:?}; the suite: {}", crate::suite::names().join(", "))
+        })?;
+        algs.push((entry.host)(&params)?);
+    }
+    Hosting::new(algs)
 }
 
 /// The `main` of algorithm `S` on this process's command line.
@@ -235,7 +327,11 @@ pub fn main_from<S: AlgorithmSpec>(args: Vec<std::ffi::OsString>) -> ExitCode {
         Err(e) => e.exit(),
     };
     if cli.common.dump_program {
-        print!("{}", S::program(&cli.alg).text());
+        // Every hosted algorithm's program, in hosted order (just S's without --also).
+        let hosting = hosting::<S>(&cli).expect("validated by parse_from");
+        for (_, text) in hosting.programs() {
+            print!("{text}");
+        }
         return ExitCode::SUCCESS;
     }
     if cli.common.describe_json {
@@ -269,9 +365,14 @@ fn init_logging(verbose: u8) {
 }
 
 /// Run the Portus daemon until SIGINT/SIGTERM (clean, Ok) or an IPC failure (Err).
+/// It hosts `S` (the default) and every `--also` algorithm.
 pub fn run<S: AlgorithmSpec>(cli: &Cli<S::Args>) -> anyhow::Result<()> {
-    let bounds = cli.common.bounds().map_err(anyhow::Error::msg)?;
-    let alg = PortusAlg::<S>::new(cli.alg.clone(), bounds);
+    let hosting = hosting::<S>(cli).map_err(anyhow::Error::msg)?;
+    // " hosted=reno,cubic" only when there is more than one: the single-algorithm line stays as it was.
+    let hosted = match hosting.names().as_slice() {
+        [_] => String::new(),
+        names => format!(" hosted={}", names.join(",")),
+    };
     let keep_running = Arc::new(AtomicBool::new(true));
     install_signal_handlers(keep_running.clone())?;
     let result = match cli.common.ipc {
@@ -281,20 +382,14 @@ pub fn run<S: AlgorithmSpec>(cli: &Cli<S::Args>) -> anyhow::Result<()> {
             let sock = portus::ipc::unix::Socket::<Blocking>::new(&cli.common.ipc_name)
                 .map_err(|e| anyhow::anyhow!("cannot bind unix socket {}: {}", path.display(), e.0))?;
             let _cleanup = SocketFile::claim(&path);
-            info!(target: "ccp", "ready alg={} ipc=unix socket={}", S::NAME, path.display());
-            RunBuilder::new(BackendBuilder { sock })
-                .default_alg(alg)
-                .with_stop_handle(keep_running.clone())
-                .run()
+            info!(target: "ccp", "ready alg={} ipc=unix socket={}{hosted}", S::NAME, path.display());
+            hosting.run(sock, keep_running.clone())
         }
         IpcKind::Netlink => {
             let sock = portus::ipc::netlink::Socket::<Blocking>::new()
                 .map_err(|e| anyhow::anyhow!("cannot open netlink socket (NETLINK_USERSOCK): {}", e.0))?;
-            info!(target: "ccp", "ready alg={} ipc=netlink", S::NAME);
-            RunBuilder::new(BackendBuilder { sock })
-                .default_alg(alg)
-                .with_stop_handle(keep_running.clone())
-                .run()
+            info!(target: "ccp", "ready alg={} ipc=netlink{hosted}", S::NAME);
+            hosting.run(sock, keep_running.clone())
         }
     };
     match result {
@@ -364,4 +459,99 @@ fn install_signal_handlers(keep_running: Arc<AtomicBool>) -> anyhow::Result<()> 
         })
         .context("spawning the signal thread")?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{cubic::CubicSpec, fixed_window::FixedWindowSpec, reno::RenoSpec};
+
+    /// The validation message of `ccp-algorithms reno ARGS...` (it must fail).
+    fn refused(args: &[&str]) -> String {
+        let argv = std::iter::once("reno").chain(args.iter().copied());
+        match parse_from::<RenoSpec, _>(argv) {
+            Ok(_) => panic!("{args:?} must be refused"),
+            Err(e) => {
+                assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation, "{args:?}: {e}");
+                e.to_string()
+            }
+        }
+    }
+
+    #[test]
+    fn host_specs_parse_like_the_runner_parameters() {
+        assert_eq!(parse_host_spec("cubic").unwrap(), ("cubic".into(), vec![]));
+        let (n, p) = parse_host_spec("cubic:beta=0.8:fast_convergence=false").unwrap();
+        assert_eq!(n, "cubic");
+        assert_eq!(p, vec![("beta".into(), "0.8".into()), ("fast-convergence".into(), "false".into())]);
+        assert!(parse_host_spec("").unwrap_err().contains("expected NAME[:FLAG=VALUE...]"));
+        assert!(parse_host_spec("cubic:beta").unwrap_err().contains("\"beta\" is not FLAG=VALUE"));
+        assert!(parse_host_spec("cubic:beta=").unwrap_err().contains("is not FLAG=VALUE"));
+        assert!(parse_host_spec("cubic:beta=0.8:beta=0.9").unwrap_err().contains("flag beta given twice"));
+    }
+
+    #[test]
+    fn also_hosts_each_algorithm_with_its_own_flags() {
+        let cli = parse_from::<RenoSpec, _>(["reno", "--also", "cubic:beta=0.8", "--also", "fixed-window:window=7"]).unwrap();
+        let h = hosting::<RenoSpec>(&cli).unwrap();
+        assert_eq!(h.names(), ["reno", "cubic", "fixed-window"]);
+        assert_eq!(h.pick("cubic").name(), "cubic");
+        assert_eq!(h.pick("fixed-window").name(), "fixed-window");
+        // Unknown or empty names get the first (Portus's default_alg rule).
+        assert_eq!(h.pick("vegas").name(), "reno");
+        assert_eq!(h.pick("").name(), "reno");
+        let progs: Vec<&str> = h.programs().iter().map(|(n, _)| *n).collect();
+        assert_eq!(progs, ["ccplab_reno", "ccplab_cubic", "ccplab_fixed_window"]);
+        // Without --also: one algorithm, as before.
+        let one = parse_from::<CubicSpec, _>(["cubic"]).unwrap();
+        assert_eq!(hosting::<CubicSpec>(&one).unwrap().names(), ["cubic"]);
+    }
+
+    #[test]
+    fn hosted_flags_are_validated_by_their_own_algorithm() {
+        let e = refused(&["--also", "cubic:beta=1.5"]);
+        assert!(e.contains("--also cubic: --beta must be a number in (0, 1), got 1.5"), "{e}");
+        let e = refused(&["--also", "cubic:beta=abc"]);
+        assert!(e.contains("--also cubic:") && e.contains("abc") && e.contains("--beta"), "{e}");
+        let e = refused(&["--also", "fixed-window:beta=0.5"]);
+        assert!(e.contains("fixed-window has no flag --beta; its flags:") && e.contains("--window"), "{e}");
+        let e = refused(&["--also", "fixed-window:window=0"]);
+        assert!(e.contains("--also fixed-window: --window must be"), "{e}");
+        // The shared window bounds are each algorithm's own, with its defaults.
+        let e = refused(&["--also", "cubic:min-cwnd-pkts=5:max-cwnd-pkts=2"]);
+        assert!(e.contains("--also cubic: --max-cwnd-pkts (2) must be >= --min-cwnd-pkts (5)"), "{e}");
+        let e = refused(&["--also", "cubic:ipc-name=x"]);
+        assert!(e.contains("--ipc-name belongs to the whole daemon"), "{e}");
+        let e = refused(&["--also", "nosuch"]);
+        assert!(e.contains("unknown algorithm \"nosuch\"") && e.contains("cubic"), "{e}");
+        let e = refused(&["--also", "reno"]);
+        assert!(e.contains("reno is hosted twice"), "{e}");
+        let e = refused(&["--also", "cubic", "--also", "cubic:beta=0.5"]);
+        assert!(e.contains("cubic is hosted twice"), "{e}");
+    }
+
+    #[test]
+    fn at_most_libccps_program_limit() {
+        use crate::portus_glue::LIBCCP_MAX_PROGRAMS;
+        let others: Vec<&str> = crate::suite::names().into_iter().filter(|n| *n != "reno").collect();
+        assert!(others.len() >= LIBCCP_MAX_PROGRAMS, "the suite is large enough to exceed the limit");
+        let mut argv = vec!["reno".to_string()];
+        for n in &others[..LIBCCP_MAX_PROGRAMS - 1] {
+            argv.extend(["--also".to_string(), n.to_string()]);
+        }
+        let cli = parse_from::<RenoSpec, _>(argv.clone()).expect("10 programs fit");
+        assert_eq!(hosting::<RenoSpec>(&cli).unwrap().programs().len(), LIBCCP_MAX_PROGRAMS);
+        argv.extend(["--also".to_string(), others[LIBCCP_MAX_PROGRAMS - 1].to_string()]);
+        let e = match parse_from::<RenoSpec, _>(argv) {
+            Ok(_) => panic!("11 programs must be refused"),
+            Err(e) => e.to_string(),
+        };
+        assert!(e.contains("11 hosted algorithms install 11 fold programs; a libccp datapath holds at most 10"), "{e}");
+    }
+
+    #[test]
+    fn also_is_not_an_algorithm_parameter() {
+        let d = describe::<FixedWindowSpec>();
+        assert!(d["flags"].as_array().unwrap().iter().all(|f| f["flag"] != "--also"));
+    }
 }

@@ -19,6 +19,8 @@ use portus::lang::Scope;
 use portus::{CongAlg, Datapath, DatapathInfo, DatapathTrait, Report};
 use std::collections::HashMap;
 use std::marker::PhantomData;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tracing::{debug, error, info, warn};
 
@@ -181,5 +183,236 @@ impl<I: Ipc, W: Controller> portus::Flow for PortusFlow<I, W> {
 
     fn close(&mut self) {
         info!(target: "ccp", "flow closed sid={}", self.control.get_sock_id());
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Several algorithms in one daemon.
+//
+// Portus 0.9 picks the algorithm of a new flow by comparing the create
+// message's congAlg string with `CongAlg::name()` of each algorithm given to
+// `RunBuilder::additional_alg`, falling back to `default_alg`. That list is a
+// type-level list fixed at compile time (`name()` has no `self`), while the
+// hosted set here is chosen on the command line; a list with one typed slot
+// per suite algorithm made rustc's trait solver run for more than 14 minutes.
+// So the daemon registers one [`Router`] as Portus's default algorithm and
+// does the same matching itself: [`TapIpc`] wraps the IPC socket and notes
+// each create message's (sid, congAlg) with Portus's own parser
+// (`portus::serialize::Msg::from_buf`) before Portus reads it; Portus then
+// calls `Router::new_flow` for that sid in the same thread, which looks the
+// name up among the hosted algorithms (exact match, as Portus does) or uses
+// the first one.
+// ---------------------------------------------------------------------------
+
+/// Portus's unix-socket IPC as the daemon uses it.
+pub type UnixIpc = portus::ipc::unix::Socket<portus::ipc::Blocking>;
+/// Portus's netlink IPC as the daemon uses it.
+pub type NetlinkIpc = portus::ipc::netlink::Socket<portus::ipc::Blocking>;
+
+/// libccp's MAX_NUM_PROGRAMS: Portus installs every hosted algorithm's fold
+/// program in the datapath when it announces itself, and a libccp datapath
+/// (ccp-datapath included) holds at most this many.
+pub const LIBCCP_MAX_PROGRAMS: usize = 10;
+
+/// One algorithm with its flags, over IPC `I`, without its type.
+pub trait HostedAlgOver<I: Ipc> {
+    /// Start a flow (as `CongAlg::new_flow`).
+    fn start_flow(&self, control: Datapath<I>, info: DatapathInfo) -> Box<dyn portus::Flow>;
+}
+
+/// One algorithm with its flags, ready to host over either IPC.
+/// (Over [`TapIpc`], the socket wrapper [`Hosting::run`] puts around the IPC.)
+pub trait HostedAlg: HostedAlgOver<TapIpc<UnixIpc>> + HostedAlgOver<TapIpc<NetlinkIpc>> + Send {
+    /// Its suite name (the congAlg string it answers to).
+    fn name(&self) -> &'static str;
+    /// Its fold programs, {program name: text}.
+    fn programs(&self) -> HashMap<&'static str, String>;
+}
+
+impl<I: Ipc, S: AlgorithmSpec> HostedAlgOver<I> for PortusAlg<S> {
+    fn start_flow(&self, control: Datapath<I>, info: DatapathInfo) -> Box<dyn portus::Flow> {
+        Box::new(<Self as CongAlg<I>>::new_flow(self, control, info))
+    }
+}
+
+impl<S: AlgorithmSpec> HostedAlg for PortusAlg<S> {
+    fn name(&self) -> &'static str {
+        S::NAME
+    }
+
+    fn programs(&self) -> HashMap<&'static str, String> {
+        <Self as CongAlg<UnixIpc>>::datapath_programs(self)
+    }
+}
+
+/// The congAlg each created flow asked for, by sid, noted by [`TapIpc`] and
+/// taken by [`Router::new_flow`].
+type Requested = Arc<Mutex<HashMap<u32, String>>>;
+
+/// An IPC socket that notes the congAlg of every create message it receives.
+pub struct TapIpc<I: Ipc> {
+    inner: I,
+    requested: Requested,
+}
+
+/// libccp's create message: type 0 in the u16 at offset 0 of the 8-byte header
+/// (u16 type, u16 length, u32 sid), as portus::serialize::create.
+const CREATE_MSG_TYPE: u16 = 0;
+const MSG_HEADER_BYTES: usize = 8;
+
+impl<I: Ipc> TapIpc<I> {
+    /// Note (sid, congAlg) of each create message in one received datagram
+    /// (a datagram may hold several messages, each with its length).
+    fn note_creates(&self, buf: &[u8]) {
+        let mut off = 0;
+        while off + MSG_HEADER_BYTES <= buf.len() {
+            let typ = u16::from_le_bytes([buf[off], buf[off + 1]]);
+            let len = usize::from(u16::from_le_bytes([buf[off + 2], buf[off + 3]]));
+            if len < MSG_HEADER_BYTES || off + len > buf.len() {
+                return; // malformed: Portus's own parser reports it
+            }
+            if typ == CREATE_MSG_TYPE {
+                if let Ok((portus::serialize::Msg::Cr(c), _)) = portus::serialize::Msg::from_buf(&buf[off..off + len]) {
+                    let name = c.cong_alg.unwrap_or_default();
+                    self.requested.lock().unwrap_or_else(|e| e.into_inner()).insert(c.sid, name);
+                }
+            }
+            off += len;
+        }
+    }
+}
+
+impl<I: Ipc> Ipc for TapIpc<I> {
+    type Addr = I::Addr;
+
+    fn name() -> String {
+        I::name()
+    }
+
+    fn send(&self, msg: &[u8], to: &Self::Addr) -> portus::Result<()> {
+        self.inner.send(msg, to)
+    }
+
+    fn recv(&self, msg: &mut [u8]) -> portus::Result<(usize, Self::Addr)> {
+        let (n, addr) = self.inner.recv(msg)?;
+        self.note_creates(&msg[..n]);
+        Ok((n, addr))
+    }
+
+    fn close(&mut self) -> portus::Result<()> {
+        self.inner.close()
+    }
+}
+
+/// The algorithms one daemon hosts, the first being the default. Build with
+/// [`Hosting::new`], run with [`Hosting::run`].
+pub struct Hosting {
+    algs: Vec<Box<dyn HostedAlg>>,
+}
+
+impl Hosting {
+    /// Host `algs`; the first is also the default for flows whose congAlg
+    /// matches none of them. Errors (naming the algorithm): an empty list, a
+    /// name given twice, two fold programs of one name with different texts,
+    /// more programs than a libccp datapath holds.
+    pub fn new(algs: Vec<Box<dyn HostedAlg>>) -> Result<Self, String> {
+        if algs.is_empty() {
+            return Err("no algorithm to host".into());
+        }
+        let mut programs: HashMap<&'static str, (&'static str, String)> = HashMap::new();
+        for (i, alg) in algs.iter().enumerate() {
+            let name = alg.name();
+            if algs[..i].iter().any(|a| a.name() == name) {
+                return Err(format!("{name} is hosted twice; flows choose an algorithm by name only, so host each once"));
+            }
+            for (p, text) in alg.programs() {
+                match programs.get(p) {
+                    Some((other, t)) if *t != text => {
+                        return Err(format!("{name} and {other} both install a fold program named {p}, with different texts"));
+                    }
+                    _ => {
+                        programs.insert(p, (name, text));
+                    }
+                }
+            }
+        }
+        if programs.len() > LIBCCP_MAX_PROGRAMS {
+            return Err(format!(
+                "{} hosted algorithms install {} fold programs; a libccp datapath holds at most {LIBCCP_MAX_PROGRAMS}",
+                algs.len(),
+                programs.len()
+            ));
+        }
+        Ok(Hosting { algs })
+    }
+
+    /// The hosted names, default first.
+    pub fn names(&self) -> Vec<&'static str> {
+        self.algs.iter().map(|a| a.name()).collect()
+    }
+
+    /// Every hosted fold program as (program name, text), in hosted order.
+    pub fn programs(&self) -> Vec<(&'static str, String)> {
+        let mut out: Vec<(&'static str, String)> = Vec::new();
+        for alg in &self.algs {
+            let mut progs: Vec<_> = alg.programs().into_iter().collect();
+            progs.sort();
+            for p in progs {
+                if !out.iter().any(|(q, _)| *q == p.0) {
+                    out.push(p);
+                }
+            }
+        }
+        out
+    }
+
+    /// The hosted algorithm a flow asking for `congalg` gets: the one of that
+    /// name, else the first (Portus's rule for `default_alg`).
+    pub fn pick(&self, congalg: &str) -> &(dyn HostedAlg + 'static) {
+        self.algs.iter().find(|a| a.name() == congalg).unwrap_or(&self.algs[0]).as_ref()
+    }
+
+    /// Run Portus on `sock` until `keep_running` is cleared or the IPC fails.
+    pub fn run<I: Ipc>(self, sock: I, keep_running: Arc<AtomicBool>) -> portus::Result<()>
+    where
+        dyn HostedAlg: HostedAlgOver<TapIpc<I>>,
+    {
+        let requested = Requested::default();
+        let sock = TapIpc { inner: sock, requested: requested.clone() };
+        portus::RunBuilder::new(portus::ipc::BackendBuilder { sock })
+            .default_alg(Router { hosting: self, requested })
+            .with_stop_handle(keep_running)
+            .run()
+    }
+}
+
+/// Portus's only (default) algorithm in the daemon: hands each flow to the
+/// hosted algorithm its create message asked for.
+pub struct Router {
+    hosting: Hosting,
+    requested: Requested,
+}
+
+impl<I: Ipc> CongAlg<TapIpc<I>> for Router
+where
+    dyn HostedAlg: HostedAlgOver<TapIpc<I>>,
+{
+    type Flow = Box<dyn portus::Flow>;
+
+    fn name() -> &'static str {
+        "ccplab-router"
+    }
+
+    fn datapath_programs(&self) -> HashMap<&'static str, String> {
+        self.hosting.programs().into_iter().collect()
+    }
+
+    fn new_flow(&self, control: Datapath<TapIpc<I>>, info: DatapathInfo) -> Self::Flow {
+        let asked = self.requested.lock().unwrap_or_else(|e| e.into_inner()).remove(&info.sock_id).unwrap_or_default();
+        let alg = self.hosting.pick(&asked);
+        if alg.name() != asked && self.hosting.algs.len() > 1 {
+            info!(target: "ccp", "flow sid={} asked for {asked:?}, not hosted: default {}", info.sock_id, alg.name());
+        }
+        <dyn HostedAlg as HostedAlgOver<TapIpc<I>>>::start_flow(alg, control, info)
     }
 }

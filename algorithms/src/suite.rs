@@ -25,11 +25,20 @@ pub struct Entry {
     pub describe: fn() -> serde_json::Value,
     /// Its fold program text with default flags.
     pub program: fn() -> String,
+    /// The algorithm with flags [(flag without --, value)] for a multi-algorithm
+    /// daemon (`--also NAME:FLAG=VALUE...`); the error names the algorithm and flag.
+    pub host: fn(&[(String, String)]) -> Result<Box<dyn crate::portus_glue::HostedAlg>, String>,
 }
 
 /// The entry of algorithm `S`.
 pub const fn entry<S: AlgorithmSpec>() -> Entry {
-    Entry { name: S::NAME, main: cli::main_from::<S>, describe: cli::describe::<S>, program: cli::default_program::<S> }
+    Entry {
+        name: S::NAME,
+        main: cli::main_from::<S>,
+        describe: cli::describe::<S>,
+        program: cli::default_program::<S>,
+        host: cli::hosted::<S>,
+    }
 }
 
 /// The suite, in listing order.
