@@ -246,3 +246,72 @@ fn cubic_daemon_over_unix_socket() {
     drop(conn);
     drop(dp);
 }
+
+/// One daemon hosting three algorithms (`ccp-algorithms reno --also cubic
+/// --also fixed-window:window=7`): each flow gets the algorithm its create
+/// message names, with that algorithm's own flags; an unhosted name gets the
+/// first (reno).
+#[test]
+fn one_daemon_hosts_several_algorithms_by_name() {
+    let pid = std::process::id();
+    let name = format!("ccplab-test-multi-{pid}");
+    let portus_path = PathBuf::from(format!("/tmp/ccp/{name}"));
+    let dp_path = PathBuf::from(format!("/tmp/ccp/{name}-dp"));
+    let log = std::env::temp_dir().join(format!("{name}.log"));
+    let stderr = std::fs::File::create(&log).unwrap();
+    let child = Command::new(ALL)
+        .args(["reno", "--ipc-name", &name, "--init-cwnd-pkts", "11"])
+        .args(["--also", "cubic:init-cwnd-pkts=13", "--also", "fixed-window:window=7"])
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .expect("daemon starts");
+    let daemon = Daemon { child: Some(child), files: vec![portus_path.clone(), dp_path.clone(), log.clone()], log };
+    assert!(wait_for(&portus_path, Duration::from_secs(10)), "socket {portus_path:?} appears");
+    assert!(
+        daemon.wait_log("ready alg=reno ipc=unix socket=", Duration::from_secs(5)),
+        "log:\n{}",
+        daemon.log_text()
+    );
+    assert!(daemon.log_text().contains("hosted=reno,cubic,fixed-window"), "{}", daemon.log_text());
+
+    let _ = std::fs::remove_file(&dp_path);
+    let sock = UnixDatagram::bind(&dp_path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let out = UnixOut { sock: sock.try_clone().unwrap(), to: portus_path.clone() };
+    let dp = Box::new(libccp::DatapathBuilder::default().with_ops(out).init().unwrap());
+    // One install message per hosted fold program.
+    for _ in 0..3 {
+        let m = deliver(&dp, &sock);
+        assert_eq!(u16::from_le_bytes([m[0], m[1]]), 2, "an install message (type 2)");
+    }
+
+    // (congAlg asked for, algorithm expected, cwnd in packets it sets first)
+    let cases = [("cubic", "cubic", 13), ("fixed-window", "fixed-window", 7), ("vegas", "reno", 11), ("reno", "reno", 11)];
+    let mut conns = Vec::new();
+    for (i, (asked, alg, pkts)) in cases.into_iter().enumerate() {
+        let sid = i + 1;
+        let info = libccp::FlowInfo::default().with_mss(MSS).with_init_cwnd(10 * MSS).with_cong_alg(asked).unwrap();
+        let mut conn = libccp::Connection::start(&dp, Conn { cwnd: 10 * MSS }, info).unwrap();
+        deliver(&dp, &sock); // changeprog
+        deliver(&dp, &sock); // update_field Cwnd
+        let line = format!("flow sid={sid} alg={alg} mss=1460");
+        assert!(daemon.wait_log(&line, Duration::from_secs(5)), "{line:?} missing; log:\n{}", daemon.log_text());
+        conn.load_primitives(
+            libccp::Primitives::default()
+                .with_bytes_acked(MSS)
+                .with_rtt_sample_us(5_000)
+                .with_packets_in_flight(10)
+                .with_snd_cwnd(conn.cwnd),
+        );
+        conn.invoke().unwrap();
+        assert_eq!(conn.cwnd, pkts * MSS, "flow asking for {asked} runs {alg} with its own initial window");
+        conns.push(conn);
+    }
+    let log = daemon.log_text();
+    assert!(log.contains("flow sid=3 asked for \"vegas\", not hosted: default reno"), "{log}");
+    assert!(!log.contains("sid=4 asked for"), "a hosted name is not reported as unhosted:\n{log}");
+    drop(conns);
+    drop(dp);
+    drop(daemon);
+}
