@@ -42,7 +42,7 @@
 
 use crate::fold::{Cadence, FoldProgram};
 use crate::window::{
-    cwnd_limited, slow_start, LossGuard, Measurement, ReportEvent, RttEstimator,
+    cwnd_limited, slow_start, FoldSlowStart, LossGuard, Measurement, ReportEvent, RttEstimator,
     WindowAlgorithm, WindowParams,
 };
 use crate::AlgorithmSpec;
@@ -107,7 +107,7 @@ impl AlgorithmSpec for CubicSpec {
         let hs = a.hystart.then(|| {
             HyStart::new(a.hystart_detect != "delay", a.hystart_detect != "ack-train", a.hystart_low_window)
         });
-        Cubic::new(params, cp).with_hystart(hs)
+        Cubic::new(params, cp).with_hystart(hs).with_fold_slow_start(PROGRAM.slow_start_in_fold())
     }
 
     fn program(_args: &CubicArgs) -> FoldProgram {
@@ -280,6 +280,7 @@ pub struct Cubic {
     guard: LossGuard,
     hystart: Option<HyStart>,
     last_hystart_exit: Option<HyStartExit>,
+    fold_ss: FoldSlowStart,
 }
 
 impl Cubic {
@@ -298,6 +299,40 @@ impl Cubic {
             guard: LossGuard::default(),
             hystart: None,
             last_hystart_exit: None,
+            fold_ss: FoldSlowStart::default(),
+        }
+    }
+
+    /// The same flow with the initial slow start run per ACK by the fold
+    /// program ([`crate::fold::SLOW_START_IN_FOLD`]) when `on`.
+    pub fn with_fold_slow_start(mut self, on: bool) -> Self {
+        self.fold_ss = FoldSlowStart::new(on);
+        self
+    }
+
+    /// True while the fold program runs slow start.
+    pub fn fold_slow_start(&self) -> bool {
+        self.fold_ss.active()
+    }
+
+    /// A report of slow start in the fold (cwnd grew from `before` to
+    /// `self.cwnd` per ACK): HyStart is checked on it as in [`Cubic::grow`];
+    /// HyStart, ssthresh or the ceiling end it (user space takes over).
+    fn check_fold_slow_start(&mut self, m: &Measurement, before: f64) {
+        let grown = (self.cwnd - before).max(0.0);
+        if let Some((how, frac)) = self.hystart.as_mut().and_then(|h| h.check(m, before, self.rtt.srtt_us)) {
+            // As grow(): ssthresh = the cwnd when the detector fired; the fold's
+            // growth after that moment is undone (the kernel would be in CA).
+            self.cwnd = self.params.clamp(before + grown * frac);
+            self.ssthresh = self.cwnd;
+            self.last_hystart_exit = Some(how);
+            self.fold_ss.stop();
+            return;
+        }
+        let bound = self.ssthresh.min(self.params.max_cwnd_pkts);
+        if self.cwnd >= bound {
+            self.cwnd = bound;
+            self.fold_ss.stop();
         }
     }
 
@@ -428,14 +463,18 @@ impl Cubic {
 impl WindowAlgorithm for Cubic {
     fn on_report(&mut self, m: &Measurement) -> u32 {
         self.rtt.update(m);
+        let before = self.cwnd;
+        let fold_grew = self.fold_ss.adopt(m, &mut self.cwnd, self.params.mss_bytes);
         match self.guard.classify(m) {
             ReportEvent::Timeout => self.on_timeout(m),
             ReportEvent::LossEvent => self.on_congestion_event(m),
+            ReportEvent::Growth if fold_grew => self.check_fold_slow_start(m, before),
             ReportEvent::Growth => self.grow(m),
             ReportEvent::Hold => {}
         }
         self.cwnd = self.params.clamp(self.cwnd);
-        self.cwnd_bytes()
+        let bytes = self.cwnd_bytes();
+        self.fold_ss.command(bytes)
     }
 
     crate::window::loss_window_accessors!();
@@ -472,6 +511,16 @@ mod tests {
 
     fn loss(now_us: u64, rtt_us: u64) -> Measurement {
         Measurement { lost_pkts: 1, ..report(now_us, 0.0, rtt_us) }
+    }
+
+    fn default_args() -> CubicArgs {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            a: CubicArgs,
+        }
+        Cli::parse_from(["cubic"]).a
     }
 
     fn close(a: f64, b: f64) -> bool {
@@ -674,6 +723,32 @@ mod tests {
         }
         assert_eq!(plain.phase(), Phase::SlowStart);
         assert_eq!(plain.cwnd_pkts(), 80.0);
+    }
+
+    #[test]
+    fn hystart_ends_slow_start_in_the_fold_at_the_cwnd_it_fired() {
+        let p = params(20.0, f64::INFINITY);
+        let hs = Some(HyStart::new(false, true, 16.0));
+        let mut cu = Cubic::new(p, CubicParams::default()).with_hystart(hs).with_fold_slow_start(true);
+        let fold = |m: Measurement, cwnd: u64| Measurement { dp_cwnd_bytes: cwnd * u64::from(MSS), ..m };
+        // The fold grew cwnd per ACK (20 -> 40): adopted, Cwnd 0 commanded.
+        assert_eq!(cu.on_report(&fold(ss_report(0, 0.0, 40_000, 0, false), 20)), 0);
+        assert_eq!(cu.on_report(&fold(ss_report(50_000, 20.0, 44_000, 0, false), 40)), 0);
+        assert_eq!((cu.cwnd_pkts(), cu.phase()), (40.0, Phase::SlowStart));
+        // The delay detector fires on the report that took the fold to 80:
+        // ssthresh = cwnd = 80 (as grow() does), user space takes over, marked.
+        let bytes = cu.on_report(&fold(ss_report(100_000, 40.0, 46_000, 0, false), 80));
+        assert_eq!(cu.hystart_exit(), Some(HyStartExit::DelayIncrease));
+        assert!(!cu.fold_slow_start());
+        assert_eq!((cu.cwnd_pkts(), cu.ssthresh_pkts()), (80.0, 80.0));
+        assert_eq!(bytes, 80 * MSS + crate::window::TAKEOVER_MARK_BYTES);
+        // A loss before any detector: the fold's cwnd at the loss is cut by beta.
+        let mut cu = Cubic::new(p, CubicParams::default()).with_fold_slow_start(true);
+        cu.on_report(&fold(ss_report(0, 10.0, 40_000, 0, false), 30));
+        let cut = cu.on_report(&fold(Measurement { lost_pkts: 1, inflight_max_pkts: 50, ..report(40_000, 20.0, 40_000) }, 50));
+        assert!(close(cu.cwnd_pkts(), 35.0) && close(cu.w_max().unwrap(), 50.0));
+        assert_eq!(cut, 35 * MSS + crate::window::TAKEOVER_MARK_BYTES);
+        assert!(CubicSpec::new_flow(&default_args(), p).fold_slow_start(), "on by default");
     }
 
     #[test]

@@ -95,7 +95,7 @@ pub const REPORT_FIELDS: [&str; 16] = [
 /// `hystart_ack_delta_us`).
 pub const ACK_TRAIN_GAP_US: u64 = 2000;
 
-const DEFS: &str = "\
+const DEFS_HEAD: &str = "\
 (def
     (Report
         (volatile acked 0)
@@ -116,8 +116,49 @@ const DEFS: &str = "\
         (volatile maxrtt 0)
     )
     (reportIntervalUs 10000)
+";
+
+/// The control registers of slow start in the fold (see [`SLOW_START`]):
+/// `ss` on until it ends, `fcw` the cwnd in bytes the fold set last, `cw`
+/// (the new Cwnd: Portus cannot bind an `if` to Cwnd itself), `keep` and `lim`
+/// scratch flags of one ACK.
+const SLOW_START_DEFS: &str = "    (ss true)\n    (fcw 0)\n    (cw 0)\n    (keep true)\n    (lim true)\n";
+
+/// Slow start per ACK in the datapath, as Linux `tcp_slow_start` (and CCP's
+/// own slow start in the datapath): while `ss` holds, every ACK raises Cwnd
+/// by `Ack.bytes_acked` if the flow is cwnd-limited (cwnd < 2 x the bytes in
+/// flight before the ACK, as `tcp_is_cwnd_limited` in slow start). `ss` ends
+/// for good at the first ACK that carries a loss or a timeout, or when user
+/// space takes over by commanding a Cwnd other than 0 and other than the
+/// fold's own last value `fcw` (user space marks that command with
+/// [`crate::window::TAKEOVER_MARK_BYTES`] so it cannot equal `fcw`). While `ss`
+/// holds, user space commands Cwnd 0, which the datapath does not apply (it
+/// keeps the fold's cwnd) and the fold reads as "go on".
+///
+/// Why: growth applied once per report released a report's worth of packets
+/// at once, a burst the kernel's per-ACK growth never sends
+/// (algorithms/README.md, Fidelity). Runs before the per-ACK accumulation, so
+/// `Report.cwnd` is the cwnd after this ACK.
+const SLOW_START: &str = "\
+(when (&& ss true)
+    (:= cw Cwnd)
+    (:= cw (if (== cw 0) fcw))
+    (:= keep (|| (== fcw 0) (== cw fcw)))
+    (:= ss (&& keep (== Ack.lost_pkts_sample 0)))
+    (:= ss (if Flow.was_timeout false))
+    (:= fcw (if (&& ss true) cw))
+    (:= lim (< cw (* 2 (+ Flow.bytes_in_flight Ack.bytes_acked))))
+    (:= fcw (if (&& ss lim) (+ fcw Ack.bytes_acked)))
+    (:= cw (if (&& ss true) fcw))
+    (:= Cwnd cw)
+    (fallthrough)
 )
 ";
+
+/// The programs that run slow start in the fold ([`SLOW_START`]); their
+/// algorithms answer reports with Cwnd 0 while it runs
+/// ([`crate::window::FoldSlowStart`]).
+pub const SLOW_START_IN_FOLD: [&str; 2] = [crate::reno::PROGRAM.name, crate::cubic::PROGRAM.name];
 
 const PER_ACK: &str = "\
 (when true
@@ -147,12 +188,24 @@ const URGENT: &str = "\
 ";
 
 impl FoldProgram {
+    /// Whether this program runs slow start per ACK in the fold ([`SLOW_START_IN_FOLD`]).
+    pub fn slow_start_in_fold(&self) -> bool {
+        SLOW_START_IN_FOLD.contains(&self.name)
+    }
+
     /// The program text exactly as installed (and printed by `--dump-program`).
     ///
     /// The per-ACK `when` ends in `(fallthrough)`; the urgent `when` has none,
     /// so an ACK never produces two reports.
     pub fn text(&self) -> String {
-        let mut t = String::from(DEFS);
+        let mut t = String::from(DEFS_HEAD);
+        if self.slow_start_in_fold() {
+            t.push_str(SLOW_START_DEFS);
+        }
+        t.push_str(")\n");
+        if self.slow_start_in_fold() {
+            t.push_str(SLOW_START);
+        }
         t.push_str(PER_ACK);
         if let Cadence::PerRtt(k) = self.cadence {
             let sample = if k <= 1 {

@@ -33,7 +33,7 @@
 
 use crate::fold::{Cadence, FoldProgram};
 use crate::window::{
-    cwnd_limited, slow_start, LossGuard, Measurement, ReportEvent, RttEstimator,
+    cwnd_limited, slow_start, FoldSlowStart, LossGuard, Measurement, ReportEvent, RttEstimator,
     WindowAlgorithm, WindowParams,
 };
 use crate::AlgorithmSpec;
@@ -58,7 +58,7 @@ impl AlgorithmSpec for RenoSpec {
     type Flow = Reno;
 
     fn new_flow(_args: &RenoArgs, params: WindowParams) -> Reno {
-        Reno::new(params)
+        Reno::new(params).with_fold_slow_start(PROGRAM.slow_start_in_fold())
     }
 
     fn program(_args: &RenoArgs) -> FoldProgram {
@@ -74,6 +74,7 @@ pub struct Reno {
     ssthresh: f64,
     rtt: RttEstimator,
     guard: LossGuard,
+    fold_ss: FoldSlowStart,
 }
 
 impl Reno {
@@ -85,6 +86,29 @@ impl Reno {
             params,
             rtt: RttEstimator::default(),
             guard: LossGuard::default(),
+            fold_ss: FoldSlowStart::default(),
+        }
+    }
+
+    /// The same flow with the initial slow start run per ACK by the fold
+    /// program ([`crate::fold::SLOW_START_IN_FOLD`]) when `on`.
+    pub fn with_fold_slow_start(mut self, on: bool) -> Self {
+        self.fold_ss = FoldSlowStart::new(on);
+        self
+    }
+
+    /// True while the fold program runs slow start.
+    pub fn fold_slow_start(&self) -> bool {
+        self.fold_ss.active()
+    }
+
+    /// Slow start in the fold: it ends at ssthresh (a finite `--init-ssthresh`)
+    /// or the ceiling, with cwnd held at that bound.
+    fn check_fold_slow_start(&mut self) {
+        let bound = self.ssthresh.min(self.params.max_cwnd_pkts);
+        if self.cwnd >= bound {
+            self.cwnd = bound;
+            self.fold_ss.stop();
         }
     }
 
@@ -124,14 +148,17 @@ impl Reno {
 impl WindowAlgorithm for Reno {
     fn on_report(&mut self, m: &Measurement) -> u32 {
         self.rtt.update(m);
+        let fold_grew = self.fold_ss.adopt(m, &mut self.cwnd, self.params.mss_bytes);
         match self.guard.classify(m) {
             ReportEvent::Timeout => self.on_timeout(m),
             ReportEvent::LossEvent => self.on_loss_event(m),
+            ReportEvent::Growth if fold_grew => self.check_fold_slow_start(),
             ReportEvent::Growth => self.grow(m),
             ReportEvent::Hold => {}
         }
         self.cwnd = self.params.clamp(self.cwnd);
-        self.cwnd_bytes()
+        let bytes = self.cwnd_bytes();
+        self.fold_ss.command(bytes)
     }
 
     crate::window::loss_window_accessors!();
@@ -274,6 +301,44 @@ mod tests {
         r.on_report(&ack_report(5, 2.0));
         assert_eq!(r.cwnd_pkts(), 4.0);
         assert_eq!(r.phase(), Phase::SlowStart);
+    }
+
+    #[test]
+    fn slow_start_in_the_fold_is_followed_then_taken_over_at_the_first_loss() {
+        let mut r = Reno::new(params(10.0, f64::INFINITY, 1e6)).with_fold_slow_start(true);
+        // The fold grew cwnd per ACK: user space adopts the datapath's cwnd and leaves it (0).
+        let grown = Measurement { dp_cwnd_bytes: 20 * MSS as u64, inflight_max_pkts: 19, ..ack_report(1, 10.0) };
+        assert_eq!(r.on_report(&grown), 0);
+        assert_eq!((r.cwnd_pkts(), r.phase()), (20.0, Phase::SlowStart));
+        assert!(r.fold_slow_start());
+        // The first loss: halve the fold's cwnd at that ACK (37 packets), marked takeover.
+        let loss = Measurement { lost_pkts: 2, dp_cwnd_bytes: 37 * MSS as u64, inflight_max_pkts: 37, ..ack_report(2, 3.0) };
+        assert_eq!(r.on_report(&loss), 18_500 + crate::window::TAKEOVER_MARK_BYTES);
+        assert!(!r.fold_slow_start());
+        assert_eq!((r.cwnd_pkts(), r.ssthresh_pkts(), r.phase()), (18.5, 18.5, Phase::Recovery));
+        // From now on user space commands as before; the report's cwnd is not adopted.
+        let after = Measurement { dp_cwnd_bytes: 99 * MSS as u64, ..ack_report(3, 37.0) };
+        assert_eq!(r.on_report(&after), r.cwnd_bytes());
+        assert!((r.cwnd_pkts() - (18.5 + 37.0 / 18.5)).abs() < 1e-9, "CA from 18.5 (recovery ended), not 99");
+    }
+
+    #[test]
+    fn slow_start_in_the_fold_stops_at_ssthresh() {
+        let mut r = Reno::new(params(10.0, 16.0, 1e6)).with_fold_slow_start(true);
+        let m = Measurement { dp_cwnd_bytes: 17 * MSS as u64, ..ack_report(1, 7.0) };
+        assert_eq!(r.on_report(&m), 16 * MSS + crate::window::TAKEOVER_MARK_BYTES);
+        assert_eq!((r.cwnd_pkts(), r.phase()), (16.0, Phase::CongestionAvoidance));
+        // Congestion avoidance per report from here: +1/cwnd per acked packet.
+        assert_eq!(r.on_report(&ack_report(2, 16.0)), 17 * MSS);
+    }
+
+    #[test]
+    fn the_default_program_runs_slow_start_in_the_fold() {
+        assert!(PROGRAM.slow_start_in_fold());
+        let flow = RenoSpec::new_flow(&RenoArgs::default(), params(10.0, f64::INFINITY, 1e6));
+        assert!(flow.fold_slow_start());
+        let text = PROGRAM.text();
+        assert!(text.contains("(:= fcw (if (&& ss lim) (+ fcw Ack.bytes_acked)))") && text.contains("(ss true)"), "{text}");
     }
 
     #[test]

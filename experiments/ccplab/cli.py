@@ -99,6 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="comma-separated subset of: fixed12-q1bdp, fixed12-q4bdp, step0-12, step0-48, "
                           "down24-6, verizon-lte (default: all)")
     fid.add_argument("--algorithms", default=None, metavar="X,Y", help="default: reno,cubic,bbr")
+    fid.add_argument("--sides", default=None, metavar="kernel|ccp",
+                     help="run only kernel:X or only ccp:X (default both; merge the pieces with --from)")
+    fid.add_argument("--from", dest="from_dirs", type=Path, nargs="+", default=None, metavar="DIR",
+                     help="run nothing: merge these earlier --out directories (per scenario, both sides) "
+                          "into the table in --out")
 
     algs = sub.add_parser("algorithms", help="list the suite's algorithms and their flags")
     algs.add_argument("name", nargs="?", help="one algorithm")

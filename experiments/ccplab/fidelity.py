@@ -26,6 +26,11 @@ runs); convergence time has none (reported only).
 
 Outputs in ``--out``: one comparison directory per scenario (runs, report),
 ``fidelity.csv`` (columns below) and ``fidelity.html``.
+
+A long suite can run in pieces: ``--sides kernel`` or ``--sides ccp`` runs one side
+only, one ``--scenarios`` chunk per invocation (so others can take the host lock
+between chunks), and ``ccplab fidelity --from DIR... --out OUT`` renders the table
+from those results directories without running anything (:func:`merge_results`).
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from .errors import CcplabError
 from .scenario import Step
 
 ALGORITHMS = ("reno", "cubic", "bbr")
+SIDES = ("kernel", "ccp")
 ONE_WAY_DELAY_MS = 25
 RTT_S = 2 * ONE_WAY_DELAY_MS / 1000
 PACKET_BYTES = 1500
@@ -184,16 +190,27 @@ def fidelity_rows(scenario: str, algorithms: Sequence[str], runs, steps) -> list
     return rows
 
 
+def parse_sides(text: str | None) -> tuple[str, ...]:
+    """``kernel``, ``ccp`` or ``kernel,ccp`` (default both) -> the sides to run; CcplabError otherwise."""
+    names = tuple(n.strip() for n in (text or ",".join(SIDES)).split(",") if n.strip())
+    bad = [n for n in names if n not in SIDES]
+    if bad or not names:
+        raise CcplabError(f"--sides: expected kernel, ccp or kernel,ccp, got {text!r}")
+    return tuple(s for s in SIDES if s in names)
+
+
 def run_fidelity(out: Path, scenarios: Sequence[FidelityScenario], algorithms: Sequence[str],
-                 runs: int, duration_s: int, seed: int = 1) -> list[dict]:
-    """Run every scenario (kernel:X and ccp:X for each algorithm, ``runs`` each) into
-    ``out/<scenario>/`` with the runner's comparison, analyse, and write fidelity.csv and
-    fidelity.html in ``out``. Returns the rows. Raises CcplabError (bad input, a failed run)."""
+                 runs: int, duration_s: int, seed: int = 1, sides: Sequence[str] = SIDES) -> list[dict]:
+    """Run every scenario (kernel:X and/or ccp:X, per ``sides``, for each algorithm, ``runs``
+    each) into ``out/<scenario>/`` with the runner's comparison, analyse, and write
+    fidelity.csv and fidelity.html in ``out`` (ratios are NaN for a side not run; merge
+    one-sided directories with :func:`merge_results`). Returns the rows. Raises
+    CcplabError (bad input, a failed run)."""
     from .compare import check_out_dir, compare, setup_comparison
     import pandas as pd
 
     out = check_out_dir(out)
-    ccas = [parse_cca(f"{kind}:{alg}") for alg in algorithms for kind in ("kernel", "ccp")]
+    ccas = [parse_cca(f"{kind}:{alg}") for alg in algorithms for kind in SIDES if kind in sides]
     rows: list[dict] = []
     for sc in scenarios:
         steps = () if sc.trace is not None else sc.steps_for(duration_s)
@@ -205,6 +222,55 @@ def run_fidelity(out: Path, scenarios: Sequence[FidelityScenario], algorithms: S
         step_frame = pd.read_csv(where / "steps.csv")
         rows += fidelity_rows(sc.name, algorithms, run_frame, step_frame)
         write_outputs(out, rows)  # after each scenario, so a long run shows progress
+    return rows
+
+
+def _scenario_tables(src: Path) -> dict[str, tuple[Path, Path]]:
+    """The analysed scenarios of one fidelity results directory: name -> (runs.csv, steps.csv)."""
+    found = {}
+    for name in SCENARIOS:
+        runs, steps = src / name / "runs.csv", src / name / "steps.csv"
+        if runs.is_file() and steps.is_file():
+            found[name] = (runs, steps)
+    return found
+
+
+def merge_results(sources: Sequence[Path], algorithms: Sequence[str]) -> list[dict]:
+    """The fidelity rows of several ``ccplab fidelity --out`` directories taken together.
+
+    Each source holds ``<scenario>/runs.csv`` and ``steps.csv`` (a chunk: some scenarios,
+    one or both sides). Per scenario the tables of every source are concatenated; a
+    source's run numbers are offset so runs of one CCA from two sources stay distinct.
+    Rows come in the suite's scenario order. Raises CcplabError naming a source that is
+    not a directory or holds no analysed scenario, or a scenario whose runs.csv lacks
+    the ``cca``/``run`` columns.
+    """
+    import pandas as pd
+
+    per_scenario: dict[str, list[tuple[object, object]]] = {}
+    for i, src in enumerate(sources):
+        if not Path(src).is_dir():
+            raise CcplabError(f"--from: {src} is not a directory")
+        tables = _scenario_tables(Path(src))
+        if not tables:
+            raise CcplabError(f"--from: {src} holds no analysed scenario (<scenario>/runs.csv and steps.csv; "
+                              f"scenarios: {', '.join(SCENARIOS)})")
+        for name, (runs_csv, steps_csv) in tables.items():
+            frames = []
+            for csv in (runs_csv, steps_csv):
+                f = pd.read_csv(csv)
+                if not {"cca", "run"} <= set(f.columns):
+                    raise CcplabError(f"--from: {csv} lacks the cca/run columns")
+                f["run"] = f["run"].astype(str) + f"@{i}"
+                frames.append(f)
+            per_scenario.setdefault(name, []).append(tuple(frames))
+    rows: list[dict] = []
+    for name in SCENARIOS:
+        if name in per_scenario:
+            parts = per_scenario[name]
+            runs = pd.concat([p[0] for p in parts], ignore_index=True)
+            steps = pd.concat([p[1] for p in parts], ignore_index=True)
+            rows += fidelity_rows(name, algorithms, runs, steps)
     return rows
 
 
@@ -259,14 +325,27 @@ def render_html(rows: list[dict]) -> str:
 
 
 def fidelity_command(args) -> int:
-    """``ccplab fidelity``: run, write fidelity.csv/.html, print the table."""
+    """``ccplab fidelity``: run (or with ``--from``, merge earlier results), write
+    fidelity.csv/.html in ``--out``, print the table."""
+    algorithms = parse_algorithms(args.algorithms)
+    sources = getattr(args, "from_dirs", None)
+    if sources:
+        from .compare import check_out_dir
+
+        out = check_out_dir(args.out)
+        rows = merge_results(sources, algorithms)
+        out.mkdir(parents=True, exist_ok=True)
+        write_outputs(out, rows)
+        print(format_table(rows))
+        print(f"fidelity.csv and fidelity.html in {out}", file=sys.stderr)
+        return 0
     if args.runs < 1:
         raise CcplabError(f"--runs must be >= 1, got {args.runs}")
     if args.duration_s < 4:
         raise CcplabError(f"--duration-s must be >= 4, got {args.duration_s}")
     scenarios = parse_scenarios(args.scenarios)
-    algorithms = parse_algorithms(args.algorithms)
-    rows = run_fidelity(args.out, scenarios, algorithms, args.runs, args.duration_s)
+    sides = parse_sides(getattr(args, "sides", None))
+    rows = run_fidelity(args.out, scenarios, algorithms, args.runs, args.duration_s, sides=sides)
     print(format_table(rows))
     print(f"fidelity.csv and fidelity.html in {args.out.resolve()}", file=sys.stderr)
     return 0

@@ -4,6 +4,7 @@ real run (kernel:reno vs ccp:reno on the fixed 12 Mbit/s link) that writes the t
 from __future__ import annotations
 
 import math
+import statistics
 
 import pandas as pd
 import pytest
@@ -76,3 +77,45 @@ def test_short_fidelity_run_writes_the_table(tmp_path, needs_root, capsys):
     assert (out / "fidelity.html").read_text().count("<tr") == len(table) + 1
     assert (out / "fixed12-q1bdp" / "runs" / "ccp-reno" / "run-1" / "algorithm.log").exists()
     assert "throughput_mbps" in capsys.readouterr().out
+
+
+def _chunk(root, scenario, cca, values):
+    """A one-sided fidelity results directory: <root>/<scenario>/runs.csv and steps.csv."""
+    d = root / scenario
+    d.mkdir(parents=True)
+    runs = [1, 2][:len(values)]
+    pd.DataFrame({"cca": [cca] * len(values), "run": runs, "throughput_mbps": values,
+                  "p95_queueing_delay_ms": [50.0] * len(values), "retransmits": [10] * len(values)}
+                 ).to_csv(d / "runs.csv", index=False)
+    pd.DataFrame({"cca": [cca] * len(values), "run": runs, "normalized_area": [1.0] * len(values),
+                  "convergence_s": [2.0] * len(values)}).to_csv(d / "steps.csv", index=False)
+
+
+def test_from_merges_one_sided_chunks_into_one_table(tmp_path, capsys):
+    # Kernel and ccp halves of two scenarios, each in its own directory; two kernel
+    # chunks of one scenario whose run numbers collide (both 1, 2) stay four runs.
+    _chunk(tmp_path / "k1", "fixed12-q1bdp", "kernel:reno", [10.0, 12.0])
+    _chunk(tmp_path / "k2", "fixed12-q1bdp", "kernel:reno", [14.0, 16.0])
+    _chunk(tmp_path / "c1", "fixed12-q1bdp", "ccp:reno", [13.0])
+    _chunk(tmp_path / "k1", "down24-6", "kernel:reno", [6.0])
+    _chunk(tmp_path / "c1", "down24-6", "ccp:reno", [3.0])
+    out = tmp_path / "merged"
+    code = cli.main(["fidelity", "--from", str(tmp_path / "c1"), str(tmp_path / "k1"), str(tmp_path / "k2"),
+                     "--out", str(out), "--algorithms", "reno"])
+    assert code == 0
+    table = pd.read_csv(out / "fidelity.csv")
+    thr = table[table["metric"] == "throughput_mbps"].set_index("scenario")
+    assert list(thr.index) == ["fixed12-q1bdp", "down24-6"], "suite order"
+    assert thr.loc["fixed12-q1bdp", "kernel_runs"] == 4 and thr.loc["fixed12-q1bdp", "kernel_median"] == 13.0
+    assert thr.loc["fixed12-q1bdp", "ratio_median"] == pytest.approx(statistics.median([13 / 10, 13 / 12, 13 / 14, 13 / 16]))
+    assert thr.loc["down24-6", "ratio_median"] == pytest.approx(0.5)
+    assert "fixed12-q1bdp" in capsys.readouterr().out
+    # Bad sources name themselves; nothing is written over an existing table.
+    with pytest.raises(CcplabError, match="holds no analysed scenario"):
+        fidelity.merge_results([tmp_path / "merged"], ["reno"])
+    with pytest.raises(CcplabError, match="is not a directory"):
+        fidelity.merge_results([tmp_path / "nosuch"], ["reno"])
+    assert cli.main(["fidelity", "--from", str(tmp_path / "k1"), "--out", str(out)]) == 2
+    assert fidelity.parse_sides("ccp") == ("ccp",) and fidelity.parse_sides(None) == ("kernel", "ccp")
+    with pytest.raises(CcplabError, match="--sides"):
+        fidelity.parse_sides("kernel,linux")

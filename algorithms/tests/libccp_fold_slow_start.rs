@@ -1,0 +1,143 @@
+//! Slow start in the fold (reno's and cubic's programs, `fold::SLOW_START_IN_FOLD`)
+//! run by a real libccp 1.2 datapath (in-process), the semantics the kernel
+//! fold interpreter copies: every ACK raises cwnd by its acknowledged bytes while
+//! the flow is cwnd-limited; a Cwnd 0 from user space is "go on"; a loss, a
+//! timeout or a marked takeover command ends it for good.
+//!
+//! This binary links libccp, whose exported `log` symbol shadows libm's: no
+//! f64::ln here (FIELD-NOTES).
+
+mod common;
+use ccp_algorithms::fold::FoldProgram;
+use ccp_algorithms::window::TAKEOVER_MARK_BYTES;
+use common::Conn;
+use portus::lang::Scope;
+use portus::serialize::{self, Msg};
+use std::sync::{Arc, Mutex};
+
+const MSS: u32 = 1448;
+
+/// libccp's outgoing messages, collected.
+#[derive(Clone, Default)]
+struct Outbox(Arc<Mutex<Vec<Vec<u8>>>>);
+
+impl libccp::DatapathOps for Outbox {
+    fn send_msg(&mut self, msg: &[u8]) {
+        self.0.lock().unwrap().push(msg.to_vec());
+    }
+}
+
+fn send(dp: &libccp::Datapath, mut buf: Vec<u8>) {
+    dp.recv_msg(&mut buf[..]).expect("libccp accepts the message");
+}
+
+/// A libccp datapath with `prog` installed, its outbox and the program's scope.
+fn datapath(prog: FoldProgram) -> (Box<libccp::Datapath>, Outbox, Scope) {
+    let outbox = Outbox::default();
+    // Boxed: the Datapath must not move while a Connection points into it.
+    let dp = Box::new(libccp::DatapathBuilder::default().with_ops(outbox.clone()).init().expect("libccp init"));
+    let (bin, sc) = portus::lang::compile(prog.text().as_bytes(), &[]).expect("fold compiles");
+    let install = serialize::install::Msg {
+        sid: 0,
+        program_uid: sc.program_uid,
+        num_events: bin.events.len() as u32,
+        num_instrs: bin.instrs.len() as u32,
+        instrs: bin,
+    };
+    send(&dp, serialize::serialize(&install).unwrap());
+    (dp, outbox, sc)
+}
+
+/// One flow on `dp` starting at 10 packets and running the installed program; its sid.
+fn connect<'a>(dp: &'a libccp::Datapath, outbox: &Outbox, sc: &Scope) -> (libccp::Connection<'a, Conn>, u32) {
+    let info = libccp::FlowInfo::default().with_mss(MSS).with_init_cwnd(10 * MSS);
+    let info = info.with_cong_alg("reno").unwrap();
+    let conn = libccp::Connection::start(dp, Conn { cwnd: 10 * MSS }, info).expect("conn");
+    let sid = outbox
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .find_map(|b| match Msg::from_buf(b) {
+            Ok((Msg::Cr(c), _)) => Some(c.sid),
+            _ => None,
+        })
+        .expect("libccp sent a create message");
+    let change = serialize::changeprog::Msg { sid, program_uid: sc.program_uid, num_fields: 0, fields: vec![] };
+    send(dp, serialize::serialize(&change).unwrap());
+    (conn, sid)
+}
+
+/// One ACK of `acked` packets with `inflight` packets in flight after it; the cwnd (bytes) after it.
+fn ack(conn: &mut libccp::Connection<'_, Conn>, acked: u32, inflight: u32, lost: u32, timeout: bool) -> u32 {
+    let cwnd = conn.cwnd;
+    conn.load_primitives(
+        libccp::Primitives::default()
+            .with_bytes_acked(acked * MSS)
+            .with_packets_acked(acked)
+            .with_lost_pkts_sample(lost)
+            .with_was_timeout(timeout)
+            .with_rtt_sample_us(20_000)
+            .with_bytes_in_flight(inflight * MSS)
+            .with_packets_in_flight(inflight)
+            .with_snd_cwnd(cwnd),
+    );
+    conn.invoke().expect("invoke");
+    conn.cwnd
+}
+
+/// User space commands Cwnd = `bytes` (as the Portus glue's update_field).
+fn command(dp: &libccp::Datapath, sc: &Scope, sid: u32, bytes: u32) {
+    let reg = sc.get("Cwnd").expect("Cwnd register").clone();
+    let msg = serialize::update_field::Msg { sid, num_fields: 1, fields: vec![(reg, u64::from(bytes))] };
+    send(dp, serialize::serialize(&msg).unwrap());
+}
+
+#[test]
+fn reno_and_cubic_programs_grow_cwnd_per_ack_until_a_loss() {
+    for prog in [ccp_algorithms::reno::PROGRAM, ccp_algorithms::cubic::PROGRAM] {
+        let (dp, outbox, sc) = datapath(prog);
+        let (mut f, sid) = connect(&dp, &outbox, &sc);
+        // Each ACK of 2 packets raises cwnd by 2 packets (tcp_slow_start).
+        for k in 1..=5 {
+            assert_eq!(ack(&mut f, 2, 9 + k, 0, false), (10 + 2 * k) * MSS, "{}: ACK {k}", prog.name);
+        }
+        // User space's "go on" (Cwnd 0) is neither applied nor stops the growth.
+        command(&dp, &sc, sid, 0);
+        assert_eq!(ack(&mut f, 1, 20, 0, false), 21 * MSS);
+        // Not cwnd-limited (cwnd >= 2 x in flight before the ACK): no growth.
+        assert_eq!(ack(&mut f, 1, 5, 0, false), 21 * MSS);
+        // A loss stops the fold's growth at once and for good.
+        assert_eq!(ack(&mut f, 1, 20, 1, false), 21 * MSS);
+        assert_eq!(ack(&mut f, 3, 20, 0, false), 21 * MSS, "{}: no growth after the loss", prog.name);
+        // User space's commands apply as they are from now on.
+        command(&dp, &sc, sid, 10 * MSS + TAKEOVER_MARK_BYTES);
+        assert_eq!(ack(&mut f, 1, 9, 0, false), 10 * MSS + TAKEOVER_MARK_BYTES);
+        drop(f);
+    }
+}
+
+#[test]
+fn a_marked_takeover_or_a_timeout_ends_slow_start_in_the_fold() {
+    let (dp, outbox, sc) = datapath(ccp_algorithms::cubic::PROGRAM);
+    let (mut f, sid) = connect(&dp, &outbox, &sc);
+    assert_eq!(ack(&mut f, 4, 10, 0, false), 14 * MSS);
+    // HyStart in user space: cwnd = ssthresh = 13 packets, marked so the fold
+    // cannot take it for its own 14 x MSS.
+    command(&dp, &sc, sid, 13 * MSS + TAKEOVER_MARK_BYTES);
+    assert_eq!(ack(&mut f, 2, 12, 0, false), 13 * MSS + TAKEOVER_MARK_BYTES);
+    assert_eq!(ack(&mut f, 2, 12, 0, false), 13 * MSS + TAKEOVER_MARK_BYTES, "the fold no longer grows");
+    drop(f);
+
+    let (dp, outbox, sc) = datapath(ccp_algorithms::reno::PROGRAM);
+    let (mut f, _) = connect(&dp, &outbox, &sc);
+    assert_eq!(ack(&mut f, 2, 10, 0, false), 12 * MSS);
+    assert_eq!(ack(&mut f, 1, 10, 0, true), 12 * MSS, "no growth on the timeout ACK");
+    assert_eq!(ack(&mut f, 4, 10, 0, false), 12 * MSS, "nor after it");
+    drop(f);
+    // Programs without slow start in the fold leave cwnd to user space.
+    let (dp, outbox, sc) = datapath(ccp_algorithms::vegas::PROGRAM);
+    let (mut v, _) = connect(&dp, &outbox, &sc);
+    assert_eq!(ack(&mut v, 4, 10, 0, false), 10 * MSS);
+    drop(v);
+}
