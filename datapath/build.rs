@@ -24,7 +24,7 @@ use libbpf_rs::btf::{Btf, BtfType, HasSize};
 
 const SRC: &str = "bpf/ccp.bpf.c";
 /// C structs whose layout user space mirrors (src/wire.rs).
-const WIRE_STRUCTS: [&str; 2] = ["ccp_event", "ccp_cmd"];
+const WIRE_STRUCTS: [&str; 3] = ["ccp_event", "ccp_cmd", "ccp_flow_info"];
 
 fn vmlinux_h(out: &Path) -> PathBuf {
     let dst = out.join("vmlinux.h");

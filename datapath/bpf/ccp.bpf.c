@@ -11,7 +11,7 @@
  *     bytes/s) in the `commands` hash map keyed by flow id; cong_control
  *     applies it on every ACK, but only while its `epoch` equals the flow's
  *     RTO count: after a retransmission timeout the flow sends from the
- *     kernel's loss window (Reno-like fallback, as tcp_enter_loss left it)
+ *     kernel's loss window (the fallback, as tcp_enter_loss left it)
  *     until the algorithm has answered the timeout with a new command, so a
  *     stale cwnd (or rate) is never re-applied in a burst (RFC 5681 §3.1);
  *   - entries into Recovery and Loss (set_state, incl. RTOs and RACK's
@@ -19,9 +19,15 @@
  *     carries tp->lost, so user space sees every packet the kernel marks
  *     lost, not only the per-ACK rs->losses;
  *   - without a command, or when the daemon's heartbeat is older than
- *     `stale_after_ns`, the flow runs a Reno-like fallback so it never freezes
- *     (the struct_ops program keeps running for existing sockets even after
- *     the daemon is gone).
+ *     `stale_after_ns` (the daemon stops stamping it while the algorithm is
+ *     away, and a dead daemon stamps nothing), the flow runs the kernel's own
+ *     CUBIC (tcp_cubic.c through its kfuncs, its state in icsk_ca_priv) so it
+ *     never freezes (the struct_ops program keeps running for existing
+ *     sockets even after the daemon is gone);
+ *   - every live flow is listed in the `flows` map (identity, and cwnd and
+ *     counters refreshed while the fallback runs), so user space can announce
+ *     flows again to a restarted algorithm and resynchronize after lost
+ *     ring-buffer records.
  *
  * vmlinux.h is generated at build time by build.rs from the running kernel's
  * BTF (bpftool btf dump file /sys/kernel/btf/vmlinux format c).
@@ -44,6 +50,7 @@ char LICENSE[] SEC("license") = "GPL";
 /* ccp_priv.flags */
 #define PRIV_PACED 1     /* we set sk_pacing_rate from a command */
 #define PRIV_CMD_SEEN 2  /* a command has been applied at least once */
+#define PRIV_FALLBACK 4  /* the last ACK ran the fallback (kernel cubic) */
 #define USEC_PER_SEC_X8 8000000ULL /* us per s, times 8 (srtt_us is SRTT << 3) */
 
 /* Event record, one layout for all kinds (unused fields are zero).
@@ -81,8 +88,12 @@ struct ccp_event {
 	__u64 pacing_rate;     /* 120  sk->sk_pacing_rate, bytes/s */
 	__u32 lost;            /* 128  tp->lost: cumulative packets marked lost (any path) */
 	__u32 app_limited;     /* 132  rs->is_app_limited (1/0) */
+	/* flow identity for the rule table (create) */
+	__u32 mark;            /* 136  sk->sk_mark */
+	__u32 _pad;            /* 140 */
+	__u64 cgroup_id;       /* 144  cgroup v2 id of the socket (its directory's inode), 0 if none */
 };
-_Static_assert(sizeof(struct ccp_event) == 136, "ccp_event layout");
+_Static_assert(sizeof(struct ccp_event) == 152, "ccp_event layout");
 /* Referenced by a global so clang emits the struct's BTF: build.rs reads
  * its layout from the object and wire.rs asserts its mirror against it. */
 struct ccp_event *ccp_event_btf __attribute__((unused));
@@ -97,7 +108,11 @@ struct ccp_cmd {
 };
 _Static_assert(sizeof(struct ccp_cmd) == 16, "ccp_cmd layout");
 
-/* Per-flow state in icsk_ca_priv (13 u64s available). */
+/* icsk_ca_priv (13 u64s) holds the kernel cubic's `struct bictcp` first,
+ * where tcp_cubic.c's kfuncs look for it (inet_csk_ca), then ours. */
+#define CUBIC_PRIV_BYTES 64
+
+/* Per-flow state in icsk_ca_priv, after cubic's. */
 struct ccp_priv {
 	__u32 flow_id;
 	__u32 ca_state;
@@ -106,11 +121,39 @@ struct ccp_priv {
 	__u32 last_snd_una;
 	__u32 flags;
 };
+_Static_assert(sizeof(struct bictcp) <= CUBIC_PRIV_BYTES, "bictcp fits before ccp_priv");
+_Static_assert(CUBIC_PRIV_BYTES + sizeof(struct ccp_priv) <=
+	       sizeof(((struct inet_connection_sock *)0)->icsk_ca_priv), "icsk_ca_priv too small");
+
+/* A live flow as user space needs it to announce it again (to a restarted
+ * algorithm, or after its create record was lost). wire.rs mirrors it. */
+struct ccp_flow_info {
+	__u32 saddr;           /*  0  IPv4, network byte order */
+	__u32 daddr;           /*  4 */
+	__u16 sport;           /*  8  host byte order */
+	__u16 dport;           /* 10  host byte order */
+	__u32 mss;             /* 12  bytes */
+	__u32 snd_cwnd;        /* 16  packets: at init, then refreshed on every fallback ACK */
+	__u32 mark;            /* 20  sk->sk_mark */
+	__u64 cgroup_id;       /* 24 */
+	__u64 bytes_acked;     /* 32  as snd_cwnd */
+	__u32 lost;            /* 40  as snd_cwnd */
+	__u32 _pad;            /* 44 */
+};
+_Static_assert(sizeof(struct ccp_flow_info) == 48, "ccp_flow_info layout");
+struct ccp_flow_info *ccp_flow_info_btf __attribute__((unused));
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 4 << 20);
 } events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);	/* flow id */
+	__type(value, struct ccp_flow_info);
+} flows SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -128,8 +171,12 @@ const volatile __u64 stale_after_ns = 500000000;   /* heartbeat age that means "
  * goes to user space, where libccp runs them (--fold userspace). */
 const volatile __u32 fold_in_kernel = 0;
 
-/* Written by user space through the mmaped .bss on every loop iteration. */
+/* Written by user space through the mmaped .bss on every loop iteration
+ * while the algorithm is present; 0 while it is away. */
 __u64 heartbeat_ns = 0;
+/* Bumped by user space when the algorithm went away or a new one started:
+ * what a flow's fold program was told before is stale (fold_ccp.h). */
+__u32 ctl_epoch = 0;
 /* Statistics, read by user space. */
 __u64 dropped_events = 0;
 __u64 fallback_acks = 0;
@@ -138,7 +185,13 @@ __u64 stale_command_acks = 0;
 __u32 next_flow_id = 0;
 __u64 last_wake_ns = 0;
 
-extern void tcp_reno_cong_avoid(struct sock *sk, __u32 ack, __u32 acked) __ksym;
+/* The kernel's CUBIC (net/ipv4/tcp_cubic.c), exported to struct_ops as kfuncs. */
+extern void cubictcp_init(struct sock *sk) __ksym;
+extern __u32 cubictcp_recalc_ssthresh(struct sock *sk) __ksym;
+extern void cubictcp_cong_avoid(struct sock *sk, __u32 ack, __u32 acked) __ksym;
+extern void cubictcp_state(struct sock *sk, __u8 new_state) __ksym;
+extern void cubictcp_cwnd_event(struct sock *sk, enum tcp_ca_event event) __ksym;
+extern void cubictcp_acked(struct sock *sk, const struct ack_sample *sample) __ksym;
 
 static __always_inline struct tcp_sock *tcp_sk(const struct sock *sk)
 {
@@ -147,7 +200,20 @@ static __always_inline struct tcp_sock *tcp_sk(const struct sock *sk)
 
 static __always_inline struct ccp_priv *ca_priv(const struct sock *sk)
 {
+	return (void *)((char *)((struct inet_connection_sock *)sk)->icsk_ca_priv + CUBIC_PRIV_BYTES);
+}
+
+static __always_inline struct bictcp *cubic_priv(const struct sock *sk)
+{
 	return (void *)((struct inet_connection_sock *)sk)->icsk_ca_priv;
+}
+
+/* The socket's cgroup v2 id (the id `stat -c %i` shows for its directory). */
+static __always_inline __u64 sk_cgroup_id(const struct sock *sk)
+{
+	struct cgroup *cg = sk->sk_cgrp_data.cgroup;
+
+	return cg ? cg->kn->id : 0;
 }
 
 /* Wake the consumer at most every wake_interval_ns: per-ACK wakeups cost
@@ -169,6 +235,7 @@ static __always_inline __u64 wake_flag(__u64 now)
  * ~8k ACKs/s, when a per-RTT report is a per-ACK report on a veth).
  * Reports after a loss or timeout still wake it at once. */
 #define FOLD_REPORT_WAKE_FLAGS(now) BPF_RB_NO_WAKEUP
+#define FOLD_CTL_EPOCH ctl_epoch
 #include "fold_ccp.h"
 
 static __always_inline struct ccp_event *reserve_event(__u32 kind, __u32 flow_id, __u64 now)
@@ -192,7 +259,9 @@ void BPF_PROG(ccp_init, struct sock *sk)
 	struct tcp_sock *tp = tcp_sk(sk);
 	struct ccp_priv *ca = ca_priv(sk);
 	__u64 now = bpf_ktime_get_ns();
+	struct ccp_flow_info info = {};
 	struct ccp_event *ev;
+	__u32 id;
 
 	ca->flow_id = __sync_fetch_and_add(&next_flow_id, 1) + 1;
 	ca->ca_state = 0;
@@ -200,6 +269,7 @@ void BPF_PROG(ccp_init, struct sock *sk)
 	ca->timeouts = 0;
 	ca->last_snd_una = tp->snd_una;
 	ca->flags = 0;
+	cubictcp_init(sk);	/* the fallback's state, ready whenever it is needed */
 	/* A CA set before us (e.g. bbr, the namespace default, before iperf3's
 	 * TCP_CONGESTION) may have left TCP-internal pacing on at its own rate.
 	 * From now on pacing is ours: off unless a command sets a rate. */
@@ -208,9 +278,24 @@ void BPF_PROG(ccp_init, struct sock *sk)
 	if (fold_in_kernel)
 		fold_flow_start(sk, ca->timeouts);
 
+	info.saddr = sk->__sk_common.skc_rcv_saddr;
+	info.daddr = sk->__sk_common.skc_daddr;
+	info.sport = sk->__sk_common.skc_num;
+	info.dport = bpf_ntohs(sk->__sk_common.skc_dport);
+	info.mss = tp->mss_cache;
+	info.snd_cwnd = tp->snd_cwnd;
+	info.mark = sk->sk_mark;
+	info.cgroup_id = sk_cgroup_id(sk);
+	info.bytes_acked = tp->bytes_acked;
+	info.lost = tp->lost;
+	id = ca->flow_id;	/* map keys must be on the stack, not in the socket */
+	bpf_map_update_elem(&flows, &id, &info, BPF_ANY);
+
 	ev = reserve_event(EV_CREATE, ca->flow_id, now);
 	if (!ev)
 		return;
+	ev->mark = info.mark;
+	ev->cgroup_id = info.cgroup_id;
 	ev->saddr = sk->__sk_common.skc_rcv_saddr;
 	ev->daddr = sk->__sk_common.skc_daddr;
 	ev->sport = sk->__sk_common.skc_num;
@@ -232,20 +317,41 @@ void BPF_PROG(ccp_release, struct sock *sk)
 	struct ccp_event *ev;
 
 	bpf_map_delete_elem(&commands, &id);
+	bpf_map_delete_elem(&flows, &id);
 	fold_flow_end(id);
 	ev = reserve_event(EV_RELEASE, id, bpf_ktime_get_ns());
 	if (ev)
 		bpf_ringbuf_submit(ev, BPF_RB_FORCE_WAKEUP);
 }
 
-/* Slow start threshold: half the cwnd, at least 2 (as Reno and ccp-kernel). */
+/* Slow start threshold: under the fallback, kernel cubic's (beta 0.7, fast
+ * convergence); under the algorithm half the cwnd, at least 2 (as Reno and
+ * ccp-kernel; the algorithm sets cwnd itself after the loss report). */
 SEC("struct_ops")
 __u32 BPF_PROG(ccp_ssthresh, struct sock *sk)
 {
 	const struct tcp_sock *tp = tcp_sk(sk);
 	__u32 half = tp->snd_cwnd >> 1;
 
+	if (ca_priv(sk)->flags & PRIV_FALLBACK)
+		return cubictcp_recalc_ssthresh(sk);
 	return half > 2 ? half : 2;
+}
+
+/* cubic's delay_min and HyStart, fed only while the fallback runs (HyStart
+ * would otherwise move ssthresh under the algorithm's feet). */
+SEC("struct_ops")
+void BPF_PROG(ccp_pkts_acked, struct sock *sk, const struct ack_sample *sample)
+{
+	if (ca_priv(sk)->flags & PRIV_FALLBACK)
+		cubictcp_acked(sk, sample);
+}
+
+/* cubic restarts its epoch after idle (CA_EVENT_TX_START). */
+SEC("struct_ops")
+void BPF_PROG(ccp_cwnd_event, struct sock *sk, enum tcp_ca_event event)
+{
+	cubictcp_cwnd_event(sk, event);
 }
 
 /* Undo a spurious reduction: back to the cwnd before it (as tcp_reno_undo_cwnd). */
@@ -300,6 +406,7 @@ void BPF_PROG(ccp_set_state, struct sock *sk, __u8 new_state)
 	struct ccp_event *ev;
 	__u8 old = ca->ca_state;
 
+	cubictcp_state(sk, new_state);	/* an RTO resets cubic's epoch */
 	if (new_state == TCP_CA_Loss && old != TCP_CA_Loss) {
 		ca->timeouts++;
 		if (ca->flow_id)
@@ -399,14 +506,39 @@ static __always_inline void apply_command(struct sock *sk, struct tcp_sock *tp, 
 		kernel_like_pacing(sk, tp);
 	}
 	ca->flags |= PRIV_CMD_SEEN;
+	ca->flags &= ~PRIV_FALLBACK;
 }
 
-/* Reno-like fallback: during a cwnd reduction (Recovery/CWR) hold cwnd at
- * ssthresh (the kernel's PRR is skipped when cong_control is set), otherwise
- * the kernel's Reno slow start / AIMD (kfunc tcp_reno_cong_avoid). */
+/* Keep the flow's `flows` entry current while nobody else knows its cwnd:
+ * a restarted algorithm is told where the fallback left it. */
+static __always_inline void refresh_flow_info(struct tcp_sock *tp, __u32 flow_id)
+{
+	struct ccp_flow_info *info = bpf_map_lookup_elem(&flows, &flow_id);
+
+	if (!info)
+		return;
+	info->snd_cwnd = tp->snd_cwnd;
+	info->bytes_acked = tp->bytes_acked;
+	info->lost = tp->lost;
+}
+
+/* The fallback: the kernel's own CUBIC. During a cwnd reduction
+ * (Recovery/CWR) cwnd is held at ssthresh (the kernel's PRR is skipped when
+ * cong_control is set), otherwise cubictcp_cong_avoid grows it, only while
+ * cwnd-limited (it checks). Taking over from the algorithm, cubic starts a
+ * fresh epoch at the algorithm's cwnd in congestion avoidance: no slow start
+ * from a cwnd the algorithm already sized to the path. */
 static __always_inline void fallback(struct sock *sk, struct tcp_sock *tp, struct ccp_priv *ca,
 				     __u32 ack, const struct rate_sample *rs)
 {
+	if (!(ca->flags & PRIV_FALLBACK)) {
+		ca->flags |= PRIV_FALLBACK;
+		if (ca->flags & PRIV_CMD_SEEN) {
+			cubic_priv(sk)->epoch_start = 0;
+			if (tp->snd_ssthresh > tp->snd_cwnd)
+				tp->snd_ssthresh = tp->snd_cwnd > 2 ? tp->snd_cwnd : 2;
+		}
+	}
 	if (ca->flags & PRIV_PACED) {
 		sk->sk_pacing_status = SK_PACING_NONE;
 		ca->flags &= ~PRIV_PACED;
@@ -417,9 +549,11 @@ static __always_inline void fallback(struct sock *sk, struct tcp_sock *tp, struc
 
 		if (tp->snd_cwnd > target)
 			tp->snd_cwnd = target;
-		return;
+	} else {
+		cubictcp_cong_avoid(sk, ack, rs->acked_sacked);
 	}
-	tcp_reno_cong_avoid(sk, ack, rs->acked_sacked);
+	if (ca->flow_id)
+		refresh_flow_info(tp, ca->flow_id);	/* by value: a stack key */
 }
 
 /* --fold kernel: the flow's fold program runs here (fold_ccp.h); what the
@@ -452,7 +586,7 @@ void BPF_PROG(ccp_cong_control, struct sock *sk, __u32 ack, int flag, const stru
 	__u32 id = ca->flow_id;
 
 	/* An active open's SYN-ACK is acked before init() ran (tcp_ack in
-	 * SYN_SENT precedes tcp_finish_connect): no flow id yet, plain Reno. */
+	 * SYN_SENT precedes tcp_finish_connect): no flow id yet, the fallback. */
 	if (id == 0) {
 		fallback(sk, tp, ca, ack, rs);
 		return;
@@ -490,5 +624,7 @@ struct tcp_congestion_ops ccp = {
 	.set_state = (void *)ccp_set_state,
 	.in_ack_event = (void *)ccp_in_ack_event,
 	.cong_control = (void *)ccp_cong_control,
+	.pkts_acked = (void *)ccp_pkts_acked,
+	.cwnd_event = (void *)ccp_cwnd_event,
 	.name = "ccp",
 };

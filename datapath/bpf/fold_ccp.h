@@ -25,6 +25,13 @@
 #ifndef CCP_FOLD_CCP_H
 #define CCP_FOLD_CCP_H
 
+/* The includer's control epoch (a global user space bumps when the algorithm
+ * went away or a new one started): a flow that sees it change forgets what
+ * the algorithm asked for before, as after an RTO. */
+#ifndef FOLD_CTL_EPOCH
+#define FOLD_CTL_EPOCH 0
+#endif
+
 /* Origin of Ack.now (CLOCK_MONOTONIC ns), set by user space before load. */
 const volatile __u64 fold_time_zero_ns = 0;
 
@@ -41,7 +48,9 @@ struct fold_flow {
 	struct fold_baseline base;
 	__u64 req_rate;		/* last set_rate (bytes/s), 0: none */
 	__u32 req_cwnd;		/* last set_cwnd (bytes), 0: none */
-	__u32 awaiting;		/* after an RTO: the algorithm has not answered yet */
+	__u32 awaiting;		/* after an RTO or a change of algorithm: it has not answered yet */
+	__u32 ctl_epoch;	/* FOLD_CTL_EPOCH when req_* were set */
+	__u32 _pad;
 };
 
 struct {
@@ -109,6 +118,7 @@ static __always_inline void fold_flow_start(struct sock *sk, __u32 timeouts)
 	ff->req_cwnd = 0;
 	ff->req_rate = 0;
 	ff->awaiting = 0;
+	ff->ctl_epoch = FOLD_CTL_EPOCH;
 }
 
 /* The flow is gone: drop what user space staged for it. */
@@ -194,7 +204,8 @@ static __always_inline int fold_on_ack(struct sock *sk, const struct rate_sample
 		return 0;
 	fold_fill_ack(&a, tp, rs, ecn_bytes, timeouts);
 	fold_prims(&a, &ff->base, prims);
-	if (prims[14]) {	/* was_timeout */
+	if (prims[14] || ff->ctl_epoch != FOLD_CTL_EPOCH) {	/* was_timeout, or a new algorithm */
+		ff->ctl_epoch = FOLD_CTL_EPOCH;
 		ff->awaiting = 1;
 		ff->req_cwnd = 0;
 		ff->req_rate = 0;

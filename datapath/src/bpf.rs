@@ -1,6 +1,6 @@
 //! Loading and driving the eBPF struct_ops congestion control `ccp`
 //! (`bpf/ccp.bpf.c`): registration, the event ring buffer, the command map
-//! and the heartbeat that keeps the BPF side out of its Reno fallback.
+//! and the heartbeat that keeps the BPF side out of its fallback (kernel cubic).
 
 use std::cell::RefCell;
 use std::mem::MaybeUninit;
@@ -12,7 +12,7 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder};
 
 use crate::fold_kernel::{FoldMaps, FoldProg, FoldStaged};
-use crate::wire::{decode_event, Command, Event};
+use crate::wire::{decode_event, Command, Event, RawFlowInfo};
 
 mod skel {
     #![allow(clippy::all, unused_imports, dead_code, non_camel_case_types, non_upper_case_globals)]
@@ -30,7 +30,7 @@ pub struct BpfConfig {
     /// are submitted without a wakeup (the daemon polls at least every 1 ms).
     pub wake_interval: Duration,
     /// If the daemon's heartbeat is older than this, commands are ignored and
-    /// flows run the Reno fallback.
+    /// flows run the fallback (kernel cubic).
     pub stale_after: Duration,
     /// Run the fold programs in the kernel (`--fold kernel`, bpf/fold_ccp.h)
     /// instead of sending every ACK to libccp in user space.
@@ -52,7 +52,7 @@ impl Default for BpfConfig {
 pub struct BpfStats {
     /// Ring-buffer records lost because the buffer was full.
     pub dropped_events: u64,
-    /// cong_control calls that ran the Reno fallback.
+    /// cong_control calls that ran the fallback (kernel cubic).
     pub fallback_acks: u64,
     /// cong_control calls that applied a command.
     pub command_acks: u64,
@@ -133,7 +133,7 @@ impl BpfDatapath {
     }
 
     /// Unregister `ccp`. Sockets already using it keep running its BPF code
-    /// (which falls back to Reno once the heartbeat goes stale).
+    /// (which falls back to kernel cubic once the heartbeat goes stale).
     pub fn unregister(&mut self) {
         self.link.take();
     }
@@ -185,6 +185,42 @@ impl BpfDatapath {
         // SAFETY: bss points into the object's mmaped .bss for the life of
         // self; the kernel reads it concurrently, hence volatile.
         unsafe { std::ptr::addr_of_mut!((*bss).heartbeat_ns).write_volatile(now_ns) };
+    }
+
+    /// Tell every flow that what the algorithm asked for before is stale (the
+    /// algorithm went away, or a new one started): bumps `ctl_epoch`, which
+    /// the kernel fold checks per ACK (the user-space fold forgets its own).
+    pub fn bump_ctl_epoch(&self) {
+        let bss = self.bss;
+        // SAFETY: as in heartbeat().
+        unsafe {
+            let p = std::ptr::addr_of_mut!((*bss).ctl_epoch);
+            p.write_volatile(p.read_volatile().wrapping_add(1));
+        }
+    }
+
+    /// Every live flow (the `flows` map: id and what announcing it needs; its
+    /// cwnd and counters are current while the fallback runs).
+    pub fn live_flows(&self) -> Vec<(u32, RawFlowInfo)> {
+        use zerocopy::FromBytes;
+        let map = &self.skel.maps.flows;
+        map.keys()
+            .filter_map(|k| {
+                let id = u32::from_ne_bytes(k.as_slice().try_into().ok()?);
+                let v = map.lookup(&k, MapFlags::ANY).ok()??;
+                Some((id, RawFlowInfo::read_from_bytes(&v).ok()?))
+            })
+            .collect()
+    }
+
+    /// Remove every flow's command (user-space fold): nothing an earlier
+    /// algorithm asked for is applied once another takes over.
+    pub fn clear_commands(&self) {
+        let map = &self.skel.maps.commands;
+        let keys: Vec<Vec<u8>> = map.keys().collect();
+        for k in keys {
+            let _ = map.delete(&k);
+        }
     }
 
     /// Read the BPF side's counters.

@@ -72,6 +72,8 @@ impl CongestionOps for Requested {
 
 struct Flow {
     info: FlowCreated,
+    /// The algorithm asked for in its create message (the rule table's pick).
+    alg: String,
     conn: Option<Connection<'static, Requested>>,
     base: Baseline,
     /// Monotonic ns of the last create attempt that failed to reach Portus;
@@ -150,16 +152,21 @@ impl FoldEngine {
     }
 
     /// A flow switched to `ccp`: start its libccp Connection (announces the
-    /// flow to Portus with a create message).
-    pub fn create(&mut self, info: &FlowCreated, now_ns: u64) -> Result<()> {
+    /// flow to Portus with a create message asking for algorithm `alg`;
+    /// None: the datapath's default).
+    ///
+    /// Errors: `alg` longer than 63 bytes, libccp out of connection slots.
+    pub fn create(&mut self, info: &FlowCreated, alg: Option<&str>, now_ns: u64) -> Result<()> {
+        let alg = alg.unwrap_or(&self.congalg).to_string();
         self.send_failed.set(false);
-        let conn = Self::start_conn_for(self.dp, &self.congalg, info)?;
+        let conn = Self::start_conn_for(self.dp, &alg, info)?;
         let create_failed_at = self.send_failed.replace(false).then_some(now_ns);
         self.stats.flows_created += 1;
         self.flows.insert(
             info.flow_id,
             Flow {
                 info: info.clone(),
+                alg,
                 conn: Some(conn),
                 base: Baseline::at_start(info.bytes_acked, info.lost),
                 create_failed_at,
@@ -169,6 +176,27 @@ impl FoldEngine {
                 updates_at_rto: 0,
             },
         );
+        Ok(())
+    }
+
+    /// Announce a live flow again to a (re)started algorithm: a fresh libccp
+    /// Connection from `info` (cwnd and counters as the fallback left them),
+    /// and nothing goes out until the algorithm has commanded anew (what the
+    /// previous one asked for is stale). Unknown flows are created.
+    ///
+    /// Errors: as [`FoldEngine::create`].
+    pub fn reannounce(&mut self, info: &FlowCreated, alg: Option<&str>, now_ns: u64) -> Result<()> {
+        let Some(flow) = self.flows.get_mut(&info.flow_id) else {
+            return self.create(info, alg, now_ns);
+        };
+        flow.conn = None; // frees the libccp slot first
+        flow.info = info.clone();
+        self.send_failed.set(false);
+        flow.conn = Some(Self::start_conn_for(self.dp, &flow.alg, info)?);
+        flow.create_failed_at = self.send_failed.replace(false).then_some(now_ns);
+        flow.awaiting_alg = true;
+        flow.updates_at_rto = self.updates_received;
+        flow.last_cmd = None;
         Ok(())
     }
 
@@ -196,7 +224,7 @@ impl FoldEngine {
             flow.conn = None; // frees the libccp slot first
             self.send_failed.set(false);
             let info = flow.info.clone();
-            match Self::start_conn_for(self.dp, &self.congalg, &info) {
+            match Self::start_conn_for(self.dp, &flow.alg, &info) {
                 Ok(c) => flow.conn = Some(c),
                 Err(e) => tracing::warn!(flow = s.flow_id, error = %e, "re-announcing flow failed"),
             }
@@ -428,7 +456,7 @@ mod tests {
         };
         eng.recv_msg(&mut serialize::serialize(&install).unwrap()).unwrap();
         let info = FlowCreated { flow_id: 1, mss: MSS, init_cwnd_pkts: 10, ..Default::default() };
-        eng.create(&info, 0).unwrap();
+        eng.create(&info, None, 0).unwrap();
         let sid = out
             .0
             .borrow()

@@ -21,11 +21,13 @@ mod bpf;
 mod fold;
 mod fold_kernel;
 mod ipc;
+mod liveness;
 mod primitives;
 mod stats;
 mod wire;
 
 use std::cell::RefCell;
+use std::collections::HashSet;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -41,19 +43,22 @@ use crate::bpf::{ca_available, monotonic_ns, BpfConfig, BpfDatapath, CA_NAME};
 use crate::fold::FoldEngine;
 use crate::fold_kernel::KernelFold;
 use crate::ipc::{PortusIpc, PortusSender, Trust};
+use crate::liveness::{AlgorithmWatch, Change};
 use crate::stats::Samples;
-use crate::wire::Event;
+use crate::wire::{Event, FlowCreated};
 
 /// eBPF struct_ops datapath for CCP: registers the TCP congestion control
 /// `ccp` and lets a Portus algorithm (unix IPC) set each flow's cwnd and
 /// pacing rate through libccp fold programs.
 ///
 /// Flows opt in with `iperf3 -C ccp` or setsockopt(TCP_CONGESTION, "ccp").
-/// Until the algorithm sets a cwnd/rate for a flow (or if this daemon stops),
-/// the flow runs a Reno fallback inside BPF. Start the Portus algorithm
-/// before the flows (it can start before or after this daemon; flows that
-/// start while Portus is down are announced again every second).
-/// Needs root. Runs until SIGINT/SIGTERM, then unregisters `ccp`.
+/// Until the algorithm sets a cwnd/rate for a flow, while the algorithm is
+/// away (its socket gone for --fallback-timeout-ms), and after this daemon
+/// stops, the flow runs the kernel's own cubic inside BPF, so no flow is ever
+/// frozen. The Portus algorithm can start before or after this daemon, and
+/// be restarted: a new algorithm is told every live flow again and takes the
+/// flows back once it commands. Needs root. Runs until SIGINT/SIGTERM, then
+/// unregisters `ccp`.
 #[derive(Parser, Debug)]
 #[command(name = "ccp-datapath", version)]
 struct Cli {
@@ -79,10 +84,11 @@ struct Cli {
     /// {"ca":"ccp","pid":N,"socket":"<bound socket path>"}. Removed on exit.
     #[arg(long)]
     ready_file: Option<PathBuf>,
-    /// Heartbeat age (ms) after which the BPF side ignores commands and runs
-    /// its Reno fallback (covers a dead or stuck daemon).
-    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=60_000))]
-    stale_ms: u64,
+    /// Fallback timeout, ms: after this long without the algorithm (its
+    /// socket gone) or without this daemon (heartbeat not stamped), flows run
+    /// the kernel's cubic until the algorithm is back.
+    #[arg(long, alias = "stale-ms", default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    fallback_timeout_ms: u64,
     /// Force a ring-buffer wakeup at most every this many µs (other ACK
     /// events are picked up by the 1 ms poll or the next wakeup).
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
@@ -113,13 +119,22 @@ struct KernelMode {
     unsent: Vec<(u32, Vec<u8>, Instant)>,
     /// Report records from the kernel, raw.
     reports: Rc<RefCell<Vec<Vec<u8>>>>,
+    /// A send to Portus failed since the loop last looked.
+    send_failed: bool,
 }
 
 /// Re-send a create message Portus did not get this often.
 const CREATE_RETRY: Duration = Duration::from_secs(1);
 
 impl KernelMode {
-    fn created(&mut self, c: &crate::wire::FlowCreated) {
+    fn send(&mut self, msg: &[u8]) -> bool {
+        let ok = self.sender.send(msg);
+        self.send_failed |= !ok;
+        ok
+    }
+
+    fn created(&mut self, c: &FlowCreated) {
+        self.unsent.retain(|(f, _, _)| *f != c.flow_id);
         let msg = self.kf.flow_created(
             c.flow_id,
             c.init_cwnd_pkts.saturating_mul(c.mss),
@@ -129,7 +144,7 @@ impl KernelMode {
             &self.congalg,
         );
         match msg {
-            Ok(m) if self.sender.send(&m) => {}
+            Ok(m) if self.send(&m) => {}
             Ok(m) => self.unsent.push((c.flow_id, m, Instant::now())),
             Err(e) => tracing::warn!(flow = c.flow_id, error = %e, "flow not announced (fallback)"),
         }
@@ -138,26 +153,29 @@ impl KernelMode {
     fn released(&mut self, flow_id: u32) {
         self.unsent.retain(|(f, _, _)| *f != flow_id);
         let close = self.kf.flow_released(flow_id);
-        self.sender.send(&close);
+        self.send(&close);
     }
 
     /// Forward the kernel's reports; re-announce flows Portus missed.
     fn tick(&mut self) {
-        for rec in std::mem::take(&mut *self.reports.borrow_mut()) {
+        let records = std::mem::take(&mut *self.reports.borrow_mut());
+        for rec in records {
             match self.kf.report_msg(&rec) {
                 Ok((_, msg)) => {
-                    self.sender.send(&msg);
+                    self.send(&msg);
                 }
                 Err(e) => tracing::warn!(error = %e, "report record"),
             }
         }
         let sender = &mut self.sender;
+        let send_failed = &mut self.send_failed;
         self.unsent.retain_mut(|(flow, msg, at)| {
             if at.elapsed() < CREATE_RETRY {
                 return true;
             }
             *at = Instant::now();
             let sent = sender.send(msg);
+            *send_failed |= !sent;
             if sent {
                 tracing::info!(flow = *flow, "flow announced to Portus");
             }
@@ -222,12 +240,128 @@ struct Loop {
     bad_records: Rc<RefCell<u64>>,
     /// Portus messages refused (parse errors, over libccp's limits, oversized).
     bad_msgs: u64,
+    /// Is the algorithm there (and who is it)?
+    watch: AlgorithmWatch,
+    /// When to announce the live flows to a new algorithm.
+    announce_at: Option<Instant>,
+    /// Flows this daemon knows (created, not yet released).
+    known: HashSet<u32>,
+    /// Flows announced to the current algorithm (cleared when a new one appears).
+    announced: HashSet<u32>,
+    /// Differences between `known` and the BPF `flows` map seen by the last
+    /// resync pass; acted on when the next pass sees them again.
+    suspect_unknown: HashSet<u32>,
+    suspect_gone: HashSet<u32>,
+    resynced_flows: u64,
 }
 
+/// Between a new algorithm's appearance and announcing the flows to it the
+/// fallback runs, so the `flows` map holds each flow's current cwnd (the
+/// fallback refreshes it per ACK): the algorithm starts from there.
+const ANNOUNCE_DELAY: Duration = Duration::from_millis(100);
+/// How often the known flows are checked against the BPF `flows` map.
+const RESYNC_EVERY: Duration = Duration::from_secs(1);
+
 impl Loop {
+    /// The algorithm has been away for the whole fallback timeout: the
+    /// heartbeat is no longer stamped (every flow runs the kernel's cubic) and
+    /// what the algorithm asked for is forgotten.
+    fn algorithm_away(&mut self) {
+        self.bpf.bump_ctl_epoch();
+        self.bpf.clear_commands();
+        self.announce_at = None;
+        tracing::warn!(flows = self.known.len(), "algorithm away: its flows run the kernel's cubic until it is back");
+    }
+
+    /// A (re)started algorithm: the previous one's requests are stale; the
+    /// live flows are announced to it after [`ANNOUNCE_DELAY`].
+    fn new_algorithm(&mut self, now: Instant) {
+        self.bpf.bump_ctl_epoch();
+        self.bpf.clear_commands();
+        self.announce_at = Some(now + ANNOUNCE_DELAY);
+        self.announced.clear();
+        tracing::info!(socket = %self.watch_socket(), "algorithm present; announcing the live flows to it");
+    }
+
+    fn watch_socket(&self) -> String {
+        self.watch.socket().display().to_string()
+    }
+
+    /// Once per loop: follow the algorithm's comings and goings, announce
+    /// flows when due, and stamp the heartbeat only while it controls them.
+    fn watch_algorithm(&mut self) {
+        let now = Instant::now();
+        match self.watch.poll(now) {
+            Change::Away => self.algorithm_away(),
+            Change::NewAlgorithm => self.new_algorithm(now),
+            Change::None => {}
+        }
+        if self.announce_at.is_some_and(|t| now >= t) {
+            self.announce_at = None;
+            self.announce_live_flows();
+        }
+        self.bpf.heartbeat(if self.watch.controls() { monotonic_ns() } else { 0 });
+    }
+
+    /// Tell the algorithm every live flow it was not told yet, from the BPF
+    /// `flows` map.
+    fn announce_live_flows(&mut self) {
+        let now = monotonic_ns();
+        let mut live = self.bpf.live_flows();
+        live.retain(|(id, _)| !self.announced.contains(id));
+        for (id, info) in &live {
+            self.announced.insert(*id);
+            let c = FlowCreated::from_flow_info(*id, info, now);
+            self.known.insert(*id);
+            if let Some(k) = &mut self.kernel {
+                k.created(&c);
+            }
+            if let Some(fold) = &mut self.fold {
+                if let Err(e) = fold.reannounce(&c, None, now) {
+                    tracing::warn!(flow = id, error = %e, "flow not announced (fallback)");
+                }
+            }
+        }
+        if !live.is_empty() {
+            tracing::info!(flows = live.len(), "live flows announced to the algorithm");
+        }
+    }
+
+    /// Flows whose create or release record was lost (ring buffer full) are
+    /// found by comparing the known flows with the BPF `flows` map. A
+    /// difference counts only when two passes in a row see it: the record
+    /// may still be on its way through the ring buffer.
+    fn resync(&mut self) {
+        let now = monotonic_ns();
+        let live = self.bpf.live_flows();
+        let live_ids: HashSet<u32> = live.iter().map(|(id, _)| *id).collect();
+        let unknown: HashSet<u32> = live_ids.difference(&self.known).copied().collect();
+        let gone: HashSet<u32> = self.known.difference(&live_ids).copied().collect();
+        let lost_creates: Vec<FlowCreated> = live
+            .iter()
+            .filter(|(id, _)| unknown.contains(id) && self.suspect_unknown.contains(id))
+            .map(|(id, info)| FlowCreated::from_flow_info(*id, info, now))
+            .collect();
+        let lost_releases: Vec<u32> = gone.iter().copied().filter(|id| self.suspect_gone.contains(id)).collect();
+        for c in lost_creates {
+            tracing::warn!(flow = c.flow_id, "flow's create record was lost; announcing it from the flows map");
+            self.resynced_flows += 1;
+            self.handle(Event::Created(c));
+        }
+        for flow_id in lost_releases {
+            tracing::warn!(flow = flow_id, "flow's release record was lost; releasing it");
+            self.resynced_flows += 1;
+            self.handle(Event::Released { flow_id, ts_ns: now });
+        }
+        self.suspect_unknown = unknown.into_iter().filter(|id| !self.known.contains(id)).collect();
+        self.suspect_gone = gone.into_iter().filter(|id| self.known.contains(id)).collect();
+    }
+
     fn handle(&mut self, ev: Event) {
         match ev {
             Event::Created(c) => {
+                self.known.insert(c.flow_id);
+                self.announced.insert(c.flow_id);
                 tracing::info!(
                     flow = c.flow_id,
                     src = %format!("{}:{}", std::net::Ipv4Addr::from(u32::from_be(c.saddr)), c.sport),
@@ -240,8 +374,8 @@ impl Loop {
                     k.created(&c);
                 }
                 if let Some(fold) = &mut self.fold {
-                    if let Err(e) = fold.create(&c, monotonic_ns()) {
-                        tracing::warn!(flow = c.flow_id, error = %e, "flow not managed by libccp (Reno fallback)");
+                    if let Err(e) = fold.create(&c, None, monotonic_ns()) {
+                        tracing::warn!(flow = c.flow_id, error = %e, "flow not managed by libccp (fallback)");
                     }
                 }
             }
@@ -269,6 +403,8 @@ impl Loop {
                 self.ack_cost.push(t0.elapsed().as_nanos() as u64);
             }
             Event::Released { flow_id, .. } => {
+                self.known.remove(&flow_id);
+                self.announced.remove(&flow_id);
                 self.bpf.delete_command(flow_id);
                 if let Some(k) = &mut self.kernel {
                     k.released(flow_id);
@@ -291,6 +427,7 @@ impl Loop {
                     }
                 }
                 Ok(Some(n)) => {
+                    self.watch.heard();
                     let r = match (&mut self.kernel, &mut self.fold) {
                         (Some(k), _) => k.kf.on_portus_msg(&buf[..n], &mut self.bpf).map_err(anyhow::Error::from),
                         (None, Some(fold)) => crate::ipc::deliver_to_libccp(fold, &mut buf[..n]),
@@ -325,13 +462,15 @@ impl Loop {
             None => "-".to_string(),
         };
         let msg = format!(
-            "flows={} (bpf ids {}) active={} invokes={} commands={} skipped_invalid={} unknown_flow_acks={} \
+            "flows={} (bpf ids {}) active={} resynced={} invokes={} commands={} skipped_invalid={} unknown_flow_acks={} \
              bpf: command_acks={} fallback_acks={} dropped_events={} bad_records={} refused_msgs={} untrusted_msgs={} \
              per-ACK user cost us: mean={} p50={} p99={}; event->command us: p50={} p99={} (n={}) \
-             kernel fold: invocations={} aborted={} reports={} reports_dropped={} installs={} staged={} refused={}",
+             kernel fold: invocations={} aborted={} reports={} reports_dropped={} installs={} staged={} refused={} \
+             report->cwnd us: p50={} p99={} (n={})",
             f.flows_created,
             b.flows,
             active,
+            self.resynced_flows,
             f.invokes,
             f.commands,
             f.skipped_invalid,
@@ -355,6 +494,9 @@ impl Loop {
             k.installs,
             k.staged,
             k.refused,
+            us(k.report_to_cwnd_p50_ns),
+            us(k.report_to_cwnd_p99_ns),
+            k.report_to_cwnd_n,
         );
         if level_info {
             tracing::info!("{msg}");
@@ -373,10 +515,9 @@ fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
     }
     let mut bpf = BpfDatapath::load(BpfConfig {
         wake_interval: Duration::from_micros(cli.wake_us),
-        stale_after: Duration::from_millis(cli.stale_ms),
+        stale_after: Duration::from_millis(cli.fallback_timeout_ms),
         fold_in_kernel: in_kernel,
     })?;
-    bpf.heartbeat(monotonic_ns());
     let (fold, kernel, report_ring) = if in_kernel {
         let mut sender = ipc.sender()?;
         if !sender.send(&fold_kernel::ready_msg(std::process::id())) {
@@ -384,7 +525,14 @@ fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
         }
         let reports = Rc::new(RefCell::new(Vec::new()));
         let ring = bpf.report_reader(reports.clone())?;
-        let k = KernelMode { kf: KernelFold::default(), sender, congalg: cli.congalg.clone(), unsent: vec![], reports };
+        let k = KernelMode {
+            kf: KernelFold::default(),
+            sender,
+            congalg: cli.congalg.clone(),
+            unsent: vec![],
+            reports,
+            send_failed: false,
+        };
         (None, Some(k), Some(ring))
     } else {
         (Some(FoldEngine::new(Box::new(ipc.sender()?), std::process::id(), &cli.congalg)?), None, None)
@@ -405,7 +553,24 @@ fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
     }
     tracing::info!(ca = CA_NAME, socket = %socket, portus = %cli.portus_socket.display(), congalg = %cli.congalg, fold = ?cli.fold, "registered; ready");
 
-    let mut lp = Loop { bpf, ipc, fold, kernel, ack_cost: Samples::new(65536), cmd_latency: Samples::new(65536), bad_records, bad_msgs: 0 };
+    let watch = AlgorithmWatch::new(&cli.portus_socket, Duration::from_millis(cli.fallback_timeout_ms));
+    let mut lp = Loop {
+        bpf,
+        ipc,
+        fold,
+        kernel,
+        ack_cost: Samples::new(65536),
+        cmd_latency: Samples::new(65536),
+        bad_records,
+        bad_msgs: 0,
+        watch,
+        announce_at: None,
+        known: HashSet::new(),
+        announced: HashSet::new(),
+        suspect_unknown: HashSet::new(),
+        suspect_gone: HashSet::new(),
+        resynced_flows: 0,
+    };
     let mut buf = vec![0u8; 64 * 1024];
     let mut fds = vec![
         libc::pollfd { fd: ring.epoll_fd(), events: libc::POLLIN, revents: 0 },
@@ -417,8 +582,9 @@ fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
         fds.push(libc::pollfd { fd: r.epoll_fd(), events: libc::POLLIN, revents: 0 });
     }
     let mut last_summary = Instant::now();
+    let mut last_resync = Instant::now();
     while stop.received().is_none() {
-        lp.bpf.heartbeat(monotonic_ns());
+        lp.watch_algorithm();
         // 1 ms timeout bounds the delay of ring records submitted without a
         // wakeup and keeps the heartbeat fresh.
         // SAFETY: fds is a valid array of pollfd for the call's duration.
@@ -438,6 +604,13 @@ fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
         }
         if let Some(k) = &mut lp.kernel {
             k.tick();
+            if std::mem::take(&mut k.send_failed) {
+                lp.watch.send_failed(Instant::now());
+            }
+        }
+        if last_resync.elapsed() >= RESYNC_EVERY {
+            lp.resync();
+            last_resync = Instant::now();
         }
         if last_summary.elapsed() >= Duration::from_secs(10) {
             lp.summary(false);

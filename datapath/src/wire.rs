@@ -1,8 +1,9 @@
 //! Byte layouts shared with `bpf/ccp.bpf.c`: ring-buffer events (kernel ->
-//! daemon) and per-flow commands (daemon -> kernel, `commands` hash map).
+//! daemon), per-flow commands (daemon -> kernel, `commands` hash map) and the
+//! live-flow table (`flows` hash map).
 //!
-//! [`RawEvent`] and [`RawCommand`] are `#[repr(C)]` mirrors of
-//! `struct ccp_event` and `struct ccp_cmd`, decoded and encoded with
+//! [`RawEvent`], [`RawCommand`] and [`RawFlowInfo`] are `#[repr(C)]` mirrors
+//! of `struct ccp_event`, `struct ccp_cmd` and `struct ccp_flow_info`, decoded and encoded with
 //! zerocopy (no hand-written offsets). Their layout is checked at compile
 //! time against the BPF object itself: build.rs reads the BTF that clang
 //! emitted for `bpf/ccp.bpf.c` and writes every member's offset, size and
@@ -68,6 +69,26 @@ pub struct RawEvent {
     pub pacing_rate: u64,
     pub lost: u32,
     pub app_limited: u32,
+    pub mark: u32,
+    pub _pad: u32,
+    pub cgroup_id: u64,
+}
+
+/// `struct ccp_flow_info`: the value of the `flows` map (a live flow).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct RawFlowInfo {
+    pub saddr: u32,
+    pub daddr: u32,
+    pub sport: u16,
+    pub dport: u16,
+    pub mss: u32,
+    pub snd_cwnd: u32,
+    pub mark: u32,
+    pub cgroup_id: u64,
+    pub bytes_acked: u64,
+    pub lost: u32,
+    pub _pad: u32,
 }
 
 /// `struct ccp_cmd`: the value of the `commands` map.
@@ -134,7 +155,11 @@ assert_c_layout!(RawEvent, ccp_event, [
     kind, flow_id, ts_ns, saddr, daddr, sport, dport, mss, bytes_acked, rtt_us,
     interval_us, delivered, snd_interval_us, rcv_interval_us, losses, acked_sacked,
     sacked_out, lost_out, retrans_out, packets_out, snd_cwnd, write_seq, snd_una,
-    ecn_bytes, timeouts, ca_state, flags, pacing_rate, lost, app_limited,
+    ecn_bytes, timeouts, ca_state, flags, pacing_rate, lost, app_limited, mark, _pad,
+    cgroup_id,
+]);
+assert_c_layout!(RawFlowInfo, ccp_flow_info, [
+    saddr, daddr, sport, dport, mss, snd_cwnd, mark, cgroup_id, bytes_acked, lost, _pad,
 ]);
 assert_c_layout!(RawCommand, ccp_cmd, [cwnd_bytes, epoch, rate_bytes_per_sec]);
 
@@ -160,6 +185,31 @@ pub struct FlowCreated {
     pub bytes_acked: u64,
     /// tp->lost at init (cumulative packets marked lost).
     pub lost: u32,
+    /// The socket's mark (SO_MARK), for the rule table.
+    pub mark: u32,
+    /// The socket's cgroup v2 id (inode number of its cgroup directory), 0 if none.
+    pub cgroup_id: u64,
+}
+
+impl FlowCreated {
+    /// A live flow as the `flows` map holds it now (to announce it again:
+    /// its cwnd and counters are the current ones while the fallback runs).
+    pub fn from_flow_info(flow_id: u32, i: &RawFlowInfo, ts_ns: u64) -> Self {
+        FlowCreated {
+            flow_id,
+            ts_ns,
+            saddr: i.saddr,
+            daddr: i.daddr,
+            sport: i.sport,
+            dport: i.dport,
+            mss: i.mss,
+            init_cwnd_pkts: i.snd_cwnd,
+            bytes_acked: i.bytes_acked,
+            lost: i.lost,
+            mark: i.mark,
+            cgroup_id: i.cgroup_id,
+        }
+    }
 }
 
 /// Snapshot of one `cong_control` call (one ACK, or several the kernel merged).
@@ -241,6 +291,8 @@ impl From<&RawEvent> for FlowCreated {
             init_cwnd_pkts: r.snd_cwnd,
             bytes_acked: r.bytes_acked,
             lost: r.lost,
+            mark: r.mark,
+            cgroup_id: r.cgroup_id,
         }
     }
 }

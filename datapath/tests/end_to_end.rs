@@ -518,14 +518,14 @@ fn flow_keeps_moving_without_an_algorithm() {
     let end = flow.info();
     let rate_bps = (end.tcpi_bytes_acked - start.tcpi_bytes_acked) * 8 / 3;
     assert!(rate_bps > LINK_BPS / 2, "fallback flow delivered only {rate_bps} bit/s");
-    // Reno grew the window well beyond its initial 10 packets
-    assert!(end.tcpi_snd_cwnd > 10, "no Reno growth: cwnd {}", end.tcpi_snd_cwnd);
+    // the fallback (kernel cubic, slow start) grew the window beyond its initial 10 packets
+    assert!(end.tcpi_snd_cwnd > 10, "no fallback growth: cwnd {}", end.tcpi_snd_cwnd);
     drop(flow);
     assert!(dp.stop(libc::SIGTERM).expect("exits on SIGTERM").success());
 }
 
 #[test]
-fn flow_falls_back_to_reno_when_the_datapath_dies() {
+fn flow_falls_back_to_kernel_cubic_when_the_datapath_dies() {
     let _l = lock();
     let net = Net::new();
     let portus = Portus::start(10);
@@ -537,7 +537,7 @@ fn flow_falls_back_to_reno_when_the_datapath_dies() {
     let st = dp.stop(libc::SIGKILL);
     assert!(st.is_some());
     assert!(!ccp_registered(), "ccp unregistered when its process died");
-    // heartbeat goes stale after 500 ms: the BPF side runs Reno again
+    // heartbeat goes stale after 500 ms: the BPF side runs kernel cubic
     let grown = flow.wait_for(Duration::from_secs(5), |t| t.tcpi_snd_cwnd > 12);
     assert!(grown.is_some(), "flow stuck at cwnd {} after the datapath died", flow.info().tcpi_snd_cwnd);
     let a = flow.info().tcpi_bytes_acked;
@@ -587,4 +587,119 @@ fn clear_errors_for_bad_environment() {
     assert!(ccp_registered(), "the first datapath is unaffected");
     assert!(dp.stop(libc::SIGTERM).expect("exits").success());
     assert!(!ccp_registered());
+}
+
+// ------------------------------------------------- never frozen (issue 8.3)
+
+/// The suite's `ccp-algorithms` binary (built beside this crate's binary).
+fn algorithms_bin() -> PathBuf {
+    let p = Path::new(BIN).with_file_name("ccp-algorithms");
+    ccplab_util::testkit::require_path(&p, "the ccp-algorithms binary (cargo build --release -p ccp-algorithms)");
+    p
+}
+
+/// A real algorithm process: `ccp-algorithms fixed-window --window PKTS` on
+/// /tmp/ccp/<name>; SIGKILLed on drop.
+struct AlgorithmProc {
+    child: Child,
+    path: PathBuf,
+}
+
+impl AlgorithmProc {
+    fn start(name: &str, window_pkts: u32) -> AlgorithmProc {
+        let path = PathBuf::from(format!("/tmp/ccp/{name}"));
+        let child = Command::new(algorithms_bin())
+            .args(["fixed-window", "--ipc-name", name, "--window", &window_pkts.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn ccp-algorithms");
+        let mut alg = AlgorithmProc { child, path };
+        // ready once its socket accepts a connect (the datapath's own probe)
+        let bound = try_wait_until(Duration::from_secs(10), || {
+            if let Some(st) = alg.child.try_wait().unwrap() {
+                panic!("ccp-algorithms exited early ({st})");
+            }
+            let probe = std::os::unix::net::UnixDatagram::unbound().unwrap();
+            probe.connect(&alg.path).ok()
+        });
+        assert!(bound.is_some(), "ccp-algorithms did not bind {} within 10 s", alg.path.display());
+        alg
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for AlgorithmProc {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Over `window`: distinct cwnd values seen and bytes acked (the flow moves).
+fn watch_cwnd(flow: &BulkFlow, window: Duration) -> (std::collections::BTreeSet<u32>, u64) {
+    let start = flow.info();
+    let end = Instant::now() + window;
+    let mut seen = std::collections::BTreeSet::new();
+    while Instant::now() < end {
+        seen.insert(flow.info().tcpi_snd_cwnd);
+        std::thread::sleep(Duration::from_millis(20)); // sampling period, not a wait
+    }
+    (seen, flow.info().tcpi_bytes_acked - start.tcpi_bytes_acked)
+}
+
+#[test]
+fn no_phase_freezes_the_flow_algorithm_killed_restarted_then_datapath_killed() {
+    let _l = lock();
+    let net = Net::new();
+    let name = uniq("ccpdp-test-alg-");
+    let mut alg = AlgorithmProc::start(&name, 20);
+    let mut dp = DatapathProc::start(&alg.path, "fixed-window");
+    let flow = BulkFlow::start(&net);
+    let moving = LINK_BPS / 8 / 4; // bytes in a 1 s window at a quarter of the link
+
+    // 1. under the algorithm: cwnd is its 20 packets
+    let ti = flow.wait_for(Duration::from_secs(5), |t| t.tcpi_snd_cwnd == 20);
+    assert!(ti.is_some(), "cwnd never became the algorithm's 20 (now {}): {}", flow.info().tcpi_snd_cwnd, dp.log_text());
+
+    // 2. the algorithm is SIGKILLed: after the fallback timeout (500 ms) the
+    //    kernel's cubic moves cwnd (it grows from 20, then a loss cuts it)
+    alg.kill();
+    let t_kill = Instant::now();
+    let left = flow.wait_for(Duration::from_secs(5), |t| t.tcpi_snd_cwnd != 20);
+    assert!(left.is_some(), "flow frozen at the dead algorithm's cwnd 20: {}", dp.log_text());
+    eprintln!("algorithm killed: cwnd left 20 after {:?}", t_kill.elapsed());
+    let (seen, acked) = watch_cwnd(&flow, Duration::from_secs(1));
+    assert!(seen.len() >= 3, "cwnd not moving under the fallback: {seen:?}");
+    assert!(acked > moving, "flow stalled under the fallback: {acked} bytes in 1 s");
+    assert!(dp.log_text().contains("algorithm away"), "datapath did not log the algorithm's absence: {}", dp.log_text());
+
+    // 3. the algorithm restarts (another window): the datapath announces the
+    //    flow to it again and it takes the flow back
+    let t_restart = Instant::now();
+    let mut alg2 = AlgorithmProc::start(&name, 30);
+    let back = flow.wait_for(Duration::from_secs(5), |t| t.tcpi_snd_cwnd == 30);
+    assert!(back.is_some(), "restarted algorithm did not take the flow back (cwnd {}): {}", flow.info().tcpi_snd_cwnd, dp.log_text());
+    eprintln!("algorithm restarted: cwnd 30 after {:?}", t_restart.elapsed());
+    let (seen, acked) = watch_cwnd(&flow, Duration::from_secs(1));
+    assert_eq!(seen.into_iter().collect::<Vec<_>>(), vec![30], "cwnd not held by the restarted algorithm");
+    assert!(acked > moving, "flow stalled under the restarted algorithm: {acked} bytes in 1 s");
+
+    // 4. the datapath is SIGKILLed: the BPF side's heartbeat goes stale and
+    //    the kernel's cubic runs the flow again
+    dp.signal(libc::SIGKILL);
+    assert!(dp.stop(libc::SIGKILL).is_some());
+    assert!(!ccp_registered(), "ccp unregistered when its process died");
+    let left = flow.wait_for(Duration::from_secs(5), |t| t.tcpi_snd_cwnd != 30);
+    assert!(left.is_some(), "flow frozen at cwnd 30 after the datapath died");
+    let (seen, acked) = watch_cwnd(&flow, Duration::from_secs(1));
+    assert!(seen.len() >= 3, "cwnd not moving after the datapath died: {seen:?}");
+    assert!(acked > moving, "flow stalled after the datapath died: {acked} bytes in 1 s");
+    alg2.kill();
+    drop(flow);
+    drop(net);
 }
