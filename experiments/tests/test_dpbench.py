@@ -37,6 +37,22 @@ def test_cpu_counters_busy_excludes_idle_and_iowait_and_guest_is_not_counted_twi
     assert c.busy == c.total - 800 - 40
 
 
+def test_own_fraction_is_the_processes_ticks_over_all_ticks():
+    before = d.CpuCounters(busy=1000, total=5000)
+    after = d.CpuCounters(busy=1900, total=6000)
+    assert d.own_fraction(before, after, process_ticks=300) == pytest.approx(0.3)
+    with pytest.raises(CcplabError, match="did not advance"):
+        d.own_fraction(after, after, 1)
+
+
+def test_process_ticks_counts_fields_after_the_command_name():
+    # pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime ...
+    line = "4242 (ip (netns) x) S 1 4242 4242 0 -1 4194560 500 0 0 0 731 269 0 0 20 0 3 0 100 0 0\n"
+    assert d.process_ticks(line) == 1000
+    with pytest.raises(CcplabError, match="not a /proc/PID/stat"):
+        d.process_ticks("4242 (short) S 1 2")
+
+
 def test_busy_fraction_of_two_samples():
     before = d.CpuCounters(busy=1000, total=5000)
     after = d.CpuCounters(busy=1600, total=6000)
@@ -56,7 +72,7 @@ BPFTOOL = json.dumps([
     {"id": 40, "type": "struct_ops", "name": "ccp_cong_contro", "run_time_ns": 999, "run_cnt": 1},  # older instance
     {"id": 51, "type": "struct_ops", "name": "ccp_init", "run_time_ns": 5000, "run_cnt": 10,
      "pids": [{"pid": 777, "comm": "ccp-datapath"}]},
-    {"id": 52, "type": "struct_ops", "name": "ccp_cong_contro", "run_time_ns": 1_200_000, "run_cnt": 1000,
+    {"id": 52, "type": "struct_ops", "name": "ccp_cong_control", "run_time_ns": 1_200_000, "run_cnt": 1000,
      "pids": [{"pid": 777, "comm": "ccp-datapath"}]},
     {"id": 53, "type": "struct_ops", "name": "ccp_in_ack_even", "run_time_ns": 300_000, "run_cnt": 1000,
      "pids": [{"pid": 777, "comm": "ccp-datapath"}]},
@@ -69,7 +85,7 @@ BPFTOOL = json.dumps([
 
 def test_ccp_prog_costs_selects_this_datapaths_struct_ops_programs():
     costs = d.ccp_prog_costs(BPFTOOL, after_id=50, pid=777)
-    assert [c.name for c in costs] == ["ccp_init", "ccp_cong_contro", "ccp_in_ack_even", "ccp_set_state"]
+    assert [c.name for c in costs] == ["ccp_init", "ccp_cong_control", "ccp_in_ack_even", "ccp_set_state"]
     assert costs[-1] == d.ProgCost("ccp_set_state", 0, 0), "bpftool omits zero counters"
     cc_ns, all_ns = d.bpf_ns_per_ack(costs)
     assert cc_ns == pytest.approx(1200.0)
@@ -81,7 +97,9 @@ def test_ccp_prog_costs_without_pids_uses_ids_only():
     for p in progs:
         p.pop("pids", None)
     costs = d.ccp_prog_costs(json.dumps(progs), after_id=51, pid=777)
-    assert [c.run_cnt for c in costs if c.name == d.CONG_CONTROL_PROG] == [1000, 7]
+    assert [c.run_cnt for c in costs if c.name.startswith("ccp_cong")] == [1000, 7]
+    _, all_ns = d.bpf_ns_per_ack(costs)
+    assert all_ns == pytest.approx((1_200_000 + 300_000 + 7) / 1007), "full and 15-character names both count"
     assert d.max_prog_id(BPFTOOL) == 56
     assert d.max_prog_id("[]") == 0
 
@@ -141,9 +159,11 @@ def test_iperf_figures():
         d.iperf_figures({"end": {}})
 
 
-def _m(mode: str, flows: int, paced: bool, gbps: float, busy: float, bpf: float | None = None,
+def _m(mode: str, flows: int, paced: bool, gbps: float, own: float, bpf: float | None = None,
        per_rtt: float | None = None) -> d.Measurement:
-    return d.Measurement(mode, flows, paced, 1, gbps, busy, 100.0, bpf_ns_per_ack=bpf, msgs_per_rtt_per_flow=per_rtt)
+    """A measurement whose host busy share (1.0: a loaded machine) differs from its own CPU share."""
+    return d.Measurement(mode, flows, paced, 1, gbps, 1.0, own, 100.0, bpf_ns_per_ack=bpf,
+                         msgs_per_rtt_per_flow=per_rtt)
 
 
 def test_targets_pass_and_miss_at_the_bounds():
@@ -164,7 +184,7 @@ def test_targets_pass_and_miss_at_the_bounds():
 
 def test_cpu_target_needs_equal_paced_throughput_and_missing_data_is_a_miss():
     ms = [_m("kernel", 10, True, 1.0, 0.30), _m("ccp-kernel-fold", 10, True, 0.90, 0.20)]
-    cpu = [r for r in d.evaluate_targets(ms, flows=[10]) if r.what.startswith("busy CPU")][0]
+    cpu = [r for r in d.evaluate_targets(ms, flows=[10]) if r.what.startswith("own CPU")][0]
     assert cpu.figure == "0.667x"
     assert cpu.verdict.startswith("MISS (throughput 0.900 vs 1.000")
     rows = d.evaluate_targets([], flows=[100])
