@@ -27,8 +27,11 @@ pub struct Entry {
     pub program: fn() -> String,
     /// The algorithm with flags [(flag without --, value)] for a multi-algorithm
     /// daemon (`--also NAME:FLAG=VALUE...`); the error names the algorithm and flag.
-    pub host: fn(&[(String, String)]) -> Result<Box<dyn crate::portus_glue::HostedAlg>, String>,
+    pub host: HostFn,
 }
+
+/// Builds a hosted algorithm from `--also` flags [(flag without --, value)].
+pub type HostFn = fn(&[(String, String)]) -> Result<Box<dyn crate::portus_glue::HostedAlg>, String>;
 
 /// The entry of algorithm `S`.
 pub const fn entry<S: AlgorithmSpec>() -> Entry {
