@@ -99,7 +99,7 @@ impl AlgorithmSpec for BbrSpec {
     }
 
     fn new_flow(a: &BbrArgs, params: WindowParams) -> Bbr {
-        Bbr::new(params, a.clone())
+        Bbr::new(params, a.clone()).with_fold_growth(PROGRAM.cwnd_toward_cap_in_fold())
     }
 
     fn program(_args: &BbrArgs) -> FoldProgram {
@@ -158,6 +158,10 @@ pub struct Bbr {
     /// Recovery point (acked_total to reach) and the round that ends packet conservation.
     recovery: Option<(u64, u64)>,
     rng: u64,
+    /// The fold grows cwnd per ACK toward the commanded cap ([`crate::fold::CAP_IN_FOLD`]).
+    fold_growth: bool,
+    /// The cap this report commands (fold growth only; None = the cwnd itself).
+    cap: Option<f64>,
 }
 
 impl Bbr {
@@ -190,7 +194,21 @@ impl Bbr {
             probe_rtt_round_done: false,
             prior_cwnd: 0.0,
             recovery: None,
+            fold_growth: false,
+            cap: None,
         }
+    }
+
+    /// The same flow with cwnd grown per ACK by the fold program toward the
+    /// commanded value (on: commands are caps, see [`crate::fold::CAP_IN_FOLD`]).
+    pub fn with_fold_growth(mut self, on: bool) -> Self {
+        self.fold_growth = on;
+        self
+    }
+
+    /// The cwnd cap commanded after the last report (fold growth), packets.
+    pub fn cap_pkts(&self) -> Option<f64> {
+        self.cap
     }
 
     /// Current state.
@@ -419,6 +437,9 @@ impl Bbr {
         let acked = m.acked_pkts(self.params.mss_bytes);
         let target = self.bdp_pkts(self.cwnd_gain) + self.quantization_budget();
         let conserving = self.recovery.is_some_and(|(_, until)| self.round < until);
+        if self.fold_growth {
+            return self.set_cap(m, acked, target, conserving);
+        }
         if conserving {
             self.cwnd = self.cwnd.max(m.inflight_pkts as f64 + acked);
         } else if self.full_bw_reached {
@@ -431,6 +452,30 @@ impl Bbr {
             self.cwnd = self.cwnd.min(MIN_CWND_PKTS);
         }
         self.cwnd = self.params.clamp(self.cwnd);
+    }
+
+    /// Fold growth: the fold adds each ACK's bytes to cwnd up to the cap, as
+    /// tcp_bbr.c's per-ACK `bbr_set_cwnd` (`min(cwnd + acked, target)` once the
+    /// pipe is full, `cwnd + acked` while below target in Startup); user space
+    /// commands the cap and lowers its model of cwnd at once to it.
+    fn set_cap(&mut self, m: &Measurement, acked: f64, target: f64, conserving: bool) {
+        let early = self.acked_total < (self.params.init_cwnd_pkts as u64) * u64::from(self.params.mss_bytes);
+        let mut cap = if conserving {
+            self.cwnd.max(m.inflight_pkts as f64 + acked)
+        } else if self.full_bw_reached {
+            target
+        } else if early {
+            target.max(self.cwnd + acked)
+        } else {
+            target.max(self.cwnd)
+        };
+        cap = cap.max(MIN_CWND_PKTS);
+        if self.mode == Mode::ProbeRtt {
+            cap = cap.min(MIN_CWND_PKTS);
+        }
+        cap = self.params.clamp(cap);
+        self.cwnd = self.cwnd.min(cap);
+        self.cap = Some(cap);
     }
 
     fn on_loss(&mut self, m: &Measurement) {
@@ -469,6 +514,11 @@ impl Controller for Bbr {
     }
 
     fn on_report(&mut self, m: &Measurement) -> Control {
+        self.cap = None;
+        // Fold growth: the report's cwnd is the fold's (a timeout report's is the kernel's loss window).
+        if self.fold_growth && m.dp_cwnd_bytes > 0 && !m.timeout {
+            self.cwnd = m.dp_cwnd_bytes as f64 / f64::from(self.params.mss_bytes.max(1));
+        }
         self.rtt.update(m);
         self.update_round(m);
         self.end_recovery();
@@ -485,7 +535,8 @@ impl Controller for Bbr {
             self.set_cwnd(m);
         }
         let rate = (self.pacing_rate > 0.0).then(|| self.pacing_rate.min(f64::from(u32::MAX)) as u64);
-        Control { cwnd_bytes: Some(self.params.to_bytes(self.cwnd)), rate_bytes_per_sec: rate }
+        let cwnd = self.cap.unwrap_or(self.cwnd);
+        Control { cwnd_bytes: Some(self.params.to_bytes(cwnd)), rate_bytes_per_sec: rate }
     }
 
     fn state(&self) -> String {
@@ -536,6 +587,30 @@ mod tests {
             rtt_samples: 8,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn fold_growth_adopts_the_fold_cwnd_and_commands_the_target_as_cap() {
+        let mut b = bbr().with_fold_growth(true);
+        // Startup: the fold grew cwnd to 14 per ACK; the command is the Startup
+        // target (2.885 x BDP + quantization budget), not the per-report growth.
+        let m = Measurement { dp_cwnd_bytes: 14 * u64::from(MSS), ..report(RTT, 12, 12, 1_000_000, RTT) };
+        let ctl = b.on_report(&m);
+        assert_eq!(b.cwnd_pkts(), 14.0);
+        let cap = b.cap_pkts().expect("a cap");
+        let target = b.bdp_pkts(HIGH_GAIN) + b.quantization_budget();
+        assert!((cap - target).abs() < 1e-9, "cap {cap} vs target {target}");
+        assert_eq!(ctl.cwnd_bytes, Some(b.params.to_bytes(cap)));
+        // A loss: packet conservation commands in flight + acked at once, below the fold's cwnd.
+        let loss = Measurement { lost_pkts: 3, dp_cwnd_bytes: 90 * u64::from(MSS), ..report(2 * RTT, 2, 30, 0, RTT) };
+        let ctl = b.on_report(&loss);
+        assert_eq!(ctl.cwnd_bytes, Some(32 * MSS));
+        assert_eq!(b.cwnd_pkts(), 32.0);
+        // Without fold growth the command is the cwnd grown per report (the default in unit tests).
+        let mut plain = bbr();
+        let ctl = plain.on_report(&report(RTT, 12, 12, 1_000_000, RTT));
+        assert_eq!((plain.cap_pkts(), ctl.cwnd_bytes), (None, Some(22 * MSS)));
+        assert!(PROGRAM.cwnd_toward_cap_in_fold() && !PROGRAM.slow_start_in_fold());
     }
 
     #[test]

@@ -42,7 +42,7 @@
 
 use crate::fold::{Cadence, FoldProgram};
 use crate::window::{
-    cwnd_limited, slow_start, FoldSlowStart, LossGuard, Measurement, ReportEvent, RttEstimator,
+    cwnd_limited, slow_start, FoldSlowStart, LossGuard, Prr, Measurement, ReportEvent, RttEstimator,
     WindowAlgorithm, WindowParams,
 };
 use crate::AlgorithmSpec;
@@ -281,6 +281,8 @@ pub struct Cubic {
     hystart: Option<HyStart>,
     last_hystart_exit: Option<HyStartExit>,
     fold_ss: FoldSlowStart,
+    /// Proportional Rate Reduction during fast recovery (None outside it).
+    prr: Option<Prr>,
 }
 
 impl Cubic {
@@ -300,6 +302,7 @@ impl Cubic {
             hystart: None,
             last_hystart_exit: None,
             fold_ss: FoldSlowStart::default(),
+            prr: None,
         }
     }
 
@@ -391,7 +394,9 @@ impl Cubic {
         self.ssthresh = (cwnd * self.cp.beta).max(2.0);
         self.cwnd = self.ssthresh;
         self.epoch = None;
-        self.guard.start((m.outstanding_pkts() as f64).max(1.0), self.params.mss_bytes, false);
+        let outstanding = (m.outstanding_pkts() as f64).max(1.0);
+        self.guard.start(outstanding, self.params.mss_bytes, false);
+        self.prr = Some(Prr::new(outstanding, self.ssthresh));
     }
 
     /// Growth for report `m`: HyStart, slow start, then congestion avoidance;
@@ -473,11 +478,27 @@ impl WindowAlgorithm for Cubic {
             ReportEvent::Hold => {}
         }
         self.cwnd = self.params.clamp(self.cwnd);
-        let bytes = self.cwnd_bytes();
+        let pkts = self.commanded_pkts(m);
+        let bytes = self.params.to_bytes(pkts);
         self.fold_ss.command(bytes)
     }
 
     crate::window::loss_window_accessors!();
+}
+
+impl Cubic {
+    /// The window to command after report `m`: cwnd, or during fast recovery
+    /// the larger PRR window ([`Prr`]; cwnd itself stays at ssthresh, where
+    /// the reduction ends as Linux `tcp_end_cwnd_reduction`).
+    fn commanded_pkts(&mut self, m: &Measurement) -> f64 {
+        if !self.guard.active() || self.guard.after_timeout() {
+            self.prr = None;
+        }
+        match self.prr.as_mut() {
+            Some(prr) => self.params.clamp(prr.on_report(m, self.params.mss_bytes).max(self.cwnd)),
+            None => self.cwnd,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -747,7 +768,8 @@ mod tests {
         cu.on_report(&fold(ss_report(0, 10.0, 40_000, 0, false), 30));
         let cut = cu.on_report(&fold(Measurement { lost_pkts: 1, inflight_max_pkts: 50, ..report(40_000, 20.0, 40_000) }, 50));
         assert!(close(cu.cwnd_pkts(), 35.0) && close(cu.w_max().unwrap(), 50.0));
-        assert_eq!(cut, 35 * MSS + crate::window::TAKEOVER_MARK_BYTES);
+        // Commanded: the PRR window, 50 outstanding - 1 lost - 20 delivered x (1 - 0.7) = 43.
+        assert_eq!(cut, 43 * MSS + crate::window::TAKEOVER_MARK_BYTES);
         assert!(CubicSpec::new_flow(&default_args(), p).fold_slow_start(), "on by default");
     }
 

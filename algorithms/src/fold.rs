@@ -155,6 +155,39 @@ const SLOW_START: &str = "\
 )
 ";
 
+/// The control registers of cwnd growth toward a cap in the fold (see
+/// [`TOWARD_CAP`]): `fcw` the fold's cwnd in bytes, `cap` the last Cwnd user
+/// space commanded, `cw` the Cwnd seen at this ACK, `new` whether it is a
+/// command (other than `fcw`).
+const TOWARD_CAP_DEFS: &str = "    (fcw 0)\n    (cap 0)\n    (cw 0)\n    (new false)\n";
+
+/// cwnd growth per ACK toward the commanded value, as tcp_bbr.c's per-ACK
+/// `bbr_set_cwnd`: a Cwnd from user space (one other than the fold's own last
+/// value) is a cap; a cap below the current cwnd applies at once, above it
+/// cwnd grows by each ACK's `Ack.bytes_acked` until it reaches the cap. After
+/// an RTO the datapath seeds the loss window, which the fold takes as the cap
+/// until user space commands again.
+///
+/// Why: BBR commanding its cwnd twice per RTT raised it in half-window steps
+/// in Startup, bursts into the queue the kernel's per-ACK growth never sends
+/// (retransmits 2-18x the kernel's, algorithms/README.md, Fidelity).
+const TOWARD_CAP: &str = "\
+(when true
+    (:= cw Cwnd)
+    (:= new (&& (> cw 0) (|| (< cw fcw) (> cw fcw))))
+    (:= cap (if new cw))
+    (:= fcw (if (== fcw 0) cw))
+    (:= fcw (min fcw cap))
+    (:= fcw (min cap (+ fcw Ack.bytes_acked)))
+    (:= Cwnd fcw)
+    (fallthrough)
+)
+";
+
+/// The programs that grow cwnd toward a cap in the fold ([`TOWARD_CAP`]);
+/// their algorithms command caps ([`crate::bbr::Bbr::with_fold_growth`]).
+pub const CAP_IN_FOLD: [&str; 1] = [crate::bbr::PROGRAM.name];
+
 /// The programs that run slow start in the fold ([`SLOW_START`]); their
 /// algorithms answer reports with Cwnd 0 while it runs
 /// ([`crate::window::FoldSlowStart`]).
@@ -193,6 +226,11 @@ impl FoldProgram {
         SLOW_START_IN_FOLD.contains(&self.name)
     }
 
+    /// Whether this program grows cwnd per ACK toward a commanded cap ([`CAP_IN_FOLD`]).
+    pub fn cwnd_toward_cap_in_fold(&self) -> bool {
+        CAP_IN_FOLD.contains(&self.name)
+    }
+
     /// The program text exactly as installed (and printed by `--dump-program`).
     ///
     /// The per-ACK `when` ends in `(fallthrough)`; the urgent `when` has none,
@@ -201,10 +239,14 @@ impl FoldProgram {
         let mut t = String::from(DEFS_HEAD);
         if self.slow_start_in_fold() {
             t.push_str(SLOW_START_DEFS);
+        } else if self.cwnd_toward_cap_in_fold() {
+            t.push_str(TOWARD_CAP_DEFS);
         }
         t.push_str(")\n");
         if self.slow_start_in_fold() {
             t.push_str(SLOW_START);
+        } else if self.cwnd_toward_cap_in_fold() {
+            t.push_str(TOWARD_CAP);
         }
         t.push_str(PER_ACK);
         if let Cadence::PerRtt(k) = self.cadence {

@@ -33,7 +33,7 @@
 
 use crate::fold::{Cadence, FoldProgram};
 use crate::window::{
-    cwnd_limited, slow_start, FoldSlowStart, LossGuard, Measurement, ReportEvent, RttEstimator,
+    cwnd_limited, slow_start, FoldSlowStart, LossGuard, Prr, Measurement, ReportEvent, RttEstimator,
     WindowAlgorithm, WindowParams,
 };
 use crate::AlgorithmSpec;
@@ -75,6 +75,8 @@ pub struct Reno {
     rtt: RttEstimator,
     guard: LossGuard,
     fold_ss: FoldSlowStart,
+    /// Proportional Rate Reduction during fast recovery (None outside it).
+    prr: Option<Prr>,
 }
 
 impl Reno {
@@ -87,6 +89,7 @@ impl Reno {
             rtt: RttEstimator::default(),
             guard: LossGuard::default(),
             fold_ss: FoldSlowStart::default(),
+            prr: None,
         }
     }
 
@@ -131,6 +134,7 @@ impl Reno {
         self.ssthresh = (self.cwnd / 2.0).max(2.0);
         self.cwnd = self.ssthresh;
         self.guard.start(outstanding, self.params.mss_bytes, false);
+        self.prr = Some(Prr::new(outstanding, self.ssthresh));
     }
 
     fn grow(&mut self, m: &Measurement) {
@@ -157,11 +161,27 @@ impl WindowAlgorithm for Reno {
             ReportEvent::Hold => {}
         }
         self.cwnd = self.params.clamp(self.cwnd);
-        let bytes = self.cwnd_bytes();
+        let pkts = self.commanded_pkts(m);
+        let bytes = self.params.to_bytes(pkts);
         self.fold_ss.command(bytes)
     }
 
     crate::window::loss_window_accessors!();
+}
+
+impl Reno {
+    /// The window to command after report `m`: cwnd, or during fast recovery
+    /// the larger PRR window ([`Prr`]; cwnd itself stays at ssthresh, where
+    /// the reduction ends as Linux `tcp_end_cwnd_reduction`).
+    fn commanded_pkts(&mut self, m: &Measurement) -> f64 {
+        if !self.guard.active() || self.guard.after_timeout() {
+            self.prr = None;
+        }
+        match self.prr.as_mut() {
+            Some(prr) => self.params.clamp(prr.on_report(m, self.params.mss_bytes).max(self.cwnd)),
+            None => self.cwnd,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -313,13 +333,34 @@ mod tests {
         assert!(r.fold_slow_start());
         // The first loss: halve the fold's cwnd at that ACK (37 packets), marked takeover.
         let loss = Measurement { lost_pkts: 2, dp_cwnd_bytes: 37 * MSS as u64, inflight_max_pkts: 37, ..ack_report(2, 3.0) };
-        assert_eq!(r.on_report(&loss), 18_500 + crate::window::TAKEOVER_MARK_BYTES);
+        // PRR: 37 outstanding, 2 lost, 3 delivered: 37 - 2 - 3 x (1 - 18.5 / 37) = 33.5 packets.
+        assert_eq!(r.on_report(&loss), 33_500 + crate::window::TAKEOVER_MARK_BYTES);
         assert!(!r.fold_slow_start());
         assert_eq!((r.cwnd_pkts(), r.ssthresh_pkts(), r.phase()), (18.5, 18.5, Phase::Recovery));
         // From now on user space commands as before; the report's cwnd is not adopted.
         let after = Measurement { dp_cwnd_bytes: 99 * MSS as u64, ..ack_report(3, 37.0) };
         assert_eq!(r.on_report(&after), r.cwnd_bytes());
         assert!((r.cwnd_pkts() - (18.5 + 37.0 / 18.5)).abs() < 1e-9, "CA from 18.5 (recovery ended), not 99");
+    }
+
+    #[test]
+    fn fast_recovery_commands_the_prr_window_down_to_ssthresh() {
+        let mut r = Reno::new(params(40.0, 40.0, 1e6));
+        // 40 outstanding, 1 lost, nothing delivered yet: cwnd (state) = ssthresh 20,
+        // command 39 (PRR: in flight may not grow before anything is delivered).
+        assert_eq!(r.on_report(&Measurement { lost_pkts: 1, inflight_max_pkts: 40, ..ack_report(1, 0.0) }), 39 * MSS);
+        assert_eq!(r.cwnd_pkts(), 20.0);
+        // 10 SACKed: one new packet per two delivered -> 39 - 5 = 34.
+        assert_eq!(r.on_report(&Measurement { sacked_pkts: 10, ..ack_report(2, 0.0) }), 34 * MSS);
+        // 28 more delivered: 34 - 14 = 20 = ssthresh, and never below it.
+        assert_eq!(r.on_report(&Measurement { sacked_pkts: 28, ..ack_report(3, 0.0) }), 20 * MSS);
+        assert_eq!(r.on_report(&Measurement { sacked_pkts: 2, ..ack_report(4, 0.0) }), 20 * MSS);
+        // The recovery point (40 packets cumulatively acked): CA from ssthresh, no PRR.
+        r.on_report(&ack_report(5, 40.0));
+        assert_eq!(r.phase(), Phase::CongestionAvoidance);
+        assert_eq!(r.on_report(&ack_report(6, 20.0)), r.cwnd_bytes());
+        // An RTO is not PRR: the loss window (1 packet) at once.
+        assert_eq!(r.on_report(&Measurement { timeout: true, ..ack_report(7, 0.0) }), MSS);
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! Slow start in the fold (reno's and cubic's programs, `fold::SLOW_START_IN_FOLD`)
+//! cwnd growth per ACK in the fold: slow start in reno's and cubic's programs (`fold::SLOW_START_IN_FOLD`) and growth toward a cap in bbr's (`fold::CAP_IN_FOLD`)
 //! run by a real libccp 1.2 datapath (in-process), the semantics the kernel
 //! fold interpreter copies: every ACK raises cwnd by its acknowledged bytes while
 //! the flow is cwnd-limited; a Cwnd 0 from user space is "go on"; a loss, a
@@ -140,4 +140,26 @@ fn a_marked_takeover_or_a_timeout_ends_slow_start_in_the_fold() {
     let (mut v, _) = connect(&dp, &outbox, &sc);
     assert_eq!(ack(&mut v, 4, 10, 0, false), 10 * MSS);
     drop(v);
+}
+
+#[test]
+fn bbr_program_grows_cwnd_per_ack_toward_the_commanded_cap() {
+    let (dp, outbox, sc) = datapath(ccp_algorithms::bbr::PROGRAM);
+    let (mut f, sid) = connect(&dp, &outbox, &sc);
+    // No command yet: the initial 10 packets are the cap.
+    assert_eq!(ack(&mut f, 2, 10, 0, false), 10 * MSS);
+    // Cap 20 packets: each ACK adds its bytes, up to the cap (tcp_bbr.c min(cwnd + acked, target)).
+    command(&dp, &sc, sid, 20 * MSS);
+    assert_eq!(ack(&mut f, 3, 10, 0, false), 13 * MSS);
+    assert_eq!(ack(&mut f, 3, 10, 0, false), 16 * MSS);
+    // The same cap again (user space repeats it each report): growth goes on.
+    command(&dp, &sc, sid, 20 * MSS);
+    assert_eq!(ack(&mut f, 3, 10, 0, false), 19 * MSS);
+    assert_eq!(ack(&mut f, 3, 10, 0, false), 20 * MSS);
+    assert_eq!(ack(&mut f, 3, 10, 0, false), 20 * MSS, "held at the cap");
+    // A cap below cwnd applies at once (ProbeRTT, packet conservation).
+    command(&dp, &sc, sid, 4 * MSS);
+    assert_eq!(ack(&mut f, 1, 4, 0, false), 4 * MSS);
+    assert_eq!(ack(&mut f, 1, 4, 0, false), 4 * MSS);
+    drop(f);
 }
