@@ -32,8 +32,16 @@
 //!   = 1 packet, the full-bandwidth count restarts; growth by acked packets.
 //!
 //! Fold program: [`crate::fold`]'s fields, two reports per RTT, urgent on loss
-//! or timeout. Differences from Linux `bbr`: per-report (not per-ACK)
-//! decisions, so a phase can last up to half an RTT longer; the delivery-rate
+//! or timeout, and cwnd grown **per ACK in the fold toward the commanded value**
+//! (`fold::TOWARD_CAP`: cwnd = min(cwnd + acked, cap), a lower cap at once), as
+//! tcp_bbr.c's per-ACK `bbr_set_cwnd`; user space adopts the fold's cwnd from
+//! each report and commands the target (Startup / ProbeBW target, packet
+//! conservation, ProbeRTT's 4 packets) as the cap. Before, cwnd rose in
+//! half-window steps twice per RTT, bursts into the Startup queue (retransmits
+//! 2-18x the kernel's in `ccplab fidelity`). Differences from Linux `bbr`:
+//! per-report (not per-ACK) decisions, so a phase can last up to half an RTT
+//! longer (Startup's exit too, and the pacing rate follows BtlBw per report);
+//! a restore of cwnd after recovery or ProbeRTT grows per ACK instead of jumping; the delivery-rate
 //! samples carry no app-limited mark (libccp has none), so app-limited samples
 //! can lower nothing but also raise nothing above the real rate; no idle-restart
 //! handling; no long-term (policer) bandwidth mode.

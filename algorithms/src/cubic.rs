@@ -28,9 +28,15 @@
 //!   ACK train (the round's ACKs, each at most 2 ms apart, span more than half
 //!   the minimum RTT); then ssthresh = cwnd. Active from cwnd >= 16 packets.
 //!
+//! - Slow start runs per ACK in the fold program, as Reno's (see
+//!   [`crate::reno`]): user space adopts the fold's cwnd at each report, checks
+//!   HyStart on it and, when a detector fires, takes over with cwnd = ssthresh
+//!   = the cwnd at that moment (the fold's growth after it is undone).
+//! - Fast recovery commands the PRR window ([`crate::window::Prr`]), as Linux.
+//!
 //! Fold program: [`crate::fold`]'s fields (incl. the HyStart fields `rtt8`,
-//! `nrtt`, `train`, `trainon` accumulated per ACK), four reports per RTT (as
-//! Reno, for smaller slow-start bursts) and at once on a loss or timeout. Differences from Linux `cubic`: per-report updates, so
+//! `nrtt`, `train`, `trainon` accumulated per ACK) and the per-ACK slow start,
+//! four reports per RTT and at once on a loss or timeout. Differences from Linux `cubic`: congestion avoidance per report, so
 //! HyStart acts at the end of the report in which it triggers (ssthresh is set
 //! to the cwnd the flow had when the train crossed the threshold, interpolated
 //! from the report; rounds are one SRTT of reports); the recovery point is estimated from the in-flight count

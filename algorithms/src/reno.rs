@@ -1,35 +1,44 @@
 //! Reno window logic (RFC 5681), independent of Portus.
 //!
-//! Applied **per report** (four reports per RTT, plus an urgent report on loss
-//! or timeout) with the report's totals, as ALGORITHMS.md allows: the per-ACK
-//! rules sum to the same growth over an RTT and a per-report rule keeps the
-//! fold program and the IPC rate small.
+//! Slow start runs **per ACK in the fold program** ([`crate::fold`]'s
+//! `SLOW_START`, as Linux `tcp_slow_start` and CCP's own datapath slow start):
+//! every ACK raises cwnd by its acknowledged bytes while the flow is
+//! cwnd-limited, until the first ACK with a loss or an RTO, or until user space
+//! takes over (ssthresh from `--init-ssthresh`, the ceiling). Meanwhile each
+//! report's `dp_cwnd` is adopted as cwnd and the command is Cwnd 0 ("leave
+//! it", [`crate::window::FoldSlowStart`]). Everything else is applied **per
+//! report** (four reports per RTT, plus an urgent report on every ACK that
+//! marks a loss, on an RTO and on entering recovery) with the report's totals:
 //!
-//! - Slow start (§3.1, byte counting as RFC 3465 / Linux): cwnd += acked
-//!   packets, up to ssthresh; the rest of the report's ACKs go to congestion
-//!   avoidance.
+//! - Slow start after an RTO (§3.1, byte counting as RFC 3465 / Linux): cwnd +=
+//!   acked packets, up to ssthresh; the rest of the report's ACKs go to
+//!   congestion avoidance.
 //! - Congestion avoidance (§3.1): cwnd += acked / cwnd (per ACK: 1/cwnd), i.e.
 //!   +1 packet per RTT.
-//! - Loss event (fast retransmit / fast recovery, §3.2, modelled as cwnd
-//!   halving): ssthresh = max(cwnd / 2, 2), cwnd = ssthresh; once per window:
-//!   until the recovery point (the window outstanding at the loss is
-//!   cumulatively acknowledged, as the kernel's `high_seq`) the window neither
-//!   grows nor is cut again (the datapath retransmits).
+//! - Loss event (fast retransmit / fast recovery, §3.2): ssthresh = max(cwnd /
+//!   2, 2), cwnd = ssthresh; once per window: until the recovery point (the
+//!   window outstanding at the loss is cumulatively acknowledged, as the
+//!   kernel's `high_seq`) the window is neither grown nor cut again. During
+//!   that recovery the commanded window follows PRR (RFC 6937, as Linux
+//!   `tcp_cwnd_reduction`, [`crate::window::Prr`]), so the flow keeps sending
+//!   one packet per two delivered instead of falling silent until in-flight
+//!   drops below ssthresh.
 //! - Retransmission timeout (§3.1, loss window): ssthresh = max(cwnd / 2, 2),
 //!   cwnd = 1 packet, then slow start. An RTO during recovery keeps ssthresh
 //!   (as Linux `tcp_enter_loss` does while `high_seq` is ahead).
 //! - Growth only when cwnd-limited ([`crate::window::cwnd_limited`], as Linux
 //!   `tcp_is_cwnd_limited`): an application-limited flow's cwnd stays put.
 //!
-//! Fold program: [`crate::fold`]'s fields, four reports per RTT and at once on
-//! a loss or timeout. Four rather than one: each report raises cwnd by what it
-//! acknowledged, and in slow start a once-per-RTT step releases a whole
-//! window's worth of packets at once, a burst that overflowed a 1-BDP queue
-//! (measured with `ccplab fidelity`: retransmits 3.0x the kernel's at one report
-//! per RTT, 1.2-1.3x at four). Differences from Linux `reno`: per-report (not per-ACK)
-//! updates; no PRR during recovery (cwnd = ssthresh at once); the recovery
-//! point is estimated from the in-flight count at the loss; ssthresh uses cwnd
-//! rather than FlightSize, as Linux `tcp_reno_ssthresh` does.
+//! Why per ACK in the fold: growth applied once per report released a whole
+//! report's worth of packets at once, a line-rate burst into the queue
+//! (measured with `ccplab fidelity`: retransmits 3.0x the kernel's at one
+//! report per RTT, 1.2-1.3x at four, and Normalized Area 1.4-2.5x), which the
+//! kernel's per-ACK growth never sends. Differences from Linux `reno` that
+//! remain: congestion avoidance and recovery per report (1/4 RTT; urgent loss
+//! reports make recovery nearly per ACK); the recovery point is estimated from
+//! the in-flight count at the loss, and a loss in the report that passes it
+//! counts as the old window's; ssthresh uses cwnd rather than FlightSize, as
+//! Linux `tcp_reno_ssthresh` does.
 
 use crate::fold::{Cadence, FoldProgram};
 use crate::window::{
