@@ -23,6 +23,7 @@ mod fold_kernel;
 mod ipc;
 mod liveness;
 mod primitives;
+mod rules;
 mod stats;
 mod wire;
 
@@ -44,6 +45,7 @@ use crate::fold::FoldEngine;
 use crate::fold_kernel::KernelFold;
 use crate::ipc::{PortusIpc, PortusSender, Trust};
 use crate::liveness::{AlgorithmWatch, Change};
+use crate::rules::{FlowKeys, RuleTable};
 use crate::stats::Samples;
 use crate::wire::{Event, FlowCreated};
 
@@ -76,10 +78,18 @@ struct Cli {
     /// (the bind dir and socket become mode 0770, group GID). Default: root only.
     #[arg(long, value_name = "GID")]
     allow_gid: Option<u32>,
-    /// Congestion algorithm name sent in each flow's create message; Portus
-    /// matches it against CongAlg::name() (falls back to its default alg).
+    /// Congestion algorithm name sent in each flow's create message when no
+    /// --rule matches; Portus matches it against CongAlg::name() (falls back
+    /// to its default algorithm).
     #[arg(long, default_value = "reno")]
     congalg: String,
+    /// Algorithm per flow: KEY=VALUE:ALGORITHM, first match wins, repeatable.
+    /// Keys: dport=5201 or dport=5200-5209 (destination port), mark=0x10 or
+    /// mark=0x10/0xff (SO_MARK, value/mask), cgroup=/sys/fs/cgroup/PATH (the
+    /// socket's cgroup v2). One Portus daemon hosting the named algorithms
+    /// serves them all (`ccp-algorithms NAME --also NAME2 ...`).
+    #[arg(long = "rule", value_name = "KEY=VALUE:ALGORITHM")]
+    rules: Vec<String>,
     /// When `ccp` is registered, atomically write this JSON file:
     /// {"ca":"ccp","pid":N,"socket":"<bound socket path>"}. Removed on exit.
     #[arg(long)]
@@ -114,7 +124,6 @@ enum FoldMode {
 struct KernelMode {
     kf: KernelFold,
     sender: PortusSender,
-    congalg: String,
     /// Create messages Portus did not get yet (flow, message, last try).
     unsent: Vec<(u32, Vec<u8>, Instant)>,
     /// Report records from the kernel, raw.
@@ -133,7 +142,7 @@ impl KernelMode {
         ok
     }
 
-    fn created(&mut self, c: &FlowCreated) {
+    fn created(&mut self, c: &FlowCreated, alg: &str) {
         self.unsent.retain(|(f, _, _)| *f != c.flow_id);
         let msg = self.kf.flow_created(
             c.flow_id,
@@ -141,7 +150,7 @@ impl KernelMode {
             c.mss,
             (c.saddr, u32::from(c.sport)),
             (c.daddr, u32::from(c.dport)),
-            &self.congalg,
+            alg,
         );
         match msg {
             Ok(m) if self.send(&m) => {}
@@ -240,6 +249,8 @@ struct Loop {
     bad_records: Rc<RefCell<u64>>,
     /// Portus messages refused (parse errors, over libccp's limits, oversized).
     bad_msgs: u64,
+    /// Which algorithm each flow asks for.
+    rules: RuleTable,
     /// Is the algorithm there (and who is it)?
     watch: AlgorithmWatch,
     /// When to announce the live flows to a new algorithm.
@@ -312,12 +323,13 @@ impl Loop {
         for (id, info) in &live {
             self.announced.insert(*id);
             let c = FlowCreated::from_flow_info(*id, info, now);
+            let alg = self.algorithm_for(&c).to_string();
             self.known.insert(*id);
             if let Some(k) = &mut self.kernel {
-                k.created(&c);
+                k.created(&c, &alg);
             }
             if let Some(fold) = &mut self.fold {
-                if let Err(e) = fold.reannounce(&c, None, now) {
+                if let Err(e) = fold.reannounce(&c, Some(&alg), now) {
                     tracing::warn!(flow = id, error = %e, "flow not announced (fallback)");
                 }
             }
@@ -357,24 +369,33 @@ impl Loop {
         self.suspect_gone = gone.into_iter().filter(|id| self.known.contains(id)).collect();
     }
 
+    /// The algorithm the rule table picks for a flow.
+    fn algorithm_for(&self, c: &FlowCreated) -> &str {
+        self.rules.algorithm_for(&FlowKeys { dport: c.dport, mark: c.mark, cgroup_id: c.cgroup_id })
+    }
+
     fn handle(&mut self, ev: Event) {
         match ev {
             Event::Created(c) => {
                 self.known.insert(c.flow_id);
                 self.announced.insert(c.flow_id);
+                let alg = self.algorithm_for(&c).to_string();
                 tracing::info!(
                     flow = c.flow_id,
                     src = %format!("{}:{}", std::net::Ipv4Addr::from(u32::from_be(c.saddr)), c.sport),
                     dst = %format!("{}:{}", std::net::Ipv4Addr::from(u32::from_be(c.daddr)), c.dport),
                     mss = c.mss,
                     init_cwnd_pkts = c.init_cwnd_pkts,
+                    mark = c.mark,
+                    cgroup_id = c.cgroup_id,
+                    algorithm = %alg,
                     "flow created"
                 );
                 if let Some(k) = &mut self.kernel {
-                    k.created(&c);
+                    k.created(&c, &alg);
                 }
                 if let Some(fold) = &mut self.fold {
-                    if let Err(e) = fold.create(&c, None, monotonic_ns()) {
+                    if let Err(e) = fold.create(&c, Some(&alg), monotonic_ns()) {
                         tracing::warn!(flow = c.flow_id, error = %e, "flow not managed by libccp (fallback)");
                     }
                 }
@@ -508,6 +529,7 @@ impl Loop {
 
 fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
     preflight()?;
+    let rules = RuleTable::parse(&cli.rules, &cli.congalg).map_err(|e| anyhow::anyhow!("--rule: {e}"))?;
     let ipc = PortusIpc::bind(&cli.bind_dir, &cli.portus_socket, Trust::current(cli.allow_gid))?;
     let in_kernel = cli.fold == FoldMode::Kernel;
     if in_kernel {
@@ -528,7 +550,6 @@ fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
         let k = KernelMode {
             kf: KernelFold::default(),
             sender,
-            congalg: cli.congalg.clone(),
             unsent: vec![],
             reports,
             send_failed: false,
@@ -551,7 +572,10 @@ fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
         ccplab_util::fs::write_atomically(p, |w| w.write_all(&body))
             .with_context(|| format!("--ready-file {}: cannot write", p.display()))?;
     }
-    tracing::info!(ca = CA_NAME, socket = %socket, portus = %cli.portus_socket.display(), congalg = %cli.congalg, fold = ?cli.fold, "registered; ready");
+    tracing::info!(ca = CA_NAME, socket = %socket, portus = %cli.portus_socket.display(), congalg = %rules.default_algorithm(), fold = ?cli.fold, "registered; ready");
+    for r in rules.rules() {
+        tracing::info!(rule = %r, "flows matching this rule ask for this algorithm");
+    }
 
     let watch = AlgorithmWatch::new(&cli.portus_socket, Duration::from_millis(cli.fallback_timeout_ms));
     let mut lp = Loop {
@@ -563,6 +587,7 @@ fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
         cmd_latency: Samples::new(65536),
         bad_records,
         bad_msgs: 0,
+        rules,
         watch,
         announce_at: None,
         known: HashSet::new(),
