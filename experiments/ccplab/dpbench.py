@@ -79,7 +79,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from . import registry
-from .binaries import REPO_ROOT, project_binary, system_binary
+from .binaries import REPO_ROOT, bin_dir, project_binary, system_binary
 from .cca import DATAPATH_CA, kernel_ccs
 from .errors import CcplabError
 from .processes import Daemon, child_env, supervised
@@ -485,7 +485,7 @@ def _netns_exec(ns: str, *argv) -> list[str]:
 
 
 def preflight() -> None:
-    """CcplabError naming what this host lacks to run the benchmark."""
+    """CcplabError naming what this host lacks to run the benchmark (before taking the lock)."""
     if os.geteuid() != 0:
         raise CcplabError("the datapath benchmark needs root (network namespaces, BPF struct_ops, sysctls)")
     if not Path("/sys/kernel/btf/vmlinux").exists():
@@ -495,9 +495,6 @@ def preflight() -> None:
         system_binary(tool, package)
     for name in ("ccp-datapath", "ccp-algorithms"):
         project_binary(name)
-    if DATAPATH_CA in kernel_ccs():
-        raise CcplabError(f"congestion control '{DATAPATH_CA}' is already registered: another ccp-datapath "
-                          "runs (or `ccplab clean` is needed)")
     if "cubic" not in kernel_ccs():
         raise CcplabError("the kernel offers no 'cubic' congestion control (tcp_available_congestion_control)")
 
@@ -574,12 +571,16 @@ def remove_stale_namespaces() -> list[str]:
 @contextmanager
 def veth_namespaces() -> Iterator[tuple[str, str]]:
     """Two fresh namespaces (sender, receiver) joined by a veth pair, MTU 1500, addresses
-    10.203.0.1/24 and .2; deleted on exit (also when setting them up fails half-way)."""
+    10.203.0.1/24 and .2, TCP metrics not cached; deleted on exit (also when setting them up fails
+    half-way)."""
     snd, rcv = f"{NS_PREFIX}-snd-{os.getpid()}", f"{NS_PREFIX}-rcv-{os.getpid()}"
     try:
         for ns in (snd, rcv):
             _run(["ip", "netns", "add", ns], f"ip netns add {ns}")
             _run(["ip", "-n", ns, "link", "set", "lo", "up"], f"lo up in {ns}")
+            # every run starts from the same state: no ssthresh/cwnd cached from the previous run's
+            # connections to the same address (per namespace, gone with it)
+            _run(_netns_exec(ns, "sysctl", "-qw", "net.ipv4.tcp_no_metrics_save=1"), f"tcp_no_metrics_save in {ns}")
         _run(["ip", "-n", snd, "link", "add", "veth0", "mtu", MTU, "type", "veth",
               "peer", "name", "veth0", "netns", rcv, "mtu", MTU], "creating the veth pair")
         for ns, ip in ((snd, SENDER_IP), (rcv, RECEIVER_IP)):
@@ -757,6 +758,9 @@ def run_bench(args: argparse.Namespace) -> int:
     preflight()
     plan = run_plan(args.flows, args.reps)
     with netlab_lock(), ExitStack() as stack:
+        if DATAPATH_CA in kernel_ccs():  # checked under the lock: whoever held it is done
+            raise CcplabError(f"congestion control '{DATAPATH_CA}' is already registered: a ccp-datapath runs "
+                              "outside the netlab lock (or a killed one left it: `ccplab clean`)")
         stale = remove_stale_namespaces()
         if stale:
             print(f"removed namespaces of a killed benchmark: {', '.join(stale)}", file=sys.stderr)
@@ -766,7 +770,8 @@ def run_bench(args: argparse.Namespace) -> int:
         stack.enter_context(bpf_stats_enabled())
         bench = Bench(stack, workdir, args.duration_s)
         idle = background_busy()
-        print(f"datapath benchmark: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, commit {_commit()}, "
+        print(f"datapath benchmark: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, commit {_commit()}"
+              f"{'' if bin_dir() == REPO_ROOT / 'target' / 'release' else f' (binaries from {bin_dir()})'}, "
               f"{os.cpu_count()} cores, veth MTU {MTU} ({offloads(bench.snd)}), iperf3 -t {args.duration_s}, "
               f"algorithm ccp-algorithms {ALGORITHM}; paced = iperf3 -b per stream, "
               f"{PACED_TOTAL_MBPS / 1000:g} Gbit/s in total; background busy {100 * idle:.1f}% before the runs",
