@@ -24,11 +24,14 @@ iowait, as a fraction of all cores, 1.0 = both cores busy) and, since the
 machine may be shared, the part of it the run itself used ("own": CPU time of
 the iperf3 client (getrusage of the reaped child) and server, ccp-datapath,
 the algorithm and the ksoftirqd threads (/proc/PID/stat utime+stime) over the
-same window and on the same scale. This kernel accounts CPU time by ticks
-without CONFIG_IRQ_TIME_ACCOUNTING, so a softirq is charged to the task it
-interrupts: the veth's packet processing runs in the softirq of the sending
-task (or in ksoftirqd) and is counted; softirq work a tick catches inside
-another task or the idle task is not); for ccp, the BPF
+same window and on the same scale; ccp-datapath + algorithm alone as "dmn").
+A task's utime+stime add up to its scheduler run time (exact, ns), while
+/proc/stat's busy share is sampled by the tick (HZ 250 here): a paced, 1 ms
+periodic load can alias with the tick, so "own" can exceed "busy". Without
+CONFIG_IRQ_TIME_ACCOUNTING (this kernel) a softirq runs on the time of the
+task it interrupts: the veth's packet processing runs in the softirq of the
+sending task (or in ksoftirqd) and is counted; softirq work done inside
+another task or the idle task is not. For ccp, the BPF
 cost per ACK (``kernel.bpf_stats_enabled=1`` during the benchmark, restored
 after; ``run_time_ns / run_cnt`` of the datapath's ``ccp_cong_control``
 from ``bpftool -j prog show``, and the time of all of its struct_ops
@@ -337,6 +340,7 @@ class Measurement:
     busy: float
     own_cpu: float
     rtt_us: float | None
+    daemons_cpu: float | None = None  # ccp-datapath + the algorithm: part of own_cpu
     cong_control_ns: float | None = None
     bpf_ns_per_ack: float | None = None
     msgs_per_s_per_flow: float | None = None
@@ -427,7 +431,7 @@ def _fmt(v: float | None, spec: str) -> str:
 def results_table(ms: Sequence[Measurement], flows: Sequence[int] = FLOWS) -> str:
     """The per-configuration table: one row per flow count x load x mode, figures as means over
     repetitions except Gbit/s, which lists each repetition in run order, then the mean."""
-    head = (f"{'flows':>5} {'load':<6} {'mode':<19} {'Gbit/s (each run)':<24} {'mean':>6} {'busy%':>6} {'own%':>6} "
+    head = (f"{'flows':>5} {'load':<6} {'mode':<19} {'Gbit/s (each run)':<24} {'mean':>6} {'busy%':>6} {'own%':>6} {'dmn%':>5} "
             f"{'cc ns':>6} {'bpf ns/ACK':>10} {'msg/s/flow':>11} {'msg/RTT':>8} {'RTT us':>8} "
             f"{'cmd lat p50/p99 us':>19}")
     lines = [head, "-" * len(head)]
@@ -439,12 +443,14 @@ def results_table(ms: Sequence[Measurement], flows: Sequence[int] = FLOWS) -> st
                     continue
                 runs = " ".join(f"{m.gbps:.2f}" for m in rs)
                 busy, own = _mean([m.busy for m in rs]), _mean([m.own_cpu for m in rs])
+                dmn = _mean([m.daemons_cpu for m in rs])
                 lat = (f"{_fmt(_mean([m.latency_p50_us for m in rs]), '.0f')}/"
                        f"{_fmt(_mean([m.latency_p99_us for m in rs]), '.0f')}") if mode != "kernel" else "-"
                 lines.append(
                     f"{n:>5} {'1G' if paced else 'full':<6} {mode:<19} {runs:<24} "
                     f"{_fmt(_mean([m.gbps for m in rs]), '.2f'):>6} {_fmt(None if busy is None else 100 * busy, '.1f'):>6} "
                     f"{_fmt(None if own is None else 100 * own, '.1f'):>6} "
+                    f"{'-' if dmn is None else f'{100 * dmn:.1f}':>5} "
                     f"{_fmt(_mean([m.cong_control_ns for m in rs]), '.0f'):>6} "
                     f"{_fmt(_mean([m.bpf_ns_per_ack for m in rs]), '.0f'):>10} "
                     f"{_fmt(_mean([m.msgs_per_s_per_flow for m in rs]), '.0f'):>11} "
@@ -611,6 +617,15 @@ def _bpftool_progs() -> str:
     return _run(["bpftool", "-j", "prog", "show"], "bpftool -j prog show")
 
 
+@dataclass(frozen=True)
+class RunCpu:
+    """CPU shares of all cores over one client run: host busy, the run's own, its daemons' part of own."""
+
+    busy: float
+    own: float
+    daemons: float | None
+
+
 class Bench:
     """The host side of one benchmark: namespaces, a persistent iperf3 server, and per run the
     Portus algorithm and ccp-datapath (fresh per run, so their counters cover that run only)."""
@@ -631,9 +646,9 @@ class Bench:
         self.runs += 1
         fold = FOLD_OF_MODE.get(mode)
         if fold is None:
-            result, busy, own = self._client("cubic", flows, paced, [])
+            result, cpu = self._client("cubic", flows, paced, [])
             fig = self._checked(result, "cubic", flows)
-            return Measurement(mode, flows, paced, rep, fig.gbps, busy, own, fig.mean_rtt_us)
+            return Measurement(mode, flows, paced, rep, fig.gbps, cpu.busy, cpu.own, fig.mean_rtt_us)
         log = self.workdir / f"run{self.runs:02d}-{mode}-{flows}-{'paced' if paced else 'full'}-datapath.log"
         with ExitStack() as stack:
             algo = registry.lookup(ALGORITHM)
@@ -647,7 +662,7 @@ class Bench:
             datapath = stack.enter_context(_started(Daemon("ccp-datapath", [
                 project_binary("ccp-datapath"), "--fold", fold, "--congalg", ALGORITHM, "--ready-file", ready,
             ], log), ready.exists))
-            result, busy, own = self._client(DATAPATH_CA, flows, paced, [datapath.proc.pid, algorithm.proc.pid])
+            result, cpu = self._client(DATAPATH_CA, flows, paced, [datapath.proc.pid, algorithm.proc.pid])
             costs = ccp_prog_costs(_bpftool_progs(), first_id, datapath.proc.pid)
             status = datapath.stop()
         fig = self._checked(result, DATAPATH_CA, flows)
@@ -657,17 +672,17 @@ class Bench:
         cc_ns, all_ns = bpf_ns_per_ack(costs)
         per_s, per_rtt = per_flow_rates(crossing_messages(line, fold), fig.seconds, flows, fig.mean_rtt_us)
         p50, p99 = command_latency_us(line, fold)
-        return Measurement(mode, flows, paced, rep, fig.gbps, busy, own, fig.mean_rtt_us, cc_ns, all_ns,
-                           per_s, per_rtt, p50, p99)
+        return Measurement(mode, flows, paced, rep, fig.gbps, cpu.busy, cpu.own, fig.mean_rtt_us, cpu.daemons,
+                           cc_ns, all_ns, per_s, per_rtt, p50, p99)
 
-    def _client(self, cc: str, flows: int, paced: bool, daemon_pids: list[int]) -> tuple[dict, float, float]:
-        """Run the iperf3 client; (its JSON result, busy share, own share of the cores) over its lifetime."""
+    def _client(self, cc: str, flows: int, paced: bool, daemon_pids: list[int]) -> tuple[dict, "RunCpu"]:
+        """Run the iperf3 client; its JSON result and the CPU shares over its lifetime."""
         argv = _netns_exec(self.snd, "iperf3", "-c", RECEIVER_IP, "-p", IPERF_PORT, "-t", self.duration_s,
                            "-P", flows, "-C", cc, "-J", *(["-b", paced_stream_rate(flows)] if paced else []))
         limit_s = self.duration_s + CLIENT_GRACE_S
         self._wait_server_idle()
-        pids = [self.server_pid, *self.ksoftirqd_pids, *daemon_pids]
-        before, daemons_before = cpu_counters(PROC_STAT.read_text()), _ticks_of(pids)
+        pids = [self.server_pid, *self.ksoftirqd_pids]
+        before, pids_before, daemons_before = cpu_counters(PROC_STAT.read_text()), _ticks_of(pids), _ticks_of(daemon_pids)
         child_before = _children_ticks()
         try:
             done = subprocess.run(supervised(argv), capture_output=True, text=True, timeout=limit_s,
@@ -675,11 +690,13 @@ class Bench:
         except subprocess.TimeoutExpired:
             raise CcplabError(f"iperf3 client ({flows} flows, {cc}) did not finish within {limit_s:.0f} s") from None
         client = _children_ticks() - child_before
-        after, daemons_after = cpu_counters(PROC_STAT.read_text()), _ticks_of(pids)
-        busy = busy_fraction(before, after)
-        own = own_fraction(before, after, client + daemons_after - daemons_before)
+        after, pids_after, daemons_after = cpu_counters(PROC_STAT.read_text()), _ticks_of(pids), _ticks_of(daemon_pids)
+        daemons = daemons_after - daemons_before
+        cpu = RunCpu(busy=busy_fraction(before, after),
+                     own=own_fraction(before, after, client + pids_after - pids_before + daemons),
+                     daemons=own_fraction(before, after, daemons) if daemon_pids else None)
         try:
-            return json.loads(done.stdout), busy, own
+            return json.loads(done.stdout), cpu
         except ValueError:
             raise CcplabError(f"iperf3 client failed (status {done.returncode}): {done.stderr.strip()}") from None
 
@@ -787,7 +804,8 @@ def run_bench(args: argparse.Namespace) -> int:
     print()
     print(targets_table(evaluate_targets(measurements, args.flows)))
     print("\nbusy% = share of both cores (/proc/stat) while iperf3 ran; own% = the part of it used by iperf3 "
-          "client and server, ccp-datapath, the algorithm and ksoftirqd; cc ns = BPF ns per ccp_cong_control call; "
+          "client and server, ccp-datapath, the algorithm and ksoftirqd (scheduler run time; busy% is "
+          "tick-sampled), dmn% = ccp-datapath + algorithm; cc ns = BPF ns per ccp_cong_control call; "
           "bpf ns/ACK = all ccp programs' BPF ns per cong_control call; msg = kernel-to-user records "
           "(userspace fold: per-ACK snapshots; kernel fold: reports); cmd lat = report->cwnd (kernel fold) or "
           "event->command (userspace fold), us.")

@@ -163,7 +163,7 @@ def _m(mode: str, flows: int, paced: bool, gbps: float, own: float, bpf: float |
        per_rtt: float | None = None) -> d.Measurement:
     """A measurement whose host busy share (1.0: a loaded machine) differs from its own CPU share."""
     return d.Measurement(mode, flows, paced, 1, gbps, 1.0, own, 100.0, bpf_ns_per_ack=bpf,
-                         msgs_per_rtt_per_flow=per_rtt)
+                         msgs_per_rtt_per_flow=per_rtt, daemons_cpu=None if mode == "kernel" else own / 4)
 
 
 def test_targets_pass_and_miss_at_the_bounds():
@@ -203,6 +203,8 @@ def test_paced_rate_splits_one_gigabit_over_the_streams_and_tables_render():
     ms = [_m("kernel", 1, False, 20.0, 0.8), _m("ccp-kernel-fold", 1, False, 19.0, 0.85, 1200, 0.3)]
     table = d.results_table(ms, flows=[1])
     assert "20.00" in table and "ccp-kernel-fold" in table and "ccp-userspace-fold" not in table
+    kernel_row, ccp_row = table.splitlines()[2:4]
+    assert " 85.0 " in ccp_row and " 21.2 " in ccp_row, "own% and dmn% (own / 4) of the ccp row"
     assert "MISS" in d.targets_table(d.evaluate_targets(ms, flows=[1]))
 
 
