@@ -93,6 +93,7 @@ pub fn multiplexer_main(args: Vec<OsString>) -> ExitCode {
     }
     let usage = format!(
         "usage: {m} NAME [flags]   run algorithm NAME ({m} NAME --help for its flags)\n       \
+         {m} NAME [flags] --also NAME2[:FLAG=VALUE...]...   one daemon hosting several (NAME is the default)\n       \
          {m} --list-json    describe every algorithm as JSON\nalgorithms: {}",
         names().join(", "),
         m = cli::MULTIPLEXER
