@@ -23,6 +23,7 @@ mod fold_kernel;
 mod ipc;
 mod liveness;
 mod primitives;
+mod resync;
 mod rules;
 mod stats;
 mod wire;
@@ -45,6 +46,7 @@ use crate::fold::FoldEngine;
 use crate::fold_kernel::KernelFold;
 use crate::ipc::{PortusIpc, PortusSender, Trust};
 use crate::liveness::{AlgorithmWatch, Change};
+use crate::resync::FlowResync;
 use crate::rules::{FlowKeys, RuleTable};
 use crate::stats::Samples;
 use crate::wire::{Event, FlowCreated};
@@ -108,6 +110,10 @@ struct Cli {
     /// libccp in this daemon).
     #[arg(long, value_enum, default_value_t = FoldMode::Kernel)]
     fold: FoldMode,
+    /// Tests only: drop this many flow-create records as if the ring buffer
+    /// had been full (the flows must be found again from the flows map).
+    #[arg(long, hide = true, default_value_t = 0)]
+    test_drop_create_records: u32,
     /// More logging (-v: debug incl. each command applied, -vv: trace).
     #[arg(short, long, action = clap::ArgAction::Count)]
     verbose: u8,
@@ -259,11 +265,12 @@ struct Loop {
     known: HashSet<u32>,
     /// Flows announced to the current algorithm (cleared when a new one appears).
     announced: HashSet<u32>,
-    /// Differences between `known` and the BPF `flows` map seen by the last
-    /// resync pass; acted on when the next pass sees them again.
-    suspect_unknown: HashSet<u32>,
-    suspect_gone: HashSet<u32>,
+    /// Lost create/release records, found from the BPF `flows` map.
+    resync: FlowResync,
     resynced_flows: u64,
+    /// Fault injection for tests (--test-drop-create-records): create
+    /// records still to be dropped as if the ring buffer had been full.
+    drop_creates: u32,
 }
 
 /// Between a new algorithm's appearance and announcing the flows to it the
@@ -334,39 +341,31 @@ impl Loop {
                 }
             }
         }
-        if !live.is_empty() {
+        if live.is_empty() {
+            tracing::debug!("no live flow to announce to the algorithm");
+        } else {
             tracing::info!(flows = live.len(), "live flows announced to the algorithm");
         }
     }
 
-    /// Flows whose create or release record was lost (ring buffer full) are
-    /// found by comparing the known flows with the BPF `flows` map. A
-    /// difference counts only when two passes in a row see it: the record
-    /// may still be on its way through the ring buffer.
+    /// Flows whose create or release record was lost (ring buffer full):
+    /// found from the BPF `flows` map ([`resync`]), then handled as if the
+    /// record had arrived.
     fn resync(&mut self) {
         let now = monotonic_ns();
         let live = self.bpf.live_flows();
         let live_ids: HashSet<u32> = live.iter().map(|(id, _)| *id).collect();
-        let unknown: HashSet<u32> = live_ids.difference(&self.known).copied().collect();
-        let gone: HashSet<u32> = self.known.difference(&live_ids).copied().collect();
-        let lost_creates: Vec<FlowCreated> = live
-            .iter()
-            .filter(|(id, _)| unknown.contains(id) && self.suspect_unknown.contains(id))
-            .map(|(id, info)| FlowCreated::from_flow_info(*id, info, now))
-            .collect();
-        let lost_releases: Vec<u32> = gone.iter().copied().filter(|id| self.suspect_gone.contains(id)).collect();
-        for c in lost_creates {
-            tracing::warn!(flow = c.flow_id, "flow's create record was lost; announcing it from the flows map");
+        let found = self.resync.pass(&self.known, &live_ids);
+        for (id, info) in live.iter().filter(|(id, _)| found.lost_creates.contains(id)) {
+            tracing::warn!(flow = id, "flow's create record was lost; announcing it from the flows map");
             self.resynced_flows += 1;
-            self.handle(Event::Created(c));
+            self.handle(Event::Created(FlowCreated::from_flow_info(*id, info, now)));
         }
-        for flow_id in lost_releases {
+        for flow_id in found.lost_releases {
             tracing::warn!(flow = flow_id, "flow's release record was lost; releasing it");
             self.resynced_flows += 1;
             self.handle(Event::Released { flow_id, ts_ns: now });
         }
-        self.suspect_unknown = unknown.into_iter().filter(|id| !self.known.contains(id)).collect();
-        self.suspect_gone = gone.into_iter().filter(|id| self.known.contains(id)).collect();
     }
 
     /// The algorithm the rule table picks for a flow.
@@ -592,9 +591,9 @@ fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
         announce_at: None,
         known: HashSet::new(),
         announced: HashSet::new(),
-        suspect_unknown: HashSet::new(),
-        suspect_gone: HashSet::new(),
+        resync: FlowResync::default(),
         resynced_flows: 0,
+        drop_creates: cli.test_drop_create_records,
     };
     let mut buf = vec![0u8; 64 * 1024];
     let mut fds = vec![
@@ -620,6 +619,11 @@ fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
         }
         let events = std::mem::take(&mut *queue.borrow_mut());
         for ev in events {
+            if matches!(ev, Event::Created(_)) && lp.drop_creates > 0 {
+                lp.drop_creates -= 1;
+                tracing::warn!("test: create record dropped (--test-drop-create-records)");
+                continue;
+            }
             lp.handle(ev);
         }
         if let Some(r) = &report_ring {

@@ -345,12 +345,17 @@ struct DatapathProc {
 
 impl DatapathProc {
     fn start(portus_socket: &Path, congalg: &str) -> DatapathProc {
+        Self::start_with(portus_socket, congalg, &[])
+    }
+
+    fn start_with(portus_socket: &Path, congalg: &str, extra: &[&str]) -> DatapathProc {
         let tag = uniq("");
         let ready = std::env::temp_dir().join(format!("ccp-dp-test-ready-{tag}.json"));
         let log = std::env::temp_dir().join(format!("ccp-dp-test-{tag}.log"));
         let child = Command::new(BIN)
             .args(["--portus-socket", portus_socket.to_str().unwrap(), "--congalg", congalg, "-v", "--ready-file"])
             .arg(&ready)
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(File::create(&log).unwrap())
             .spawn()
@@ -701,5 +706,34 @@ fn no_phase_freezes_the_flow_algorithm_killed_restarted_then_datapath_killed() {
     assert!(acked > moving, "flow stalled after the datapath died: {acked} bytes in 1 s");
     alg2.kill();
     drop(flow);
+    drop(net);
+}
+
+#[test]
+fn a_flow_whose_create_record_was_lost_is_announced_from_the_flows_map() {
+    let _l = lock();
+    let net = Net::new();
+    // 7 packets: below the initial window, where the fallback never goes
+    let portus = Portus::start(7);
+    let mut dp = DatapathProc::start_with(&portus.path, "ccpdp-test-fixed", &["--test-drop-create-records", "1"]);
+    // start the flow after the datapath's first announcement to Portus (which
+    // would otherwise tell Portus about it, lost record or not)
+    let announced = try_wait_until(Duration::from_secs(5), || dp.log_text().contains("no live flow to announce").then_some(()));
+    assert!(announced.is_some(), "datapath never made its first announcement: {}", dp.log_text());
+    let flow = BulkFlow::start(&net);
+    let t0 = Instant::now();
+    let dropped = try_wait_until(Duration::from_secs(5), || dp.log_text().contains("create record dropped").then_some(()));
+    assert!(dropped.is_some(), "fault not injected: {}", dp.log_text());
+    // without its create the flow would stay in the fallback; the resync pass
+    // (every second, confirmed on the second) announces it
+    let ti = flow.wait_for(Duration::from_secs(6), |t| t.tcpi_snd_cwnd == 7);
+    assert!(ti.is_some(), "flow never reached the algorithm's cwnd 7 (now {}): {}", flow.info().tcpi_snd_cwnd, dp.log_text());
+    eprintln!("lost create: flow under the algorithm after {:?}", t0.elapsed());
+    let (seen, _) = watch_cwnd(&flow, Duration::from_secs(1));
+    assert_eq!(seen.into_iter().collect::<Vec<_>>(), vec![7], "cwnd not held by the algorithm");
+    assert!(dp.log_text().contains("create record was lost"), "resync not logged: {}", dp.log_text());
+    assert_eq!(portus.alg.flows.load(Ordering::SeqCst), 1, "announced exactly once");
+    drop(flow);
+    assert!(dp.stop(libc::SIGTERM).expect("exits on SIGTERM").success());
     drop(net);
 }
