@@ -42,6 +42,18 @@
 //! from the report; rounds are one SRTT of reports); the recovery point is estimated from the in-flight count
 //! at the loss; no PRR; the epoch is not shifted after idle periods.
 //!
+//! Fidelity (algorithms/README.md, full `ccplab fidelity` run): throughput,
+//! p95 queueing delay, retransmits and Normalized Area match kernel:cubic on
+//! the 12 Mbit/s links and the 0 -> 12 step; retransmits are often far below
+//! the kernel's (0.14-0.46x): HyStart, checked per report on the fold's
+//! per-ACK slow start, ends slow start before the first loss more often than
+//! the kernel's per-ACK HyStart does. On the 0 -> 48 Mbit/s step that early
+//! exit leaves cwnd below the BDP (200 packets) and cubic climbs the rest:
+//! convergence 0.8 s against 0.3 s, NA 1.2x (target missed). A HyStart exit
+//! interpolated within a report (ack train) or at its end (delay) is up to a
+//! quarter RTT off the kernel's per-ACK decision, and the exit point varies
+//! from run to run (107 vs 160 packets in two runs on the 1-BDP link).
+//!
 //! Math: only `f64::cbrt` and multiplications, never `powf`/`ln` — the
 //! `libccp` crate exports a C symbol `log` that shadows libm's in any binary
 //! that links it (FIELD-NOTES), and that is tested in tests/libccp_glue.rs.
