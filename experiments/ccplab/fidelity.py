@@ -141,6 +141,8 @@ def _quantile(xs: Sequence[float], q: float) -> float:
     pos = q * (len(s) - 1)
     lo = math.floor(pos)
     hi = min(lo + 1, len(s) - 1)
+    if s[lo] == s[hi]:  # also +inf (kernel 0, ccp > 0): inf - inf would be NaN
+        return s[lo]
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 

@@ -24,6 +24,9 @@ def test_ratio_stats_pairwise_median_and_spread():
     z = fidelity.ratio_stats([0.0, math.nan], [0.0])
     assert (z["ratio_median"], z["kernel_runs"]) == (1.0, 1)
     assert math.isnan(fidelity.ratio_stats([], [1.0])["ratio_median"])
+    # The kernel never retransmitted, the ccp flow did: an infinite ratio, a missed target.
+    inf = fidelity.ratio_stats([0.0, 0.0], [171.0, 160.0])
+    assert inf["ratio_median"] == math.inf and inf["ratio_p25"] == math.inf
 
 
 def test_rows_from_analysis_tables_and_targets():
