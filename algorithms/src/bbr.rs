@@ -47,7 +47,8 @@
 //! handling; no long-term (policer) bandwidth mode.
 //!
 //! Fidelity (algorithms/README.md, full `ccplab fidelity` run): throughput
-//! (0.97-0.99x) and retransmits (1.2-1.35x, 2-18x before the fold's per-ACK
+//! (0.97-0.99x; 0.93x on Verizon LTE, where the smaller queue below costs
+//! throughput as the rate swings) and retransmits (1.2-1.35x, 2-18x before the fold's per-ACK
 //! growth) meet their targets. Two miss: (1) Normalized Area 1.3-1.6x and
 //! convergence 0.45-0.9 s against 0.15-0.25 s; likely cause: the Startup pacing rate is set
 //! per report (twice per RTT) from the BtlBw of the reports so far, so during
