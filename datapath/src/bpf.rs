@@ -77,12 +77,7 @@ pub struct BpfDatapath {
 }
 
 /// CLOCK_MONOTONIC in ns, the clock of bpf_ktime_get_ns().
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: valid pointer to a timespec; CLOCK_MONOTONIC always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+pub use crate::stats::monotonic_ns;
 
 impl BpfDatapath {
     /// Open and load (verify) the BPF object with `cfg`. Does not register

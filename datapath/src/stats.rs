@@ -4,7 +4,6 @@
 /// Now on CLOCK_MONOTONIC in ns: the clock of the BPF side's
 /// `bpf_ktime_get_ns()` (record timestamps such as `ts_ns`), so the two can
 /// be subtracted.
-#[allow(dead_code)] // main.rs's `mod stats` does not use it (fold_kernel.rs does)
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: valid pointer to a timespec; CLOCK_MONOTONIC always exists.
