@@ -659,11 +659,21 @@ fn watch_cwnd(flow: &BulkFlow, window: Duration) -> (std::collections::BTreeSet<
 
 #[test]
 fn no_phase_freezes_the_flow_algorithm_killed_restarted_then_datapath_killed() {
+    no_phase_freezes_the_flow(&[]);
+}
+
+#[test]
+fn no_phase_freezes_the_flow_with_the_userspace_fold() {
+    no_phase_freezes_the_flow(&["--fold", "userspace"]);
+}
+
+/// Kill the algorithm, restart it, kill the datapath, in one flow (issue 8.3).
+fn no_phase_freezes_the_flow(datapath_args: &[&str]) {
     let _l = lock();
     let net = Net::new();
     let name = uniq("ccpdp-test-alg-");
     let mut alg = AlgorithmProc::start(&name, 20);
-    let mut dp = DatapathProc::start(&alg.path, "fixed-window");
+    let mut dp = DatapathProc::start_with(&alg.path, "fixed-window", datapath_args);
     let flow = BulkFlow::start(&net);
     let moving = LINK_BPS / 8 / 4; // bytes in a 1 s window at a quarter of the link
 
