@@ -59,7 +59,12 @@
 //! the gain cycle spending 1/8 of its reports at 5/4. Cause not found: the
 //! per-report end of the 5/4 phase would, if anything, make it longer; the
 //! kernel's per-ACK pacing-rate and cwnd updates (and its TSO autosizing)
-//! are the remaining differences to examine.
+//! are the remaining differences to examine. Tried and reverted: ending the
+//! gain-cycle phases and Drain against BDP + quantization budget, as
+//! tcp_bbr.c's `bbr_inflight` does: on fixed12-q4bdp (3 runs x 20 s, ccp side
+//! only) the p95 queueing delay rose to 51 ms against the kernel's 20 (NA
+//! 0.106 s, kernel 0.083): per report, the 5/4 phase then rarely saw
+//! in-flight reach its target and kept probing.
 //! After the 24 -> 6 Mbit/s step down the opposite: p95 queueing delay 2.65x
 //! (197 vs 70 ms) and retransmits 2.2x. Both BBRs keep the 24 Mbit/s BtlBw
 //! sample for 10 rounds after the step; ours holds the excess queue longer.
