@@ -500,7 +500,7 @@ impl WindowAlgorithm for Cubic {
             ReportEvent::Hold => {}
         }
         self.cwnd = self.params.clamp(self.cwnd);
-        let pkts = self.commanded_pkts(m);
+        let pkts = crate::window::commanded_window(&mut self.prr, &self.guard, &self.params, self.cwnd, m);
         let bytes = self.params.to_bytes(pkts);
         self.fold_ss.command(bytes)
     }
@@ -508,20 +508,6 @@ impl WindowAlgorithm for Cubic {
     crate::window::loss_window_accessors!();
 }
 
-impl Cubic {
-    /// The window to command after report `m`: cwnd, or during fast recovery
-    /// the larger PRR window ([`Prr`]; cwnd itself stays at ssthresh, where
-    /// the reduction ends as Linux `tcp_end_cwnd_reduction`).
-    fn commanded_pkts(&mut self, m: &Measurement) -> f64 {
-        if !self.guard.active() || self.guard.after_timeout() {
-            self.prr = None;
-        }
-        match self.prr.as_mut() {
-            Some(prr) => self.params.clamp(prr.on_report(m, self.params.mss_bytes).max(self.cwnd)),
-            None => self.cwnd,
-        }
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -342,6 +342,26 @@ pub struct Prr {
     lost: f64,
 }
 
+/// The window to command after report `m`: `cwnd`, or during fast recovery
+/// the larger PRR window (cwnd itself stays at ssthresh, where the reduction
+/// ends as Linux `tcp_end_cwnd_reduction`). The reduction ends with the loss
+/// guard or at a timeout (`prr` is cleared then). Packets, within `params`.
+pub fn commanded_window(
+    prr: &mut Option<Prr>,
+    guard: &LossGuard,
+    params: &WindowParams,
+    cwnd: f64,
+    m: &Measurement,
+) -> f64 {
+    if !guard.active() || guard.after_timeout() {
+        *prr = None;
+    }
+    match prr.as_mut() {
+        Some(p) => params.clamp(p.on_report(m, params.mss_bytes).max(cwnd)),
+        None => cwnd,
+    }
+}
+
 impl Prr {
     /// A reduction from `recover_fs` packets outstanding to `ssthresh_pkts`.
     pub fn new(recover_fs: f64, ssthresh_pkts: f64) -> Self {
