@@ -6,25 +6,15 @@
 //! f64::ln here (FIELD-NOTES).
 
 mod common;
-use common::Conn;
+use common::{send, Conn, Outbox};
 use ccp_algorithms::fold::REPORT_FIELDS;
 use portus::lang::{Reg, Scope};
 use portus::serialize::{self, Msg};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const RTT_US: u64 = 20_000;
 const MSS: u32 = 1448;
 
-/// libccp's outgoing messages, collected.
-#[derive(Clone, Default)]
-struct Outbox(Arc<Mutex<Vec<Vec<u8>>>>);
-
-impl libccp::DatapathOps for Outbox {
-    fn send_msg(&mut self, msg: &[u8]) {
-        self.0.lock().unwrap().push(msg.to_vec());
-    }
-}
 
 impl Outbox {
     fn take(&self) -> Vec<Vec<u8>> {
@@ -57,9 +47,6 @@ fn decode_reports(msgs: Vec<Vec<u8>>, sc: &Scope) -> Vec<Seen> {
     out
 }
 
-fn send(dp: &libccp::Datapath, mut buf: Vec<u8>) {
-    dp.recv_msg(&mut buf[..]).expect("libccp accepts the message");
-}
 
 #[test]
 fn fold_reports_once_per_rtt_and_at_once_on_loss_or_timeout() {

@@ -10,26 +10,13 @@
 mod common;
 use ccp_algorithms::fold::FoldProgram;
 use ccp_algorithms::window::TAKEOVER_MARK_BYTES;
-use common::Conn;
+use common::{send, Conn, Outbox};
 use portus::lang::Scope;
 use portus::serialize::{self, Msg};
-use std::sync::{Arc, Mutex};
 
 const MSS: u32 = 1448;
 
-/// libccp's outgoing messages, collected.
-#[derive(Clone, Default)]
-struct Outbox(Arc<Mutex<Vec<Vec<u8>>>>);
 
-impl libccp::DatapathOps for Outbox {
-    fn send_msg(&mut self, msg: &[u8]) {
-        self.0.lock().unwrap().push(msg.to_vec());
-    }
-}
-
-fn send(dp: &libccp::Datapath, mut buf: Vec<u8>) {
-    dp.recv_msg(&mut buf[..]).expect("libccp accepts the message");
-}
 
 /// A libccp datapath with `prog` installed, its outbox and the program's scope.
 fn datapath(prog: FoldProgram) -> (Box<libccp::Datapath>, Outbox, Scope) {
