@@ -171,19 +171,40 @@ const volatile __u64 stale_after_ns = 500000000;   /* heartbeat age that means "
  * goes to user space, where libccp runs them (--fold userspace). */
 const volatile __u32 fold_in_kernel = 0;
 
-/* Written by user space through the mmaped .bss on every loop iteration
+/* Written by user space through the mmaped .bss (every few ms, not every
+ * loop iteration: each write costs every CPU that reads it a cache miss)
  * while the algorithm is present; 0 while it is away. */
 __u64 heartbeat_ns = 0;
 /* Bumped by user space when the algorithm went away or a new one started:
  * what a flow's fold program was told before is stale (fold_ccp.h). */
 __u32 ctl_epoch = 0;
-/* Statistics, read by user space. */
-__u64 dropped_events = 0;
-__u64 fallback_acks = 0;
-__u64 command_acks = 0;
-__u64 stale_command_acks = 0;
 __u32 next_flow_id = 0;
 __u64 last_wake_ns = 0;
+
+/* Statistics, read by user space (summed over CPUs): per CPU, as fold_ccp.h's. */
+struct dp_counters {
+	__u64 dropped_events;
+	__u64 fallback_acks;
+	__u64 command_acks;
+	__u64 stale_command_acks;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct dp_counters);
+} dp_counters SEC(".maps");
+
+static __always_inline struct dp_counters *counters(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&dp_counters, &zero);
+}
+
+/* tcp_input.c's FLAG_ECE (a #define, not in BTF): the ACK carried ECE. */
+#define TCP_ACK_FLAG_ECE 0x40
 
 /* The kernel's CUBIC (net/ipv4/tcp_cubic.c), exported to struct_ops as kfuncs. */
 extern void cubictcp_init(struct sock *sk) __ksym;
@@ -243,7 +264,10 @@ static __always_inline struct ccp_event *reserve_event(__u32 kind, __u32 flow_id
 	struct ccp_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
 
 	if (!ev) {
-		__sync_fetch_and_add(&dropped_events, 1);
+		struct dp_counters *c = counters();
+
+		if (c)
+			c->dropped_events++;
 		return NULL;
 	}
 	__builtin_memset(ev, 0, sizeof(*ev));
@@ -347,11 +371,14 @@ void BPF_PROG(ccp_pkts_acked, struct sock *sk, const struct ack_sample *sample)
 		cubictcp_acked(sk, sample);
 }
 
-/* cubic restarts its epoch after idle (CA_EVENT_TX_START). */
+/* cubic restarts its epoch after idle (CA_EVENT_TX_START), which a paced
+ * flow meets on almost every send. Only the fallback's cubic needs it: taking
+ * over from the algorithm, fallback() starts a fresh epoch anyway. */
 SEC("struct_ops")
 void BPF_PROG(ccp_cwnd_event, struct sock *sk, enum tcp_ca_event event)
 {
-	cubictcp_cwnd_event(sk, event);
+	if (ca_priv(sk)->flags & PRIV_FALLBACK)
+		cubictcp_cwnd_event(sk, event);
 }
 
 /* Undo a spurious reduction: back to the cwnd before it (as tcp_reno_undo_cwnd). */
@@ -425,16 +452,16 @@ void BPF_PROG(ccp_set_state, struct sock *sk, __u8 new_state)
 }
 
 /* ECN accounting like ccp-kernel's in_ack_event: bytes newly acked by an ACK
- * carrying ECE. Called before cong_control for the same ACK. */
-SEC("struct_ops")
-void BPF_PROG(ccp_in_ack_event, struct sock *sk, __u32 flags)
+ * carrying ECE. Done in cong_control from tcp_ack's flag rather than in an
+ * in_ack_event op: that op also runs for every data segment a receiving
+ * socket gets (5x the ACKs in a bulk transfer), each call a BPF trampoline.
+ * Every ACK that moves snd_una reaches cong_control. */
+static __always_inline void account_ecn(const struct tcp_sock *tp, struct ccp_priv *ca, int flag)
 {
-	const struct tcp_sock *tp = tcp_sk(sk);
-	struct ccp_priv *ca = ca_priv(sk);
 	__u32 acked = tp->snd_una - ca->last_snd_una;
 
 	ca->last_snd_una = tp->snd_una;
-	if (flags & CA_ACK_ECE)
+	if (flag & TCP_ACK_FLAG_ECE)
 		ca->ecn_bytes += acked;
 }
 
@@ -562,16 +589,19 @@ static __always_inline void fallback(struct sock *sk, struct tcp_sock *tp, struc
 static __always_inline void fold_cong_control(struct sock *sk, struct tcp_sock *tp, struct ccp_priv *ca,
 					      __u32 ack, const struct rate_sample *rs, __u64 now, __u64 hb)
 {
+	struct dp_counters *c = counters();
 	struct ccp_cmd cmd = {};
 
 	if (fold_on_ack(sk, rs, ca->flow_id, ca->ecn_bytes, ca->timeouts, now, &cmd.cwnd_bytes,
 			&cmd.rate_bytes_per_sec) &&
 	    hb && (hb > now || now - hb < stale_after_ns)) {
 		apply_command(sk, tp, ca, &cmd);
-		__sync_fetch_and_add(&command_acks, 1);
+		if (c)
+			c->command_acks++;
 	} else {
 		fallback(sk, tp, ca, ack, rs);
-		__sync_fetch_and_add(&fallback_acks, 1);
+		if (c)
+			c->fallback_acks++;
 	}
 }
 
@@ -583,8 +613,10 @@ void BPF_PROG(ccp_cong_control, struct sock *sk, __u32 ack, int flag, const stru
 	__u64 now = bpf_ktime_get_ns();
 	__u64 hb = heartbeat_ns;
 	struct ccp_cmd *cmd = NULL;
+	struct dp_counters *c;
 	__u32 id = ca->flow_id;
 
+	account_ecn(tp, ca, flag);
 	/* An active open's SYN-ACK is acked before init() ran (tcp_ack in
 	 * SYN_SENT precedes tcp_finish_connect): no flow id yet, the fallback. */
 	if (id == 0) {
@@ -602,16 +634,20 @@ void BPF_PROG(ccp_cong_control, struct sock *sk, __u32 ack, int flag, const stru
 		cmd = bpf_map_lookup_elem(&commands, &id);
 	/* A command made before the last RTO is stale: the loss window stands
 	 * (fallback grows it as the kernel would) until the algorithm answers. */
+	c = counters();
 	if (cmd && cmd->epoch != ca->timeouts) {
 		cmd = NULL;
-		__sync_fetch_and_add(&stale_command_acks, 1);
+		if (c)
+			c->stale_command_acks++;
 	}
 	if (cmd) {
 		apply_command(sk, tp, ca, cmd);
-		__sync_fetch_and_add(&command_acks, 1);
+		if (c)
+			c->command_acks++;
 	} else {
 		fallback(sk, tp, ca, ack, rs);
-		__sync_fetch_and_add(&fallback_acks, 1);
+		if (c)
+			c->fallback_acks++;
 	}
 }
 
@@ -622,7 +658,6 @@ struct tcp_congestion_ops ccp = {
 	.ssthresh = (void *)ccp_ssthresh,
 	.undo_cwnd = (void *)ccp_undo_cwnd,
 	.set_state = (void *)ccp_set_state,
-	.in_ack_event = (void *)ccp_in_ack_event,
 	.cong_control = (void *)ccp_cong_control,
 	.pkts_acked = (void *)ccp_pkts_acked,
 	.cwnd_event = (void *)ccp_cwnd_event,

@@ -35,11 +35,22 @@
 /* Origin of Ack.now (CLOCK_MONOTONIC ns), set by user space before load. */
 const volatile __u64 fold_time_zero_ns = 0;
 
-/* Counters read by user space. */
-__u64 fold_invocations = 0;
-__u64 fold_aborts = 0;		/* invocations aborted (overflow, underflow, div0) */
-__u64 fold_reports_sent = 0;
-__u64 fold_reports_dropped = 0;	/* report ring buffer full */
+/* Counters read by user space (summed over CPUs). Per CPU: a shared
+ * counter bumped atomically on every ACK bounces its cache line between the
+ * cores (and shared the line with the daemon's heartbeat). */
+struct fold_counters {
+	__u64 invocations;
+	__u64 aborts;		/* invocations aborted (overflow, underflow, div0) */
+	__u64 reports_sent;
+	__u64 reports_dropped;	/* report ring buffer full */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct fold_counters);
+} fold_counters SEC(".maps");
 
 /* Per-flow state: the interpreter's registers plus the datapath's own
  * bookkeeping (what src/fold.rs keeps per libccp connection). */
@@ -161,17 +172,33 @@ static __always_inline void fold_fill_ack(struct fold_ack *a, const struct tcp_s
 /* Send the report; one seen with a loss or timeout (urgent) wakes user
  * space at once, others as FOLD_REPORT_WAKE_FLAGS decides. */
 static __always_inline void fold_send_report(struct fold_flow *ff, __u32 flow_id,
-					     const struct fold_result *res, __u64 now, int urgent)
+					     const struct fold_result *res, __u64 now, int urgent,
+					     struct fold_counters *cnt)
 {
-	struct fold_report *rec = bpf_ringbuf_reserve(&fold_reports, sizeof(*rec), 0);
+	__u64 flags = urgent ? BPF_RB_FORCE_WAKEUP : FOLD_REPORT_WAKE_FLAGS(now);
+	int sent = 0;
 
-	if (rec) {
-		fold_fill_report(rec, flow_id, &ff->st, res, now);
-		bpf_ringbuf_submit(rec, urgent ? BPF_RB_FORCE_WAKEUP : FOLD_REPORT_WAKE_FLAGS(now));
-		__sync_fetch_and_add(&fold_reports_sent, 1);
+	if (res->n_fields <= FOLD_SMALL_REPORT) {
+		struct fold_report_small *rec = bpf_ringbuf_reserve(&fold_reports, sizeof(*rec), 0);
+
+		if (rec) {
+			fold_fill_report(rec, flow_id, &ff->st, res, now, FOLD_SMALL_REPORT);
+			bpf_ringbuf_submit(rec, flags);
+			sent = 1;
+		}
 	} else {
-		__sync_fetch_and_add(&fold_reports_dropped, 1);
+		struct fold_report *rec = bpf_ringbuf_reserve(&fold_reports, sizeof(*rec), 0);
+
+		if (rec) {
+			fold_fill_report(rec, flow_id, &ff->st, res, now, FOLD_MAX_REPORT);
+			bpf_ringbuf_submit(rec, flags);
+			sent = 1;
+		}
 	}
+	if (sent)
+		cnt->reports_sent++;
+	else
+		cnt->reports_dropped++;
 	fold_finish_report(&ff->st, &fold_progs, now);
 }
 
@@ -195,12 +222,14 @@ static __always_inline int fold_on_ack(struct sock *sk, const struct rate_sample
 	struct fold_staged_entry *e = bpf_map_lookup_elem(&fold_staged, &flow_id);
 	struct fold_scratch_buf *scratch = fold_scratch_get();
 	struct fold_staged *sg = NULL;
+	struct fold_counters *cnt;
 	struct fold_result res;
 	struct fold_ack a;
 	__u64 prims[FOLD_N_PRIM];
-	__u32 seed, last;
+	__u32 seed, last, zero = 0;
 
-	if (!ff || !scratch)
+	cnt = bpf_map_lookup_elem(&fold_counters, &zero);
+	if (!ff || !scratch || !cnt)
 		return 0;
 	fold_fill_ack(&a, tp, rs, ecn_bytes, timeouts);
 	fold_prims(&a, &ff->base, prims);
@@ -214,9 +243,9 @@ static __always_inline int fold_on_ack(struct sock *sk, const struct rate_sample
 	if (e && fold_take_staged(e, &scratch->sg))
 		sg = &scratch->sg;
 	fold_invoke(&ff->st, &fold_progs, sg, prims, seed, ff->req_rate, now, fold_time_zero_ns, &res);
-	__sync_fetch_and_add(&fold_invocations, 1);
+	cnt->invocations++;	/* per CPU, not atomic: a softirq interrupting a process-context ACK can lose a count */
 	if (res.ret >= FOLD_ERR_SUB_UNDERFLOW && res.ret <= FOLD_ERR_ADD_OVERFLOW)
-		__sync_fetch_and_add(&fold_aborts, 1);
+		cnt->aborts++;
 	if (res.n_cwnd) {
 		last = res.n_cwnd > 1 ? res.cwnd[1] : res.cwnd[0];
 		ff->req_cwnd = last;
@@ -226,7 +255,7 @@ static __always_inline int fold_on_ack(struct sock *sk, const struct rate_sample
 		ff->req_rate = last;
 	}
 	if (res.report)
-		fold_send_report(ff, flow_id, &res, now, prims[4] || prims[14]);
+		fold_send_report(ff, flow_id, &res, now, prims[4] || prims[14], cnt);
 	if (ff->awaiting) {
 		/* libccp echoes the seed on every invocation: only another cwnd
 		 * or a rate is the algorithm speaking again */

@@ -83,7 +83,7 @@ static long fold_test_once(__u32 i, void *arg)
 	t->sg = NULL;	/* staged updates apply once */
 	if (out->res.report) {
 		/* libccp sends the report, then resets the volatile registers */
-		fold_fill_report(&out->report, t->sid, st, &out->res, t->now_ns);
+		fold_fill_report(&out->report, t->sid, st, &out->res, t->now_ns, FOLD_MAX_REPORT);
 		fold_finish_report(st, &fold_progs, t->now_ns);
 	}
 	return 0;

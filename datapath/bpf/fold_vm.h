@@ -214,19 +214,34 @@ struct fold_report {
 };
 _Static_assert(sizeof(struct fold_report) == 24 + 8 * FOLD_MAX_REPORT, "fold_report layout");
 
-/* Fill a report record from an invocation whose result has report set
- * (before fold_finish_report resets the volatile registers). */
-static __always_inline void fold_fill_report(struct fold_report *rec, __u32 flow_id,
-					     const struct fold_state *st,
-					     const struct fold_result *res, __u64 now_ns)
-{
-	rec->flow_id = flow_id;
-	rec->uid = res->report_uid;
-	rec->n_fields = res->n_fields < FOLD_MAX_REPORT ? res->n_fields : FOLD_MAX_REPORT;
-	rec->_pad = 0;
-	rec->ts_ns = now_ns;
-	__builtin_memcpy(rec->fields, st->regs, sizeof(rec->fields));
-}
+/* The same record for programs that report at most FOLD_SMALL_REPORT
+ * fields (every algorithm of the suite): a report copies 256 bytes of
+ * registers instead of 880, and the ring buffer carries 280-byte records.
+ * User space tells the two apart by the record's length. */
+#define FOLD_SMALL_REPORT 32
+struct fold_report_small {
+	__u32 flow_id;
+	__u32 uid;
+	__u32 n_fields;
+	__u32 _pad;
+	__u64 ts_ns;
+	__u64 fields[FOLD_SMALL_REPORT];
+};
+_Static_assert(sizeof(struct fold_report_small) == 24 + 8 * FOLD_SMALL_REPORT, "fold_report_small layout");
+
+/* Fill a report record (struct fold_report or fold_report_small: the same
+ * header, `cap` fields) from an invocation whose result has report set
+ * (before fold_finish_report resets the volatile registers). A macro: the
+ * copy's size must be a constant for the verifier. */
+#define fold_fill_report(rec, flow_id_, st, res, now_ns, cap)					\
+	do {											\
+		(rec)->flow_id = (flow_id_);							\
+		(rec)->uid = (res)->report_uid;							\
+		(rec)->n_fields = (res)->n_fields < (cap) ? (res)->n_fields : (cap);		\
+		(rec)->_pad = 0;								\
+		(rec)->ts_ns = (now_ns);							\
+		__builtin_memcpy((rec)->fields, (st)->regs, sizeof((rec)->fields));		\
+	} while (0)
 
 /* ---- primitives (the datapath's measurements, per ACK) ---- */
 

@@ -2,7 +2,7 @@
 //! (`bpf/ccp.bpf.c`): registration, the event ring buffer, the command map
 //! and the heartbeat that keeps the BPF side out of its fallback (kernel cubic).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::mem::MaybeUninit;
 use std::rc::Rc;
 use std::time::Duration;
@@ -74,6 +74,16 @@ pub struct BpfDatapath {
     /// kernel; valid as long as `skel` lives.
     bss: *mut skel::types::bss,
     skel: CcpSkel<'static>,
+    /// The last heartbeat written, and how often it is refreshed.
+    last_heartbeat_ns: Cell<u64>,
+    heartbeat_refresh_ns: u64,
+}
+
+/// How often a live heartbeat is rewritten: at most every 5 ms and at least
+/// 10 times per fallback timeout. Every write costs each CPU that reads the
+/// heartbeat on an ACK a cache miss, so it is not rewritten on every loop.
+fn heartbeat_refresh_ns(stale_after: Duration) -> u64 {
+    (stale_after.as_nanos() as u64 / 10).clamp(1, 5_000_000)
 }
 
 /// CLOCK_MONOTONIC in ns, the clock of bpf_ktime_get_ns().
@@ -111,7 +121,13 @@ impl BpfDatapath {
             Some(b) => b,
             None => bail!("BPF object has no mmapable .bss"),
         };
-        Ok(BpfDatapath { link: None, bss, skel })
+        Ok(BpfDatapath {
+            link: None,
+            bss,
+            skel,
+            last_heartbeat_ns: Cell::new(0),
+            heartbeat_refresh_ns: heartbeat_refresh_ns(cfg.stale_after),
+        })
     }
 
     /// Register the congestion control `ccp` (attach the struct_ops map;
@@ -174,8 +190,16 @@ impl BpfDatapath {
     }
 
     /// Stamp the heartbeat (CLOCK_MONOTONIC ns) the BPF side checks before
-    /// applying commands. A plain store into the mmaped .bss: no syscall.
+    /// applying commands; 0 = the algorithm is away. A plain store into the
+    /// mmaped .bss (no syscall), made only when the value changes from or to
+    /// 0 or the stamp is older than the refresh interval.
     pub fn heartbeat(&self, now_ns: u64) {
+        let last = self.last_heartbeat_ns.get();
+        let due = if now_ns == 0 || last == 0 { now_ns != last } else { now_ns.saturating_sub(last) >= self.heartbeat_refresh_ns };
+        if !due {
+            return;
+        }
+        self.last_heartbeat_ns.set(now_ns);
         let bss = self.bss;
         // SAFETY: bss points into the object's mmaped .bss for the life of
         // self; the kernel reads it concurrently, hence volatile.
@@ -218,23 +242,41 @@ impl BpfDatapath {
         }
     }
 
-    /// Read the BPF side's counters.
+    /// Read the BPF side's counters (the per-CPU ones summed).
     pub fn stats(&self) -> BpfStats {
         let bss = self.bss;
         // SAFETY: as in heartbeat().
-        unsafe {
-            BpfStats {
-                dropped_events: std::ptr::addr_of!((*bss).dropped_events).read_volatile(),
-                fallback_acks: std::ptr::addr_of!((*bss).fallback_acks).read_volatile(),
-                command_acks: std::ptr::addr_of!((*bss).command_acks).read_volatile(),
-                flows: std::ptr::addr_of!((*bss).next_flow_id).read_volatile(),
-                fold_invocations: std::ptr::addr_of!((*bss).fold_invocations).read_volatile(),
-                fold_aborts: std::ptr::addr_of!((*bss).fold_aborts).read_volatile(),
-                fold_reports: std::ptr::addr_of!((*bss).fold_reports_sent).read_volatile(),
-                fold_reports_dropped: std::ptr::addr_of!((*bss).fold_reports_dropped).read_volatile(),
-            }
+        let flows = unsafe { std::ptr::addr_of!((*bss).next_flow_id).read_volatile() };
+        // struct dp_counters and struct fold_counters: u64 fields in order
+        let [dropped_events, fallback_acks, command_acks, _stale] = sum_per_cpu::<4>(&self.skel.maps.dp_counters);
+        let [fold_invocations, fold_aborts, fold_reports, fold_reports_dropped] =
+            sum_per_cpu::<4>(&self.skel.maps.fold_counters);
+        BpfStats {
+            dropped_events,
+            fallback_acks,
+            command_acks,
+            flows,
+            fold_invocations,
+            fold_aborts,
+            fold_reports,
+            fold_reports_dropped,
         }
     }
+}
+
+/// The `N` u64 fields of a one-entry per-CPU array map, summed over CPUs
+/// (zeros if the map cannot be read).
+fn sum_per_cpu<const N: usize>(map: &impl MapCore) -> [u64; N] {
+    let mut sum = [0u64; N];
+    let Ok(Some(per_cpu)) = map.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY) else {
+        return sum;
+    };
+    for value in per_cpu {
+        for (i, word) in value.chunks_exact(8).take(N).enumerate() {
+            sum[i] += u64::from_ne_bytes(word.try_into().expect("chunks of 8"));
+        }
+    }
+    sum
 }
 
 /// `--fold kernel`: Portus's programs and staged updates go to the BPF maps

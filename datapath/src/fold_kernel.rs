@@ -1056,6 +1056,21 @@ pub struct FoldReport {
 
 const _: () = assert!(std::mem::size_of::<FoldReport>() == 24 + 8 * MAX_REPORT as usize);
 
+/// Fields a `struct fold_report_small` holds: the kernel sends a report of a
+/// program with at most this many report fields in that shorter record.
+pub const SMALL_REPORT: usize = 32;
+
+/// The header both report records share (`struct fold_report` without its fields).
+#[repr(C)]
+#[derive(Clone, Debug, FromBytes, Immutable, KnownLayout)]
+struct FoldReportHeader {
+    flow_id: u32,
+    uid: u32,
+    n_fields: u32,
+    _pad: u32,
+    ts_ns: u64,
+}
+
 /// Where [`KernelFold`] writes: the BPF side's program map and staging
 /// (implemented over the loaded skeleton by the datapath, over the test
 /// harness by tests/fold_differential.rs).
@@ -1199,19 +1214,30 @@ impl KernelFold {
     /// The measure message for a report record from the kernel, and the
     /// flow it belongs to.
     ///
-    /// Errors: the record is not a `struct fold_report` (wrong size).
+    /// Errors: the record is neither a `struct fold_report` nor a `struct
+    /// fold_report_small` (wrong size), or claims more fields than it holds.
     pub fn report_msg(&mut self, record: &[u8]) -> Result<(u32, Vec<u8>), FoldMsgError> {
-        let r = FoldReport::read_from_bytes(record).map_err(|_| {
-            unsupported(format!(
-                "report record of {} bytes (struct fold_report has {})",
-                record.len(),
-                std::mem::size_of::<FoldReport>()
-            ))
-        })?;
+        const HEADER: usize = std::mem::size_of::<FoldReportHeader>();
+        let capacity = match record.len().checked_sub(HEADER).map(|b| b / 8) {
+            Some(n) if n == SMALL_REPORT || n == MAX_REPORT as usize => n,
+            _ => {
+                return Err(unsupported(format!(
+                    "report record of {} bytes (struct fold_report has {}, fold_report_small {})",
+                    record.len(),
+                    std::mem::size_of::<FoldReport>(),
+                    HEADER + 8 * SMALL_REPORT
+                )))
+            }
+        };
+        let (h, rest) = FoldReportHeader::read_from_prefix(record).expect("length checked");
+        let n = h.n_fields as usize;
+        if n > capacity {
+            return Err(unsupported(format!("report record claims {n} fields and holds {capacity}")));
+        }
+        let fields: Vec<u64> = rest[..8 * n].chunks_exact(8).map(|w| u64::from_ne_bytes(w.try_into().expect("8 bytes"))).collect();
         self.stats.reports += 1;
-        self.unanswered_report_ns.insert(r.flow_id, r.ts_ns);
-        let n = (r.n_fields as usize).min(MAX_REPORT as usize);
-        Ok((r.flow_id, measure_msg(r.flow_id, r.uid, &r.fields[..n])))
+        self.unanswered_report_ns.insert(h.flow_id, h.ts_ns);
+        Ok((h.flow_id, measure_msg(h.flow_id, h.uid, &fields)))
     }
 
     /// A cwnd or rate update for `flow` reached the kernel maps: one
@@ -1429,6 +1455,11 @@ mod tests {
         rec.fields[..3].copy_from_slice(&[7, 8, 9]);
         let (flow, msg) = k.report_msg(rec.as_bytes()).unwrap();
         assert_eq!((flow, msg), (5, measure_msg(5, 2, &[7, 8])));
+        // the short record the kernel sends for programs with <= 32 fields
+        let small = &rec.as_bytes()[..24 + 8 * SMALL_REPORT];
+        assert_eq!(k.report_msg(small).unwrap(), (5, measure_msg(5, 2, &[7, 8])));
+        rec.n_fields = 33;
+        assert!(k.report_msg(&rec.as_bytes()[..24 + 8 * SMALL_REPORT]).is_err(), "more fields than it holds");
         assert!(k.report_msg(&[0; 10]).is_err());
         assert_eq!(k.flow_released(5), measure_msg(5, 0, &[]));
         assert!(matches!(
