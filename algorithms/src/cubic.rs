@@ -64,8 +64,8 @@
 
 use crate::fold::{Cadence, FoldProgram};
 use crate::window::{
-    cwnd_limited, slow_start, FoldSlowStart, LossGuard, Prr, Measurement, ReportEvent, RttEstimator,
-    WindowAlgorithm, WindowParams,
+    cwnd_limited, slow_start, FoldSlowStart, KernelPacing, LossGuard, Measurement, Paced, Prr, ReportEvent,
+    RttEstimator, WindowAlgorithm, WindowParams,
 };
 use crate::AlgorithmSpec;
 
@@ -96,6 +96,10 @@ pub struct CubicArgs {
     /// cwnd from which HyStart is active, packets (Linux `hystart_low_window`).
     #[arg(long, default_value = "16", value_name = "PKTS")]
     pub hystart_low_window: f64,
+    /// Pace as kernel:cubic is paced in this lab (Linux tcp_update_pacing_rate:
+    /// 200 % of cwnd/SRTT while cwnd < ssthresh/2, 120 % after); false: cwnd only.
+    #[arg(long, default_value = "true", action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub pacing: bool,
 }
 
 /// Cubic's fold program: four reports per RTT (smaller cwnd steps, so slow start
@@ -108,8 +112,9 @@ impl AlgorithmSpec for CubicSpec {
     const SUMMARY: &'static str = "CUBIC: W_cubic(t) = C(t-K)^3 + W_max growth, beta = 0.7 decrease, \
         fast convergence, Reno-friendly region, HyStart (per-report updates)";
     const SOURCE: &'static str = "RFC 9438; HyStart as Linux tcp_cubic.c";
+    const CONTROLS: &'static str = "cwnd+rate";
     type Args = CubicArgs;
-    type Flow = Cubic;
+    type Flow = Paced<Cubic>;
 
     fn validate(a: &CubicArgs) -> Result<(), String> {
         if !(a.c.is_finite() && a.c > 0.0) {
@@ -119,7 +124,7 @@ impl AlgorithmSpec for CubicSpec {
         crate::check_range("hystart-low-window", a.hystart_low_window, 0.0, 1e9)
     }
 
-    fn new_flow(a: &CubicArgs, params: WindowParams) -> Cubic {
+    fn new_flow(a: &CubicArgs, params: WindowParams) -> Paced<Cubic> {
         let cp = CubicParams {
             c: a.c,
             beta: a.beta,
@@ -128,8 +133,10 @@ impl AlgorithmSpec for CubicSpec {
         };
         let hs = a.hystart.then(|| {
             HyStart::new(a.hystart_detect != "delay", a.hystart_detect != "ack-train", a.hystart_low_window)
+                .with_paced(a.pacing)
         });
-        Cubic::new(params, cp).with_hystart(hs).with_fold_slow_start(PROGRAM.slow_start_in_fold())
+        let cubic = Cubic::new(params, cp).with_hystart(hs).with_fold_slow_start(PROGRAM.slow_start_in_fold());
+        Paced::new(cubic, a.pacing.then_some(KernelPacing::LINUX))
     }
 
     fn program(_args: &CubicArgs) -> FoldProgram {
@@ -154,6 +161,9 @@ pub struct HyStart {
     pub delay: bool,
     /// Active from this cwnd, packets (Linux 16).
     pub low_window_pkts: f64,
+    /// The flow is paced: the ACK train must span the whole minimum RTT (plus
+    /// `hystart_ack_delay`, [`HYSTART_ACK_DELAY_US`]), not half of it.
+    pub paced: bool,
     /// The flow's minimum RTT so far, us (0 = none yet); Linux `delay_min`.
     pub delay_min_us: u64,
     /// Start of the current round (time of the report that opened it), us.
@@ -175,10 +185,32 @@ pub enum HyStartExit {
 /// Linux HYSTART_MIN_SAMPLES: RTT samples a round needs for the delay detector.
 pub const HYSTART_MIN_SAMPLES: u64 = 8;
 
+/// tcp_cubic.c `hystart_ack_delay`: min(1 ms, 4 x GSO size / pacing rate),
+/// added to the ACK-train threshold; 1 ms at every rate of these links (64 KB
+/// GSO at up to 260 MB/s).
+pub const HYSTART_ACK_DELAY_US: u64 = 1000;
+
 impl HyStart {
-    /// HyStart with the given detectors, active from `low_window_pkts`.
+    /// HyStart with the given detectors, active from `low_window_pkts` (unpaced).
     pub fn new(ack_train: bool, delay: bool, low_window_pkts: f64) -> Self {
         HyStart { ack_train, delay, low_window_pkts, ..Default::default() }
+    }
+
+    /// The same detectors for a paced (`true`) or unpaced flow.
+    pub fn with_paced(mut self, paced: bool) -> Self {
+        self.paced = paced;
+        self
+    }
+
+    /// The ACK-train threshold, us: as tcp_cubic.c, (delay_min + ack delay) / 2
+    /// for an unpaced flow ("pacing might have delayed packets up to RTT/2"
+    /// only applies to paced ones), the whole of it for a paced flow.
+    pub fn train_limit_us(&self) -> u64 {
+        if self.paced {
+            self.delay_min_us + HYSTART_ACK_DELAY_US
+        } else {
+            self.delay_min_us / 2
+        }
     }
 
     /// Linux HYSTART_DELAY_THRESH: clamp(delay_min / 8, 4 ms, 16 ms), us.
@@ -222,8 +254,7 @@ impl HyStart {
         if cwnd_pkts < self.low_window_pkts || self.delay_min_us == 0 {
             return None;
         }
-        // Unpaced flows compare the train with half the minimum RTT (tcp_cubic.c).
-        let train_limit_us = self.delay_min_us / 2;
+        let train_limit_us = self.train_limit_us();
         if self.ack_train && self.round_train_us > train_limit_us {
             let into_report = train_limit_us.saturating_sub(train_before) as f64;
             let frac = (into_report / m.ack_train_us.max(1) as f64).clamp(0.0, 1.0);
@@ -283,7 +314,15 @@ pub struct Epoch {
     pub w_max: f64,
     /// K in seconds.
     pub k_s: f64,
+    /// W_max came from a congestion event (false after slow start or an RTO:
+    /// Linux's `last_max_cwnd == 0`, when cwnd grows at least 1 packet per 20 acked).
+    pub w_max_known: bool,
 }
+
+/// Before the first congestion event (and after an RTO) Linux grows cwnd by at
+/// least one packet per this many acknowledged (tcp_cubic.c: `ca->cnt` at most
+/// 20 while `last_max_cwnd == 0`), about 5 % per RTT.
+pub const UNKNOWN_W_MAX_ACKS_PER_PKT: f64 = 20.0;
 
 /// CUBIC's per-flow state.
 #[derive(Clone, Debug)]
@@ -299,6 +338,9 @@ pub struct Cubic {
     epoch: Option<Epoch>,
     w_est: f64,
     rtt: RttEstimator,
+    /// The flow's minimum RTT sample, us (0 = none): the time offset of the
+    /// target, as tcp_cubic.c's `delay_min`.
+    min_rtt_us: u64,
     guard: LossGuard,
     hystart: Option<HyStart>,
     last_hystart_exit: Option<HyStartExit>,
@@ -320,6 +362,7 @@ impl Cubic {
             epoch: None,
             w_est: 0.0,
             rtt: RttEstimator::default(),
+            min_rtt_us: 0,
             guard: LossGuard::default(),
             hystart: None,
             last_hystart_exit: None,
@@ -449,13 +492,14 @@ impl Cubic {
 
     fn start_epoch(&mut self, now_us: u64) -> Epoch {
         let cwnd_epoch = self.cwnd;
+        let w_max_known = self.w_max.is_some();
         let (w_max, k_s) = match self.w_max {
             Some(w) if w > cwnd_epoch => (w, ((w - cwnd_epoch) / self.cp.c).cbrt()),
             _ => (cwnd_epoch, 0.0),
         };
         self.w_max = Some(w_max);
         self.w_est = cwnd_epoch;
-        let e = Epoch { start_us: now_us, cwnd_epoch, w_max, k_s };
+        let e = Epoch { start_us: now_us, cwnd_epoch, w_max, k_s, w_max_known };
         self.epoch = Some(e);
         e
     }
@@ -466,12 +510,11 @@ impl Cubic {
             None => self.start_epoch(now_us),
         };
         let t_s = now_us.saturating_sub(e.start_us) as f64 / 1e6;
-        let rtt_s = self.rtt.srtt_us / 1e6;
         let cwnd = self.cwnd;
-        let target = w_cubic(self.cp.c, e.k_s, e.w_max, t_s + rtt_s)
+        let target = w_cubic(self.cp.c, e.k_s, e.w_max, t_s + self.target_offset_s())
             .max(cwnd)
             .min(1.5 * cwnd);
-        let cubic_next = (cwnd + (target - cwnd) * acked_pkts / cwnd).min(target);
+        let mut next = (cwnd + (target - cwnd) * acked_pkts / cwnd).min(target);
         if self.cp.reno_friendly {
             let alpha = match self.cwnd_prior {
                 Some(prior) if self.w_est < prior => self.cp.alpha_cubic(),
@@ -479,17 +522,36 @@ impl Cubic {
             };
             self.w_est += alpha * acked_pkts / cwnd;
             if w_cubic(self.cp.c, e.k_s, e.w_max, t_s) < self.w_est {
-                self.cwnd = self.w_est.max(cwnd);
-                return;
+                next = self.w_est.max(cwnd);
             }
         }
-        self.cwnd = cubic_next;
+        if !e.w_max_known {
+            next = next.max(cwnd + acked_pkts / UNKNOWN_W_MAX_ACKS_PER_PKT);
+        }
+        self.cwnd = next;
+    }
+
+    /// The time added to t for the target, s: the flow's minimum RTT, as Linux
+    /// (`t += delay_min`), not RFC 9438's smoothed RTT; the SRTT until a minimum
+    /// is known. With a standing queue the SRTT is far above the minimum (1.9 s
+    /// against 50 ms on Verizon LTE with 1000 packets of buffer), and W_cubic(t +
+    /// SRTT) ran ~2 s ahead of kernel:cubic's curve: the buffer overflowed 1.1 s
+    /// earlier (algorithms/README.md, Fidelity).
+    fn target_offset_s(&self) -> f64 {
+        if self.min_rtt_us > 0 {
+            self.min_rtt_us as f64 / 1e6
+        } else {
+            self.rtt.srtt_us / 1e6
+        }
     }
 }
 
 impl WindowAlgorithm for Cubic {
     fn on_report(&mut self, m: &Measurement) -> u32 {
         self.rtt.update(m);
+        if m.min_rtt_us > 0 && (self.min_rtt_us == 0 || m.min_rtt_us < self.min_rtt_us) {
+            self.min_rtt_us = m.min_rtt_us;
+        }
         let before = self.cwnd;
         let fold_grew = self.fold_ss.adopt(m, &mut self.cwnd, self.params.mss_bytes);
         match self.guard.classify(m) {
@@ -615,6 +677,47 @@ mod tests {
         assert!(saw_concave && saw_convex);
     }
 
+    /// The target is W_cubic(t + minimum RTT) as Linux, not t + SRTT: with a
+    /// standing queue (SRTT 2 s, minimum 50 ms) the window follows the curve at t.
+    #[test]
+    fn target_time_offset_is_the_minimum_rtt() {
+        let cp = CubicParams { reno_friendly: false, ..Default::default() };
+        let mut cu = Cubic::new(params(200.0, 200.0), cp);
+        cu.on_report(&report(0, 1.0, 50_000));
+        let w_max = cu.cwnd_pkts();
+        cu.on_report(&loss(50_000, 50_000));
+        let k = (w_max * (1.0 - BETA) / C).cbrt();
+        let start = 100_001;
+        cu.on_report(&Measurement { min_rtt_us: 2_000_000, ..report(start, 1.0, 2_000_000) });
+        assert!(cu.srtt_us() > 200_000.0, "the queue raised the SRTT");
+        let now = start + 3_000_000;
+        let before = cu.cwnd_pkts();
+        cu.on_report(&Measurement { min_rtt_us: 2_000_000, ..report(now, before, 2_000_000) });
+        let expected = (C * (3.0 + 0.05 - k).powi(3) + w_max).max(before).min(1.5 * before);
+        assert!(close(cu.cwnd_pkts(), expected), "{} vs {expected}", cu.cwnd_pkts());
+    }
+
+    /// Before any congestion event (W_max unknown) cwnd grows at least one packet
+    /// per 20 acknowledged (Linux `cnt <= 20` while `last_max_cwnd == 0`), where
+    /// W_cubic(t) = C t^3 + cwnd_epoch alone would hardly move.
+    #[test]
+    fn growth_floor_before_the_first_congestion_event() {
+        let cp = CubicParams { reno_friendly: false, ..Default::default() };
+        let mut cu = Cubic::new(params(100.0, 100.0), cp);
+        cu.on_report(&report(0, 1.0, 50_000));
+        let start = cu.cwnd_pkts();
+        assert!(!cu.epoch().unwrap().w_max_known);
+        cu.on_report(&report(50_000, start, 50_000));
+        assert!(close(cu.cwnd_pkts(), start + start / 20.0), "{}", cu.cwnd_pkts());
+        // After a loss W_max is known: no floor, the curve's concave start.
+        cu.on_report(&loss(100_000, 50_000));
+        cu.on_report(&report(200_001, 1.0, 50_000));
+        assert!(cu.epoch().unwrap().w_max_known);
+        let before = cu.cwnd_pkts();
+        cu.on_report(&report(250_001, before, 50_000));
+        assert!(cu.cwnd_pkts() - before < before / 20.0);
+    }
+
     #[test]
     fn fast_convergence_lowers_w_max() {
         let mut cu = Cubic::new(params(100.0, 100.0), CubicParams::default());
@@ -733,6 +836,23 @@ mod tests {
     }
 
     #[test]
+    fn hystart_ack_train_of_a_paced_flow_must_span_the_minimum_rtt() {
+        // delay_min 40 ms, paced: the threshold is 41 ms (tcp_cubic.c does not
+        // halve it for paced flows); the 24 ms train that fires unpaced does not.
+        // (A round lasts one SRTT, 50 ms: the queue that stretches the train
+        // also stretches the round.)
+        let mut hs = HyStart::new(true, false, 16.0).with_paced(true);
+        hs.check(&ss_report(0, 0.0, 40_000, 0, true), 20.0, 50_000.0);
+        assert_eq!(hs.train_limit_us(), 41_000);
+        assert_eq!(hs.check(&ss_report(12_000, 10.0, 40_000, 12_000, true), 20.0, 50_000.0), None);
+        assert_eq!(hs.check(&ss_report(24_000, 10.0, 40_000, 12_000, true), 20.0, 50_000.0), None);
+        assert_eq!(hs.check(&ss_report(36_000, 10.0, 40_000, 12_000, true), 20.0, 50_000.0), None);
+        let (how, frac) = hs.check(&ss_report(48_000, 10.0, 40_000, 12_000, true), 20.0, 50_000.0).unwrap();
+        assert_eq!(how, HyStartExit::AckTrain);
+        assert!((frac - 5.0 / 12.0).abs() < 1e-9);
+    }
+
+    #[test]
     fn hystart_delay_increase_ends_slow_start_with_ssthresh_cwnd() {
         // delay_min 40 ms: threshold clamp(5 ms, 4, 16) -> a round minimum above 45 ms.
         let p = params(20.0, f64::INFINITY);
@@ -776,8 +896,9 @@ mod tests {
         cu.on_report(&fold(ss_report(0, 10.0, 40_000, 0, false), 30));
         let cut = cu.on_report(&fold(Measurement { lost_pkts: 1, inflight_max_pkts: 50, ..report(40_000, 20.0, 40_000) }, 50));
         assert!(close(cu.cwnd_pkts(), 35.0) && close(cu.w_max().unwrap(), 50.0));
-        // Commanded: the PRR window, 50 outstanding - 1 lost - 20 delivered x (1 - 0.7) = 43.
-        assert_eq!(cut, 43 * MSS + crate::window::TAKEOVER_MARK_BYTES);
+        // Commanded: the PRR window, 50 outstanding - 1 lost = 49 (the report's 20
+        // acked packets came before the loss ACK: not deliveries of the recovery).
+        assert_eq!(cut, 49 * MSS + crate::window::TAKEOVER_MARK_BYTES);
         assert!(CubicSpec::new_flow(&default_args(), p).fold_slow_start(), "on by default");
     }
 

@@ -55,17 +55,28 @@
 
 use crate::fold::{Cadence, FoldProgram};
 use crate::window::{
-    cwnd_limited, slow_start, FoldSlowStart, LossGuard, Prr, Measurement, ReportEvent, RttEstimator,
-    WindowAlgorithm, WindowParams,
+    cwnd_limited, slow_start, FoldSlowStart, KernelPacing, LossGuard, Measurement, Paced, Prr, ReportEvent,
+    RttEstimator, WindowAlgorithm, WindowParams,
 };
 use crate::AlgorithmSpec;
 
 /// Reno (RFC 5681) as an [`AlgorithmSpec`].
 pub struct RenoSpec;
 
-/// Reno has no flags beyond the shared window bounds.
-#[derive(clap::Args, Clone, Debug, Default)]
-pub struct RenoArgs {}
+/// Reno's flags (beyond the shared window bounds).
+#[derive(clap::Args, Clone, Debug)]
+pub struct RenoArgs {
+    /// Pace as kernel:reno is paced in this lab (Linux tcp_update_pacing_rate:
+    /// 200 % of cwnd/SRTT while cwnd < ssthresh/2, 120 % after); false: cwnd only.
+    #[arg(long, default_value = "true", action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub pacing: bool,
+}
+
+impl Default for RenoArgs {
+    fn default() -> Self {
+        RenoArgs { pacing: true }
+    }
+}
 
 /// Reno's fold program: four reports per RTT, urgent on loss or timeout.
 pub const PROGRAM: FoldProgram =
@@ -76,11 +87,13 @@ impl AlgorithmSpec for RenoSpec {
     const SUMMARY: &'static str = "TCP Reno: slow start, +1 packet per RTT in congestion avoidance, \
         cwnd halving on a loss event, cwnd = 1 packet after a timeout (per-report updates)";
     const SOURCE: &'static str = "RFC 5681";
+    const CONTROLS: &'static str = "cwnd+rate";
     type Args = RenoArgs;
-    type Flow = Reno;
+    type Flow = Paced<Reno>;
 
-    fn new_flow(_args: &RenoArgs, params: WindowParams) -> Reno {
-        Reno::new(params).with_fold_slow_start(PROGRAM.slow_start_in_fold())
+    fn new_flow(args: &RenoArgs, params: WindowParams) -> Paced<Reno> {
+        let reno = Reno::new(params).with_fold_slow_start(PROGRAM.slow_start_in_fold());
+        Paced::new(reno, args.pacing.then_some(KernelPacing::LINUX))
     }
 
     fn program(_args: &RenoArgs) -> FoldProgram {
@@ -341,8 +354,9 @@ mod tests {
         assert!(r.fold_slow_start());
         // The first loss: halve the fold's cwnd at that ACK (37 packets), marked takeover.
         let loss = Measurement { lost_pkts: 2, dp_cwnd_bytes: 37 * MSS as u64, inflight_max_pkts: 37, ..ack_report(2, 3.0) };
-        // PRR: 37 outstanding, 2 lost, 3 delivered: 37 - 2 - 3 x (1 - 18.5 / 37) = 33.5 packets.
-        assert_eq!(r.on_report(&loss), 33_500 + crate::window::TAKEOVER_MARK_BYTES);
+        // PRR: 37 outstanding, 2 lost, nothing delivered since the loss ACK (the
+        // report's 3 acked came before it): 37 - 2 = 35 packets.
+        assert_eq!(r.on_report(&loss), 35_000 + crate::window::TAKEOVER_MARK_BYTES);
         assert!(!r.fold_slow_start());
         assert_eq!((r.cwnd_pkts(), r.ssthresh_pkts(), r.phase()), (18.5, 18.5, Phase::Recovery));
         // From now on user space commands as before; the report's cwnd is not adopted.

@@ -333,13 +333,24 @@ impl LossGuard {
 ///
 /// Delivered = acknowledged + newly SACKed packets of the reports (a SACKed
 /// packet later covered by the cumulative ACK counts twice, which only ends the
-/// reduction sooner).
+/// reduction sooner). The report that entered recovery counts its SACKed and
+/// lost packets but not its cumulatively acknowledged ones: those were ACKs
+/// before the loss ACK, delivered before recovery and already outside RecoverFS
+/// (the in flight before the loss ACK); Linux counts only the loss ACK's
+/// deliveries (`prr_delivered` starts at 0 in `tcp_init_cwnd_reduction`).
+/// Counting them (up to a quarter RTT of slow-start ACKs) made PRR send that
+/// many x (1 - ssthresh / RecoverFS) packets too few: measured on the 0 -> 48
+/// Mbit/s step, 63 acked packets in the loss report, the link idle ~10 ms, then
+/// PRR-SSRB refilled in flight to ssthresh in one burst at twice the link rate
+/// that overflowed the queue, a second halving kernel:reno never made.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Prr {
     recover_fs: f64,
     ssthresh: f64,
     delivered: f64,
     lost: f64,
+    /// No report counted yet: the next is the one that entered recovery.
+    entry: bool,
 }
 
 /// The window to command after report `m`: `cwnd`, or during fast recovery
@@ -365,12 +376,21 @@ pub fn commanded_window(
 impl Prr {
     /// A reduction from `recover_fs` packets outstanding to `ssthresh_pkts`.
     pub fn new(recover_fs: f64, ssthresh_pkts: f64) -> Self {
-        Prr { recover_fs: recover_fs.max(ssthresh_pkts).max(1.0), ssthresh: ssthresh_pkts, delivered: 0.0, lost: 0.0 }
+        Prr {
+            recover_fs: recover_fs.max(ssthresh_pkts).max(1.0),
+            ssthresh: ssthresh_pkts,
+            delivered: 0.0,
+            lost: 0.0,
+            entry: true,
+        }
     }
 
-    /// Count report `m`'s delivered and lost packets; the window now, packets.
+    /// Count report `m`'s delivered and lost packets (the first report, the
+    /// one that entered recovery, without its acknowledged ones); the window
+    /// now, packets.
     pub fn on_report(&mut self, m: &Measurement, mss_bytes: u32) -> f64 {
-        self.delivered += m.acked_pkts(mss_bytes) + m.sacked_pkts as f64;
+        let acked = if std::mem::take(&mut self.entry) { 0.0 } else { m.acked_pkts(mss_bytes) };
+        self.delivered += acked + m.sacked_pkts as f64;
         self.lost += m.lost_pkts as f64;
         self.window()
     }
@@ -467,6 +487,126 @@ pub fn slow_start(cwnd_pkts: &mut f64, ssthresh_pkts: f64, acked_pkts: f64) -> f
     let used = acked_pkts.min(room);
     *cwnd_pkts += used;
     acked_pkts - used
+}
+
+/// TCP-internal pacing at the rate Linux `tcp_update_pacing_rate` sets for a
+/// congestion control without `cong_control` (as kernel reno and cubic):
+/// `ratio x mss x max(cwnd, packets_out) / SRTT`, with ratio
+/// `tcp_pacing_ss_ratio` (200 %) while cwnd < ssthresh / 2 and
+/// `tcp_pacing_ca_ratio` (120 %) after.
+///
+/// Why: kernel:reno and kernel:cubic in this lab are paced. The namespaces'
+/// default congestion control is bbr, whose init leaves `SK_PACING_NEEDED`
+/// when iperf3 switches the socket to reno or cubic (docs/NOTES.md), so the
+/// kernel paces them at this rate (seen in the link log: a slow-start flight
+/// spread over ~30 ms at 2-5 packets/ms). ccp-datapath turns that pacing off
+/// for a ccp socket unless the algorithm commands a rate, so unpaced ccp:reno
+/// and ccp:cubic sent each flight as a line-rate burst: more slow-start losses
+/// earlier, HyStart's ACK train judged on bursts (tcp_cubic.c halves its
+/// threshold only for unpaced flows), and after a loss a refill of in flight to
+/// ssthresh in one burst at twice the link rate (measured on the 0 -> 48 Mbit/s
+/// step, algorithms/README.md Fidelity).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct KernelPacing {
+    /// Percent of cwnd / SRTT while cwnd < ssthresh / 2 (Linux 200).
+    pub ss_ratio_pct: f64,
+    /// Percent of cwnd / SRTT otherwise (Linux 120).
+    pub ca_ratio_pct: f64,
+}
+
+impl KernelPacing {
+    /// Linux's defaults (`net.ipv4.tcp_pacing_ss_ratio` 200, `tcp_pacing_ca_ratio` 120).
+    pub const LINUX: KernelPacing = KernelPacing { ss_ratio_pct: 200.0, ca_ratio_pct: 120.0 };
+
+    /// The pacing rate in bytes/s for a window of `window_pkts` (cwnd, or the
+    /// outstanding packets when more), `ssthresh_pkts`, `mss_bytes` and a smoothed
+    /// RTT of `srtt_us`; None before the first RTT sample (the flow stays unpaced).
+    pub fn rate_bytes_per_sec(&self, window_pkts: f64, ssthresh_pkts: f64, mss_bytes: u32, srtt_us: f64) -> Option<u64> {
+        if !(srtt_us > 0.0) {
+            return None;
+        }
+        let pct = if window_pkts < ssthresh_pkts / 2.0 { self.ss_ratio_pct } else { self.ca_ratio_pct };
+        let rate = pct / 100.0 * f64::from(mss_bytes) * window_pkts.max(1.0) * 1e6 / srtt_us;
+        Some(rate.round().max(1.0) as u64)
+    }
+}
+
+/// The window the pacing rate is computed for while slow start runs in the
+/// fold, as a multiple of the cwnd at the report (see [`Paced`]).
+pub const FOLD_SLOW_START_PACING_WINDOW: f64 = 1.5;
+
+/// A window algorithm `W` that also commands the kernel's pacing rate
+/// ([`KernelPacing`]) with every report, from its own window and a smoothed RTT
+/// of the reports (RFC 6298, as [`RttEstimator`]). Dereferences to `W`.
+///
+/// Per report, not per ACK as the kernel: while slow start runs in the fold the
+/// window doubles per round between reports, and a report may come at the
+/// first ACK of a round (ACKs arrive in trains), so the rate is computed for
+/// the window in the middle of the round slow start is in, 1.5 x the cwnd at
+/// the report ([`FOLD_SLOW_START_PACING_WINDOW`]). With the cwnd at the report
+/// (measured: `ccplab fidelity` step 0 -> 48 Mbit/s) each round's packets were
+/// paced over more than an RTT: 34 and 56 packets per 50 ms in the third and
+/// fourth rounds where kernel:reno delivered 40 and 80.
+#[derive(Clone, Debug)]
+pub struct Paced<W> {
+    inner: W,
+    pacing: Option<KernelPacing>,
+    rtt: RttEstimator,
+}
+
+impl<W: WindowAlgorithm> Paced<W> {
+    /// `inner` paced as the kernel does (`pacing` Some) or unpaced (None: cwnd only).
+    pub fn new(inner: W, pacing: Option<KernelPacing>) -> Self {
+        Paced { inner, pacing, rtt: RttEstimator::default() }
+    }
+
+    /// The pacing in use (None: unpaced).
+    pub fn pacing(&self) -> Option<KernelPacing> {
+        self.pacing
+    }
+
+    /// The rate for report `m` after the window logic answered `cwnd_bytes`
+    /// (0 = slow start in the fold, which keeps growing cwnd per ACK).
+    fn rate_after(&self, m: &Measurement, cwnd_bytes: u32) -> Option<u64> {
+        let pacing = self.pacing?;
+        let p = self.inner.params();
+        let window = if cwnd_bytes == 0 {
+            self.inner.cwnd_pkts() * FOLD_SLOW_START_PACING_WINDOW
+        } else {
+            f64::from(cwnd_bytes) / f64::from(p.mss_bytes.max(1))
+        };
+        let window = window.max(m.outstanding_pkts() as f64);
+        pacing.rate_bytes_per_sec(window, self.inner.ssthresh_pkts(), p.mss_bytes, self.rtt.srtt_us)
+    }
+}
+
+impl<W> std::ops::Deref for Paced<W> {
+    type Target = W;
+    fn deref(&self) -> &W {
+        &self.inner
+    }
+}
+
+impl<W> std::ops::DerefMut for Paced<W> {
+    fn deref_mut(&mut self) -> &mut W {
+        &mut self.inner
+    }
+}
+
+impl<W: WindowAlgorithm> crate::Controller for Paced<W> {
+    fn initial(&self) -> crate::Control {
+        crate::Control { cwnd_bytes: Some(self.inner.cwnd_bytes()), rate_bytes_per_sec: None }
+    }
+
+    fn on_report(&mut self, m: &Measurement) -> crate::Control {
+        self.rtt.update(m);
+        let cwnd_bytes = self.inner.on_report(m);
+        crate::Control { cwnd_bytes: Some(cwnd_bytes), rate_bytes_per_sec: self.rate_after(m, cwnd_bytes) }
+    }
+
+    fn state(&self) -> String {
+        crate::Controller::state(&self.inner)
+    }
 }
 
 #[cfg(test)]
@@ -578,10 +718,45 @@ mod tests {
         };
         // 10 delivered (SACKed), 4 marked lost: in flight 100 - 10 - 4 = 86 before
         // sending; window 86 + 5 = 91, i.e. 5 new packets for 10 delivered.
-        assert_eq!(prr.on_report(&m(0, 10, 4), 1000), 91.0);
+        // The entry report's cumulatively acked packets (ACKs before the loss ACK,
+        // not part of RecoverFS) are not deliveries of the recovery.
+        assert_eq!(prr.on_report(&m(30, 10, 4), 1000), 91.0);
         assert_eq!(prr.on_report(&m(20, 0, 0), 1000), 81.0);
         // Never below ssthresh (PRR-SSRB refills in flight up to ssthresh).
         assert_eq!(prr.on_report(&m(90, 0, 0), 1000), 50.0);
+    }
+
+    #[test]
+    fn kernel_pacing_is_tcp_update_pacing_rate() {
+        let k = KernelPacing::LINUX;
+        // 100 packets of 1000 bytes per 50 ms = 2 MB/s; slow start (cwnd < ssthresh / 2): 200 %.
+        assert_eq!(k.rate_bytes_per_sec(100.0, f64::INFINITY, 1000, 50_000.0), Some(4_000_000));
+        assert_eq!(k.rate_bytes_per_sec(100.0, 201.0, 1000, 50_000.0), Some(4_000_000));
+        // From ssthresh / 2 on (and in congestion avoidance): 120 %.
+        assert_eq!(k.rate_bytes_per_sec(100.0, 200.0, 1000, 50_000.0), Some(2_400_000));
+        assert_eq!(k.rate_bytes_per_sec(100.0, 50.0, 1000, 50_000.0), Some(2_400_000));
+        assert_eq!(k.rate_bytes_per_sec(100.0, 50.0, 1000, 0.0), None, "no RTT sample: unpaced");
+    }
+
+    #[test]
+    fn paced_commands_the_window_and_the_kernel_rate() {
+        use crate::Controller;
+        let mut r = Paced::new(crate::reno::Reno::new(params()), Some(KernelPacing::LINUX));
+        assert_eq!(r.initial().rate_bytes_per_sec, None, "no SRTT before the first report");
+        let m = Measurement { acked_bytes: 10_000, rtt_us: 50_000, min_rtt_us: 50_000, ..Default::default() };
+        let c = r.on_report(&m);
+        // Slow start 10 -> 20 packets (ceiling 50): 200 % x 20 x 1000 B / 50 ms.
+        assert_eq!(c.cwnd_bytes, Some(20_000));
+        assert_eq!(c.rate_bytes_per_sec, Some(800_000));
+        // In the fold's slow start (Cwnd 0) the rate is for the cwnd half a report ahead.
+        let mut f = Paced::new(crate::reno::Reno::new(params()).with_fold_slow_start(true), Some(KernelPacing::LINUX));
+        let c = f.on_report(&Measurement { dp_cwnd_bytes: 20_000, ..m });
+        assert_eq!(c.cwnd_bytes, Some(0));
+        assert_eq!(c.rate_bytes_per_sec, Some(1_200_000), "200 % x 1.5 x 20 x 1000 B / 50 ms");
+        // Unpaced: cwnd only.
+        let mut u = Paced::new(crate::reno::Reno::new(params()), None);
+        assert_eq!(u.on_report(&m).rate_bytes_per_sec, None);
+        assert!(u.pacing().is_none() && f.fold_slow_start(), "Deref reaches the window logic");
     }
 
     #[test]

@@ -16,7 +16,8 @@ def test_registry_is_the_binarys_listing():
     algos = registry.load_registry()
     assert list(algos)[:5] == ["reno", "cubic", "bbr", "copa", "vegas"]  # the standard suite first
     bbr = algos["bbr"]
-    assert bbr.controls == "cwnd+rate" and algos["reno"].controls == "cwnd"
+    assert bbr.controls == "cwnd+rate" and algos["reno"].controls == "cwnd+rate"  # reno paces as the kernel
+    assert algos["vegas"].controls == "cwnd"
     assert bbr.command == ("ccp-algorithms", "bbr")
     assert "bw-window-rounds" in bbr.parameter_names()
     assert "ipc" not in bbr.parameter_names(), "the runner owns the IPC flags"
