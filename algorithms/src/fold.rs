@@ -120,14 +120,23 @@ const DEFS_HEAD: &str = "\
 
 /// The control registers of slow start in the fold (see [`SLOW_START`]):
 /// `ss` on until it ends, `fcw` the cwnd in bytes the fold set last, `cw`
-/// (the new Cwnd: Portus cannot bind an `if` to Cwnd itself), `keep` and `lim`
-/// scratch flags of one ACK.
-const SLOW_START_DEFS: &str = "    (ss true)\n    (fcw 0)\n    (cw 0)\n    (keep true)\n    (lim true)\n";
+/// (the new Cwnd: Portus cannot bind an `if` to Cwnd itself), `keep`, `lim`
+/// and `fresh` scratch flags of one ACK, `mx` the largest in flight (bytes,
+/// before an ACK) of the current round and `acc` the bytes acknowledged in it.
+const SLOW_START_DEFS: &str =
+    "    (ss true)\n    (fcw 0)\n    (cw 0)\n    (keep true)\n    (lim true)\n    (mx 0)\n    (acc 0)\n    (fresh false)\n";
 
 /// Slow start per ACK in the datapath, as Linux `tcp_slow_start` (and CCP's
 /// own slow start in the datapath): while `ss` holds, every ACK raises Cwnd
-/// by `Ack.bytes_acked` if the flow is cwnd-limited (cwnd < 2 x the bytes in
-/// flight before the ACK, as `tcp_is_cwnd_limited` in slow start). `ss` ends
+/// by `Ack.bytes_acked` if the flow is cwnd-limited: cwnd < 2 x the largest
+/// in flight of the current round, as `tcp_is_cwnd_limited` in slow start
+/// compares with `max_packets_out`, the largest `packets_out` since
+/// `max_packets_seq` (a round: it restarts once as many bytes as that maximum
+/// are acknowledged, the fold's stand-in for snd_una passing the round's
+/// snd_nxt). Not the in flight of the ACK itself: a paced flow
+/// ([`crate::window::Paced`]) keeps in flight below cwnd while its cwnd
+/// doubles, and that test stopped the growth at about half the round's ACKs
+/// (cwnd 36 instead of 40 packets after the second round). `ss` ends
 /// for good at the first ACK that carries a loss or a timeout, or when user
 /// space takes over by commanding a Cwnd other than 0 and other than the
 /// fold's own last value `fcw` (user space marks that command with
@@ -147,7 +156,12 @@ const SLOW_START: &str = "\
     (:= ss (&& keep (== Ack.lost_pkts_sample 0)))
     (:= ss (if Flow.was_timeout false))
     (:= fcw (if (&& ss true) cw))
-    (:= lim (< cw (* 2 (+ Flow.bytes_in_flight Ack.bytes_acked))))
+    (:= acc (+ acc Ack.bytes_acked))
+    (:= fresh (> acc mx))
+    (:= acc (if fresh 0))
+    (:= mx (if fresh 0))
+    (:= mx (max mx (+ Flow.bytes_in_flight Ack.bytes_acked)))
+    (:= lim (< cw (* 2 mx)))
     (:= fcw (if (&& ss lim) (+ fcw Ack.bytes_acked)))
     (:= cw (if (&& ss true) fcw))
     (:= Cwnd cw)

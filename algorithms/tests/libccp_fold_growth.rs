@@ -92,11 +92,29 @@ fn reno_and_cubic_programs_grow_cwnd_per_ack_until_a_loss() {
         // User space's "go on" (Cwnd 0) is neither applied nor stops the growth.
         command(&dp, &sc, sid, 0);
         assert_eq!(ack(&mut f, 1, 20, 0, false), 21 * MSS);
-        // Not cwnd-limited (cwnd >= 2 x in flight before the ACK): no growth.
-        assert_eq!(ack(&mut f, 1, 5, 0, false), 21 * MSS);
+        // The application now keeps 5 packets in flight. Within the round cwnd
+        // still grows (tcp_is_cwnd_limited compares with the round's largest in
+        // flight, 21 packets, not this ACK's), then stops once a round of data
+        // (that largest in flight) is acknowledged: not cwnd-limited any more.
+        let mut cwnd = ack(&mut f, 1, 5, 0, false);
+        assert_eq!(cwnd, 22 * MSS, "{}: still within the round of 21 packets in flight", prog.name);
+        let mut acks = 1;
+        loop {
+            let next = ack(&mut f, 1, 5, 0, false);
+            acks += 1;
+            if next == cwnd {
+                break;
+            }
+            cwnd = next;
+            assert!(acks < 30, "{}: cwnd still growing after {acks} ACKs at 5 in flight", prog.name);
+        }
+        assert!(acks <= 23, "{}: the round of 21 packets ended after {acks} ACKs", prog.name);
+        for _ in 0..5 {
+            assert_eq!(ack(&mut f, 1, 5, 0, false), cwnd, "{}: no growth while not cwnd-limited", prog.name);
+        }
         // A loss stops the fold's growth at once and for good.
-        assert_eq!(ack(&mut f, 1, 20, 1, false), 21 * MSS);
-        assert_eq!(ack(&mut f, 3, 20, 0, false), 21 * MSS, "{}: no growth after the loss", prog.name);
+        assert_eq!(ack(&mut f, 1, 40, 1, false), cwnd);
+        assert_eq!(ack(&mut f, 3, 40, 0, false), cwnd, "{}: no growth after the loss", prog.name);
         // User space's commands apply as they are from now on.
         command(&dp, &sc, sid, 10 * MSS + TAKEOVER_MARK_BYTES);
         assert_eq!(ack(&mut f, 1, 9, 0, false), 10 * MSS + TAKEOVER_MARK_BYTES);
