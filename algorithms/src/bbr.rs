@@ -196,6 +196,8 @@ pub struct Bbr {
     fold_growth: bool,
     /// The cap this report commands (fold growth only; None = the cwnd itself).
     cap: Option<f64>,
+    /// BtlBw at the previous report, bytes/s (Startup's growth extrapolation).
+    prev_report_bw: f64,
 }
 
 impl Bbr {
@@ -230,6 +232,7 @@ impl Bbr {
             recovery: None,
             fold_growth: false,
             cap: None,
+            prev_report_bw: 0.0,
         }
     }
 
@@ -387,7 +390,7 @@ impl Bbr {
         } else if gain > 1.0 {
             full_length && (m.has_loss() || m.inflight_max_pkts as f64 >= self.bdp_pkts(gain))
         } else {
-            full_length || m.inflight_pkts as f64 <= self.bdp_pkts(1.0)
+            full_length || m.inflight_pkts as f64 <= self.inflight_target(1.0) + self.lookahead_pkts(gain)
         };
         if next {
             self.advance_cycle(m.now_us);
@@ -400,7 +403,9 @@ impl Bbr {
             self.pacing_gain = 1.0 / self.args.high_gain;
             self.cwnd_gain = self.args.high_gain;
         }
-        if self.mode == Mode::Drain && m.inflight_pkts as f64 <= self.bdp_pkts(1.0) {
+        if self.mode == Mode::Drain
+            && m.inflight_pkts as f64 <= self.inflight_target(1.0) + self.lookahead_pkts(self.pacing_gain)
+        {
             self.enter_probe_bw(m.now_us);
         }
     }
@@ -467,12 +472,55 @@ impl Bbr {
         3.0 * segs + extra
     }
 
+    /// gain x BDP plus the quantization budget, packets (tcp_bbr.c
+    /// `bbr_inflight`): the in-flight level at which Drain and the 3/4 phase
+    /// end. Why the budget: the kernel's queue in ProbeBW stands at about the
+    /// budget (8 ms at 12 Mbit/s); ending at BDP alone drained it to 1-2 ms
+    /// (p95 queueing delay 0.65-0.85x the kernel's) and idled the link after
+    /// Drain.
+    fn inflight_target(&self, gain: f64) -> f64 {
+        self.bdp_pkts(gain) + self.quantization_budget()
+    }
+
+    /// Packets the report's last ACK delivered (acked + SACKed), estimated
+    /// as the report's mean per ACK: packet conservation (tcp_bbr.c: cwnd =
+    /// in flight + this ACK's `acked_sacked`) is per ACK, and the report's
+    /// total (up to 50 SACKed packets in one report during recovery) would
+    /// let cwnd run that far above in-flight, refilling a full queue.
+    fn last_ack_delivered(&self, m: &Measurement) -> f64 {
+        (m.acked_pkts(self.params.mss_bytes) + m.sacked_pkts as f64) / m.acks.max(1) as f64
+    }
+
+    /// BtlBw's growth factor since the previous report, in [1, 2]: how much
+    /// the kernel's per-ACK target would rise before the next report while
+    /// Startup's bandwidth doubles per round.
+    fn startup_bw_growth(&self) -> f64 {
+        let bw = self.btl_bw();
+        if self.prev_report_bw > 0.0 && bw > 0.0 {
+            (bw / self.prev_report_bw).clamp(1.0, 2.0)
+        } else {
+            1.0
+        }
+    }
+
+    /// Half the fall of in-flight before the next report when pacing at
+    /// `gain` < 1 (packets): (1 - gain) x BtlBw x the report interval (SRTT /
+    /// 2) / 2. The kernel ends Drain and the 3/4 phase on the ACK where
+    /// in-flight reaches its target; deciding per report, a report-sized step
+    /// past it is the rule's granularity, so the threshold is moved up by half
+    /// a step to land on the target on average instead of below it (which
+    /// left the queue 1-2 ms against the kernel's 8 at 12 Mbit/s).
+    fn lookahead_pkts(&self, gain: f64) -> f64 {
+        let interval_s = self.rtt.srtt_us / 2.0 / 1e6;
+        (1.0 - gain).max(0.0) * self.btl_bw() * interval_s / 2.0 / f64::from(self.params.mss_bytes)
+    }
+
     fn set_cwnd(&mut self, m: &Measurement) {
         let acked = m.acked_pkts(self.params.mss_bytes);
         let target = self.bdp_pkts(self.cwnd_gain) + self.quantization_budget();
         let conserving = self.recovery.is_some_and(|(_, until)| self.round < until);
         if self.fold_growth {
-            return self.set_cap(m, acked, target, conserving);
+            return self.set_cap(m, target, conserving);
         }
         if conserving {
             self.cwnd = self.cwnd.max(m.inflight_pkts as f64 + acked);
@@ -492,17 +540,52 @@ impl Bbr {
     /// tcp_bbr.c's per-ACK `bbr_set_cwnd` (`min(cwnd + acked, target)` once the
     /// pipe is full, `cwnd + acked` while below target in Startup); user space
     /// commands the cap and lowers its model of cwnd at once to it.
-    fn set_cap(&mut self, m: &Measurement, acked: f64, target: f64, conserving: bool) {
+    ///
+    /// Losses: every report's lost packets come off cwnd first (tcp_bbr.c
+    /// `bbr_set_cwnd_to_recover_or_restore` deducts `rs->losses` on each ACK;
+    /// loss reports are urgent, so this is per loss ACK here too), and the
+    /// command is at most that reduced cwnd, which the fold applies at once.
+    /// Without it cwnd stayed at its pre-loss value through recovery while
+    /// in-flight fell, refilling a full queue (Startup's overshoot lost 40 %
+    /// more packets than the kernel's).
+    ///
+    /// Startup: the kernel grows cwnd by each ACK while cwnd < target, with a
+    /// target that rises per ACK with the bandwidth estimate. A cap from this
+    /// report's estimate would stop the fold's growth half an RTT early (the
+    /// first round at init cwnd + budget, 16 packets, before any bandwidth
+    /// sample), so while cwnd < target (or before the first sample or
+    /// `TCP_INIT_CWND` delivered packets) the cap also lets cwnd grow by what
+    /// the next report's ACKs will raise it to: BtlBw extrapolated by its
+    /// growth since the previous report ([`Bbr::startup_bw_growth`]), or
+    /// double cwnd before the first sample. Once BtlBw stops growing the cap
+    /// is the kernel's target (about 2.885 BDP), which bounds the overshoot
+    /// into the queue as the kernel's does.
+    fn set_cap(&mut self, m: &Measurement, target: f64, conserving: bool) {
         let early = self.acked_total < (self.params.init_cwnd_pkts as u64) * u64::from(self.params.mss_bytes);
-        let mut cap = if conserving {
-            self.cwnd.max(m.inflight_pkts as f64 + acked)
+        let delivered = self.last_ack_delivered(m);
+        if m.has_loss() {
+            self.cwnd = (self.cwnd - m.lost_pkts as f64).max(1.0);
+        }
+        let mut cap = if conserving && m.has_loss() {
+            // The kernel's floor (in flight + acked) never binds on a loss
+            // ACK of a conserving round (in flight <= cwnd before the ACK);
+            // here in-flight includes what was sent under the command this
+            // one replaces, and the floor would undo the deduction.
+            self.cwnd.max(MIN_CWND_PKTS)
+        } else if conserving {
+            self.cwnd.max(m.inflight_pkts as f64 + delivered)
         } else if self.full_bw_reached {
             target
-        } else if early {
-            target.max(self.cwnd + acked)
+        } else if early || self.btl_bw() <= 0.0 {
+            target.max(2.0 * self.cwnd)
+        } else if self.cwnd < target {
+            self.bdp_pkts(self.cwnd_gain) * self.startup_bw_growth() + self.quantization_budget()
         } else {
-            target.max(self.cwnd)
+            self.cwnd
         };
+        if m.has_loss() && !conserving {
+            cap = cap.min(self.cwnd);
+        }
         cap = cap.max(MIN_CWND_PKTS);
         if self.mode == Mode::ProbeRtt {
             cap = cap.min(MIN_CWND_PKTS);
@@ -512,7 +595,8 @@ impl Bbr {
         self.cap = Some(cap);
     }
 
-    fn on_loss(&mut self, m: &Measurement) {
+    /// Returns true when this report started loss recovery (cwnd set here).
+    fn on_loss(&mut self, m: &Measurement) -> bool {
         if m.timeout {
             self.prior_cwnd = self.prior_cwnd.max(self.cwnd);
             self.cwnd = 1.0;
@@ -525,10 +609,14 @@ impl Bbr {
             self.prior_cwnd = self.cwnd;
             let outstanding = (m.outstanding_pkts() as f64).max(1.0);
             let point = self.acked_total + (outstanding * f64::from(self.params.mss_bytes)) as u64;
-            // Packet conservation for the next round.
+            // Packet conservation for one round from now (tcp_bbr.c starts a
+            // round at the entry into recovery).
             self.recovery = Some((point, self.round + 1));
-            self.cwnd = (m.inflight_pkts as f64 + m.acked_pkts(self.params.mss_bytes)).max(MIN_CWND_PKTS);
+            self.next_round_at = self.delivered_total + m.inflight_pkts.max(1) * u64::from(self.params.mss_bytes);
+            self.cwnd = (m.inflight_pkts as f64 + self.last_ack_delivered(m)).max(MIN_CWND_PKTS);
+            return true;
         }
+        false
     }
 
     fn end_recovery(&mut self) {
@@ -564,12 +652,13 @@ impl Controller for Bbr {
         self.update_probe_rtt(m, expired);
         self.set_pacing_rate();
         let timed_out = m.timeout;
-        self.on_loss(m);
-        if !timed_out && !(m.has_loss() && self.recovery.is_some_and(|(_, until)| until == self.round + 1)) {
+        let entered_recovery = self.on_loss(m);
+        if !timed_out && !entered_recovery {
             self.set_cwnd(m);
         }
         let rate = (self.pacing_rate > 0.0).then(|| self.pacing_rate.min(f64::from(u32::MAX)) as u64);
         let cwnd = self.cap.unwrap_or(self.cwnd);
+        self.prev_report_bw = self.btl_bw();
         Control { cwnd_bytes: Some(self.params.to_bytes(cwnd)), rate_bytes_per_sec: rate }
     }
 
