@@ -568,6 +568,11 @@ impl WindowAlgorithm for Cubic {
     }
 
     crate::window::loss_window_accessors!();
+
+    fn packets_out_pkts(&self, m: &Measurement) -> f64 {
+        let unacked = self.prr.map_or(0.0, |p| p.unacked_pkts());
+        (m.outstanding_pkts() as f64).max(unacked)
+    }
 }
 
 

@@ -122,18 +122,23 @@ const DEFS_HEAD: &str = "\
 /// `ss` on until it ends, `fcw` the cwnd in bytes the fold set last, `cw`
 /// (the new Cwnd: Portus cannot bind an `if` to Cwnd itself), `keep`, `lim`
 /// and `fresh` scratch flags of one ACK, `mx` the largest in flight (bytes,
-/// before an ACK) of the current round and `acc` the bytes acknowledged in it.
-const SLOW_START_DEFS: &str =
-    "    (ss true)\n    (fcw 0)\n    (cw 0)\n    (keep true)\n    (lim true)\n    (mx 0)\n    (acc 0)\n    (fresh false)\n";
+/// before an ACK) of the current round, `pmx` that of the previous round and
+/// `acc` the bytes acknowledged in the current one.
+const SLOW_START_DEFS: &str = "    (ss true)\n    (fcw 0)\n    (cw 0)\n    (keep true)\n    (lim true)\n    \
+     (mx 0)\n    (pmx 0)\n    (acc 0)\n    (fresh false)\n";
 
 /// Slow start per ACK in the datapath, as Linux `tcp_slow_start` (and CCP's
 /// own slow start in the datapath): while `ss` holds, every ACK raises Cwnd
 /// by `Ack.bytes_acked` if the flow is cwnd-limited: cwnd < 2 x the largest
-/// in flight of the current round, as `tcp_is_cwnd_limited` in slow start
-/// compares with `max_packets_out`, the largest `packets_out` since
-/// `max_packets_seq` (a round: it restarts once as many bytes as that maximum
-/// are acknowledged, the fold's stand-in for snd_una passing the round's
-/// snd_nxt). Not the in flight of the ACK itself: a paced flow
+/// in flight of this round and the previous one, as `tcp_is_cwnd_limited` in
+/// slow start compares with `max_packets_out`, the largest `packets_out` since
+/// `cwnd_usage_seq` (a round: here it restarts once as many bytes as its
+/// largest in flight are acknowledged, the fold's stand-in for snd_una passing
+/// the round's snd_nxt). The previous round counts too because the fold sees
+/// in flight only at ACKs, not right after the paced transmissions where the
+/// kernel samples `packets_out` (with this round alone, cwnd stopped at 36
+/// instead of 40 packets after the second round in one run of three). Not the
+/// in flight of the ACK itself: a paced flow
 /// ([`crate::window::Paced`]) keeps in flight below cwnd while its cwnd
 /// doubles, and that test stopped the growth at about half the round's ACKs
 /// (cwnd 36 instead of 40 packets after the second round). `ss` ends
@@ -159,9 +164,10 @@ const SLOW_START: &str = "\
     (:= acc (+ acc Ack.bytes_acked))
     (:= fresh (> acc mx))
     (:= acc (if fresh 0))
+    (:= pmx (if fresh mx))
     (:= mx (if fresh 0))
     (:= mx (max mx (+ Flow.bytes_in_flight Ack.bytes_acked)))
-    (:= lim (< cw (* 2 mx)))
+    (:= lim (< cw (* 2 (max mx pmx))))
     (:= fcw (if (&& ss lim) (+ fcw Ack.bytes_acked)))
     (:= cw (if (&& ss true) fcw))
     (:= Cwnd cw)
