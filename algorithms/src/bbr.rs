@@ -110,9 +110,17 @@ pub struct BbrArgs {
     pub seed: u64,
 }
 
-/// BBR's fold program: two reports per RTT, urgent on loss or timeout.
+/// Regular reports per RTT. Every per-report decision (Startup's pacing rate
+/// and cap, the ends of Drain and the gain-cycle phases) lags the kernel's
+/// per-ACK one by up to a report interval. Measured on fixed12-q1bdp (3 runs,
+/// ccp side): 4 per RTT left Startup's ramp and the Normalized Area as they
+/// were (0.097 s both) and made the retransmits less steady (0.60-1.56x the
+/// kernel's against 1.05-1.09x at 2), so 2.
+pub const REPORTS_PER_RTT: u32 = 2;
+
+/// BBR's fold program: [`REPORTS_PER_RTT`] reports per RTT, urgent on loss or timeout.
 pub const PROGRAM: FoldProgram =
-    FoldProgram { name: "ccplab_bbr", cadence: Cadence::PerRtt(2), urgent_on_loss: true };
+    FoldProgram { name: "ccplab_bbr", cadence: Cadence::PerRtt(REPORTS_PER_RTT), urgent_on_loss: true };
 
 impl AlgorithmSpec for BbrSpec {
     const NAME: &'static str = "bbr";
@@ -198,6 +206,9 @@ pub struct Bbr {
     cap: Option<f64>,
     /// BtlBw at the previous report, bytes/s (Startup's growth extrapolation).
     prev_report_bw: f64,
+    /// (gain of the phase that ended within this report interval, fraction of
+    /// the interval it still had): the pacing gain of this report only.
+    blend: Option<(f64, f64)>,
 }
 
 impl Bbr {
@@ -233,6 +244,7 @@ impl Bbr {
             fold_growth: false,
             cap: None,
             prev_report_bw: 0.0,
+            blend: None,
         }
     }
 
@@ -389,12 +401,38 @@ impl Bbr {
             full_length
         } else if gain > 1.0 {
             full_length && (m.has_loss() || m.inflight_max_pkts as f64 >= self.bdp_pkts(gain))
+        } else if full_length {
+            true
         } else {
-            full_length || m.inflight_pkts as f64 <= self.inflight_target(1.0) + self.lookahead_pkts(gain)
+            self.ends_within_report(m, gain)
         };
         if next {
             self.advance_cycle(m.now_us);
         }
+    }
+
+    /// Whether a phase pacing at `gain` < 1 (Drain, the 3/4 phase) ends by the
+    /// next report: in-flight reaches BDP + budget (tcp_bbr.c
+    /// `bbr_inflight(bw, 1)`) within the fall of one report interval. If so it
+    /// ends now and [`Bbr::blend`] keeps the old gain for the fraction of the
+    /// next interval the kernel would still spend in it (per ACK it ends on the
+    /// ACK that reaches the target). Why: ending at the first report at or
+    /// below the target left the queue up to a whole interval's fall (12
+    /// packets at 24 Mbit/s) below the kernel's, often empty; an empty queue
+    /// refreshed RTprop with a sample a few us lower, which moved ProbeRTT
+    /// seconds later than the kernel's and kept the 24 Mbit/s BtlBw's queue
+    /// after the step to 6 Mbit/s (p95 queueing delay 2.65x).
+    fn ends_within_report(&mut self, m: &Measurement, gain: f64) -> bool {
+        let above = m.inflight_pkts as f64 - self.inflight_target(1.0);
+        let step = self.report_fall_pkts(m, gain);
+        if above <= 0.0 {
+            return true;
+        }
+        if above < step {
+            self.blend = Some((gain, above / step));
+            return true;
+        }
+        false
     }
 
     fn check_drain(&mut self, m: &Measurement) {
@@ -403,9 +441,7 @@ impl Bbr {
             self.pacing_gain = 1.0 / self.args.high_gain;
             self.cwnd_gain = self.args.high_gain;
         }
-        if self.mode == Mode::Drain
-            && m.inflight_pkts as f64 <= self.inflight_target(1.0) + self.lookahead_pkts(self.pacing_gain)
-        {
+        if self.mode == Mode::Drain && self.ends_within_report(m, self.pacing_gain) {
             self.enter_probe_bw(m.now_us);
         }
     }
@@ -450,8 +486,14 @@ impl Bbr {
 
     fn set_pacing_rate(&mut self) {
         let bw = self.btl_bw();
+        // A phase that ended within this report interval keeps its gain for
+        // the fraction of the interval it would have lasted (see ends_within_report).
+        let gain = match self.blend.take() {
+            Some((old, f)) => f * old + (1.0 - f) * self.pacing_gain,
+            None => self.pacing_gain,
+        };
         let rate = if bw > 0.0 {
-            self.pacing_gain * bw * 0.99
+            gain * bw * 0.99
         } else if self.rtt.srtt_us > 0.0 {
             self.args.high_gain * self.params.init_cwnd_pkts * f64::from(self.params.mss_bytes) * 1e6
                 / self.rtt.srtt_us
@@ -503,16 +545,13 @@ impl Bbr {
         }
     }
 
-    /// Half the fall of in-flight before the next report when pacing at
-    /// `gain` < 1 (packets): (1 - gain) x BtlBw x the report interval (SRTT /
-    /// 2) / 2. The kernel ends Drain and the 3/4 phase on the ACK where
-    /// in-flight reaches its target; deciding per report, a report-sized step
-    /// past it is the rule's granularity, so the threshold is moved up by half
-    /// a step to land on the target on average instead of below it (which
-    /// left the queue 1-2 ms against the kernel's 8 at 12 Mbit/s).
-    fn lookahead_pkts(&self, gain: f64) -> f64 {
-        let interval_s = self.rtt.srtt_us / 2.0 / 1e6;
-        (1.0 - gain).max(0.0) * self.btl_bw() * interval_s / 2.0 / f64::from(self.params.mss_bytes)
+    /// The fall of in-flight before the next report when pacing at `gain` <
+    /// 1, packets: (1 - gain) x BtlBw x the report interval (the latest RTT
+    /// sample / [`REPORTS_PER_RTT`], the fold's cadence).
+    fn report_fall_pkts(&self, m: &Measurement, gain: f64) -> f64 {
+        let rtt_us = if m.rtt_us > 0 { m.rtt_us as f64 } else { self.rtt.srtt_us };
+        let interval_s = rtt_us / f64::from(REPORTS_PER_RTT) / 1e6;
+        (1.0 - gain).max(0.0) * self.btl_bw() * interval_s / f64::from(self.params.mss_bytes)
     }
 
     fn set_cwnd(&mut self, m: &Measurement) {
