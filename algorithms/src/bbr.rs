@@ -869,4 +869,77 @@ mod tests {
         b.on_report(&Measurement { timeout: true, ..report(3 * RTT, 0, 0, 0, RTT) });
         assert_eq!(b.cwnd_pkts(), 1.0);
     }
+
+    /// A report from the fold-growth datapath: `dp_cwnd` packets in the fold.
+    fn dp(m: Measurement, dp_cwnd: u64) -> Measurement {
+        Measurement { dp_cwnd_bytes: dp_cwnd * u64::from(MSS), ..m }
+    }
+
+    #[test]
+    fn recovery_deducts_each_reports_losses_and_conserves_per_ack() {
+        let mut b = bbr().with_fold_growth(true);
+        b.on_report(&dp(report(RTT, 10, 100, 1_000_000, RTT), 100));
+        // Entry: in flight + the last ACK's delivered packets (the report's mean
+        // per ACK: 4 acked + 16 SACKed over 10 ACKs = 2), not the report's 20.
+        let entry = Measurement { lost_pkts: 5, sacked_pkts: 16, acks: 10, ..report(RTT + 2_000, 4, 90, 1_000_000, RTT) };
+        let ctl = b.on_report(&dp(entry, 100));
+        assert_eq!(ctl.cwnd_bytes, Some(92 * MSS));
+        // Later loss reports of the conserving round: cwnd - lost, applied at once,
+        // even though in flight (sent under the previous command) is higher.
+        let more = Measurement { lost_pkts: 3, sacked_pkts: 2, acks: 2, ..report(RTT + 4_000, 0, 91, 1_000_000, RTT) };
+        let ctl = b.on_report(&dp(more, 92));
+        assert_eq!(ctl.cwnd_bytes, Some(89 * MSS));
+        // A loss-free report of the round: the kernel's floor, in flight + delivered per ACK.
+        let calm = Measurement { sacked_pkts: 50, acks: 25, ..report(RTT + 30_000, 0, 88, 1_000_000, RTT) };
+        let ctl = b.on_report(&dp(calm, 89));
+        assert_eq!(ctl.cwnd_bytes, Some(90 * MSS), "88 + 50/25, not 88 + 50");
+    }
+
+    #[test]
+    fn startup_cap_does_not_stop_the_first_round_or_a_growing_ramp() {
+        let mut b = bbr().with_fold_growth(true);
+        // First report, no bandwidth sample yet: cwnd may double (tcp_bbr.c grows
+        // by acked while fewer than TCP_INIT_CWND packets were delivered).
+        b.on_report(&dp(report(10_000, 1, 9, 0, RTT), 10));
+        assert_eq!(b.cap_pkts(), Some(20.0));
+        // BtlBw doubled since the previous report: the cap is the target at twice BtlBw.
+        b.on_report(&dp(report(RTT, 10, 20, 250_000, RTT), 20));
+        b.on_report(&dp(report(RTT + RTT / 2, 10, 30, 500_000, RTT), 30));
+        let expect = 2.0 * b.bdp_pkts(HIGH_GAIN) + b.quantization_budget();
+        assert!((b.cap_pkts().unwrap() - expect).abs() < 1e-9, "{:?} vs {expect}", b.cap_pkts());
+        // BtlBw flat: the kernel's target, no extrapolation.
+        b.on_report(&dp(report(2 * RTT, 15, 40, 500_000, RTT), 40));
+        let target = b.bdp_pkts(HIGH_GAIN) + b.quantization_budget();
+        assert!((b.cap_pkts().unwrap() - target).abs() < 1e-9);
+    }
+
+    #[test]
+    fn drain_ends_within_the_report_that_reaches_the_target_with_a_blended_rate() {
+        let mut b = bbr();
+        let mut now = 0;
+        let mut rate = 125_000;
+        while !b.full_bw_reached() {
+            now += RTT;
+            b.on_report(&report(now, 40, 80, rate, RTT));
+            rate = (rate * 2).min(1_000_000);
+        }
+        assert_eq!(b.mode(), Mode::Drain);
+        // BDP 40 + budget 6 = 46 packets; one report interval (RTT / 2) at gain
+        // 1/2.885 drains (1 - 1/2.885) x 1000 pkt/s x 0.02 s = 13.07 packets.
+        let fall = (1.0 - 1.0 / HIGH_GAIN) * 1000.0 * 0.02;
+        now += RTT;
+        b.on_report(&report(now, 20, 60, 1_000_000, RTT));
+        assert_eq!(b.mode(), Mode::Drain, "14 above the target: more than one interval's fall");
+        now += RTT / 2;
+        b.on_report(&report(now, 20, 50, 1_000_000, RTT));
+        assert_eq!(b.mode(), Mode::ProbeBw, "4 above: reached within the interval");
+        // This interval's rate keeps the drain gain for 4 / fall of it.
+        let f = 4.0 / fall;
+        let gain = f / HIGH_GAIN + (1.0 - f) * b.pacing_gain();
+        assert!((b.pacing_rate() - gain * 1_000_000.0 * 0.99).abs() < 1e-6, "{} vs {}", b.pacing_rate(), gain * 990_000.0);
+        // The next report paces at the phase's own gain.
+        now += RTT / 2;
+        b.on_report(&report(now, 20, 46, 1_000_000, RTT));
+        assert!((b.pacing_rate() - b.pacing_gain() * 990_000.0).abs() < 1e-6);
+    }
 }
