@@ -383,23 +383,32 @@ static __always_inline void fold_stage_merge(struct fold_staged_entry *e, const 
 /* Take the flow's staged updates into `out` (e.g. a per-CPU scratch map
  * value: too big for the stack); returns 1 if there were any. A lock-free
  * look first keeps the common case (nothing staged) cheap; an update it
- * misses is taken on the next ACK. */
+ * misses is taken on the next ACK. The 880-byte control registers are
+ * copied only when a program change or a control update is staged: the
+ * common update, after nearly every report, is a cwnd and/or rate alone. */
 static __always_inline int fold_take_staged(struct fold_staged_entry *e, struct fold_staged *out)
 {
-	int has;
+	__u32 flags;
 
 	if (!READ_ONCE_FLAGS(e->sg.flags))
 		return 0;
 	bpf_spin_lock(&e->lock);
-	has = e->sg.flags != 0;
-	if (has) {
-		*out = e->sg;
+	flags = e->sg.flags;
+	if (flags) {
+		out->flags = flags;
+		out->change_slot = e->sg.change_slot;
+		out->cwnd = e->sg.cwnd;
+		out->rate = e->sg.rate;
+		out->control_mask[0] = e->sg.control_mask[0];
+		out->control_mask[1] = e->sg.control_mask[1];
+		if (flags & (FOLD_STAGED_CHANGE | FOLD_STAGED_CONTROL))
+			__builtin_memcpy(out->control, e->sg.control, sizeof(out->control));
 		e->sg.flags = 0;
 		e->sg.control_mask[0] = 0;
 		e->sg.control_mask[1] = 0;
 	}
 	bpf_spin_unlock(&e->lock);
-	return has;
+	return flags != 0;
 }
 
 /* ---- arithmetic helpers (libccp machine.c semantics) ---- */
