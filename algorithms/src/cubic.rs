@@ -11,7 +11,14 @@
 //!   (eq. 2); right after a reduction without fast convergence cwnd_epoch =
 //!   beta W_max, so K = cbrt(W_max (1 - beta) / C). When W_max <= cwnd_epoch
 //!   (after slow start or an RTO) K = 0 and W_max = cwnd_epoch (§4.2, §4.8).
-//! - target = W_cubic(t + SRTT) clamped to [cwnd, 1.5 cwnd] (§4.2).
+//! - target = W_cubic(t + RTT) clamped to [cwnd, 1.5 cwnd] (§4.2), with RTT
+//!   the flow's **minimum** RTT as Linux (`t += delay_min`), not the smoothed
+//!   RTT of the RFC: behind a standing queue the SRTT is seconds (Verizon LTE,
+//!   1000 packets of buffer: 1.9 s against 50 ms) and the curve ran that far
+//!   ahead of kernel:cubic's.
+//! - Before the first congestion event (and after an RTO), when W_max is only
+//!   cwnd_epoch, cwnd grows at least 1 packet per 20 acknowledged, as Linux
+//!   (`ca->cnt` at most 20 while `last_max_cwnd == 0`).
 //! - Reno-friendly region (§4.3): W_est starts at cwnd_epoch and grows by
 //!   alpha_cubic = 3 (1 - beta) / (1 + beta) per window of ACKs (1 once
 //!   W_est >= cwnd_prior); when W_cubic(t) < W_est, cwnd = W_est.
@@ -24,39 +31,51 @@
 //! - Growth only when cwnd-limited (as Linux `tcp_is_cwnd_limited`).
 //! - Slow start as Reno's, ended early by HyStart as Linux tcp_cubic.c does
 //!   (see [`HyStart`]): delay increase (the minimum of a round's first 8 RTT
-//!   samples exceeds the flow's minimum RTT by clamp(min/8, 4 ms, 16 ms)) or
-//!   ACK train (the round's ACKs, each at most 2 ms apart, span more than half
-//!   the minimum RTT); then ssthresh = cwnd. Active from cwnd >= 16 packets.
+//!   samples exceeds the flow's minimum RTT by clamp(min/8, 4 ms, 16 ms); for
+//!   a paced flow also a report whose every RTT sample, at least 8, does: the
+//!   kernel's rounds start with each flight, ours are SRTTs of reports) or
+//!   ACK train (the round's ACKs, each at most 2 ms apart, span more than the
+//!   minimum RTT + 1 ms for a paced flow, half the minimum RTT unpaced); then
+//!   ssthresh = cwnd. Active from cwnd >= 16 packets.
 //!
 //! - Slow start runs per ACK in the fold program, as Reno's (see
 //!   [`crate::reno`]): user space adopts the fold's cwnd at each report, checks
 //!   HyStart on it and, when a detector fires, takes over with cwnd = ssthresh
 //!   = the cwnd at that moment (the fold's growth after it is undone).
 //! - Fast recovery commands the PRR window ([`crate::window::Prr`]), as Linux.
+//! - Pacing as kernel:cubic is paced here (`--pacing true`, the default):
+//!   Linux `tcp_update_pacing_rate`'s rate, see [`crate::reno`] and
+//!   [`crate::window::Paced`].
 //!
 //! Fold program: [`crate::fold`]'s fields (incl. the HyStart fields `rtt8`,
 //! `nrtt`, `train`, `trainon` accumulated per ACK) and the per-ACK slow start,
-//! four reports per RTT and at once on a loss or timeout. Differences from Linux `cubic`: congestion avoidance per report, so
+//! four reports per RTT and at once on a loss or timeout. Differences from
+//! Linux `cubic`: congestion avoidance and the pacing rate per report, so
 //! HyStart acts at the end of the report in which it triggers (ssthresh is set
 //! to the cwnd the flow had when the train crossed the threshold, interpolated
-//! from the report; rounds are one SRTT of reports); the recovery point is estimated from the in-flight count
-//! at the loss; no PRR; the epoch is not shifted after idle periods.
+//! from the report; rounds are one SRTT of reports, not the kernel's
+//! ACK-of-`end_seq` rounds); the recovery point is estimated from the
+//! in-flight, lost and SACKed counts at the loss; alpha switches to 1 at cwnd_prior (RFC 9438;
+//! Linux keeps alpha_cubic); the epoch is not shifted after idle periods.
 //!
-//! Fidelity (algorithms/README.md, full `ccplab fidelity` run): throughput,
-//! p95 queueing delay, retransmits and Normalized Area match kernel:cubic on
-//! the 12 Mbit/s links and the 0 -> 12 step; retransmits are often far below
-//! the kernel's (0.14-0.46x): HyStart, checked per report on the fold's
-//! per-ACK slow start, ends slow start before the first loss more often than
-//! the kernel's per-ACK HyStart does. On the 0 -> 48 Mbit/s step that early
-//! exit leaves cwnd below the BDP (200 packets) and cubic climbs the rest:
-//! convergence 0.8 s against 0.3 s, NA 1.2x (target missed). A HyStart exit
-//! interpolated within a report (ack train) or at its end (delay) is up to a
-//! quarter RTT off the kernel's per-ACK decision, and the exit point varies
-//! from run to run (107 vs 160 packets in two runs on the 1-BDP link).
-//! On Verizon LTE (1000-packet queue) the opposite: 171 retransmits where
-//! kernel:cubic had none in 5 runs (throughput, delay, NA within target);
-//! per-report congestion avoidance with the trace's rate swings is the
-//! suspect, not examined further.
+//! Fidelity (algorithms/README.md, Fidelity). 0 -> 48 Mbit/s step: NA was 1.20x
+//! in the full run. Unpaced, the per-report HyStart (ACK train judged against
+//! half the minimum RTT, rounds not aligned with the line-rate flights) exited
+//! slow start at 237-263 packets, and the 0.7 cut left cwnd below the 200-packet
+//! BDP for ~0.8 s; kernel:cubic, paced, never exits there (its ACK-train
+//! threshold is the whole minimum RTT for a paced flow: its retransmits equal
+//! kernel:reno's). Paced, with the paced threshold, ccp:cubic mostly runs into
+//! the first loss as the kernel does. Measured after the fixes (paced, 5 runs):
+//! NA 1.00x (0.179 / 0.180), retransmits 0.77x; one run of the five had a
+//! second loss episode after the first recovery and a ~50 ms stall while a
+//! retransmitted hole kept the receive window shut (NA 0.45). Verizon LTE
+//! (1000-packet queue): 171 retransmits against kernel:cubic's 0 in the full
+//! run. Both overflow the queue near the end of the 20 s flow (kernel:cubic at
+//! 19.27 s, packet ~8420, 500-630 drops, detected after the test ends so
+//! iperf3 counts 0; ccp:cubic at 18.18 s, packet ~7880); ccp got there 1.1 s
+//! earlier because its target was W_cubic(t + SRTT) with SRTT ~1.9 s. With the
+//! minimum RTT as the offset (and pacing) ccp:cubic did not overflow in 20 s:
+//! 0 retransmits in 3 runs (p95 queueing delay 0.97x, NA 1.09x, within target).
 //!
 //! Math: only `f64::cbrt` and multiplications, never `powf`/`ln` — the
 //! `libccp` crate exports a C symbol `log` that shadows libm's in any binary
@@ -260,10 +279,13 @@ impl HyStart {
             let frac = (into_report / m.ack_train_us.max(1) as f64).clamp(0.0, 1.0);
             return Some((HyStartExit::AckTrain, frac));
         }
-        if self.delay
-            && self.round_samples >= HYSTART_MIN_SAMPLES
-            && self.round_min8_us > self.delay_min_us + Self::delay_thresh_us(self.delay_min_us)
-        {
+        let delay_limit_us = self.delay_min_us + Self::delay_thresh_us(self.delay_min_us);
+        let round_delayed = self.round_samples >= HYSTART_MIN_SAMPLES && self.round_min8_us > delay_limit_us;
+        // A paced flight builds its queue smoothly: a report whose every RTT
+        // sample (at least 8) is above the limit saw the queue stay up for a
+        // quarter RTT, where the kernel's flight-aligned round would see it.
+        let report_delayed = self.paced && m.rtt_samples >= HYSTART_MIN_SAMPLES && m.min_rtt_us > delay_limit_us;
+        if self.delay && (round_delayed || report_delayed) {
             return Some((HyStartExit::DelayIncrease, 1.0));
         }
         None
@@ -855,6 +877,21 @@ mod tests {
         let (how, frac) = hs.check(&ss_report(48_000, 10.0, 40_000, 12_000, true), 20.0, 50_000.0).unwrap();
         assert_eq!(how, HyStartExit::AckTrain);
         assert!((frac - 5.0 / 12.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn hystart_delay_of_a_paced_flow_fires_on_a_report_whose_every_sample_is_late() {
+        // delay_min 40 ms, limit 45 ms. The round opened with low samples (40 ms),
+        // then a report of 8+ samples all above 45 ms: a paced flight's queue
+        // stayed up for the report. Unpaced, only the round's first 8 count.
+        let late = |now| Measurement { min_rtt_us: 47_000, ..ss_report(now, 10.0, 47_000, 0, false) };
+        for (paced, fires) in [(true, true), (false, false)] {
+            let mut hs = HyStart::new(false, true, 16.0).with_paced(paced);
+            hs.check(&ss_report(0, 0.0, 40_000, 0, false), 20.0, 60_000.0);
+            assert_eq!(hs.check(&ss_report(12_000, 10.0, 40_000, 0, false), 20.0, 60_000.0), None);
+            let got = hs.check(&late(24_000), 20.0, 60_000.0);
+            assert_eq!(got.is_some(), fires, "paced {paced}: {got:?}");
+        }
     }
 
     #[test]
