@@ -126,6 +126,54 @@ pub struct BbrArgs {
 /// kernel's against 1.05-1.09x at 2), so 2.
 pub const REPORTS_PER_RTT: u32 = 2;
 
+/// The control registers of the per-ACK Startup pacing rate
+/// ([`startup_rate_block`]): `sr` the block is on (until user space commands
+/// a Rate), `srate` the fold's Startup pacing rate in bytes/s, `fz` "no rate
+/// yet", `smp` this ACK's gained sample, then the rate to set (the language
+/// nests 3 deep at most; Portus cannot compile `(:= Rate (if ..))`, so the
+/// block writes `max(Rate, srate or 0)`: Rate is then 0 or `srate` while it holds).
+pub const STARTUP_RATE_DEFS: &str = "    (sr true)\n    (srate 0)\n    (fz false)\n    (smp 0)\n";
+
+/// [`HIGH_GAIN`] x 99 % (tcp_bbr.c `bbr_rate_bytes_per_sec`'s 1 % pacing
+/// margin) in thousandths: the fold's Startup rate is
+/// `sample / 1000 * STARTUP_RATE_PER_MILLE` (integer arithmetic only).
+pub const STARTUP_RATE_PER_MILLE: u64 = 2856;
+
+/// Startup's pacing rate per ACK in the fold, as tcp_bbr.c's per-ACK
+/// `bbr_set_pacing_rate` in Startup: the rate never goes down and rises on
+/// each ACK to high_gain x 99 % x the delivery-rate sample
+/// (min(`Flow.rate_outgoing`, `Flow.rate_incoming`), bytes/s, as the report's
+/// `rate`); the first ACK with an RTT sample sets high_gain x 99 % x Cwnd /
+/// RTT (`bbr_init_pacing_rate_from_rtt`, Cwnd then the initial window).
+/// The block holds while every ACK finds Rate at 0 (nothing set yet, or the
+/// datapath dropped its controls after a timeout) or at the fold's own
+/// `srate`; the first Rate user space commands (Drain's) differs and ends it
+/// for good, so user space commands no Rate until Startup ends.
+///
+/// Why: per-report rates left Startup's 2nd-3rd rounds pacing-limited at
+/// 19 and 36 packets where the kernel sends 22 and 44 (Normalized Area
+/// 1.18x, algorithms/README.md, "BBR after the full run").
+pub fn startup_rate_block() -> String {
+    let g = STARTUP_RATE_PER_MILLE;
+    format!(
+        "\
+(when true
+    (:= sr (&& sr (|| (== Rate 0) (== Rate srate))))
+    (:= fz (&& sr (== srate 0)))
+    (:= srate (if (&& fz (< Flow.rtt_sample_us +infinity)) (/ (* Cwnd {}) Flow.rtt_sample_us)))
+    (:= smp (min Flow.rate_outgoing Flow.rate_incoming))
+    (:= smp (* (/ smp 1000) {g}))
+    (:= srate (if sr (max srate smp)))
+    (:= smp 0)
+    (:= smp (if sr srate))
+    (:= Rate (max Rate smp))
+    (fallthrough)
+)
+",
+        g * 1000
+    )
+}
+
 /// BBR's fold program: [`REPORTS_PER_RTT`] reports per RTT, urgent on loss or timeout.
 pub const PROGRAM: FoldProgram =
     FoldProgram { name: "ccplab_bbr", cadence: Cadence::PerRtt(REPORTS_PER_RTT), urgent_on_loss: true };
@@ -217,6 +265,11 @@ pub struct Bbr {
     /// (gain of the phase that ended within this report interval, fraction of
     /// the interval it still had): the pacing gain of this report only.
     blend: Option<(f64, f64)>,
+    /// The fold sets Startup's pacing rate per ACK ([`startup_rate_block`]):
+    /// user space commands no Rate until Startup ends.
+    fold_startup_rate: bool,
+    /// A Rate was commanded (the fold's Startup block has ended).
+    rate_commanded: bool,
 }
 
 impl Bbr {
@@ -253,14 +306,32 @@ impl Bbr {
             cap: None,
             prev_report_bw: 0.0,
             blend: None,
+            fold_startup_rate: false,
+            rate_commanded: false,
         }
     }
 
     /// The same flow with cwnd grown per ACK by the fold program toward the
     /// commanded value (on: commands are caps, see [`crate::fold::CAP_IN_FOLD`]).
+    /// The same program also sets Startup's pacing rate per ACK
+    /// ([`startup_rate_block`], at the default [`HIGH_GAIN`] only: its gain is
+    /// a constant in the program text; another `--high-gain` commands rates).
     pub fn with_fold_growth(mut self, on: bool) -> Self {
         self.fold_growth = on;
+        self.fold_startup_rate = on && self.args.high_gain == HIGH_GAIN;
         self
+    }
+
+    /// The Rate to command after this report, bytes/s: none before the
+    /// first estimate, and none in the first Startup while the fold sets it
+    /// per ACK (any command would end the fold's block).
+    fn commanded_rate(&mut self) -> Option<u64> {
+        let fold_sets_it = self.fold_startup_rate && !self.rate_commanded && self.mode == Mode::Startup;
+        if fold_sets_it || self.pacing_rate <= 0.0 {
+            return None;
+        }
+        self.rate_commanded = true;
+        Some(self.pacing_rate.min(f64::from(u32::MAX)) as u64)
     }
 
     /// The cwnd cap commanded after the last report (fold growth), packets.
@@ -707,7 +778,7 @@ impl Controller for Bbr {
         if !timed_out && !entered_recovery {
             self.set_cwnd(m);
         }
-        let rate = (self.pacing_rate > 0.0).then(|| self.pacing_rate.min(f64::from(u32::MAX)) as u64);
+        let rate = self.commanded_rate();
         let cwnd = self.cap.unwrap_or(self.cwnd);
         self.prev_report_bw = self.btl_bw();
         Control { cwnd_bytes: Some(self.params.to_bytes(cwnd)), rate_bytes_per_sec: rate }
@@ -785,6 +856,34 @@ mod tests {
         let ctl = plain.on_report(&report(RTT, 12, 12, 1_000_000, RTT));
         assert_eq!((plain.cap_pkts(), ctl.cwnd_bytes), (None, Some(22 * MSS)));
         assert!(PROGRAM.cwnd_toward_cap_in_fold() && !PROGRAM.slow_start_in_fold());
+    }
+
+    #[test]
+    fn startup_commands_no_rate_while_the_fold_sets_it_per_ack() {
+        let mut b = bbr().with_fold_growth(true);
+        assert!(PROGRAM.text().contains(&startup_rate_block()), "bbr's program carries the per-ACK Startup rate");
+        let (mut now, mut rate) = (0, 125_000);
+        while b.mode() == Mode::Startup {
+            now += RTT;
+            let ctl = b.on_report(&report(now, 40, 40, rate, RTT));
+            if b.mode() == Mode::Startup {
+                assert_eq!(ctl.rate_bytes_per_sec, None, "a Rate would end the fold's Startup block");
+                assert!(b.pacing_rate() > 0.0, "user space still tracks the rate (quantization budget)");
+            } else {
+                // Drain's rate is commanded on the report that leaves Startup.
+                assert!(ctl.rate_bytes_per_sec.is_some_and(|r| (r as f64) < 1_000_000.0));
+            }
+            rate = (rate * 2).min(1_000_000);
+            assert!(now < 40 * RTT, "Startup never ended");
+        }
+        // Without the fold's block (no fold growth, or another high gain) Startup commands rates.
+        let mut plain = bbr();
+        assert!(plain.on_report(&report(RTT, 12, 12, 125_000, RTT)).rate_bytes_per_sec.is_some());
+        let args = BbrArgs { high_gain: 3.0, ..b.args.clone() };
+        let mut other = Bbr::new(b.params, args).with_fold_growth(true);
+        assert!(other.on_report(&report(RTT, 12, 12, 125_000, RTT)).rate_bytes_per_sec.is_some());
+        // The fold's gain is high_gain x 99 % in thousandths.
+        assert_eq!(STARTUP_RATE_PER_MILLE, (HIGH_GAIN * 990.0).round() as u64);
     }
 
     #[test]

@@ -261,11 +261,13 @@ impl FoldProgram {
             t.push_str(SLOW_START_DEFS);
         } else if self.cwnd_toward_cap_in_fold() {
             t.push_str(TOWARD_CAP_DEFS);
+            t.push_str(crate::bbr::STARTUP_RATE_DEFS);
         }
         t.push_str(")\n");
         if self.slow_start_in_fold() {
             t.push_str(SLOW_START);
         } else if self.cwnd_toward_cap_in_fold() {
+            t.push_str(&crate::bbr::startup_rate_block());
             t.push_str(TOWARD_CAP);
         }
         t.push_str(PER_ACK);
