@@ -96,6 +96,11 @@ TARGET_MODE = "ccp-kernel-fold"
 FLOWS = (1, 10, 100)
 PACED_TOTAL_MBPS = 1000.0
 ALGORITHM = "cubic"
+# Unpaced cubic: the benchmark measures the datapath against kernel cubic. cubic's own
+# pacing (`--pacing`, on by default since issue 7's fidelity work) commands the kernel's
+# rate once per report, and TCP-internal pacing at that rate capped one veth flow at
+# 8.1 Gbit/s against kernel cubic's 21.5 (results/bench-datapath-final.json, 23:33 UTC).
+ALGORITHM_PARAMS = {"pacing": "false"}
 
 # Targets of issue 8 item 7.
 MIN_THROUGHPUT_RATIO = 0.97
@@ -654,7 +659,7 @@ class Bench:
             algo = registry.lookup(ALGORITHM)
             PORTUS_SOCKET.unlink(missing_ok=True)  # its appearance then means this algorithm bound it
             algorithm = stack.enter_context(_started(
-                Daemon(algo.binary, [*algo.argv(), "--ipc", "unix"],
+                Daemon(algo.binary, [*algo.argv(ALGORITHM_PARAMS), "--ipc", "unix"],
                        log.with_name(log.name.replace("datapath", "algorithm"))), PORTUS_SOCKET.exists))
             first_id = max_prog_id(_bpftool_progs())
             ready = self.workdir / ".datapath-ready.json"
@@ -790,7 +795,7 @@ def run_bench(args: argparse.Namespace) -> int:
         print(f"datapath benchmark: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, commit {_commit()}"
               f"{'' if bin_dir() == REPO_ROOT / 'target' / 'release' else f' (binaries from {bin_dir()})'}, "
               f"{os.cpu_count()} cores, veth MTU {MTU} ({offloads(bench.snd)}), iperf3 -t {args.duration_s}, "
-              f"algorithm ccp-algorithms {ALGORITHM}; paced = iperf3 -b per stream, "
+              f"algorithm ccp-algorithms {ALGORITHM} {ALGORITHM_PARAMS}; paced = iperf3 -b per stream, "
               f"{PACED_TOTAL_MBPS / 1000:g} Gbit/s in total; background busy {100 * idle:.1f}% before the runs",
               flush=True)
         measurements: list[Measurement] = []
