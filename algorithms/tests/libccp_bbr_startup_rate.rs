@@ -13,7 +13,7 @@ mod common;
 use ccp_algorithms::bbr::{PROGRAM, STARTUP_RATE_PER_MILLE};
 use common::{send, Outbox};
 use portus::lang::Scope;
-use portus::serialize::{self, Msg};
+use portus::serialize;
 
 const MSS: u32 = 1448;
 const RTT_US: u64 = 20_000;
@@ -35,39 +35,14 @@ impl libccp::CongestionOps for Paced {
     }
 }
 
-/// A libccp datapath running bbr's program on one flow of 10 packets: (datapath, scope, sid, outbox).
+/// A libccp datapath running bbr's program: (datapath, outbox, scope).
 fn bbr_flow() -> (Box<libccp::Datapath>, Outbox, Scope) {
-    let outbox = Outbox::default();
-    let dp = Box::new(libccp::DatapathBuilder::default().with_ops(outbox.clone()).init().expect("libccp init"));
-    let (bin, sc) = portus::lang::compile(PROGRAM.text().as_bytes(), &[]).expect("bbr's fold compiles");
-    let install = serialize::install::Msg {
-        sid: 0,
-        program_uid: sc.program_uid,
-        num_events: bin.events.len() as u32,
-        num_instrs: bin.instrs.len() as u32,
-        instrs: bin,
-    };
-    send(&dp, serialize::serialize(&install).unwrap());
-    (dp, outbox, sc)
+    common::datapath_with_program(&PROGRAM.text())
 }
 
+/// One flow of 10 packets on `dp` running bbr's program, and its sid.
 fn start<'a>(dp: &'a libccp::Datapath, outbox: &Outbox, sc: &Scope) -> (libccp::Connection<'a, Paced>, u32) {
-    let info = libccp::FlowInfo::default().with_mss(MSS).with_init_cwnd(10 * MSS);
-    let info = info.with_cong_alg("bbr").unwrap();
-    let conn = libccp::Connection::start(dp, Paced { cwnd: 10 * MSS, rate: 0, rate_calls: 0 }, info).expect("conn");
-    let sid = outbox
-        .0
-        .lock()
-        .unwrap()
-        .iter()
-        .find_map(|b| match Msg::from_buf(b) {
-            Ok((Msg::Cr(c), _)) => Some(c.sid),
-            _ => None,
-        })
-        .expect("libccp sent a create message");
-    let change = serialize::changeprog::Msg { sid, program_uid: sc.program_uid, num_fields: 0, fields: vec![] };
-    send(dp, serialize::serialize(&change).unwrap());
-    (conn, sid)
+    common::start_flow(dp, outbox, sc, Paced { cwnd: 10 * MSS, rate: 0, rate_calls: 0 }, MSS, "bbr")
 }
 
 /// One ACK of 2 packets with delivery-rate sample `rate` bytes/s (both

@@ -12,7 +12,7 @@ use ccp_algorithms::fold::FoldProgram;
 use ccp_algorithms::window::TAKEOVER_MARK_BYTES;
 use common::{send, Conn, Outbox};
 use portus::lang::Scope;
-use portus::serialize::{self, Msg};
+use portus::serialize;
 
 const MSS: u32 = 1448;
 
@@ -20,39 +20,12 @@ const MSS: u32 = 1448;
 
 /// A libccp datapath with `prog` installed, its outbox and the program's scope.
 fn datapath(prog: FoldProgram) -> (Box<libccp::Datapath>, Outbox, Scope) {
-    let outbox = Outbox::default();
-    // Boxed: the Datapath must not move while a Connection points into it.
-    let dp = Box::new(libccp::DatapathBuilder::default().with_ops(outbox.clone()).init().expect("libccp init"));
-    let (bin, sc) = portus::lang::compile(prog.text().as_bytes(), &[]).expect("fold compiles");
-    let install = serialize::install::Msg {
-        sid: 0,
-        program_uid: sc.program_uid,
-        num_events: bin.events.len() as u32,
-        num_instrs: bin.instrs.len() as u32,
-        instrs: bin,
-    };
-    send(&dp, serialize::serialize(&install).unwrap());
-    (dp, outbox, sc)
+    common::datapath_with_program(&prog.text())
 }
 
 /// One flow on `dp` starting at 10 packets and running the installed program; its sid.
 fn connect<'a>(dp: &'a libccp::Datapath, outbox: &Outbox, sc: &Scope) -> (libccp::Connection<'a, Conn>, u32) {
-    let info = libccp::FlowInfo::default().with_mss(MSS).with_init_cwnd(10 * MSS);
-    let info = info.with_cong_alg("reno").unwrap();
-    let conn = libccp::Connection::start(dp, Conn { cwnd: 10 * MSS }, info).expect("conn");
-    let sid = outbox
-        .0
-        .lock()
-        .unwrap()
-        .iter()
-        .find_map(|b| match Msg::from_buf(b) {
-            Ok((Msg::Cr(c), _)) => Some(c.sid),
-            _ => None,
-        })
-        .expect("libccp sent a create message");
-    let change = serialize::changeprog::Msg { sid, program_uid: sc.program_uid, num_fields: 0, fields: vec![] };
-    send(dp, serialize::serialize(&change).unwrap());
-    (conn, sid)
+    common::start_flow(dp, outbox, sc, Conn { cwnd: 10 * MSS }, MSS, "reno")
 }
 
 /// One ACK of `acked` packets with `inflight` packets in flight after it; the cwnd (bytes) after it.

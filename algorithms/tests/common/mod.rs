@@ -31,3 +31,52 @@ impl libccp::DatapathOps for Outbox {
 pub fn send(dp: &libccp::Datapath, mut buf: Vec<u8>) {
     dp.recv_msg(&mut buf[..]).expect("libccp accepts the message");
 }
+
+/// A fresh in-process libccp datapath with the fold program `text` installed
+/// (Portus's install message): the datapath (boxed: it must not move while a
+/// Connection points into it), its outbox and the program's scope.
+pub fn datapath_with_program(text: &str) -> (Box<libccp::Datapath>, Outbox, portus::lang::Scope) {
+    use portus::serialize;
+    let outbox = Outbox::default();
+    let dp = Box::new(libccp::DatapathBuilder::default().with_ops(outbox.clone()).init().expect("libccp init"));
+    let (bin, sc) = portus::lang::compile(text.as_bytes(), &[]).expect("the fold program compiles");
+    let install = serialize::install::Msg {
+        sid: 0,
+        program_uid: sc.program_uid,
+        num_events: bin.events.len() as u32,
+        num_instrs: bin.instrs.len() as u32,
+        instrs: bin,
+    };
+    send(&dp, serialize::serialize(&install).unwrap());
+    (dp, outbox, sc)
+}
+
+/// One flow on `dp` (MSS `mss` bytes, initial cwnd 10 packets, congestion
+/// algorithm `cong_alg`) switched to the installed program `sc`: the
+/// connection and its sid (from libccp's create message in `outbox`).
+pub fn start_flow<'a, T: libccp::CongestionOps>(
+    dp: &'a libccp::Datapath,
+    outbox: &Outbox,
+    sc: &portus::lang::Scope,
+    ops: T,
+    mss: u32,
+    cong_alg: &str,
+) -> (libccp::Connection<'a, T>, u32) {
+    use portus::serialize::{self, Msg};
+    let info = libccp::FlowInfo::default().with_mss(mss).with_init_cwnd(10 * mss);
+    let info = info.with_cong_alg(cong_alg).unwrap();
+    let conn = libccp::Connection::start(dp, ops, info).expect("libccp starts the connection");
+    let sid = outbox
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .find_map(|b| match Msg::from_buf(b) {
+            Ok((Msg::Cr(c), _)) => Some(c.sid),
+            _ => None,
+        })
+        .expect("libccp sent a create message");
+    let change = serialize::changeprog::Msg { sid, program_uid: sc.program_uid, num_fields: 0, fields: vec![] };
+    send(dp, serialize::serialize(&change).unwrap());
+    (conn, sid)
+}
