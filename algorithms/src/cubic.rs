@@ -83,7 +83,7 @@
 
 use crate::fold::{Cadence, FoldProgram};
 use crate::window::{
-    cwnd_limited, slow_start, FoldSlowStart, KernelPacing, LossGuard, Measurement, Paced, Prr, ReportEvent,
+    cwnd_limited, slow_start, FoldSlowStart, LossGuard, Measurement, Paced, PacingMode, Prr, ReportEvent,
     RttEstimator, WindowAlgorithm, WindowParams,
 };
 use crate::AlgorithmSpec;
@@ -115,10 +115,13 @@ pub struct CubicArgs {
     /// cwnd from which HyStart is active, packets (Linux `hystart_low_window`).
     #[arg(long, default_value = "16", value_name = "PKTS")]
     pub hystart_low_window: f64,
-    /// Pace as kernel:cubic is paced in this lab (Linux tcp_update_pacing_rate:
-    /// 200 % of cwnd/SRTT while cwnd < ssthresh/2, 120 % after); false: cwnd only.
-    #[arg(long, default_value = "true", action = clap::ArgAction::Set, value_name = "BOOL")]
-    pub pacing: bool,
+    /// Pacing: kernel (the kernel side paces per ACK as it paces kernel:cubic
+    /// on the same socket; in this lab every socket comes paced, docs/NOTES.md),
+    /// report (the algorithm commands Linux tcp_update_pacing_rate's rate, 200 %
+    /// of cwnd/SRTT while cwnd < ssthresh/2, 120 % after, every report; `true`
+    /// also means this) or off (cwnd only; `false`).
+    #[arg(long, value_enum, default_value = "kernel", value_name = "MODE")]
+    pub pacing: PacingMode,
 }
 
 /// Cubic's fold program: four reports per RTT (smaller cwnd steps, so slow start
@@ -152,10 +155,10 @@ impl AlgorithmSpec for CubicSpec {
         };
         let hs = a.hystart.then(|| {
             HyStart::new(a.hystart_detect != "delay", a.hystart_detect != "ack-train", a.hystart_low_window)
-                .with_paced(a.pacing)
+                .with_paced(a.pacing.paced())
         });
         let cubic = Cubic::new(params, cp).with_hystart(hs).with_fold_slow_start(PROGRAM.slow_start_in_fold());
-        Paced::new(cubic, a.pacing.then_some(KernelPacing::LINUX))
+        Paced::new(cubic, a.pacing.per_report())
     }
 
     fn program(_args: &CubicArgs) -> FoldProgram {

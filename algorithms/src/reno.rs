@@ -79,7 +79,7 @@
 
 use crate::fold::{Cadence, FoldProgram};
 use crate::window::{
-    cwnd_limited, slow_start, FoldSlowStart, KernelPacing, LossGuard, Measurement, Paced, Prr, ReportEvent,
+    cwnd_limited, slow_start, FoldSlowStart, LossGuard, Measurement, Paced, PacingMode, Prr, ReportEvent,
     RttEstimator, WindowAlgorithm, WindowParams,
 };
 use crate::AlgorithmSpec;
@@ -90,17 +90,16 @@ pub struct RenoSpec;
 /// Reno's flags (beyond the shared window bounds).
 #[derive(clap::Args, Clone, Debug)]
 pub struct RenoArgs {
-    /// Pace as kernel:reno is paced in this lab (Linux tcp_update_pacing_rate:
-    /// 200 % of cwnd/SRTT while cwnd < ssthresh/2, 120 % after); false (the
-    /// default): cwnd only. Paced, the 0 -> 48 Mbit/s step matches kernel:reno's
-    /// Normalized Area but the 12 and 24 Mbit/s starts miss it (algorithms/README.md).
-    #[arg(long, default_value = "false", action = clap::ArgAction::Set, value_name = "BOOL")]
-    pub pacing: bool,
+    /// Pacing: kernel (the default: the kernel side paces per ACK as it paces
+    /// kernel:reno on the same socket), report (the algorithm commands Linux
+    /// tcp_update_pacing_rate's rate every report; `true`) or off (`false`).
+    #[arg(long, value_enum, default_value = "kernel", value_name = "MODE")]
+    pub pacing: PacingMode,
 }
 
 impl Default for RenoArgs {
     fn default() -> Self {
-        RenoArgs { pacing: false }
+        RenoArgs { pacing: PacingMode::Kernel }
     }
 }
 
@@ -119,7 +118,7 @@ impl AlgorithmSpec for RenoSpec {
 
     fn new_flow(args: &RenoArgs, params: WindowParams) -> Paced<Reno> {
         let reno = Reno::new(params).with_fold_slow_start(PROGRAM.slow_start_in_fold());
-        Paced::new(reno, args.pacing.then_some(KernelPacing::LINUX))
+        Paced::new(reno, args.pacing.per_report())
     }
 
     fn program(_args: &RenoArgs) -> FoldProgram {

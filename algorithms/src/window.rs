@@ -534,13 +534,15 @@ pub fn slow_start(cwnd_pkts: &mut f64, ssthresh_pkts: f64, acked_pkts: f64) -> f
 /// default congestion control is bbr, whose init leaves `SK_PACING_NEEDED`
 /// when iperf3 switches the socket to reno or cubic (docs/NOTES.md), so the
 /// kernel paces them at this rate (seen in the link log: a slow-start flight
-/// spread over ~30 ms at 2-5 packets/ms). ccp-datapath turns that pacing off
-/// for a ccp socket unless the algorithm commands a rate, so unpaced ccp:reno
+/// spread over ~30 ms at 2-5 packets/ms). ccp-datapath used to turn that pacing
+/// off for a ccp socket unless the algorithm commands a rate, and unpaced ccp:reno
 /// and ccp:cubic sent each flight as a line-rate burst: more slow-start losses
 /// earlier, HyStart's ACK train judged on bursts (tcp_cubic.c halves its
 /// threshold only for unpaced flows), and after a loss a refill of in flight to
 /// ssthresh in one burst at twice the link rate (measured on the 0 -> 48 Mbit/s
-/// step, algorithms/README.md Fidelity).
+/// step, algorithms/README.md Fidelity). ccp-datapath now keeps the pacing a
+/// socket came with and sets this rate per ACK itself ([`PacingMode::Kernel`],
+/// the default); [`Paced`] commands it per report for a datapath that does not.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct KernelPacing {
     /// Percent of cwnd / SRTT while cwnd < ssthresh / 2 (Linux 200).
@@ -563,6 +565,38 @@ impl KernelPacing {
         let pct = if window_pkts < ssthresh_pkts / 2.0 { self.ss_ratio_pct } else { self.ca_ratio_pct };
         let rate = pct / 100.0 * f64::from(mss_bytes) * window_pkts.max(1.0) * 1e6 / srtt_us;
         Some(rate.round().max(1.0) as u64)
+    }
+}
+
+/// How a window algorithm's flow is paced (`--pacing` of reno and cubic).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PacingMode {
+    /// The kernel side paces per ACK at Linux tcp_update_pacing_rate's rate
+    /// (as KernelPacing) where the socket came with TCP-internal pacing
+    /// (bbr as the namespace default, SO_MAX_PACING_RATE), as it would pace
+    /// kernel reno or cubic on that socket; the algorithm commands no rate.
+    /// ccp-datapath does this; on a socket without pacing the flow is
+    /// unpaced, as the kernel's would be.
+    Kernel,
+    /// The algorithm commands KernelPacing's rate with every report
+    /// (Paced), for a datapath that does not keep the kernel's pacing.
+    #[value(alias = "true")]
+    Report,
+    /// cwnd only, no rate.
+    #[value(alias = "false")]
+    Off,
+}
+
+impl PacingMode {
+    /// The rate [`Paced`] commands per report (None: none).
+    pub fn per_report(self) -> Option<KernelPacing> {
+        (self == PacingMode::Report).then_some(KernelPacing::LINUX)
+    }
+
+    /// Whether the flow is paced at all (HyStart's ACK-train threshold
+    /// depends on it, as tcp_cubic.c's on `sk_pacing_status`).
+    pub fn paced(self) -> bool {
+        self != PacingMode::Off
     }
 }
 
@@ -656,6 +690,19 @@ impl<W: WindowAlgorithm> crate::Controller for Paced<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pacing_modes_parse_with_the_old_boolean_spellings_and_say_who_paces() {
+        use clap::ValueEnum;
+        let parse = |v: &str| PacingMode::from_str(v, false);
+        assert_eq!(parse("kernel"), Ok(PacingMode::Kernel));
+        assert_eq!(parse("true"), Ok(PacingMode::Report), "--pacing true meant: command the rate per report");
+        assert_eq!(parse("false"), Ok(PacingMode::Off));
+        assert!(parse("fast").is_err());
+        assert_eq!(PacingMode::Report.per_report(), Some(KernelPacing::LINUX));
+        assert_eq!(PacingMode::Kernel.per_report(), None, "the kernel side paces: no commanded rate");
+        assert!(PacingMode::Kernel.paced() && PacingMode::Report.paced() && !PacingMode::Off.paced());
+    }
 
     fn params() -> WindowParams {
         WindowParams {

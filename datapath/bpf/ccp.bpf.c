@@ -51,6 +51,7 @@ char LICENSE[] SEC("license") = "GPL";
 #define PRIV_PACED 1     /* we set sk_pacing_rate from a command */
 #define PRIV_CMD_SEEN 2  /* a command has been applied at least once */
 #define PRIV_FALLBACK 4  /* the last ACK ran the fallback (kernel cubic) */
+#define PRIV_KERNEL_PACING 8 /* the socket came with TCP-internal pacing on: keep it, at the kernel's rate */
 #define USEC_PER_SEC_X8 8000000ULL /* us per s, times 8 (srtt_us is SRTT << 3) */
 
 /* Event record, one layout for all kinds (unused fields are zero).
@@ -277,6 +278,27 @@ static __always_inline struct ccp_event *reserve_event(__u32 kind, __u32 flow_id
 	return ev;
 }
 
+/* What tcp_update_pacing_rate() does for CCAs without cong_control (which
+ * TCP skips once cong_control is set): 200% of cwnd/SRTT in slow start, 120%
+ * after, capped by SO_MAX_PACING_RATE. It only limits sending where pacing is
+ * active: an fq qdisc, or TCP-internal pacing the socket came with
+ * (PRIV_KERNEL_PACING). */
+static __always_inline void kernel_like_pacing(struct sock *sk, struct tcp_sock *tp)
+{
+	__u64 srtt = tp->srtt_us;	/* SRTT << 3, in us */
+	__u64 rate;
+
+	if (!srtt)
+		return;
+	rate = (__u64)tp->mss_cache * USEC_PER_SEC_X8;
+	rate *= tp->snd_cwnd < tp->snd_ssthresh / 2 ? 200 : 120;
+	rate *= tp->snd_cwnd > tp->packets_out ? tp->snd_cwnd : tp->packets_out;
+	rate /= 100 * srtt;
+	if (rate > sk->sk_max_pacing_rate)
+		rate = sk->sk_max_pacing_rate;
+	sk->sk_pacing_rate = rate;
+}
+
 SEC("struct_ops")
 void BPF_PROG(ccp_init, struct sock *sk)
 {
@@ -295,10 +317,14 @@ void BPF_PROG(ccp_init, struct sock *sk)
 	ca->flags = 0;
 	cubictcp_init(sk);	/* the fallback's state, ready whenever it is needed */
 	/* A CA set before us (e.g. bbr, the namespace default, before iperf3's
-	 * TCP_CONGESTION) may have left TCP-internal pacing on at its own rate.
-	 * From now on pacing is ours: off unless a command sets a rate. */
-	if (sk->sk_pacing_status == SK_PACING_NEEDED)
-		sk->sk_pacing_status = SK_PACING_NONE;
+	 * TCP_CONGESTION) may have left TCP-internal pacing on. The kernel keeps
+	 * it for reno or cubic on such a socket and paces at
+	 * tcp_update_pacing_rate's rate; so do we (kernel_like_pacing on every
+	 * ACK without a commanded rate), from now on, not at the old CA's rate. */
+	if (sk->sk_pacing_status == SK_PACING_NEEDED) {
+		ca->flags |= PRIV_KERNEL_PACING;
+		kernel_like_pacing(sk, tp);
+	}
 	if (fold_in_kernel)
 		fold_flow_start(sk, ca->timeouts);
 
@@ -330,6 +356,7 @@ void BPF_PROG(ccp_init, struct sock *sk)
 	ev->write_seq = tp->write_seq;
 	ev->snd_una = tp->snd_una;
 	ev->lost = tp->lost;
+	ev->flags = ca->flags;
 	bpf_ringbuf_submit(ev, BPF_RB_FORCE_WAKEUP);
 }
 
@@ -485,24 +512,16 @@ static __always_inline void emit_ack(struct sock *sk, struct tcp_sock *tp, struc
 	bpf_ringbuf_submit(ev, rs->losses > 0 ? BPF_RB_FORCE_WAKEUP : wake_flag(now));
 }
 
-/* What tcp_update_pacing_rate() does for CCAs without cong_control (which
- * TCP skips once cong_control is set): 200% of cwnd/SRTT in slow start, 120%
- * after, capped by SO_MAX_PACING_RATE. It only limits sending where pacing is
- * active (an fq qdisc, or a rate we commanded earlier). */
-static __always_inline void kernel_like_pacing(struct sock *sk, struct tcp_sock *tp)
+/* The algorithm stopped commanding a rate (or went away): back to the
+ * pacing the socket came with, the kernel's, or none. */
+static __always_inline void stop_commanded_pacing(struct sock *sk, struct ccp_priv *ca)
 {
-	__u64 srtt = tp->srtt_us;	/* SRTT << 3, in us */
-	__u64 rate;
-
-	if (!srtt)
-		return;
-	rate = (__u64)tp->mss_cache * USEC_PER_SEC_X8;
-	rate *= tp->snd_cwnd < tp->snd_ssthresh / 2 ? 200 : 120;
-	rate *= tp->snd_cwnd > tp->packets_out ? tp->snd_cwnd : tp->packets_out;
-	rate /= 100 * srtt;
-	if (rate > sk->sk_max_pacing_rate)
-		rate = sk->sk_max_pacing_rate;
-	sk->sk_pacing_rate = rate;
+	/* SO_MAX_PACING_RATE set later also asked for pacing (sock_setsockopt) */
+	if ((ca->flags & PRIV_KERNEL_PACING) || sk->sk_max_pacing_rate != ~0UL)
+		sk->sk_pacing_status = SK_PACING_NEEDED;
+	else
+		sk->sk_pacing_status = SK_PACING_NONE;
+	ca->flags &= ~PRIV_PACED;
 }
 
 static __always_inline void apply_command(struct sock *sk, struct tcp_sock *tp, struct ccp_priv *ca,
@@ -526,10 +545,8 @@ static __always_inline void apply_command(struct sock *sk, struct tcp_sock *tp, 
 		sk->sk_pacing_status = SK_PACING_NEEDED;
 		ca->flags |= PRIV_PACED;
 	} else {
-		if (ca->flags & PRIV_PACED) {
-			sk->sk_pacing_status = SK_PACING_NONE;
-			ca->flags &= ~PRIV_PACED;
-		}
+		if (ca->flags & PRIV_PACED)
+			stop_commanded_pacing(sk, ca);
 		kernel_like_pacing(sk, tp);
 	}
 	ca->flags |= PRIV_CMD_SEEN;
@@ -566,10 +583,8 @@ static __always_inline void fallback(struct sock *sk, struct tcp_sock *tp, struc
 				tp->snd_ssthresh = tp->snd_cwnd > 2 ? tp->snd_cwnd : 2;
 		}
 	}
-	if (ca->flags & PRIV_PACED) {
-		sk->sk_pacing_status = SK_PACING_NONE;
-		ca->flags &= ~PRIV_PACED;
-	}
+	if (ca->flags & PRIV_PACED)
+		stop_commanded_pacing(sk, ca);
 	kernel_like_pacing(sk, tp);
 	if (ca->ca_state == TCP_CA_Recovery || ca->ca_state == TCP_CA_CWR) {
 		__u32 target = tp->snd_ssthresh > 2 ? tp->snd_ssthresh : 2;

@@ -215,7 +215,9 @@ fn init_logging(verbose: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    // colours only on a terminal: logs written to files stay greppable
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).init();
 }
 
 fn preflight() -> Result<()> {
@@ -387,6 +389,7 @@ impl Loop {
                     init_cwnd_pkts = c.init_cwnd_pkts,
                     mark = c.mark,
                     cgroup_id = c.cgroup_id,
+                    kernel_pacing = c.kernel_pacing,
                     algorithm = %alg,
                     "flow created"
                 );

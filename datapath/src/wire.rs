@@ -33,6 +33,8 @@ const EV_RELEASE: u32 = 3;
 /// Entry into Recovery or Loss (set_state), decoded as an [`AckSample`]
 /// without a rate sample (rtt_us = -1, delivered = 0).
 const EV_STATE: u32 = 4;
+/// ccp_priv.flags bit PRIV_KERNEL_PACING (ccp.bpf.c).
+const FLAG_KERNEL_PACING: u32 = 8;
 
 /// `struct ccp_event`, field for field (see ccp.bpf.c for each field's
 /// source in the kernel). One layout for all kinds; unused fields are zero.
@@ -189,6 +191,12 @@ pub struct FlowCreated {
     pub mark: u32,
     /// The socket's cgroup v2 id (inode number of its cgroup directory), 0 if none.
     pub cgroup_id: u64,
+    /// The socket came with TCP-internal pacing on (a CA before `ccp`, e.g.
+    /// bbr as the namespace default, set it), and the kernel side keeps it at
+    /// Linux tcp_update_pacing_rate's rate while no rate is commanded, as
+    /// kernel reno or cubic would be paced on that socket. Unknown (false)
+    /// for a flow announced again from the `flows` map.
+    pub kernel_pacing: bool,
 }
 
 impl FlowCreated {
@@ -208,6 +216,7 @@ impl FlowCreated {
             lost: i.lost,
             mark: i.mark,
             cgroup_id: i.cgroup_id,
+            kernel_pacing: false,
         }
     }
 }
@@ -258,7 +267,8 @@ pub struct AckSample {
     pub timeouts: u32,
     /// icsk_ca_state (0 Open, 1 Disorder, 2 CWR, 3 Recovery, 4 Loss).
     pub ca_state: u32,
-    /// BPF per-flow flags (1 paced, 2 a command was applied).
+    /// BPF per-flow flags (1 paced at a commanded rate, 2 a command was
+    /// applied, 4 the fallback ran the last ACK, 8 kernel pacing kept).
     pub flags: u32,
     /// sk->sk_pacing_rate, bytes/s.
     pub pacing_rate: u64,
@@ -293,6 +303,7 @@ impl From<&RawEvent> for FlowCreated {
             lost: r.lost,
             mark: r.mark,
             cgroup_id: r.cgroup_id,
+            kernel_pacing: r.flags & FLAG_KERNEL_PACING != 0,
         }
     }
 }

@@ -112,7 +112,32 @@ struct BulkFlow {
     threads: Vec<JoinHandle<()>>,
 }
 
-fn connect_with_cc(dst: Ipv4Addr, port: u16, cc: &str) -> std::io::Result<TcpStream> {
+/// How the sender's socket is set up around connect().
+#[derive(Clone, Copy)]
+struct SocketSetup {
+    /// TCP_CONGESTION before connect.
+    cc: &'static str,
+    /// TCP_CONGESTION after connect (the CA's init runs then), if any.
+    cc_after_connect: Option<&'static str>,
+    /// SO_MAX_PACING_RATE before connect, bytes/s (the kernel turns on
+    /// TCP-internal pacing for it).
+    max_pacing_bytes_per_s: Option<u32>,
+}
+
+impl SocketSetup {
+    const CCP: SocketSetup = SocketSetup { cc: "ccp", cc_after_connect: None, max_pacing_bytes_per_s: None };
+}
+
+fn set_congestion_control(fd: i32, cc: &str) -> std::io::Result<()> {
+    // SAFETY: setsockopt with a buffer of the given length.
+    let r = unsafe { libc::setsockopt(fd, libc::IPPROTO_TCP, libc::TCP_CONGESTION, cc.as_ptr() as *const libc::c_void, cc.len() as u32) };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn connect_with(dst: Ipv4Addr, port: u16, setup: SocketSetup) -> std::io::Result<TcpStream> {
     // SAFETY: plain socket syscalls on an fd we own until wrapped in TcpStream.
     unsafe {
         let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
@@ -120,9 +145,12 @@ fn connect_with_cc(dst: Ipv4Addr, port: u16, cc: &str) -> std::io::Result<TcpStr
             return Err(std::io::Error::last_os_error());
         }
         let stream = TcpStream::from_raw_fd(fd);
-        let r = libc::setsockopt(fd, libc::IPPROTO_TCP, libc::TCP_CONGESTION, cc.as_ptr() as *const libc::c_void, cc.len() as u32);
-        if r != 0 {
-            return Err(std::io::Error::last_os_error());
+        set_congestion_control(fd, setup.cc)?;
+        if let Some(rate) = setup.max_pacing_bytes_per_s {
+            let r = libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_MAX_PACING_RATE, &rate as *const u32 as *const libc::c_void, 4);
+            if r != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
         }
         let addr = libc::sockaddr_in {
             sin_family: libc::AF_INET as u16,
@@ -134,12 +162,19 @@ fn connect_with_cc(dst: Ipv4Addr, port: u16, cc: &str) -> std::io::Result<TcpStr
         if r != 0 {
             return Err(std::io::Error::last_os_error());
         }
+        if let Some(cc) = setup.cc_after_connect {
+            set_congestion_control(fd, cc)?;
+        }
         Ok(stream)
     }
 }
 
 impl BulkFlow {
     fn start(net: &Net) -> BulkFlow {
+        Self::start_with(net, SocketSetup::CCP)
+    }
+
+    fn start_with(net: &Net, setup: SocketSetup) -> BulkFlow {
         let stop = Arc::new(AtomicBool::new(false));
         let (ready_tx, ready_rx) = mpsc::channel();
         let b = net.b.clone();
@@ -166,7 +201,7 @@ impl BulkFlow {
         let stop_s = stop.clone();
         let sender = std::thread::spawn(move || {
             enter_netns(&a);
-            let s = Arc::new(connect_with_cc(Ipv4Addr::new(10, 201, 0, 2), 5201, "ccp").expect("connect with ccp"));
+            let s = Arc::new(connect_with(Ipv4Addr::new(10, 201, 0, 2), 5201, setup).expect("connect"));
             s.set_write_timeout(Some(Duration::from_millis(200))).unwrap();
             stream_tx.send(s.clone()).unwrap();
             let buf = vec![0x5au8; 1 << 16];
@@ -548,6 +583,67 @@ fn flow_falls_back_to_kernel_cubic_when_the_datapath_dies() {
     let a = flow.info().tcpi_bytes_acked;
     std::thread::sleep(Duration::from_secs(1)); // measurement window
     assert!(flow.info().tcpi_bytes_acked - a > LINK_BPS / 8 / 2, "flow not moving after fallback");
+    drop(flow);
+    drop(net);
+}
+
+/// Bytes/s the flow delivers over `window` (tcpi_bytes_acked).
+fn delivery_rate(flow: &BulkFlow, window: Duration) -> f64 {
+    let start = flow.info().tcpi_bytes_acked;
+    std::thread::sleep(window); // measurement window, not a wait
+    (flow.info().tcpi_bytes_acked - start) as f64 / window.as_secs_f64()
+}
+
+/// TCP-internal pacing the socket had before `ccp` took it stays on, as the
+/// kernel keeps it for reno or cubic (Linux tcp_update_pacing_rate): a user's
+/// SO_MAX_PACING_RATE still caps the flow, and a socket bbr had paced is
+/// paced at the kernel's rate (200 % or 120 % of cwnd/SRTT), not bbr's.
+#[test]
+fn pacing_the_socket_came_with_stays_on_at_the_kernel_rate() {
+    let _l = lock();
+    let net = Net::new();
+    let portus = Portus::start(40); // a cwnd-only algorithm: commands no rate
+    let dp = DatapathProc::start(&portus.path, "ccpdp-test-fixed");
+
+    // SO_MAX_PACING_RATE at a quarter of the link rate, set before connect
+    let cap = (LINK_BPS / 8 / 4) as u32;
+    let setup = SocketSetup { max_pacing_bytes_per_s: Some(cap), ..SocketSetup::CCP };
+    let flow = BulkFlow::start_with(&net, setup);
+    assert!(flow.wait_for(Duration::from_secs(5), |t| t.tcpi_snd_cwnd == 40).is_some(), "{}", dp.log_text());
+    let rate = delivery_rate(&flow, Duration::from_secs(2));
+    eprintln!("SO_MAX_PACING_RATE {cap} B/s: delivered {rate:.0} B/s (link {} B/s)", LINK_BPS / 8);
+    assert!(
+        rate < cap as f64 * 1.3 && rate > cap as f64 * 0.5,
+        "SO_MAX_PACING_RATE {cap} B/s not honoured: {rate:.0} B/s delivered"
+    );
+    drop(flow);
+
+    // a socket bbr initialised (bbr_init turns pacing on), then switched to ccp
+    let setup = SocketSetup { cc: "bbr", cc_after_connect: Some("ccp"), ..SocketSetup::CCP };
+    let flow = BulkFlow::start_with(&net, setup);
+    assert_eq!(flow.congestion_control(), "ccp");
+    wait_settled(&flow, 40);
+    let ti = flow.info();
+    // tcp_update_pacing_rate: 200 % of cwnd x MSS / SRTT while cwnd < ssthresh/2 (the
+    // fixed-cwnd algorithm never lowers ssthresh from "infinite"), else 120 %
+    let ratio = if ti.tcpi_snd_cwnd < ti.tcpi_snd_ssthresh / 2 { 2.0 } else { 1.2 };
+    let kernel_rate = ratio * (ti.tcpi_snd_cwnd as f64 * ti.tcpi_snd_mss as f64) / (ti.tcpi_rtt as f64 / 1e6);
+    let rate = ti.tcpi_pacing_rate as f64;
+    eprintln!("switched from bbr: pacing rate {rate:.0} B/s, kernel's rule {kernel_rate:.0} B/s");
+    assert!((rate / kernel_rate - 1.0).abs() < 0.25, "pacing rate {rate:.0} B/s, kernel's rule gives {kernel_rate:.0}");
+    let log = dp.log_text();
+    let created: Vec<&str> = log.lines().filter(|l| l.contains("flow created")).collect();
+    assert_eq!(created.len(), 2, "two flows created: {log}");
+    assert!(created[0].contains("kernel_pacing=true"), "SO_MAX_PACING_RATE turned pacing on: {}", created[0]);
+    assert!(created[1].contains("kernel_pacing=true"), "bbr turned pacing on: {}", created[1]);
+    drop(flow);
+
+    // a plain ccp socket comes without pacing, and is not paced
+    let flow = BulkFlow::start(&net);
+    assert!(flow.wait_for(Duration::from_secs(5), |t| t.tcpi_snd_cwnd == 40).is_some(), "{}", dp.log_text());
+    let log = dp.log_text();
+    let third = log.lines().filter(|l| l.contains("flow created")).nth(2).map(str::to_owned);
+    assert!(third.as_deref().is_some_and(|l| l.contains("kernel_pacing=false")), "plain socket: {third:?}");
     drop(flow);
     drop(net);
 }

@@ -12,11 +12,9 @@ What it measures, on this host, in one run:
 * 1, 10 and 100 parallel flows (``iperf3 -P``), at full speed and paced to
   1 Gbit/s in total. Pacing is iperf3's own ``-b RATE`` per stream
   (1 Gbit/s / flows), not ``--fq-rate``: ``--fq-rate`` is SO_MAX_PACING_RATE,
-  which only caps the rate the congestion control sets, and ccp-datapath
-  takes pacing over (it turns TCP-internal pacing off in ``init`` unless the
-  algorithm commands a rate), so the same flag would pace kernel cubic and
-  leave ccp unpaced. ``-b`` limits the application's writes the same way
-  under every congestion control, which "equal paced throughput" needs.
+  which only caps the rate the congestion control sets, at a level of its
+  own. ``-b`` limits the application's writes the same way under every
+  congestion control, which "equal paced throughput" needs.
 
 Per run it records: throughput (iperf3 receiver, Gbit/s); busy CPU of the
 host's cores over the client's lifetime (/proc/stat: everything but idle and
@@ -96,11 +94,12 @@ TARGET_MODE = "ccp-kernel-fold"
 FLOWS = (1, 10, 100)
 PACED_TOTAL_MBPS = 1000.0
 ALGORITHM = "cubic"
-# Unpaced cubic: the benchmark measures the datapath against kernel cubic. cubic's own
-# pacing (`--pacing`, on by default since issue 7's fidelity work) commands the kernel's
-# rate once per report, and TCP-internal pacing at that rate capped one veth flow at
-# 8.1 Gbit/s against kernel cubic's 21.5 (results/bench-datapath-final.json, 23:33 UTC).
-ALGORITHM_PARAMS = {"pacing": "false"}
+# cubic with its defaults (`--pacing kernel`): ccp-datapath paces a socket that came
+# paced (bbr, the namespaces' default, leaves TCP-internal pacing on) per ACK at the
+# kernel's rate, as kernel cubic's socket is paced. Commanding that rate once per report
+# instead (`--pacing report`) capped one veth flow at 8.1 Gbit/s against kernel cubic's
+# 21.5 (results/bench-datapath-final.json, 2026-11-22 23:33 UTC).
+ALGORITHM_PARAMS: dict[str, str] = {}
 
 # Targets of issue 8 item 7.
 MIN_THROUGHPUT_RATIO = 0.97
