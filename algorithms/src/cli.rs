@@ -29,6 +29,9 @@ pub const UNIX_SOCKET_DIR: &str = "/tmp/ccp";
 /// The binary that runs every algorithm of the suite (`ccp-algorithms NAME`).
 pub const MULTIPLEXER: &str = "ccp-algorithms";
 
+/// Largest `--min-report-interval-us` (1 s: well past any RTT of the lab).
+pub const MAX_REPORT_FLOOR_US: u64 = 1_000_000;
+
 /// IPC mechanism between the algorithm (Portus) and the datapath.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum IpcKind {
@@ -59,6 +62,14 @@ pub struct CommonArgs {
     /// Ceiling of the congestion window, packets.
     #[arg(long, default_value = "100000", value_name = "PKTS")]
     pub max_cwnd_pkts: f64,
+    /// Floor of the fold program's regular report interval, us (0 = none): a per-RTT
+    /// cadence reports after max(RTT/k, this), a fixed one after max(interval, this);
+    /// loss and timeout reports are never held back. At veth or datacenter RTTs
+    /// (tens of us) a per-RTT cadence means a report, and two daemon wakeups, per
+    /// ACK (datapath/README.md "Performance"). At most 1000000.
+    #[arg(long, default_value = "0", value_name = "US",
+          value_parser = clap::value_parser!(u64).range(0..=MAX_REPORT_FLOOR_US))]
+    pub min_report_interval_us: u64,
     /// More logging: -v debug, -vv trace (RUST_LOG overrides). Default: info.
     #[arg(short, long, action = ArgAction::Count)]
     pub verbose: u8,
@@ -101,6 +112,7 @@ impl CommonArgs {
             init_ssthresh_pkts: self.ss_thresh_pkts,
             min_cwnd_pkts: self.min_cwnd_pkts,
             max_cwnd_pkts: self.max_cwnd_pkts,
+            min_report_interval_us: self.min_report_interval_us,
         })
     }
 

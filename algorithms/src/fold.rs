@@ -251,11 +251,22 @@ impl FoldProgram {
         CAP_IN_FOLD.contains(&self.name)
     }
 
-    /// The program text exactly as installed (and printed by `--dump-program`).
+    /// The program text exactly as installed (and printed by `--dump-program`)
+    /// without a report-interval floor: `text_with_report_floor(0)`.
+    pub fn text(&self) -> String {
+        self.text_with_report_floor(0)
+    }
+
+    /// The program text with regular reports at least `floor_us` apart
+    /// (`--min-report-interval-us`): `PerRtt(k)` reports after
+    /// max(RTT / k, floor_us) (`max` in the report condition), `IntervalUs(us)`
+    /// after max(us, floor_us); `PerAcks` and the urgent reports on loss or
+    /// timeout are not held back. `floor_us` = 0 gives the program without a
+    /// floor, text for text.
     ///
     /// The per-ACK `when` ends in `(fallthrough)`; the urgent `when` has none,
     /// so an ACK never produces two reports.
-    pub fn text(&self) -> String {
+    pub fn text_with_report_floor(&self, floor_us: u64) -> String {
         let mut t = String::from(DEFS_HEAD);
         if self.slow_start_in_fold() {
             t.push_str(SLOW_START_DEFS);
@@ -284,9 +295,10 @@ impl FoldProgram {
             t.push_str(URGENT);
         }
         let cond = match self.cadence {
+            Cadence::PerRtt(_) if floor_us > 0 => format!("(> Micros (max reportIntervalUs {floor_us}))"),
             Cadence::PerRtt(_) => "(> Micros reportIntervalUs)".to_string(),
             Cadence::PerAcks(n) => format!("(> Report.acks {})", n.max(1) - 1),
-            Cadence::IntervalUs(us) => format!("(> Micros {us})"),
+            Cadence::IntervalUs(us) => format!("(> Micros {})", us.max(floor_us)),
         };
         t.push_str(&format!("(when {cond}\n    (report)\n    (:= Micros 0)\n)\n"));
         t
@@ -364,6 +376,25 @@ mod tests {
         assert!(half.contains("(/ Flow.rtt_sample_us 2)"));
         assert!(programs()[2].text().contains("(when (> Report.acks 9)"));
         assert!(!programs()[2].text().contains("Report.loss 0))\n    (report)"));
+    }
+
+    #[test]
+    fn a_report_floor_bounds_the_regular_condition_only() {
+        let [rtt1, rtt2, acks, interval] = programs().try_into().expect("four programs");
+        for prog in [rtt1, rtt2, acks, interval] {
+            assert_eq!(prog.text_with_report_floor(0), prog.text(), "floor 0: the program without a floor");
+            let text = prog.text_with_report_floor(5_000);
+            portus::lang::compile(text.as_bytes(), &[]).expect("compiles with a floor");
+            if prog.urgent_on_loss {
+                assert!(text.contains(URGENT), "urgent reports are not held back");
+            }
+        }
+        let floored = rtt2.text_with_report_floor(5_000);
+        assert!(floored.contains("(when (> Micros (max reportIntervalUs 5000))\n    (report)"), "{floored}");
+        assert!(floored.contains("(/ Flow.rtt_sample_us 2)"), "the per-RTT interval is still computed");
+        assert!(interval.text_with_report_floor(5_000).contains("(when (> Micros 30000)"), "above the floor: kept");
+        assert!(interval.text_with_report_floor(50_000).contains("(when (> Micros 50000)"), "below: raised");
+        assert_eq!(acks.text_with_report_floor(5_000), acks.text(), "a per-ACK cadence has no time to floor");
     }
 
     #[test]

@@ -34,6 +34,9 @@ pub struct WindowBounds {
     pub init_ssthresh_pkts: f64,
     pub min_cwnd_pkts: f64,
     pub max_cwnd_pkts: f64,
+    /// Floor of the fold program's regular report interval, us (0 = none;
+    /// `--min-report-interval-us`, see [`crate::fold::FoldProgram::text_with_report_floor`]).
+    pub min_report_interval_us: u64,
 }
 
 impl WindowBounds {
@@ -73,7 +76,7 @@ impl<I: Ipc, S: AlgorithmSpec> CongAlg<I> for PortusAlg<S> {
 
     fn datapath_programs(&self) -> HashMap<&'static str, String> {
         let prog = S::program(&self.args);
-        HashMap::from([(prog.name, prog.text())])
+        HashMap::from([(prog.name, prog.text_with_report_floor(self.bounds.min_report_interval_us))])
     }
 
     fn new_flow(&self, mut control: Datapath<I>, info: DatapathInfo) -> Self::Flow {
