@@ -63,7 +63,9 @@
 //! only (the kernel adds SACKed packets too); the delivery-rate samples carry
 //! no app-limited mark (libccp has none); no ACK-aggregation cwnd
 //! (`bbr_ack_aggregation_cwnd`: tried per report, it over-estimated the
-//! excess and raised down24-6's p95 queueing delay to 2.6x, so left out); no
+//! excess and raised down24-6's p95 queueing delay to 2.6x, so left out; it
+//! must be measured per ACK in the fold, which needs a report register and
+//! BtlBw in the fold: algorithms/README.md, "BBR on Verizon LTE"); no
 //! idle-restart handling; no long-term (policer) bandwidth mode; the socket's
 //! send buffer is sized 2 x cwnd by the datapath where tcp_bbr.c asks 3 x
 //! (`bbr_sndbuf_expand`).
@@ -83,10 +85,14 @@
 //! capped by the first report's cap, taken before any bandwidth sample);
 //! retransmits 0.8-1.56x (down24-6 2.21x -> 0.82x); p95 queueing delay
 //! 0.81x after the 24 -> 6 step (was 2.65x; the kernel stands higher there,
-//! likely its ACK-aggregation allowance), 0.86-1.04x on the step-up links,
+//! not by its ACK-aggregation allowance, ~1 packet on that smooth link),
+//! 0.86-1.04x on the step-up links,
 //! 1.2-1.5x with a wide spread on the fixed links (in some runs the queue
 //! left by Drain stays: BtlBw settles 1-4 % above the link's payload rate and
-//! the gain cycle neither drains nor grows it), 0.67x on Verizon LTE.
+//! the gain cycle neither drains nor grows it), 0.67x on Verizon LTE (the
+//! kernel's ACK-aggregation allowance keeps ~28 packets more queued there,
+//! which also carries it through the trace's capacity bursts: throughput
+//! 0.94x; algorithms/README.md, "BBR on Verizon LTE").
 
 use crate::fold::{Cadence, FoldProgram};
 use crate::window::{Measurement, RttEstimator, WindowParams};
