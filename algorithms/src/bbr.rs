@@ -136,6 +136,12 @@ pub struct BbrArgs {
     /// retransmits 1.33 -> 4.2x (algorithms/README.md, "BBR after the full run").
     #[arg(long)]
     pub startup_rate_in_fold: bool,
+    /// Add tcp_bbr.c's ACK-aggregation allowance to the cwnd target after
+    /// Startup (`bbr_ack_aggregation_cwnd`: the 5-10-round max of the per-ACK
+    /// excess the fold measures, [`ack_aggregation_block`], capped at BtlBw x
+    /// 100 ms). Needs the fold's cwnd growth (the daemon's default).
+    #[arg(long, default_value = "true", action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub ack_aggregation: bool,
 }
 
 /// Regular reports per RTT. Every per-report decision (Startup's pacing rate
@@ -193,6 +199,71 @@ pub fn startup_rate_block() -> String {
         g * 1000
     )
 }
+
+/// The control registers of the per-ACK ACK-aggregation excess
+/// ([`ack_aggregation_block`]): `xbw` BtlBw in bytes/s (user space sets it
+/// with each command, [`Controller::fold_registers`]), `xt` the epoch's start
+/// (`Ack.now`, us), `xa` the bytes acked and SACKed since then, `xe` the
+/// bytes BtlBw would have delivered since then, `xn` this ACK's delivered
+/// bytes, then its excess, `xr` "restart the epoch".
+pub const ACK_AGG_DEFS: &str = "    (xbw 0)\n    (xt 0)\n    (xa 0)\n    (xe 0)\n    (xn 0)\n    (xr false)\n";
+
+/// The report field of the per-ACK excess (largest in the report, bytes).
+pub const EXTRA_ACKED_FIELD: &str = "Report.xacked";
+
+/// Its declaration in the program's Report block (it takes the register of
+/// HyStart's ACK train, which bbr has no use for: Portus allows 16).
+pub const ACK_AGG_REPORT_DEF: &str = "        (volatile xacked 0)\n";
+
+/// Longest aggregation epoch the fold measures, us: bounds BtlBw x elapsed
+/// (a u32 bytes/s times at most 10^7 us fits a u64) where tcp_bbr.c restarts
+/// an epoch after 2^20 packets.
+pub const ACK_EPOCH_MAX_US: u64 = 10_000_000;
+
+/// tcp_bbr.c's per-ACK ACK-aggregation estimate (`bbr_update_ack_aggregation`)
+/// in the fold: on each ACK that delivers data (acked + SACKed bytes > 0),
+/// expected = BtlBw (`xbw`) x the time since the epoch started; when the
+/// bytes delivered since then (before this ACK) are at most that, a new
+/// epoch starts at this ACK (expected 0); this ACK's bytes are added and the
+/// excess (delivered since the epoch start - expected), capped at Cwnd, goes
+/// into the report as its maximum ([`EXTRA_ACKED_FIELD`]). User space keeps
+/// the windowed max and adds it to the cwnd target
+/// ([`Bbr::ack_aggregation_cwnd_pkts`]).
+///
+/// Why per ACK: the excess of a report taken as one ACK is about 2x the
+/// kernel's (after an epoch restart the whole report counts as excess), and
+/// with the report spread evenly over its interval about a third (cellular
+/// bursts last a few ms, a report 25-90 ms): algorithms/README.md, "BBR on
+/// Verizon LTE". The language has no `>=` and subtraction underflow aborts
+/// the invocation, so the restart test is `xa < xe + 1` and the excess is
+/// taken only once `xa > xe` is known (after a restart `xe` is 0).
+pub fn ack_aggregation_block() -> String {
+    format!(
+        "\
+(when (> (+ Ack.bytes_acked Ack.bytes_misordered) 0)
+    (:= xn (+ Ack.bytes_acked Ack.bytes_misordered))
+    (:= xt (min xt Ack.now))
+    (:= xe (min (- Ack.now xt) {ACK_EPOCH_MAX_US}))
+    (:= xe (/ (* xbw xe) 1000000))
+    (:= xr (< xa (+ xe 1)))
+    (:= xa (if xr 0))
+    (:= xt (if xr Ack.now))
+    (:= xe (if xr 0))
+    (:= xa (+ xa xn))
+    (:= xn (- xa xe))
+    (:= xn (min xn Cwnd))
+    (:= {EXTRA_ACKED_FIELD} (max {EXTRA_ACKED_FIELD} xn))
+    (fallthrough)
+)
+"
+    )
+}
+
+/// Rounds per half of the ACK-aggregation max filter (tcp_bbr.c
+/// `bbr_extra_acked_win_rtts`; two halves: the max spans 5-10 rounds).
+pub const EXTRA_ACKED_WIN_ROUNDS: u32 = 5;
+/// Cap of the ACK-aggregation allowance, us of BtlBw (`bbr_extra_acked_max_us`).
+pub const EXTRA_ACKED_MAX_US: f64 = 100_000.0;
 
 /// BBR's fold program: [`REPORTS_PER_RTT`] reports per RTT, urgent on loss or timeout.
 pub const PROGRAM: FoldProgram =
@@ -290,6 +361,11 @@ pub struct Bbr {
     fold_startup_rate: bool,
     /// A Rate was commanded (the fold's Startup block has ended).
     rate_commanded: bool,
+    /// The two halves of the ACK-aggregation max filter, bytes (tcp_bbr.c
+    /// `extra_acked[2]`), the current half and the rounds it has run.
+    extra_acked: [u64; 2],
+    extra_acked_idx: usize,
+    extra_acked_rounds: u32,
 }
 
 impl Bbr {
@@ -328,6 +404,9 @@ impl Bbr {
             blend: None,
             fold_startup_rate: false,
             rate_commanded: false,
+            extra_acked: [0; 2],
+            extra_acked_idx: 0,
+            extra_acked_rounds: 0,
         }
     }
 
@@ -360,6 +439,36 @@ impl Bbr {
     /// The cwnd cap commanded after the last report (fold growth), packets.
     pub fn cap_pkts(&self) -> Option<f64> {
         self.cap
+    }
+
+    /// The ACK-aggregation allowance the cwnd target carries, packets
+    /// (tcp_bbr.c `bbr_ack_aggregation_cwnd`): after Startup, the larger half
+    /// of the excess max filter, at most BtlBw x 100 ms; 0 with
+    /// `--ack-aggregation false` or without the fold's cwnd growth (no per-ACK
+    /// excess then).
+    pub fn ack_aggregation_cwnd_pkts(&self) -> f64 {
+        if !(self.args.ack_aggregation && self.fold_growth && self.full_bw_reached) {
+            return 0.0;
+        }
+        let extra = self.extra_acked[0].max(self.extra_acked[1]) as f64;
+        let max = self.btl_bw() * EXTRA_ACKED_MAX_US / 1e6;
+        extra.min(max) / f64::from(self.params.mss_bytes.max(1))
+    }
+
+    /// The report's per-ACK excess into the max filter; a new half every
+    /// [`EXTRA_ACKED_WIN_ROUNDS`] rounds (tcp_bbr.c rotates on the round's
+    /// first ACK, here on the report that starts a round).
+    fn update_ack_aggregation(&mut self, m: &Measurement) {
+        if self.round_start {
+            self.extra_acked_rounds += 1;
+            if self.extra_acked_rounds >= EXTRA_ACKED_WIN_ROUNDS {
+                self.extra_acked_rounds = 0;
+                self.extra_acked_idx ^= 1;
+                self.extra_acked[self.extra_acked_idx] = 0;
+            }
+        }
+        let cur = &mut self.extra_acked[self.extra_acked_idx];
+        *cur = (*cur).max(m.extra_acked_bytes);
     }
 
     /// Current state.
@@ -662,7 +771,7 @@ impl Bbr {
 
     fn set_cwnd(&mut self, m: &Measurement) {
         let acked = m.acked_pkts(self.params.mss_bytes);
-        let target = self.bdp_pkts(self.cwnd_gain) + self.quantization_budget();
+        let target = self.bdp_pkts(self.cwnd_gain) + self.ack_aggregation_cwnd_pkts() + self.quantization_budget();
         let conserving = self.recovery.is_some_and(|(_, until)| self.round < until);
         if self.fold_growth {
             return self.set_cap(m, target, conserving);
@@ -790,6 +899,7 @@ impl Controller for Bbr {
         self.update_round(m);
         self.end_recovery();
         self.update_bw(m);
+        self.update_ack_aggregation(m);
         let expired = self.update_min_rtt(m);
         self.check_full_bw();
         self.check_drain(m);
@@ -809,7 +919,7 @@ impl Controller for Bbr {
 
     fn state(&self) -> String {
         format!(
-            "cwnd_pkts={:.3} pacing_rate_bps={:.0} btlbw_bps={:.0} min_rtt_us={} pacing_gain={:.3} mode={} cycle={} round={}",
+            "cwnd_pkts={:.3} pacing_rate_bps={:.0} btlbw_bps={:.0} min_rtt_us={} pacing_gain={:.3} mode={} cycle={} round={} extra_acked_pkts={:.1}",
             self.cwnd,
             self.pacing_rate,
             self.btl_bw(),
@@ -817,8 +927,18 @@ impl Controller for Bbr {
             self.pacing_gain,
             self.mode.as_str(),
             self.cycle_idx,
-            self.round
+            self.round,
+            self.ack_aggregation_cwnd_pkts()
         )
+    }
+
+    /// BtlBw for the fold's ACK-aggregation block (`xbw`, bytes/s), with
+    /// each command.
+    fn fold_registers(&self) -> Vec<(&'static str, u32)> {
+        if !(self.args.ack_aggregation && self.fold_growth) {
+            return Vec::new();
+        }
+        vec![("xbw", self.btl_bw().clamp(0.0, f64::from(u32::MAX)) as u32)]
     }
 }
 
@@ -844,6 +964,7 @@ mod tests {
             high_gain: HIGH_GAIN,
             seed: 1,
             startup_rate_in_fold: false,
+            ack_aggregation: true,
         };
         Bbr::new(params, args)
     }
@@ -1055,6 +1176,70 @@ mod tests {
         b.on_report(&dp(report(2 * RTT, 15, 40, 500_000, RTT), 40));
         let target = b.bdp_pkts(HIGH_GAIN) + b.quantization_budget();
         assert!((b.cap_pkts().unwrap() - target).abs() < 1e-9);
+    }
+
+    /// A flow with fold growth driven through Startup and Drain into ProbeBW
+    /// at BtlBw 1 MB/s, RTprop 40 ms (BDP 40 packets), each report carrying
+    /// `extra` bytes of per-ACK excess; returns it and the time reached.
+    fn in_probe_bw(args: BbrArgs, extra: u64) -> (Bbr, u64) {
+        let mut b = Bbr::new(bbr().params, args).with_fold_growth(true);
+        let (mut now, mut rate) = (0, 125_000);
+        while b.mode() != Mode::ProbeBw {
+            now += RTT;
+            let inflight = if b.full_bw_reached() { 30 } else { 80 };
+            let m = Measurement { extra_acked_bytes: extra, ..report(now, 40, inflight, rate, RTT) };
+            b.on_report(&dp(m, b.cwnd_pkts() as u64));
+            if b.mode() == Mode::Startup {
+                assert_eq!(b.ack_aggregation_cwnd_pkts(), 0.0, "no allowance before the pipe is full (tcp_bbr.c)");
+            }
+            rate = (rate * 2).min(1_000_000);
+            assert!(now < 40 * RTT, "never reached ProbeBW");
+        }
+        (b, now)
+    }
+
+    #[test]
+    fn ack_aggregation_allowance_enters_the_cwnd_target_after_startup() {
+        let (mut b, mut now) = in_probe_bw(bbr().args, 20 * u64::from(MSS));
+        // ProbeBW: target = 2 BDP + the 20-packet allowance + budget.
+        now += RTT;
+        b.on_report(&dp(report(now, 40, 60, 1_000_000, RTT), 80));
+        assert_eq!(b.ack_aggregation_cwnd_pkts(), 20.0);
+        let expect = b.bdp_pkts(2.0) + 20.0 + b.quantization_budget();
+        assert!((b.cap_pkts().unwrap() - expect).abs() < 1e-9, "{:?} vs {expect}", b.cap_pkts());
+        // A larger excess is capped at BtlBw x 100 ms = 100 packets.
+        now += RTT;
+        let big = Measurement { extra_acked_bytes: 150 * u64::from(MSS), ..report(now, 40, 60, 1_000_000, RTT) };
+        b.on_report(&dp(big, 80));
+        assert_eq!(b.ack_aggregation_cwnd_pkts(), 100.0);
+        // The max filter forgets after 5-10 rounds without excess (two halves of 5).
+        let mut rounds = 0;
+        while b.ack_aggregation_cwnd_pkts() > 0.0 {
+            now += RTT;
+            b.on_report(&dp(report(now, 60, 60, 1_000_000, RTT), 80));
+            rounds += 1;
+            assert!(rounds <= 2 * EXTRA_ACKED_WIN_ROUNDS, "still {} after {rounds} rounds", b.ack_aggregation_cwnd_pkts());
+        }
+        assert!(rounds >= EXTRA_ACKED_WIN_ROUNDS, "forgotten after {rounds} rounds");
+        // --ack-aggregation false: the kernel's target without it.
+        let off = BbrArgs { ack_aggregation: false, ..bbr().args };
+        let (mut b, now) = in_probe_bw(off, 20 * u64::from(MSS));
+        b.on_report(&dp(report(now + RTT, 40, 60, 1_000_000, RTT), 80));
+        assert_eq!(b.ack_aggregation_cwnd_pkts(), 0.0);
+        assert!(Controller::fold_registers(&b).is_empty(), "no BtlBw sent to the fold when off");
+        let expect = b.bdp_pkts(2.0) + b.quantization_budget();
+        assert!((b.cap_pkts().unwrap() - expect).abs() < 1e-9);
+    }
+
+    #[test]
+    fn btlbw_goes_to_the_fold_with_each_command() {
+        let mut b = bbr().with_fold_growth(true);
+        b.on_report(&dp(report(RTT, 10, 20, 250_000, RTT), 20));
+        assert_eq!(Controller::fold_registers(&b), vec![("xbw", 250_000)]);
+        assert!(PROGRAM.text().contains(&ack_aggregation_block()) && PROGRAM.text().contains(ACK_AGG_DEFS));
+        // Without fold growth there is no per-ACK excess: nothing to send, no allowance.
+        let plain = bbr();
+        assert!(Controller::fold_registers(&plain).is_empty());
     }
 
     #[test]

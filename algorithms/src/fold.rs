@@ -71,7 +71,9 @@ pub struct FoldProgram {
 ///   unbroken at the report (so a train can continue into the next report),
 ///
 /// Portus allows report registers 0..15, so a program has at most 16 such
-/// fields (the suite's test compiles and serializes every program).
+/// fields (the suite's test compiles and serializes every program). bbr's
+/// program ([`CAP_IN_FOLD`]) has no HyStart ACK train (`train`, `trainon`,
+/// decoded as 0) and reports [`crate::bbr::EXTRA_ACKED_FIELD`] instead.
 pub const REPORT_FIELDS: [&str; 16] = [
     "Report.acked",
     "Report.sacked",
@@ -90,6 +92,13 @@ pub const REPORT_FIELDS: [&str; 16] = [
     "Report.maxrtt",
     "Report.trainon",
 ];
+
+/// HyStart's ACK-train fields in [`DEFS_HEAD`] and [`PER_ACK`], exactly as
+/// written there: the programs of [`CAP_IN_FOLD`] leave them out (no HyStart)
+/// to free report registers.
+const TRAIN_DEFS: &str = "        (volatile train 0)\n        (volatile trainon true)\n";
+const TRAIN_PER_ACK: &str = "    (:= Report.trainon (&& Report.trainon (< Micros (+ Report.train 2001))))\n    (:= Report.train (if Report.trainon Micros))\n";
+const TRAIN_FIELDS: [&str; 2] = ["Report.train", "Report.trainon"];
 
 /// Largest gap between two ACKs of one ACK train, us (Linux tcp_cubic.c
 /// `hystart_ack_delta_us`).
@@ -267,21 +276,24 @@ impl FoldProgram {
     /// The per-ACK `when` ends in `(fallthrough)`; the urgent `when` has none,
     /// so an ACK never produces two reports.
     pub fn text_with_report_floor(&self, floor_us: u64) -> String {
-        let mut t = String::from(DEFS_HEAD);
+        let cap = self.cwnd_toward_cap_in_fold();
+        let mut t = if cap { DEFS_HEAD.replace(TRAIN_DEFS, crate::bbr::ACK_AGG_REPORT_DEF) } else { DEFS_HEAD.to_string() };
         if self.slow_start_in_fold() {
             t.push_str(SLOW_START_DEFS);
-        } else if self.cwnd_toward_cap_in_fold() {
+        } else if cap {
             t.push_str(TOWARD_CAP_DEFS);
             t.push_str(crate::bbr::STARTUP_RATE_DEFS);
+            t.push_str(crate::bbr::ACK_AGG_DEFS);
         }
         t.push_str(")\n");
         if self.slow_start_in_fold() {
             t.push_str(SLOW_START);
-        } else if self.cwnd_toward_cap_in_fold() {
+        } else if cap {
             t.push_str(&crate::bbr::startup_rate_block());
+            t.push_str(&crate::bbr::ack_aggregation_block());
             t.push_str(TOWARD_CAP);
         }
-        t.push_str(PER_ACK);
+        t.push_str(&if cap { PER_ACK.replace(TRAIN_PER_ACK, "") } else { PER_ACK.to_string() });
         if let Cadence::PerRtt(k) = self.cadence {
             let sample = if k <= 1 {
                 "Flow.rtt_sample_us".to_string()
@@ -333,6 +345,7 @@ pub fn measurement_from_fields(values: [u64; 16], now_us: u64) -> Measurement {
         ack_train_us: train,
         max_rtt_us: finite(maxrtt),
         ack_train_unbroken: trainon != 0,
+        extra_acked_bytes: 0,
     }
 }
 
@@ -342,9 +355,16 @@ pub fn measurement_from_fields(values: [u64; 16], now_us: u64) -> Measurement {
 pub fn read_measurement(report: &Report, sc: &Scope, now_us: u64) -> portus::Result<Measurement> {
     let mut values = [0u64; 16];
     for (v, name) in values.iter_mut().zip(REPORT_FIELDS) {
+        if TRAIN_FIELDS.contains(&name) && sc.get(name).is_none() {
+            continue; // a program without HyStart's ACK train (bbr's)
+        }
         *v = report.get_field(name, sc)?;
     }
-    Ok(measurement_from_fields(values, now_us))
+    let mut m = measurement_from_fields(values, now_us);
+    if sc.get(crate::bbr::EXTRA_ACKED_FIELD).is_some() {
+        m.extra_acked_bytes = report.get_field(crate::bbr::EXTRA_ACKED_FIELD, sc)?;
+    }
+    Ok(m)
 }
 
 #[cfg(test)]

@@ -68,6 +68,12 @@ pub trait Controller: Send {
     /// The algorithm's state for the log line of a report, `key=value` pairs
     /// (e.g. `cwnd_pkts=12.000 ssthresh_pkts=inf phase=cong_avoid`).
     fn state(&self) -> String;
+    /// Control registers of the algorithm's own fold program to set with
+    /// each command after a report, (register name, value); none by default
+    /// (bbr: BtlBw for its per-ACK ACK-aggregation block).
+    fn fold_registers(&self) -> Vec<(&'static str, u32)> {
+        Vec::new()
+    }
 }
 
 /// Every pure window algorithm is a [`Controller`] that sets cwnd only.

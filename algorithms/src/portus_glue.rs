@@ -106,7 +106,7 @@ impl<I: Ipc, S: AlgorithmSpec> CongAlg<I> for PortusAlg<S> {
             info.init_cwnd,
             initial.cwnd_bytes.unwrap_or(0)
         );
-        flow.apply(info.sock_id, initial);
+        flow.apply(info.sock_id, initial, &[]);
         flow
     }
 }
@@ -125,10 +125,11 @@ impl<I: Ipc, W: Controller> PortusFlow<I, W> {
         &self.window
     }
 
-    /// Send `ctl` to the datapath in one update (Cwnd and/or Rate).
-    fn apply(&self, sid: u32, ctl: Control) {
+    /// Send `ctl` to the datapath in one update (Cwnd and/or Rate, and the
+    /// algorithm's fold registers `regs`, [`Controller::fold_registers`]).
+    fn apply(&self, sid: u32, ctl: Control, regs: &[(&'static str, u32)]) {
         let Some(sc) = &self.sc else { return };
-        let mut fields: Vec<(&str, u32)> = Vec::with_capacity(2);
+        let mut fields: Vec<(&str, u32)> = Vec::with_capacity(2 + regs.len());
         if let Some(bytes) = ctl.cwnd_bytes {
             fields.push(("Cwnd", bytes));
         }
@@ -139,6 +140,7 @@ impl<I: Ipc, W: Controller> PortusFlow<I, W> {
         if fields.is_empty() {
             return;
         }
+        fields.extend_from_slice(regs);
         if let Err(e) = self.control.update_field(sc, &fields) {
             warn!(target: "ccp", "flow sid={sid}: control update failed: {}", e.0);
         }
@@ -181,7 +183,7 @@ impl<I: Ipc, W: Controller> portus::Flow for PortusFlow<I, W> {
             shown(ctl.rate_bytes_per_sec),
             self.window.state()
         );
-        self.apply(sid, ctl);
+        self.apply(sid, ctl, &self.window.fold_registers());
     }
 
     fn close(&mut self) {
