@@ -99,7 +99,11 @@ ALGORITHM = "cubic"
 # kernel's rate, as kernel cubic's socket is paced. Commanding that rate once per report
 # instead (`--pacing report`) capped one veth flow at 8.1 Gbit/s against kernel cubic's
 # 21.5 (results/bench-datapath-final.json, 2026-11-22 23:33 UTC).
-ALGORITHM_PARAMS: dict[str, str] = {}
+# A 10 ms report floor (`--min-report-interval-us`, default 0): at veth RTTs (40-800 us)
+# cubic's four reports per RTT are a report per ACK, each a Portus wakeup and a command
+# wakeup (~45 us each here). 1 flow paced: own CPU 1.27x kernel cubic's without it, 0.98x
+# with it (datapath/README.md "Performance", 2026-11-23 00:30-01:03 UTC).
+ALGORITHM_PARAMS: dict[str, str] = {"min-report-interval-us": "10000"}
 
 # Targets of issue 8 item 7.
 MIN_THROUGHPUT_RATIO = 0.97
@@ -470,10 +474,16 @@ def targets_table(rows: Sequence[TargetRow]) -> str:
                      [f"{r.what:<34} {r.config:<16} {r.figure:>10} {r.bound:>10}  {r.verdict}" for r in rows])
 
 
-def run_plan(flows: Sequence[int], reps: int, modes: Sequence[str] = MODES) -> list[tuple[int, bool, int, str]]:
-    """The order of runs: (flows, paced, rep, mode); per configuration the modes alternate, ``reps`` times."""
-    return [(n, paced, rep, mode) for n in flows for paced in (False, True)
-            for rep in range(1, reps + 1) for mode in modes]
+LOADS = {"full": False, "paced": True}
+"""``--loads`` names: full speed or paced to PACED_TOTAL_MBPS in total (Measurement.paced)."""
+
+
+def run_plan(flows: Sequence[int], reps: int, modes: Sequence[str] = MODES,
+             loads: Sequence[str] = tuple(LOADS)) -> list[tuple[int, bool, int, str]]:
+    """The order of runs: (flows, paced, rep, mode) for each flow count and load (``LOADS`` names,
+    full before paced); per configuration the modes alternate, ``reps`` times."""
+    return [(n, paced, rep, mode) for n in flows for paced in (False, True) if paced in {LOADS[x] for x in loads}
+            for rep in range(1, reps + 1) for mode in MODES if mode in modes]
 
 
 def paced_stream_rate(flows: int, total_mbps: float = PACED_TOTAL_MBPS) -> str:
@@ -634,9 +644,10 @@ class Bench:
     """The host side of one benchmark: namespaces, a persistent iperf3 server, and per run the
     Portus algorithm and ccp-datapath (fresh per run, so their counters cover that run only)."""
 
-    def __init__(self, stack: ExitStack, workdir: Path, duration_s: int):
+    def __init__(self, stack: ExitStack, workdir: Path, duration_s: int, algorithm_params: dict[str, str]):
         self.workdir = workdir
         self.duration_s = duration_s
+        self.algorithm_params = algorithm_params
         self.snd, self.rcv = stack.enter_context(veth_namespaces())
         server = Daemon("iperf3 server", _netns_exec(self.rcv, "iperf3", "-s", "-B", RECEIVER_IP, "-p", IPERF_PORT),
                         workdir / "iperf3-server.log", stop_timeout_s=3)
@@ -658,7 +669,7 @@ class Bench:
             algo = registry.lookup(ALGORITHM)
             PORTUS_SOCKET.unlink(missing_ok=True)  # its appearance then means this algorithm bound it
             algorithm = stack.enter_context(_started(
-                Daemon(algo.binary, [*algo.argv(ALGORITHM_PARAMS), "--ipc", "unix"],
+                Daemon(algo.binary, [*algo.argv(self.algorithm_params), "--ipc", "unix"],
                        log.with_name(log.name.replace("datapath", "algorithm"))), PORTUS_SOCKET.exists))
             first_id = max_prog_id(_bpftool_progs())
             ready = self.workdir / ".datapath-ready.json"
@@ -777,7 +788,8 @@ def _raise_on_signal(signum, _frame):
 
 def run_bench(args: argparse.Namespace) -> int:
     preflight()
-    plan = run_plan(args.flows, args.reps)
+    plan = run_plan(args.flows, args.reps, args.modes, args.loads)
+    params = {**ALGORITHM_PARAMS, **dict(args.algorithm_param)}
     with netlab_lock(), ExitStack() as stack:
         if DATAPATH_CA in kernel_ccs():  # checked under the lock: whoever held it is done
             raise CcplabError(f"congestion control '{DATAPATH_CA}' is already registered: a ccp-datapath runs "
@@ -789,12 +801,12 @@ def run_bench(args: argparse.Namespace) -> int:
         if args.keep_logs:
             stack.callback(_copy_logs, workdir, args.keep_logs)
         stack.enter_context(bpf_stats_enabled())
-        bench = Bench(stack, workdir, args.duration_s)
+        bench = Bench(stack, workdir, args.duration_s, params)
         idle = background_busy()
         print(f"datapath benchmark: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, commit {_commit()}"
               f"{'' if bin_dir() == REPO_ROOT / 'target' / 'release' else f' (binaries from {bin_dir()})'}, "
               f"{os.cpu_count()} cores, veth MTU {MTU} ({offloads(bench.snd)}), iperf3 -t {args.duration_s}, "
-              f"algorithm ccp-algorithms {ALGORITHM} {ALGORITHM_PARAMS}; paced = iperf3 -b per stream, "
+              f"algorithm ccp-algorithms {ALGORITHM} {params}; paced = iperf3 -b per stream, "
               f"{PACED_TOTAL_MBPS / 1000:g} Gbit/s in total; background busy {100 * idle:.1f}% before the runs",
               flush=True)
         measurements: list[Measurement] = []
@@ -836,6 +848,27 @@ def _flow_counts(text: str) -> list[int]:
     return counts
 
 
+def _names(flag: str, allowed: Sequence[str]):
+    """argparse type: a comma-separated subset of ``allowed``, in ``allowed``'s order."""
+    def parse(text: str) -> list[str]:
+        names = text.split(",")
+        bad = [n for n in names if n not in allowed]
+        if bad or not text:
+            raise argparse.ArgumentTypeError(f"{flag} {text!r}: expected a comma-separated subset of "
+                                             f"{','.join(allowed)}")
+        return [a for a in allowed if a in names]
+    return parse
+
+
+def _param(text: str) -> tuple[str, str]:
+    """argparse type: ``FLAG=VALUE`` (FLAG without ``--``) for the algorithm's command line."""
+    flag, sep, value = text.partition("=")
+    if not sep or not flag or not value or flag.startswith("-"):
+        raise argparse.ArgumentTypeError(f"--algorithm-param {text!r}: expected FLAG=VALUE without --, "
+                                         "e.g. min-report-interval-us=20000")
+    return flag, value
+
+
 def _positive(text: str) -> int:
     try:
         v = int(text)
@@ -857,6 +890,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reps", type=_positive, default=2, help="repetitions of the alternation (default %(default)s)")
     p.add_argument("--flows", type=_flow_counts, default=list(FLOWS),
                    help="parallel flow counts, comma-separated (default 1,10,100)")
+    p.add_argument("--loads", type=_names("--loads", list(LOADS)), default=list(LOADS),
+                   help="loads to run, comma-separated subset of full,paced (default: both)")
+    p.add_argument("--modes", type=_names("--modes", MODES), default=list(MODES),
+                   help=f"modes to alternate, comma-separated subset of {','.join(MODES)} (default: all; "
+                        "the targets compare ccp-kernel-fold with kernel)")
+    p.add_argument("--algorithm-param", type=_param, action="append", default=[], metavar="FLAG=VALUE",
+                   help=f"a flag of ccp-algorithms {ALGORITHM} (without --) over ALGORITHM_PARAMS "
+                        f"{ALGORITHM_PARAMS}; repeatable; printed in the header")
     p.add_argument("--json", type=Path, help="also write every measurement to this JSON file")
     p.add_argument("--keep-logs", type=Path, metavar="DIR", help="copy the daemons' logs into DIR")
     return p

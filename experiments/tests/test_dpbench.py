@@ -208,6 +208,19 @@ def test_paced_rate_splits_one_gigabit_over_the_streams_and_tables_render():
     assert "MISS" in d.targets_table(d.evaluate_targets(ms, flows=[1]))
 
 
+def test_run_plan_subsets_of_loads_and_modes_keep_the_order():
+    plan = d.run_plan([1], reps=1, modes=["ccp-kernel-fold", "kernel"], loads=["paced"])
+    assert plan == [(1, True, 1, "kernel"), (1, True, 1, "ccp-kernel-fold")]
+    args = d.build_parser().parse_args(["--loads", "paced", "--modes", "ccp-kernel-fold,kernel",
+                                        "--algorithm-param", "min-report-interval-us=20000"])
+    assert (args.loads, args.modes) == (["paced"], ["kernel", "ccp-kernel-fold"])
+    assert args.algorithm_param == [("min-report-interval-us", "20000")]
+    for bad in (["--loads", "half"], ["--modes", "kernel,bbr"], ["--algorithm-param", "--pacing=true"],
+                ["--algorithm-param", "novalue"]):
+        with pytest.raises(SystemExit):
+            d.build_parser().parse_args(bad)
+
+
 def test_cli_rejects_bad_flow_counts():
     with pytest.raises(SystemExit):
         d.build_parser().parse_args(["--flows", "1,200"])
