@@ -62,7 +62,14 @@ struct fold_flow {
 	__u32 awaiting;		/* after an RTO or a change of algorithm: it has not answered yet */
 	__u32 ctl_epoch;	/* FOLD_CTL_EPOCH when req_* were set */
 	__u32 _pad;
+	__u64 staged_seen;	/* fold_staged_gen when this flow last looked at fold_staged */
 };
+
+/* Bumped by fold_stage after every merge. A flow looks its fold_staged
+ * entry up only when this moved since its last look: most ACKs find
+ * nothing staged, and the hash lookup of a cold entry is a sizeable part of
+ * a paced ACK's BPF time (docs/NOTES.md). */
+__u64 fold_staged_gen = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
@@ -130,6 +137,7 @@ static __always_inline void fold_flow_start(struct sock *sk, __u32 timeouts)
 	ff->req_rate = 0;
 	ff->awaiting = 0;
 	ff->ctl_epoch = FOLD_CTL_EPOCH;
+	ff->staged_seen = 0;	/* != any generation after a merge: look at the first ACK */
 }
 
 /* The flow is gone: drop what user space staged for it. */
@@ -219,7 +227,7 @@ static __always_inline int fold_on_ack(struct sock *sk, const struct rate_sample
 {
 	const struct tcp_sock *tp = (const struct tcp_sock *)sk;
 	struct fold_flow *ff = bpf_sk_storage_get(&fold_flows, sk, 0, 0);
-	struct fold_staged_entry *e = bpf_map_lookup_elem(&fold_staged, &flow_id);
+	struct fold_staged_entry *e = NULL;
 	struct fold_scratch_buf *scratch = fold_scratch_get();
 	struct fold_staged *sg = NULL;
 	struct fold_counters *cnt;
@@ -227,6 +235,7 @@ static __always_inline int fold_on_ack(struct sock *sk, const struct rate_sample
 	struct fold_ack a;
 	__u64 prims[FOLD_N_PRIM];
 	__u32 seed, last, zero = 0;
+	__u64 gen;
 
 	cnt = bpf_map_lookup_elem(&fold_counters, &zero);
 	if (!ff || !scratch || !cnt)
@@ -240,6 +249,13 @@ static __always_inline int fold_on_ack(struct sock *sk, const struct rate_sample
 		ff->req_rate = 0;
 	}
 	seed = ff->req_cwnd ? ff->req_cwnd : fold_sat_mul(tp->snd_cwnd, a.mss ? a.mss : 1);
+	gen = *(volatile __u64 *)&fold_staged_gen;
+	if (gen != ff->staged_seen) {
+		/* read before the lookup: a merge after it bumps the generation
+		 * again, so the next ACK looks once more */
+		ff->staged_seen = gen;
+		e = bpf_map_lookup_elem(&fold_staged, &flow_id);
+	}
 	if (e && fold_take_staged(e, &scratch->sg))
 		sg = &scratch->sg;
 	fold_invoke(&ff->st, &fold_progs, sg, prims, seed, ff->req_rate, now, fold_time_zero_ns, &res);
@@ -301,6 +317,9 @@ int fold_stage(struct fold_stage_in *in)
 			return -2;	/* map full */
 	}
 	fold_stage_merge(e, &scratch->sg);
+	/* after the merge (a full barrier): a flow that sees the new
+	 * generation finds the merged updates */
+	__sync_fetch_and_add(&fold_staged_gen, 1);
 	return 0;
 }
 

@@ -26,6 +26,7 @@ mod primitives;
 mod resync;
 mod rules;
 mod stats;
+mod wake;
 mod wire;
 
 use std::cell::RefCell;
@@ -49,6 +50,7 @@ use crate::liveness::{AlgorithmWatch, Change};
 use crate::resync::FlowResync;
 use crate::rules::{FlowKeys, RuleTable};
 use crate::stats::Samples;
+use crate::wake::ReportSchedule;
 use crate::wire::{Event, FlowCreated};
 
 /// eBPF struct_ops datapath for CCP: registers the TCP congestion control
@@ -136,6 +138,8 @@ struct KernelMode {
     reports: Rc<RefCell<Vec<Vec<u8>>>>,
     /// A send to Portus failed since the loop last looked.
     send_failed: bool,
+    /// When each flow's next report is due (the loop's poll timeout).
+    schedule: ReportSchedule,
 }
 
 /// Re-send a create message Portus did not get this often.
@@ -167,6 +171,7 @@ impl KernelMode {
 
     fn released(&mut self, flow_id: u32) {
         self.unsent.retain(|(f, _, _)| *f != flow_id);
+        self.schedule.released(flow_id);
         let close = self.kf.flow_released(flow_id);
         self.send(&close);
     }
@@ -175,6 +180,9 @@ impl KernelMode {
     fn tick(&mut self) {
         let records = std::mem::take(&mut *self.reports.borrow_mut());
         for rec in records {
+            if let Some((flow, ts_ns)) = KernelFold::report_stamp(&rec) {
+                self.schedule.report(flow, ts_ns);
+            }
             match self.kf.report_msg(&rec) {
                 Ok((_, msg)) => {
                     self.send(&msg);
@@ -305,6 +313,27 @@ impl Loop {
 
     fn watch_socket(&self) -> String {
         self.watch.socket().display().to_string()
+    }
+
+    /// The loop's poll timeout, ms. Without flows nothing is submitted
+    /// without a wakeup (creates wake us), and each wakeup costs about 45 us
+    /// of CPU in this VM: wait for the next liveness probe (`idle_ms`). With
+    /// flows, ring records submitted without a wakeup must be picked up: in
+    /// `--fold userspace` every 1 ms (per-ACK events), in `--fold kernel`
+    /// when the next report of a flow is due ([`ReportSchedule`]).
+    fn poll_timeout_ms(&mut self, idle_ms: libc::c_int) -> libc::c_int {
+        if self.known.is_empty() {
+            return idle_ms;
+        }
+        match &mut self.kernel {
+            Some(k) => {
+                let idle = Duration::from_millis(idle_ms as u64);
+                let t = k.schedule.timeout(self.known.iter().copied(), monotonic_ns(), idle);
+                // poll() takes whole ms: round up, so the report is there when we look
+                t.as_micros().div_ceil(1000) as libc::c_int
+            }
+            None => wake::MIN_POLL.as_millis() as libc::c_int,
+        }
     }
 
     /// Once per loop: follow the algorithm's comings and goings, announce
@@ -555,6 +584,7 @@ fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
             unsent: vec![],
             reports,
             send_failed: false,
+            schedule: ReportSchedule::default(),
         };
         (None, Some(k), Some(ring))
     } else {
@@ -613,11 +643,7 @@ fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
     let idle_poll_ms = idle_poll_ms(cli.fallback_timeout_ms);
     while stop.received().is_none() {
         lp.watch_algorithm();
-        // With flows, a 1 ms timeout bounds the delay of ring records
-        // submitted without a wakeup. Without flows nothing is submitted
-        // that way (creates wake us), and each wakeup costs about 45 us of
-        // CPU in this VM: wait for the next liveness probe instead.
-        let timeout_ms = if lp.known.is_empty() { idle_poll_ms } else { 1 };
+        let timeout_ms = lp.poll_timeout_ms(idle_poll_ms);
         // SAFETY: fds is a valid array of pollfd for the call's duration.
         unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
         lp.drain_ipc(&mut buf);
