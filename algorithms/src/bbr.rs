@@ -201,14 +201,15 @@ pub fn startup_rate_block() -> String {
 }
 
 /// The control registers of the per-ACK ACK-aggregation excess
-/// ([`ack_aggregation_block`]): `xbw` BtlBw in bytes/s (user space sets it
-/// with each command, [`Controller::fold_registers`]), `xt` the epoch's start
-/// (`Ack.now`, us), `xa` the bytes acked and SACKed since then, `xe` the
-/// bytes BtlBw would have delivered since then, `xn` this ACK's delivered
-/// bytes, then its excess, `xr` "restart the epoch".
+/// ([`ack_aggregation_block`]), counted in thousandths of a packet (mpkt):
+/// `xbw` BtlBw in mpkt/s, i.e. packets per 1000 s (user space sets it with
+/// each command, [`Controller::fold_registers`]), `xt` the epoch's start
+/// (`Ack.now`, us), `xa` the mpkts delivered since then, `xe` the mpkts
+/// BtlBw would have delivered since then, `xn` this ACK's delivered mpkts,
+/// then its excess, `xr` "restart the epoch".
 pub const ACK_AGG_DEFS: &str = "    (xbw 0)\n    (xt 0)\n    (xa 0)\n    (xe 0)\n    (xn 0)\n    (xr false)\n";
 
-/// The report field of the per-ACK excess (largest in the report, bytes).
+/// The report field of the per-ACK excess (largest in the report, mpkts).
 pub const EXTRA_ACKED_FIELD: &str = "Report.xacked";
 
 /// Its declaration in the program's Report block (it takes the register of
@@ -216,19 +217,27 @@ pub const EXTRA_ACKED_FIELD: &str = "Report.xacked";
 pub const ACK_AGG_REPORT_DEF: &str = "        (volatile xacked 0)\n";
 
 /// Longest aggregation epoch the fold measures, us: bounds BtlBw x elapsed
-/// (a u32 bytes/s times at most 10^7 us fits a u64) where tcp_bbr.c restarts
+/// (a u32 mpkt/s times at most 10^7 us fits a u64) where tcp_bbr.c restarts
 /// an epoch after 2^20 packets.
 pub const ACK_EPOCH_MAX_US: u64 = 10_000_000;
 
 /// tcp_bbr.c's per-ACK ACK-aggregation estimate (`bbr_update_ack_aggregation`)
-/// in the fold: on each ACK that delivers data (acked + SACKed bytes > 0),
-/// expected = BtlBw (`xbw`) x the time since the epoch started; when the
-/// bytes delivered since then (before this ACK) are at most that, a new
-/// epoch starts at this ACK (expected 0); this ACK's bytes are added and the
-/// excess (delivered since the epoch start - expected), capped at Cwnd, goes
-/// into the report as its maximum ([`EXTRA_ACKED_FIELD`]). User space keeps
-/// the windowed max and adds it to the cwnd target
-/// ([`Bbr::ack_aggregation_cwnd_pkts`]).
+/// in the fold: on each ACK that delivers packets, expected = BtlBw (`xbw`)
+/// x the time since the epoch started; when the packets delivered since then
+/// (before this ACK) are at most that, a new epoch starts at this ACK
+/// (expected 0); this ACK's packets are added and the excess (delivered
+/// since the epoch start - expected) goes into the report as its maximum
+/// ([`EXTRA_ACKED_FIELD`]). User space caps it at cwnd (the kernel does so
+/// per ACK; the fold has cwnd in bytes and no MSS), keeps the windowed max
+/// and adds it to the cwnd target ([`Bbr::ack_aggregation_cwnd_pkts`]).
+///
+/// Delivered = `Ack.packets_acked + Ack.packets_misordered`, the kernel's
+/// `rs->acked_sacked` (newly delivered packets). Not `Ack.bytes_acked +
+/// Ack.bytes_misordered`: the cumulative ACK that ends a loss recovery
+/// counts the packets SACKed before it again (289600 bytes on one ACK
+/// after Startup's losses on fixed12-q1bdp), a surplus an epoch at BtlBw
+/// never pays back: measured, the epoch then never restarted and the excess
+/// stood at cwnd (allowance at its 100 ms cap on every fixed link).
 ///
 /// Why per ACK: the excess of a report taken as one ACK is about 2x the
 /// kernel's (after an epoch restart the whole report counts as excess), and
@@ -240,8 +249,8 @@ pub const ACK_EPOCH_MAX_US: u64 = 10_000_000;
 pub fn ack_aggregation_block() -> String {
     format!(
         "\
-(when (> (+ Ack.bytes_acked Ack.bytes_misordered) 0)
-    (:= xn (+ Ack.bytes_acked Ack.bytes_misordered))
+(when (> (+ Ack.packets_acked Ack.packets_misordered) 0)
+    (:= xn (* (+ Ack.packets_acked Ack.packets_misordered) 1000))
     (:= xt (min xt Ack.now))
     (:= xe (min (- Ack.now xt) {ACK_EPOCH_MAX_US}))
     (:= xe (/ (* xbw xe) 1000000))
@@ -251,7 +260,6 @@ pub fn ack_aggregation_block() -> String {
     (:= xe (if xr 0))
     (:= xa (+ xa xn))
     (:= xn (- xa xe))
-    (:= xn (min xn Cwnd))
     (:= {EXTRA_ACKED_FIELD} (max {EXTRA_ACKED_FIELD} xn))
     (fallthrough)
 )
@@ -361,11 +369,13 @@ pub struct Bbr {
     fold_startup_rate: bool,
     /// A Rate was commanded (the fold's Startup block has ended).
     rate_commanded: bool,
-    /// The two halves of the ACK-aggregation max filter, bytes (tcp_bbr.c
+    /// The two halves of the ACK-aggregation max filter, packets (tcp_bbr.c
     /// `extra_acked[2]`), the current half and the rounds it has run.
-    extra_acked: [u64; 2],
+    extra_acked: [f64; 2],
     extra_acked_idx: usize,
     extra_acked_rounds: u32,
+    /// The last report's per-ACK excess, packets, capped at cwnd (for the log).
+    last_extra_acked: f64,
 }
 
 impl Bbr {
@@ -404,9 +414,10 @@ impl Bbr {
             blend: None,
             fold_startup_rate: false,
             rate_commanded: false,
-            extra_acked: [0; 2],
+            extra_acked: [0.0; 2],
             extra_acked_idx: 0,
             extra_acked_rounds: 0,
+            last_extra_acked: 0.0,
         }
     }
 
@@ -450,25 +461,26 @@ impl Bbr {
         if !(self.args.ack_aggregation && self.fold_growth && self.full_bw_reached) {
             return 0.0;
         }
-        let extra = self.extra_acked[0].max(self.extra_acked[1]) as f64;
-        let max = self.btl_bw() * EXTRA_ACKED_MAX_US / 1e6;
-        extra.min(max) / f64::from(self.params.mss_bytes.max(1))
+        let max = self.btl_bw() * EXTRA_ACKED_MAX_US / 1e6 / f64::from(self.params.mss_bytes.max(1));
+        self.extra_acked[0].max(self.extra_acked[1]).min(max)
     }
 
-    /// The report's per-ACK excess into the max filter; a new half every
-    /// [`EXTRA_ACKED_WIN_ROUNDS`] rounds (tcp_bbr.c rotates on the round's
-    /// first ACK, here on the report that starts a round).
+    /// The report's per-ACK excess, capped at cwnd (the fold's cwnd at the
+    /// report; tcp_bbr.c caps each ACK's at the cwnd then), into the max
+    /// filter; a new half every [`EXTRA_ACKED_WIN_ROUNDS`] rounds (tcp_bbr.c
+    /// rotates on the round's first ACK, here on the report that starts a round).
     fn update_ack_aggregation(&mut self, m: &Measurement) {
         if self.round_start {
             self.extra_acked_rounds += 1;
             if self.extra_acked_rounds >= EXTRA_ACKED_WIN_ROUNDS {
                 self.extra_acked_rounds = 0;
                 self.extra_acked_idx ^= 1;
-                self.extra_acked[self.extra_acked_idx] = 0;
+                self.extra_acked[self.extra_acked_idx] = 0.0;
             }
         }
+        self.last_extra_acked = (m.extra_acked_milli_pkts as f64 / 1000.0).min(self.cwnd);
         let cur = &mut self.extra_acked[self.extra_acked_idx];
-        *cur = (*cur).max(m.extra_acked_bytes);
+        *cur = cur.max(self.last_extra_acked);
     }
 
     /// Current state.
@@ -919,7 +931,7 @@ impl Controller for Bbr {
 
     fn state(&self) -> String {
         format!(
-            "cwnd_pkts={:.3} pacing_rate_bps={:.0} btlbw_bps={:.0} min_rtt_us={} pacing_gain={:.3} mode={} cycle={} round={} extra_acked_pkts={:.1}",
+            "cwnd_pkts={:.3} pacing_rate_bps={:.0} btlbw_bps={:.0} min_rtt_us={} pacing_gain={:.3} mode={} cycle={} round={} extra_acked_pkts={:.1} report_extra_acked_pkts={:.1}",
             self.cwnd,
             self.pacing_rate,
             self.btl_bw(),
@@ -928,17 +940,19 @@ impl Controller for Bbr {
             self.mode.as_str(),
             self.cycle_idx,
             self.round,
-            self.ack_aggregation_cwnd_pkts()
+            self.ack_aggregation_cwnd_pkts(),
+            self.last_extra_acked
         )
     }
 
-    /// BtlBw for the fold's ACK-aggregation block (`xbw`, bytes/s), with
-    /// each command.
+    /// BtlBw for the fold's ACK-aggregation block (`xbw`, thousandths of a
+    /// packet per second), with each command.
     fn fold_registers(&self) -> Vec<(&'static str, u32)> {
         if !(self.args.ack_aggregation && self.fold_growth) {
             return Vec::new();
         }
-        vec![("xbw", self.btl_bw().clamp(0.0, f64::from(u32::MAX)) as u32)]
+        let milli_pkts = self.btl_bw() * 1000.0 / f64::from(self.params.mss_bytes.max(1));
+        vec![("xbw", milli_pkts.round().clamp(0.0, f64::from(u32::MAX)) as u32)]
     }
 }
 
@@ -1187,8 +1201,8 @@ mod tests {
         while b.mode() != Mode::ProbeBw {
             now += RTT;
             let inflight = if b.full_bw_reached() { 30 } else { 80 };
-            let m = Measurement { extra_acked_bytes: extra, ..report(now, 40, inflight, rate, RTT) };
-            b.on_report(&dp(m, b.cwnd_pkts() as u64));
+            let m = Measurement { extra_acked_milli_pkts: extra, ..report(now, 40, inflight, rate, RTT) };
+            b.on_report(&dp(m, 200));
             if b.mode() == Mode::Startup {
                 assert_eq!(b.ack_aggregation_cwnd_pkts(), 0.0, "no allowance before the pipe is full (tcp_bbr.c)");
             }
@@ -1200,7 +1214,7 @@ mod tests {
 
     #[test]
     fn ack_aggregation_allowance_enters_the_cwnd_target_after_startup() {
-        let (mut b, mut now) = in_probe_bw(bbr().args, 20 * u64::from(MSS));
+        let (mut b, mut now) = in_probe_bw(bbr().args, 20_000);
         // ProbeBW: target = 2 BDP + the 20-packet allowance + budget.
         now += RTT;
         b.on_report(&dp(report(now, 40, 60, 1_000_000, RTT), 80));
@@ -1209,9 +1223,14 @@ mod tests {
         assert!((b.cap_pkts().unwrap() - expect).abs() < 1e-9, "{:?} vs {expect}", b.cap_pkts());
         // A larger excess is capped at BtlBw x 100 ms = 100 packets.
         now += RTT;
-        let big = Measurement { extra_acked_bytes: 150 * u64::from(MSS), ..report(now, 40, 60, 1_000_000, RTT) };
-        b.on_report(&dp(big, 80));
+        let big = Measurement { extra_acked_milli_pkts: 150_000, ..report(now, 40, 60, 1_000_000, RTT) };
+        b.on_report(&dp(big, 160));
         assert_eq!(b.ack_aggregation_cwnd_pkts(), 100.0);
+        // and each report's excess at the fold's cwnd (tcp_bbr.c: at snd_cwnd).
+        let mut c = b.clone();
+        let over = Measurement { extra_acked_milli_pkts: 500_000, ..report(now + 1, 1, 60, 1_000_000, RTT) };
+        c.on_report(&dp(over, 90));
+        assert_eq!(c.last_extra_acked, 90.0);
         // The max filter forgets after 5-10 rounds without excess (two halves of 5).
         let mut rounds = 0;
         while b.ack_aggregation_cwnd_pkts() > 0.0 {
@@ -1223,7 +1242,7 @@ mod tests {
         assert!(rounds >= EXTRA_ACKED_WIN_ROUNDS, "forgotten after {rounds} rounds");
         // --ack-aggregation false: the kernel's target without it.
         let off = BbrArgs { ack_aggregation: false, ..bbr().args };
-        let (mut b, now) = in_probe_bw(off, 20 * u64::from(MSS));
+        let (mut b, now) = in_probe_bw(off, 20_000);
         b.on_report(&dp(report(now + RTT, 40, 60, 1_000_000, RTT), 80));
         assert_eq!(b.ack_aggregation_cwnd_pkts(), 0.0);
         assert!(Controller::fold_registers(&b).is_empty(), "no BtlBw sent to the fold when off");
@@ -1235,7 +1254,7 @@ mod tests {
     fn btlbw_goes_to_the_fold_with_each_command() {
         let mut b = bbr().with_fold_growth(true);
         b.on_report(&dp(report(RTT, 10, 20, 250_000, RTT), 20));
-        assert_eq!(Controller::fold_registers(&b), vec![("xbw", 250_000)]);
+        assert_eq!(Controller::fold_registers(&b), vec![("xbw", 250_000)], "250 packets/s in thousandths");
         assert!(PROGRAM.text().contains(&ack_aggregation_block()) && PROGRAM.text().contains(ACK_AGG_DEFS));
         // Without fold growth there is no per-ACK excess: nothing to send, no allowance.
         let plain = bbr();

@@ -345,7 +345,7 @@ pub fn measurement_from_fields(values: [u64; 16], now_us: u64) -> Measurement {
         ack_train_us: train,
         max_rtt_us: finite(maxrtt),
         ack_train_unbroken: trainon != 0,
-        extra_acked_bytes: 0,
+        extra_acked_milli_pkts: 0,
     }
 }
 
@@ -362,7 +362,7 @@ pub fn read_measurement(report: &Report, sc: &Scope, now_us: u64) -> portus::Res
     }
     let mut m = measurement_from_fields(values, now_us);
     if sc.get(crate::bbr::EXTRA_ACKED_FIELD).is_some() {
-        m.extra_acked_bytes = report.get_field(crate::bbr::EXTRA_ACKED_FIELD, sc)?;
+        m.extra_acked_milli_pkts = report.get_field(crate::bbr::EXTRA_ACKED_FIELD, sc)?;
     }
     Ok(m)
 }

@@ -50,10 +50,10 @@ pub struct Measurement {
     pub max_rtt_us: u64,
     /// The ACK train was still unbroken at the report (it may continue in the next).
     pub ack_train_unbroken: bool,
-    /// Largest per-ACK ACK-aggregation excess of the report, bytes (tcp_bbr.c
-    /// `extra_acked`, capped at cwnd); 0 = none or not reported (bbr's program
-    /// only: [`crate::bbr::ack_aggregation_block`]).
-    pub extra_acked_bytes: u64,
+    /// Largest per-ACK ACK-aggregation excess of the report, thousandths of
+    /// a packet (tcp_bbr.c `extra_acked` before its cwnd cap); 0 = none or not
+    /// reported (bbr's program only: [`crate::bbr::ack_aggregation_block`]).
+    pub extra_acked_milli_pkts: u64,
 }
 
 impl Measurement {
