@@ -43,14 +43,17 @@
 //!   HyStart on it and, when a detector fires, takes over with cwnd = ssthresh
 //!   = the cwnd at that moment (the fold's growth after it is undone).
 //! - Fast recovery commands the PRR window ([`crate::window::Prr`]), as Linux.
-//! - Pacing as kernel:cubic is paced here (`--pacing true`, the default):
-//!   Linux `tcp_update_pacing_rate`'s rate, see [`crate::reno`] and
-//!   [`crate::window::Paced`].
+//! - Pacing as kernel:cubic is paced on the same socket (`--pacing kernel`, the
+//!   default): ccp-datapath keeps the TCP-internal pacing a socket came with
+//!   and sets Linux `tcp_update_pacing_rate`'s rate per ACK, as the kernel
+//!   does; `--pacing report` commands that rate per report instead
+//!   ([`crate::window::Paced`]), `--pacing off` commands none. See
+//!   [`crate::window::PacingMode`].
 //!
 //! Fold program: [`crate::fold`]'s fields (incl. the HyStart fields `rtt8`,
 //! `nrtt`, `train`, `trainon` accumulated per ACK) and the per-ACK slow start,
 //! four reports per RTT and at once on a loss or timeout. Differences from
-//! Linux `cubic`: congestion avoidance and the pacing rate per report, so
+//! Linux `cubic`: congestion avoidance per report, so
 //! HyStart acts at the end of the report in which it triggers (ssthresh is set
 //! to the cwnd the flow had when the train crossed the threshold, interpolated
 //! from the report; rounds are one SRTT of reports, not the kernel's

@@ -32,21 +32,22 @@
 //!   (as Linux `tcp_enter_loss` does while `high_seq` is ahead).
 //! - Growth only when cwnd-limited ([`crate::window::cwnd_limited`], as Linux
 //!   `tcp_is_cwnd_limited`): an application-limited flow's cwnd stays put.
-//! - **Pacing** (`--pacing true`; off by default, see Fidelity below): every
-//!   report also commands the pacing rate Linux `tcp_update_pacing_rate` gives kernel reno, 200 % of
-//!   max(cwnd, packets_out)/SRTT while cwnd < ssthresh/2, 120 % after
-//!   ([`crate::window::Paced`]). kernel:reno is paced in this lab (bbr, the
+//! - **Pacing** (`--pacing kernel`, the default): as the kernel paces
+//!   kernel:reno on the same socket. kernel:reno is paced in this lab (bbr, the
 //!   namespaces' default congestion control, leaves `SK_PACING_NEEDED` on the
-//!   socket, docs/NOTES.md), and ccp-datapath paces a ccp flow only at a
-//!   commanded rate. In slow start the rate is for 1.5 x the cwnd at the report
-//!   (the fold doubles cwnd per round between reports).
+//!   socket, docs/NOTES.md) at Linux `tcp_update_pacing_rate`'s rate, 200 % of
+//!   max(cwnd, packets_out)/SRTT while cwnd < ssthresh/2, 120 % after;
+//!   ccp-datapath keeps that pacing and sets the same rate per ACK.
+//!   `--pacing report` commands the rate with every report instead
+//!   ([`crate::window::Paced`]; in slow start for 1.5 x the reported cwnd, as
+//!   the fold doubles cwnd per round between reports), `--pacing off` none.
 //!
 //! Why per ACK in the fold: growth applied once per report released a whole
 //! report's worth of packets at once, a line-rate burst into the queue
 //! (measured with `ccplab fidelity`: retransmits 3.0x the kernel's at one
 //! report per RTT, 1.2-1.3x at four, and Normalized Area 1.4-2.5x), which the
 //! kernel's per-ACK growth never sends. Differences from Linux `reno` that
-//! remain: congestion avoidance, recovery and the pacing rate per report (1/4
+//! remain: congestion avoidance and recovery per report (1/4
 //! RTT; urgent loss reports make recovery nearly per ACK); the recovery point
 //! is estimated from the in-flight, lost and SACKed counts at the loss
 //! ([`crate::window::LossGuard::start`]), and a loss in the report that passes
@@ -70,12 +71,18 @@
 //! between them). Measured after the fixes (ccp side re-run, 20 s flows; kernel
 //! side from the full run): unpaced, the default, NA 1.02x (0.178 / 0.182, 3
 //! runs; the 12 Mbit/s and 24 Mbit/s starts stay at 1.00x); paced
-//! (`ccp:reno:pacing=true`) NA 1.00x (0.178 / 0.179, 5 runs, within the
+//! per report (`--pacing report`) NA 1.00x (0.178 / 0.179, 5 runs, within the
 //! kernel's spread) but the 12 Mbit/s 1-BDP start 1.38x, the 24 Mbit/s start
 //! 1.25x (after the second halving there in flight climbs back at 120 % of
-//! cwnd/SRTT and the link idles longer than kernel:reno's; why the kernel's own
-//! paced refill is faster was not found) and Verizon LTE p95 queueing delay
-//! 1.60x. Hence unpaced by default.
+//! cwnd/SRTT and the link idles longer than kernel:reno's) and Verizon LTE p95
+//! queueing delay 1.60x. Paced per ACK by the datapath as the kernel paces
+//! kernel:reno (`--pacing kernel`, the default since 2026-11-23), every
+//! scenario of `ccplab fidelity` meets its targets (5 runs; 0 -> 48 step NA
+//! 0.179 against 0.178) except Verizon LTE (throughput 0.94x, p95 queueing
+//! delay 1.70x): PRR counts packets SACKed earlier again when the cumulative
+//! ACK covers them (Linux counts `acked_sacked`), sends ~30 % more in one
+//! recovery, and the flow stalls until an RTO (algorithms/README.md, "Reno and
+//! cubic paced by the datapath").
 
 use crate::fold::{Cadence, FoldProgram};
 use crate::window::{
