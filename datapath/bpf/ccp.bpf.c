@@ -326,7 +326,7 @@ void BPF_PROG(ccp_init, struct sock *sk)
 		kernel_like_pacing(sk, tp);
 	}
 	if (fold_in_kernel)
-		fold_flow_start(sk, ca->timeouts);
+		fold_flow_start(sk, ca->flow_id, ca->timeouts);
 
 	info.saddr = sk->__sk_common.skc_rcv_saddr;
 	info.daddr = sk->__sk_common.skc_daddr;

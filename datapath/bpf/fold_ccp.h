@@ -9,7 +9,7 @@
  *
  * Include after vmlinux.h, bpf_helpers.h and fold_vm.h, once per object.
  * The includer calls:
- *   fold_flow_start(sk, timeouts)                 from init()
+ *   fold_flow_start(sk, flow_id, timeouts)        from init()
  *   fold_on_ack(sk, rs, flow_id, ecn_bytes, timeouts, now, &cwnd, &rate)
  *                                                 from cong_control(): 1 = the
  *                                                 algorithm's cwnd (bytes) /
@@ -62,14 +62,24 @@ struct fold_flow {
 	__u32 awaiting;		/* after an RTO or a change of algorithm: it has not answered yet */
 	__u32 ctl_epoch;	/* FOLD_CTL_EPOCH when req_* were set */
 	__u32 _pad;
-	__u64 staged_seen;	/* fold_staged_gen when this flow last looked at fold_staged */
+	__u32 staged_seen;	/* its fold_staged_gens entry when it last looked at fold_staged */
+	__u32 _pad2;
 };
 
-/* Bumped by fold_stage after every merge. A flow looks its fold_staged
- * entry up only when this moved since its last look: most ACKs find
+/* Staging generations: fold_stage bumps entry flow_id % FOLD_STAGED_GENS
+ * after every merge for that flow. A flow looks its fold_staged entry up
+ * only when its generation moved since its last look: most ACKs find
  * nothing staged, and the hash lookup of a cold entry is a sizeable part of
- * a paced ACK's BPF time (docs/NOTES.md). */
-__u64 fold_staged_gen = 0;
+ * a paced ACK's BPF time (docs/NOTES.md). Per flow (flow ids are sequential;
+ * ids sharing an entry only cost a lookup more), so one flow's commands do
+ * not send every other flow to the hash map. */
+#define FOLD_STAGED_GENS 4096
+__u32 fold_staged_gens[FOLD_STAGED_GENS] = {};
+
+static __always_inline __u32 *fold_staged_gen(__u32 flow_id)
+{
+	return &fold_staged_gens[flow_id & (FOLD_STAGED_GENS - 1)];
+}
 
 struct {
 	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
@@ -120,7 +130,7 @@ static __always_inline struct fold_scratch_buf *fold_scratch_get(void)
 
 /* A new flow: state zeroed, counters' baseline as the kernel has them now
  * (libccp: registers zero, Micros from the datapath's time zero). */
-static __always_inline void fold_flow_start(struct sock *sk, __u32 timeouts)
+static __always_inline void fold_flow_start(struct sock *sk, __u32 flow_id, __u32 timeouts)
 {
 	const struct tcp_sock *tp = (const struct tcp_sock *)sk;
 	struct fold_flow *ff = bpf_sk_storage_get(&fold_flows, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
@@ -137,7 +147,8 @@ static __always_inline void fold_flow_start(struct sock *sk, __u32 timeouts)
 	ff->req_rate = 0;
 	ff->awaiting = 0;
 	ff->ctl_epoch = FOLD_CTL_EPOCH;
-	ff->staged_seen = 0;	/* != any generation after a merge: look at the first ACK */
+	/* differs from the flow's generation: its first ACK looks */
+	ff->staged_seen = *(volatile __u32 *)fold_staged_gen(flow_id) - 1;
 }
 
 /* The flow is gone: drop what user space staged for it. */
@@ -235,7 +246,7 @@ static __always_inline int fold_on_ack(struct sock *sk, const struct rate_sample
 	struct fold_ack a;
 	__u64 prims[FOLD_N_PRIM];
 	__u32 seed, last, zero = 0;
-	__u64 gen;
+	__u32 gen;
 
 	cnt = bpf_map_lookup_elem(&fold_counters, &zero);
 	if (!ff || !scratch || !cnt)
@@ -249,7 +260,7 @@ static __always_inline int fold_on_ack(struct sock *sk, const struct rate_sample
 		ff->req_rate = 0;
 	}
 	seed = ff->req_cwnd ? ff->req_cwnd : fold_sat_mul(tp->snd_cwnd, a.mss ? a.mss : 1);
-	gen = *(volatile __u64 *)&fold_staged_gen;
+	gen = *(volatile __u32 *)fold_staged_gen(flow_id);
 	if (gen != ff->staged_seen) {
 		/* read before the lookup: a merge after it bumps the generation
 		 * again, so the next ACK looks once more */
@@ -319,7 +330,7 @@ int fold_stage(struct fold_stage_in *in)
 	fold_stage_merge(e, &scratch->sg);
 	/* after the merge (a full barrier): a flow that sees the new
 	 * generation finds the merged updates */
-	__sync_fetch_and_add(&fold_staged_gen, 1);
+	__sync_fetch_and_add(fold_staged_gen(flow_id), 1);
 	return 0;
 }
 

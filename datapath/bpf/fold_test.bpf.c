@@ -147,7 +147,7 @@ int fold_test_prims(struct fold_test_prims_io *io)
 SEC("struct_ops")
 void BPF_PROG(fold_check_init, struct sock *sk)
 {
-	fold_flow_start(sk, 0);
+	fold_flow_start(sk, 1, 0);
 }
 
 SEC("struct_ops")
