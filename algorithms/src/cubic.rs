@@ -499,7 +499,8 @@ impl Cubic {
         if !cwnd_limited(m, self.cwnd, in_ss) {
             return;
         }
-        let acked = m.acked_pkts(self.params.mss_bytes);
+        // acked_sacked, as Linux cubictcp_cong_avoid (see reno's grow)
+        let acked = m.delivered_pkts as f64;
         if in_ss {
             if let Some((how, frac)) = self.hystart.as_mut().and_then(|h| h.check(m, self.cwnd, self.rtt.srtt_us)) {
                 // Slow start ended when the detector fired: ssthresh = the cwnd
@@ -627,6 +628,7 @@ mod tests {
         Measurement {
             now_us,
             acked_bytes: (acked_pkts * f64::from(MSS)).round() as u64,
+            delivered_pkts: acked_pkts.round() as u64,
             rtt_us,
             min_rtt_us: rtt_us,
             ..Default::default()
@@ -725,7 +727,7 @@ mod tests {
         assert!(cu.srtt_us() > 200_000.0, "the queue raised the SRTT");
         let now = start + 3_000_000;
         let before = cu.cwnd_pkts();
-        cu.on_report(&Measurement { min_rtt_us: 2_000_000, ..report(now, before, 2_000_000) });
+        cu.on_report(&Measurement { min_rtt_us: 2_000_000, ..report(now, before.ceil(), 2_000_000) });
         let expected = (C * (3.0 + 0.05 - k).powi(3) + w_max).max(before).min(1.5 * before);
         assert!(close(cu.cwnd_pkts(), expected), "{} vs {expected}", cu.cwnd_pkts());
     }
@@ -740,8 +742,8 @@ mod tests {
         cu.on_report(&report(0, 1.0, 50_000));
         let start = cu.cwnd_pkts();
         assert!(!cu.epoch().unwrap().w_max_known);
-        cu.on_report(&report(50_000, start, 50_000));
-        assert!(close(cu.cwnd_pkts(), start + start / 20.0), "{}", cu.cwnd_pkts());
+        cu.on_report(&report(50_000, start.round(), 50_000));
+        assert!(close(cu.cwnd_pkts(), start + start.round() / 20.0), "{}", cu.cwnd_pkts());
         // After a loss W_max is known: no floor, the curve's concave start.
         cu.on_report(&loss(100_000, 50_000));
         cu.on_report(&report(200_001, 1.0, 50_000));
@@ -797,9 +799,10 @@ mod tests {
         let mut friendly_rounds = 0;
         for _ in 0..40 {
             let before = cu.cwnd_pkts();
-            cu.on_report(&report(now, before, rtt_us));
+            // whole packets delivered, as the fold counts them
+            cu.on_report(&report(now, before.round(), rtt_us));
             let a = if w_est < prior { alpha } else { 1.0 };
-            let acked = (before * f64::from(MSS)).round() / f64::from(MSS);
+            let acked = before.round();
             w_est += a * acked / before;
             let t = (now - start) as f64 / 1e6;
             let cubic_t = C * (t - k).powi(3) + prior;

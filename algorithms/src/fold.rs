@@ -51,8 +51,13 @@ pub struct FoldProgram {
 /// each report):
 /// - `acked`: bytes cumulatively acknowledged (sum of `Ack.bytes_acked`),
 /// - `sacked`: packets SACKed/misordered (sum of `Ack.packets_misordered`),
-/// - `loss`: packets marked lost (sum of `Ack.lost_pkts_sample`),
-/// - `timeout`: `Flow.was_timeout` seen on any ACK,
+/// - `loss`: packets marked lost (sum of `Ack.lost_pkts_sample`), plus
+///   [`TIMEOUT_MARK`] for each ACK that saw `Flow.was_timeout` (an RTO; one
+///   register for both, so that `delivered` fits in Portus's 16),
+/// - `delivered`: packets newly delivered, cumulatively or selectively (sum of
+///   `Ack.packets_acked + Ack.packets_misordered`: Linux's per-ACK
+///   `acked_sacked`, which `acked` is not: a cumulative ACK over packets SACKed
+///   before counts their bytes again),
 /// - `rtt`: the latest nonzero `Flow.rtt_sample_us` (0 = none),
 /// - `minrtt`: the smallest nonzero RTT sample (+infinity = none),
 /// - `maxrtt`: the largest RTT sample (0 = none),
@@ -78,7 +83,7 @@ pub const REPORT_FIELDS: [&str; 16] = [
     "Report.acked",
     "Report.sacked",
     "Report.loss",
-    "Report.timeout",
+    "Report.delivered",
     "Report.rtt",
     "Report.minrtt",
     "Report.inflight",
@@ -110,7 +115,7 @@ const DEFS_HEAD: &str = "\
         (volatile acked 0)
         (volatile sacked 0)
         (volatile loss 0)
-        (volatile timeout false)
+        (volatile delivered 0)
         (volatile rtt 0)
         (volatile minrtt +infinity)
         (volatile inflight 0)
@@ -227,7 +232,8 @@ const PER_ACK: &str = "\
     (:= Report.acked (+ Report.acked Ack.bytes_acked))
     (:= Report.sacked (+ Report.sacked Ack.packets_misordered))
     (:= Report.loss (+ Report.loss Ack.lost_pkts_sample))
-    (:= Report.timeout (|| Report.timeout Flow.was_timeout))
+    (:= Report.loss (if Flow.was_timeout (+ Report.loss 1000000000)))
+    (:= Report.delivered (+ Report.delivered (+ Ack.packets_acked Ack.packets_misordered)))
     (:= Report.rtt (if (< Flow.rtt_sample_us +infinity) Flow.rtt_sample_us))
     (:= Report.minrtt (if (&& (< Flow.rtt_sample_us +infinity) (< Flow.rtt_sample_us Report.minrtt)) Flow.rtt_sample_us))
     (:= Report.inflight Flow.packets_in_flight)
@@ -243,7 +249,7 @@ const PER_ACK: &str = "\
 ";
 
 const URGENT: &str = "\
-(when (|| Report.timeout (> Report.loss 0))
+(when (> Report.loss 0)
     (report)
     (:= Micros 0)
 )
@@ -317,6 +323,10 @@ impl FoldProgram {
     }
 }
 
+/// What an RTO adds to `Report.loss` (see [`REPORT_FIELDS`]): far above any
+/// count of lost packets in one report. Written literally in [`PER_ACK`].
+pub const TIMEOUT_MARK: u64 = 1_000_000_000;
+
 /// Values at or above this are "+infinity" (libccp sends +infinity as u32::MAX
 /// or u64::MAX depending on the path).
 const INFINITY_THRESHOLD: u64 = u32::MAX as u64;
@@ -324,15 +334,16 @@ const INFINITY_THRESHOLD: u64 = u32::MAX as u64;
 /// Convert the raw Report field values (in [`REPORT_FIELDS`] order) into a
 /// [`Measurement`] stamped with `now_us`.
 pub fn measurement_from_fields(values: [u64; 16], now_us: u64) -> Measurement {
-    let [acked, sacked, loss, timeout, rtt, minrtt, inflight, inflmax, rate, acks, cwnd, rtt8, nrtt, train, maxrtt, trainon] =
+    let [acked, sacked, loss, delivered, rtt, minrtt, inflight, inflmax, rate, acks, cwnd, rtt8, nrtt, train, maxrtt, trainon] =
         values;
     let finite = |v: u64| if v >= INFINITY_THRESHOLD { 0 } else { v };
     Measurement {
         now_us,
         acked_bytes: acked,
         sacked_pkts: sacked,
-        lost_pkts: loss,
-        timeout: timeout != 0,
+        lost_pkts: loss % TIMEOUT_MARK,
+        timeout: loss >= TIMEOUT_MARK,
+        delivered_pkts: delivered,
         rtt_us: rtt,
         min_rtt_us: finite(minrtt),
         inflight_pkts: inflight,
@@ -419,15 +430,16 @@ mod tests {
 
     #[test]
     fn infinite_minrtt_means_no_sample() {
-        let m = measurement_from_fields([1, 2, 3, 1, 5, u64::MAX, 7, 8, 10, 11, 12, u64::MAX, 14, 15, 16, 1], 13);
+        let m = measurement_from_fields([1, 2, 3 + TIMEOUT_MARK, 4, 5, u64::MAX, 7, 8, 10, 11, 12, u64::MAX, 14, 15, 16, 1], 13);
         assert!(m.ack_train_unbroken);
         assert_eq!(m.min_rtt_us, 0);
         assert_eq!((m.first8_min_rtt_us, m.rtt_samples, m.ack_train_us, m.max_rtt_us), (0, 14, 15, 16));
         assert!(m.timeout);
-        assert_eq!((m.acked_bytes, m.sacked_pkts, m.lost_pkts), (1, 2, 3));
+        assert_eq!((m.acked_bytes, m.sacked_pkts, m.lost_pkts, m.delivered_pkts), (1, 2, 3, 4));
         assert_eq!((m.rtt_us, m.inflight_pkts, m.inflight_max_pkts), (5, 7, 8));
         assert_eq!((m.delivery_rate_bps, m.acks, m.dp_cwnd_bytes, m.now_us), (10, 11, 12, 13));
         let m = measurement_from_fields([0, 0, 0, 0, 0, 4_294_967_295, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], 0);
         assert_eq!(m.min_rtt_us, 0);
+        assert!(!m.timeout, "no RTO mark: no timeout");
     }
 }

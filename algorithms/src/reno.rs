@@ -208,7 +208,9 @@ impl Reno {
         if !cwnd_limited(m, self.cwnd, self.cwnd < self.ssthresh) {
             return;
         }
-        let acked_pkts = m.acked_pkts(self.params.mss_bytes);
+        // Linux tcp_reno_cong_avoid grows by acked_sacked, not by the bytes the
+        // cumulative ACK passed (which count packets SACKed earlier again).
+        let acked_pkts = m.delivered_pkts as f64;
         let leftover = slow_start(&mut self.cwnd, self.ssthresh, acked_pkts);
         if leftover > 0.0 {
             self.cwnd += leftover / self.cwnd;
@@ -265,6 +267,7 @@ mod tests {
         Measurement {
             now_us: round * RTT_US,
             acked_bytes: (acked_pkts * f64::from(MSS)).round() as u64,
+            delivered_pkts: acked_pkts.round() as u64,
             rtt_us: RTT_US,
             min_rtt_us: RTT_US,
             ..Default::default()
@@ -410,10 +413,10 @@ mod tests {
         assert_eq!(r.on_report(&Measurement { lost_pkts: 1, inflight_max_pkts: 40, ..ack_report(1, 0.0) }), 39 * MSS);
         assert_eq!(r.cwnd_pkts(), 20.0);
         // 10 SACKed: one new packet per two delivered -> 39 - 5 = 34.
-        assert_eq!(r.on_report(&Measurement { sacked_pkts: 10, ..ack_report(2, 0.0) }), 34 * MSS);
+        assert_eq!(r.on_report(&Measurement { sacked_pkts: 10, delivered_pkts: 10, ..ack_report(2, 0.0) }), 34 * MSS);
         // 28 more delivered: 34 - 14 = 20 = ssthresh, and never below it.
-        assert_eq!(r.on_report(&Measurement { sacked_pkts: 28, ..ack_report(3, 0.0) }), 20 * MSS);
-        assert_eq!(r.on_report(&Measurement { sacked_pkts: 2, ..ack_report(4, 0.0) }), 20 * MSS);
+        assert_eq!(r.on_report(&Measurement { sacked_pkts: 28, delivered_pkts: 28, ..ack_report(3, 0.0) }), 20 * MSS);
+        assert_eq!(r.on_report(&Measurement { sacked_pkts: 2, delivered_pkts: 2, ..ack_report(4, 0.0) }), 20 * MSS);
         // The recovery point (40 packets cumulatively acked): CA from ssthresh, no PRR.
         r.on_report(&ack_report(5, 40.0));
         assert_eq!(r.phase(), Phase::CongestionAvoidance);

@@ -20,6 +20,12 @@ pub struct Measurement {
     pub sacked_pkts: u64,
     /// Packets the datapath marked lost (sum of `Ack.lost_pkts_sample`).
     pub lost_pkts: u64,
+    /// Packets newly delivered, cumulatively or selectively acknowledged
+    /// (sum of `Ack.packets_acked + Ack.packets_misordered`, Linux's
+    /// `acked_sacked`): each packet counts once, where `acked_bytes` +
+    /// `sacked_pkts` counts a packet SACKed earlier again when the cumulative
+    /// ACK passes it.
+    pub delivered_pkts: u64,
     /// The datapath signalled a retransmission timeout (RTO).
     pub timeout: bool,
     /// Latest RTT sample in microseconds; 0 = no sample in this report.
@@ -420,9 +426,12 @@ impl Prr {
     /// one that entered recovery, without its acknowledged ones); the window
     /// now, packets.
     pub fn on_report(&mut self, m: &Measurement, mss_bytes: u32) -> f64 {
-        let acked = if std::mem::take(&mut self.entry) { 0.0 } else { m.acked_pkts(mss_bytes) };
+        let entry = std::mem::take(&mut self.entry);
+        let acked = if entry { 0.0 } else { m.acked_pkts(mss_bytes) };
         self.acked += acked;
-        self.delivered += acked + m.sacked_pkts as f64;
+        // Linux prr_delivered += acked_sacked: each packet once (a cumulative
+        // ACK over packets SACKed earlier delivers none of them again).
+        self.delivered += if entry { m.sacked_pkts as f64 } else { m.delivered_pkts as f64 };
         self.lost += m.lost_pkts as f64;
         self.window()
     }
@@ -822,9 +831,11 @@ mod tests {
         // 100 outstanding, ssthresh 50: one packet sent per two delivered.
         let mut prr = Prr::new(100.0, 50.0);
         assert_eq!(prr.window(), 100.0, "nothing sent before anything is delivered");
+        // fresh deliveries: every acked and SACKed packet newly delivered
         let m = |acked_pkts: u64, sacked, lost| Measurement {
             acked_bytes: acked_pkts * 1000,
             sacked_pkts: sacked,
+            delivered_pkts: acked_pkts + sacked,
             lost_pkts: lost,
             ..Default::default()
         };
@@ -834,6 +845,10 @@ mod tests {
         // not part of RecoverFS) are not deliveries of the recovery.
         assert_eq!(prr.on_report(&m(30, 10, 4), 1000), 91.0);
         assert_eq!(prr.on_report(&m(20, 0, 0), 1000), 81.0);
+        // A cumulative ACK over 30 packets SACKed before delivers none of them
+        // again (Linux prr_delivered counts acked_sacked): the window stays.
+        let covered = Measurement { acked_bytes: 30_000, delivered_pkts: 0, ..Default::default() };
+        assert_eq!(prr.on_report(&covered, 1000), 81.0);
         // Never below ssthresh (PRR-SSRB refills in flight up to ssthresh).
         assert_eq!(prr.on_report(&m(90, 0, 0), 1000), 50.0);
     }
@@ -855,7 +870,7 @@ mod tests {
         use crate::Controller;
         let mut r = Paced::new(crate::reno::Reno::new(params()), Some(KernelPacing::LINUX));
         assert_eq!(r.initial().rate_bytes_per_sec, None, "no SRTT before the first report");
-        let m = Measurement { acked_bytes: 10_000, rtt_us: 50_000, min_rtt_us: 50_000, ..Default::default() };
+        let m = Measurement { acked_bytes: 10_000, delivered_pkts: 10, rtt_us: 50_000, min_rtt_us: 50_000, ..Default::default() };
         let c = r.on_report(&m);
         // Slow start 10 -> 20 packets (ceiling 50): 200 % x 20 x 1000 B / 50 ms.
         assert_eq!(c.cwnd_bytes, Some(20_000));
@@ -877,17 +892,24 @@ mod tests {
         let p = WindowParams { init_cwnd_pkts: 40.0, max_cwnd_pkts: 1000.0, ..params() };
         let mut r = Paced::new(crate::reno::Reno::new(p), Some(KernelPacing::LINUX));
         let rtt = |m: Measurement| Measurement { rtt_us: 50_000, min_rtt_us: 50_000, ..m };
-        r.on_report(&rtt(Measurement { acked_bytes: 1000, ..Default::default() }));
+        r.on_report(&rtt(Measurement { acked_bytes: 1000, delivered_pkts: 1, ..Default::default() }));
         // A loss with 100 packets outstanding (RecoverFS), 10 of them lost.
         let c = r.on_report(&rtt(Measurement { lost_pkts: 10, inflight_pkts: 60, inflight_max_pkts: 100, ..Default::default() }));
         assert_eq!(c.cwnd_bytes, Some(90_000), "PRR: 100 - 10 lost");
         // 30 SACKed: in flight 30, but all 100 stay in packets_out until the
         // cumulative ACK: 120 % x 100 x 1000 B / 50 ms, as the kernel's max(cwnd, packets_out).
-        let c = r.on_report(&rtt(Measurement { sacked_pkts: 30, inflight_pkts: 30, inflight_max_pkts: 40, ..Default::default() }));
+        let c = r.on_report(&rtt(Measurement {
+            sacked_pkts: 30, delivered_pkts: 30, inflight_pkts: 30, inflight_max_pkts: 40, ..Default::default()
+        }));
         assert_eq!(c.rate_bytes_per_sec, Some(2_400_000));
-        // 60 of them cumulatively acknowledged: 40 outstanding.
-        let c = r.on_report(&rtt(Measurement { acked_bytes: 60_000, inflight_pkts: 30, inflight_max_pkts: 35, ..Default::default() }));
-        assert_eq!(c.rate_bytes_per_sec, Some(1_200_000 * 4 / 5));
+        // 60 of them cumulatively acknowledged (the 30 SACKed among them): 40 outstanding.
+        let c = r.on_report(&rtt(Measurement {
+            acked_bytes: 60_000, delivered_pkts: 30, inflight_pkts: 30, inflight_max_pkts: 35, ..Default::default()
+        }));
+        // 120 % x max(PRR's window, the 40 outstanding) x 1000 B / 50 ms
+        let window = (c.cwnd_bytes.unwrap() as f64 / 1000.0).max(40.0);
+        assert_eq!(c.rate_bytes_per_sec, Some((1.2 * window * 1000.0 / 0.05).round() as u64));
+        assert!(window > 40.0, "PRR counted 60 delivered (30 SACKed + 30 newly acked), not 90");
     }
 
     #[test]

@@ -112,6 +112,8 @@ fn fold_reports_once_per_rtt_and_at_once_on_loss_or_timeout() {
     let (mut last_before, mut last_after, first) = invoke(0, 0, false);
     assert!(first.is_empty(), "no report on the first ACK");
     let (mut acked, mut sacked) = (MSS as u64, 0u64);
+    // packets_acked 1 + packets_misordered (0 on the first ACK) per ACK
+    let mut delivered = 1u64;
     let (mut acks, mut samples) = (1u64, 1u64);
     let mut reports = 0;
     for i in 1..40u32 {
@@ -119,6 +121,7 @@ fn fold_reports_once_per_rtt_and_at_once_on_loss_or_timeout() {
         let (before, after, seen) = invoke(i, 0, false);
         acked += u64::from(MSS);
         sacked += u64::from(i % 3);
+        delivered += 1 + u64::from(i % 3);
         acks += 1;
         samples += u64::from(i % 2 == 0);
         let inflight = u64::from(7 + i);
@@ -133,8 +136,8 @@ fn fold_reports_once_per_rtt_and_at_once_on_loss_or_timeout() {
         assert!(after - last_before > rtt, "ACK {i}: report before one RTT passed");
         assert_eq!(f["Report.acked"], acked, "acked bytes accumulate");
         assert_eq!(f["Report.sacked"], sacked, "misordered packets accumulate");
-        assert_eq!(f["Report.loss"], 0);
-        assert_eq!(f["Report.timeout"], 0);
+        assert_eq!(f["Report.loss"], 0, "no loss, no RTO mark");
+        assert_eq!(f["Report.delivered"], delivered, "acked + misordered packets accumulate");
         assert_eq!(f["Report.rtt"], RTT_US, "latest nonzero RTT sample");
         let min_expected = RTT_US; // samples are RTT_US (and RTT_US + 5 ms once)
         assert_eq!(f["Report.minrtt"], min_expected);
@@ -147,7 +150,7 @@ fn fold_reports_once_per_rtt_and_at_once_on_loss_or_timeout() {
         assert_eq!(f["Report.rtt8"], RTT_US, "min of the first 8 samples");
         // ACKs 2 ms + apart: the ACK train breaks at once (gap > 2 ms).
         assert_eq!(f["Report.train"], 0);
-        (acked, sacked) = (0, 0);
+        (acked, sacked, delivered) = (0, 0, 0);
         (acks, samples) = (0, 0);
         (last_before, last_after) = (before, after);
         reports += 1;
@@ -157,8 +160,7 @@ fn fold_reports_once_per_rtt_and_at_once_on_loss_or_timeout() {
     // A loss is reported on the very ACK that carries it, with the totals so far.
     let (_, _, seen) = invoke(100, 2, false);
     assert_eq!(seen.len(), 1, "urgent report on loss");
-    assert_eq!(seen[0].fields["Report.loss"], 2);
-    assert_eq!(seen[0].fields["Report.timeout"], 0);
+    assert_eq!(seen[0].fields["Report.loss"], 2, "2 lost, no RTO mark");
     assert_eq!(seen[0].fields["Report.acked"], acked + u64::from(MSS));
 
     // The next ACK without loss does not report (Micros was reset)...
@@ -167,8 +169,12 @@ fn fold_reports_once_per_rtt_and_at_once_on_loss_or_timeout() {
     // ...and a timeout is reported at once too.
     let (_, _, seen) = invoke(104, 0, true);
     assert_eq!(seen.len(), 1, "urgent report on timeout");
-    assert_eq!(seen[0].fields["Report.timeout"], 1);
-    assert_eq!(seen[0].fields["Report.loss"], 0);
+    assert_eq!(seen[0].fields["Report.loss"], ccp_algorithms::fold::TIMEOUT_MARK, "an RTO adds its mark to loss");
+    let m = ccp_algorithms::fold::measurement_from_fields(
+        std::array::from_fn(|k| seen[0].fields[REPORT_FIELDS[k]]),
+        0,
+    );
+    assert!(m.timeout && m.lost_pkts == 0, "decoded: a timeout, no lost packets");
     assert_eq!(seen[0].fields["Report.acked"], 2 * u64::from(MSS));
 
     drop(conn);

@@ -166,6 +166,7 @@ fn cubic_k_satisfies_its_defining_equation() {
         now_us,
         lost_pkts,
         acked_bytes: acked_pkts * u64::from(MSS),
+        delivered_pkts: acked_pkts,
         rtt_us: RTT_US,
         ..Default::default()
     };
