@@ -94,16 +94,24 @@ TARGET_MODE = "ccp-kernel-fold"
 FLOWS = (1, 10, 100)
 PACED_TOTAL_MBPS = 1000.0
 ALGORITHM = "cubic"
-# cubic with its defaults (`--pacing kernel`): ccp-datapath paces a socket that came
-# paced (bbr, the namespaces' default, leaves TCP-internal pacing on) per ACK at the
-# kernel's rate, as kernel cubic's socket is paced. Commanding that rate once per report
-# instead (`--pacing report`) capped one veth flow at 8.1 Gbit/s against kernel cubic's
-# 21.5 (results/bench-datapath-final.json, 2026-11-22 23:33 UTC).
+# cubic with its defaults (`--pacing kernel`: no rate commanded; ccp-datapath paces a socket
+# only where it came paced, and in these namespaces none does, see NAMESPACE_DEFAULT_CA).
+# Commanding the kernel's rate once per report instead (`--pacing report`) capped one veth
+# flow at 8.1 Gbit/s against kernel cubic's 21.5 (results/bench-datapath-final.json,
+# 2026-11-22 23:33 UTC).
 # A 10 ms report floor (`--min-report-interval-us`, default 0): at veth RTTs (40-800 us)
 # cubic's four reports per RTT are a report per ACK, each a Portus wakeup and a command
 # wakeup (~45 us each here). 1 flow paced: own CPU 1.27x kernel cubic's without it, 0.98x
 # with it (datapath/README.md "Performance", 2026-11-23 00:30-01:03 UTC).
 ALGORITHM_PARAMS: dict[str, str] = {"min-report-interval-us": "10000"}
+
+# The namespaces' default congestion control: one that leaves pacing off, as cubic on a stock
+# host, so neither kernel cubic nor ccp inherits the TCP-internal pacing bbr (this host's
+# default, which new namespaces inherit) leaves on a socket that iperf3 then switches. reno,
+# since a namespace may only default to a CA in net.ipv4.tcp_allowed_congestion_control
+# ("reno bbr" here; setting cubic fails with EPERM). Inherited, both are paced at 120 % of
+# cwnd/SRTT (run at 02:09 UTC, results/bench-datapath-final3.json).
+NAMESPACE_DEFAULT_CA = "reno"
 
 # Targets of issue 8 item 7.
 MIN_THROUGHPUT_RATIO = 0.97
@@ -601,6 +609,10 @@ def veth_namespaces() -> Iterator[tuple[str, str]]:
             # every run starts from the same state: no ssthresh/cwnd cached from the previous run's
             # connections to the same address (per namespace, gone with it)
             _run(_netns_exec(ns, "sysctl", "-qw", "net.ipv4.tcp_no_metrics_save=1"), f"tcp_no_metrics_save in {ns}")
+            # a stock host's default: a new namespace inherits the host's (bbr here), whose init
+            # leaves TCP-internal pacing on a socket iperf3 then switches to cubic or ccp
+            _run(_netns_exec(ns, "sysctl", "-qw", f"net.ipv4.tcp_congestion_control={NAMESPACE_DEFAULT_CA}"),
+                 f"default congestion control in {ns}")
         _run(["ip", "-n", snd, "link", "add", "veth0", "mtu", MTU, "type", "veth",
               "peer", "name", "veth0", "netns", rcv, "mtu", MTU], "creating the veth pair")
         for ns, ip in ((snd, SENDER_IP), (rcv, RECEIVER_IP)):
