@@ -6,10 +6,10 @@
 //! f64::ln here (FIELD-NOTES).
 
 mod common;
-use common::{send, Conn, Outbox};
+use common::{Conn, Outbox};
 use ccp_algorithms::fold::REPORT_FIELDS;
 use portus::lang::{Reg, Scope};
-use portus::serialize::{self, Msg};
+use portus::serialize::Msg;
 use std::time::{Duration, Instant};
 
 const RTT_US: u64 = 20_000;
@@ -50,40 +50,10 @@ fn decode_reports(msgs: Vec<Vec<u8>>, sc: &Scope) -> Vec<Seen> {
 
 #[test]
 fn fold_reports_once_per_rtt_and_at_once_on_loss_or_timeout() {
-    let outbox = Outbox::default();
-    let dp = libccp::DatapathBuilder::default().with_ops(outbox.clone()).init().expect("libccp init");
-    // The Datapath must not move while a Connection points into it: keep it boxed.
-    let dp = Box::new(dp);
-
     let text = ccp_algorithms::vegas::PROGRAM.text(); // one report per RTT
-    let (bin, sc) = portus::lang::compile(text.as_bytes(), &[]).expect("fold compiles");
-    let install = serialize::install::Msg {
-        sid: 0,
-        program_uid: sc.program_uid,
-        num_events: bin.events.len() as u32,
-        num_instrs: bin.instrs.len() as u32,
-        instrs: bin,
-    };
-    send(&dp, serialize::serialize(&install).unwrap());
-
-    let info = libccp::FlowInfo::default().with_mss(MSS).with_init_cwnd(10 * MSS);
-    let info = info.with_cong_alg("reno").unwrap();
-    let mut conn = libccp::Connection::start(&dp, Conn { cwnd: 10 * MSS }, info).expect("conn");
-    let sid = outbox
-        .take()
-        .iter()
-        .find_map(|b| match Msg::from_buf(b) {
-            Ok((Msg::Cr(c), _)) => Some(c.sid),
-            _ => None,
-        })
-        .expect("libccp sent a create message");
-    let change = serialize::changeprog::Msg {
-        sid,
-        program_uid: sc.program_uid,
-        num_fields: 0,
-        fields: vec![],
-    };
-    send(&dp, serialize::serialize(&change).unwrap());
+    let (dp, outbox, sc) = common::datapath_with_program(&text);
+    let (mut conn, _) = common::start_flow(&dp, &outbox, &sc, Conn { cwnd: 10 * MSS }, MSS, "reno");
+    outbox.take(); // libccp's create message: only reports from here on
 
     // Scripted ACKs every 2 ms; an RTT sample on every other ACK (0 = none).
     let mut invoke = |i: u32, lost: u32, timeout: bool| -> (Instant, Instant, Vec<Seen>) {
