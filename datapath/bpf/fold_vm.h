@@ -34,7 +34,11 @@
  * The program text is compiled by user space (src/fold_kernel.rs) from
  * Portus's install message into a linear form: per expression its condition
  * instructions, FOLD_OP_JZ (skip the body when the expression flag is 0), the
- * body, FOLD_OP_BRK (stop when flag && !fallthrough). DEF instructions become
+ * body, FOLD_OP_BRK (stop when flag && !fallthrough). The compiler leaves
+ * out a JZ or BRK whose outcome it knows, fuses a remaining JZ into the
+ * condition's last instruction (FOLD_F_JZ) and `OP t a b; BIND d t` into
+ * one instruction writing both (wr, wr2), so most ACKs run fewer steps
+ * than libccp runs instructions. DEF instructions become
  * two extra sections of plain binds: the volatile resets (after a report and
  * on a program change) and the non-volatile initialisation (program change).
  * Register operands are pre-resolved to offsets in fold_state.regs, so the
@@ -103,6 +107,7 @@
 #define FOLD_F_LIMM 1	/* left is an immediate, not a register offset */
 #define FOLD_F_RIMM 2	/* right is an immediate */
 #define FOLD_F_WTIME 4	/* the write goes to Micros: move time_zero_ns too */
+#define FOLD_F_JZ 8	/* afterwards, expression flag == 0: pc = cur (a fused JZ) */
 
 /* return codes: libccp's (ccp_error.h) */
 #define FOLD_OK 0
@@ -112,7 +117,7 @@
 #define FOLD_ERR_SUB_UNDERFLOW (-94)
 #define FOLD_ERR_PROG_IS_NULL (-96)
 
-#define FOLD_MAX_LINEAR 1024	/* instructions per compiled program */
+#define FOLD_MAX_LINEAR 1024	/* instruction slots per program; programs use at most 1023 */
 #define FOLD_INSN_MASK (FOLD_MAX_LINEAR - 1)
 #define FOLD_MAX_SLOTS 16	/* program table entries (slot 0 unused) */
 
@@ -123,8 +128,8 @@ struct fold_insn {
 	__u8 op;
 	__u8 flags;
 	__u16 wr;	/* register written (FOLD_OFF_DISCARD: ignored) */
-	__u16 cur;	/* register read as the current value (ewma) */
-	__u16 _pad;
+	__u16 cur;	/* ewma: register read as the current value; FOLD_F_JZ: jump target */
+	__u16 wr2;	/* written too, with the same value (a fused BIND); else == wr */
 	__u32 left;	/* immediate or register offset (FOLD_F_LIMM) */
 	__u32 right;	/* immediate or register offset (FOLD_F_RIMM); JZ target */
 };
@@ -470,7 +475,12 @@ static long fold_step(__u32 i, void *arg)
 	if (pc >= r->end)
 		return 1;
 	in = &p->insns[pc & FOLD_INSN_MASK];
-	r->pc = pc + 1;
+	/* Masked so the verifier sees pc within [0, 1023] on every iteration
+	 * and its bpf_loop check converges (an unmasked u16 jump target plus 1
+	 * per iteration widens forever: "sequence of 8193 jumps is too
+	 * complex"). Programs have at most FOLD_MAX_LINEAR - 1 instructions, so
+	 * the mask never wraps a real pc. */
+	r->pc = (pc + 1) & FOLD_INSN_MASK;
 	a = fold_operand(st, in->left, in->flags & FOLD_F_LIMM);
 	b = fold_operand(st, in->right, in->flags & FOLD_F_RIMM);
 	switch (in->op) {
@@ -502,7 +512,7 @@ static long fold_step(__u32 i, void *arg)
 		break;
 	case FOLD_OP_IF:
 		if (!a)
-			return 0;
+			goto jz;
 		res = b;
 		break;
 	case FOLD_OP_LT:
@@ -526,7 +536,7 @@ static long fold_step(__u32 i, void *arg)
 		break;
 	case FOLD_OP_NOTIF:
 		if (a)
-			return 0;
+			goto jz;
 		res = b;
 		break;
 	case FOLD_OP_SUB:
@@ -548,8 +558,12 @@ static long fold_step(__u32 i, void *arg)
 		return 0;
 	}
 	st->regs[in->wr & FOLD_REG_MASK] = res;
+	st->regs[in->wr2 & FOLD_REG_MASK] = res;
 	if (in->flags & FOLD_F_WTIME)
 		st->time_zero_ns = r->now_ns - res;
+jz:
+	if ((in->flags & FOLD_F_JZ) && !st->regs[FOLD_R_EXPR_FLAG])
+		r->pc = in->cur & FOLD_INSN_MASK;
 	return 0;
 }
 

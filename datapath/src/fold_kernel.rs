@@ -68,6 +68,8 @@ pub const OP_ADD: u8 = 0;
 pub const OP_BIND: u8 = 1;
 pub const OP_DEF: u8 = 2;
 pub const OP_EWMA: u8 = 5;
+pub const OP_IF: u8 = 7;
+pub const OP_NOTIF: u8 = 13;
 /// libccp's MAX_OP: opcodes 0..15 are valid on the wire.
 pub const OP_COUNT: u8 = 15;
 pub const OP_JZ: u8 = 15;
@@ -75,6 +77,13 @@ pub const OP_BRK: u8 = 16;
 pub const F_LIMM: u8 = 1;
 pub const F_RIMM: u8 = 2;
 pub const F_WTIME: u8 = 4;
+/// After the instruction, jump to `cur` if the expression flag is 0 (a JZ
+/// fused into the condition's last instruction; never on EWMA, whose `cur`
+/// is an operand).
+pub const F_JZ: u8 = 8;
+/// Implicit registers the compiler tracks (flat offsets).
+const OFF_EXPR_FLAG: u32 = OFF_IMPLICIT;
+const OFF_FALLTHROUGH: u32 = OFF_IMPLICIT + 1;
 
 pub const STAGED_CHANGE: u32 = 1;
 pub const STAGED_CWND: u32 = 2;
@@ -121,8 +130,12 @@ pub struct FoldInsn {
     pub op: u8,
     pub flags: u8,
     pub wr: u16,
+    /// EWMA: the register read as the current value; with [`F_JZ`]: the
+    /// jump target.
     pub cur: u16,
-    pub _pad: u16,
+    /// A second register written with the same result (a fused `BIND wr2
+    /// wr` after it); `wr` when there is none.
+    pub wr2: u16,
     pub left: u32,
     pub right: u32,
 }
@@ -553,7 +566,7 @@ fn encode(ins: &WireInstr) -> FoldInsn {
         flags,
         wr,
         cur: cur as u16,
-        _pad: 0,
+        wr2: wr,
         left,
         right,
     }
@@ -574,7 +587,7 @@ fn def_as_bind(ins: &WireInstr) -> FoldInsn {
         flags: F_RIMM,
         wr,
         cur: OFF_ZERO as u16,
-        _pad: 0,
+        wr2: wr,
         left: 0,
         right: default,
     }
@@ -598,11 +611,205 @@ const ZERO_INSTR: WireInstr = WireInstr {
     },
 };
 
+/// One expression's condition and body, each already encoded.
+struct Expression {
+    cond: Vec<FoldInsn>,
+    body: Vec<FoldInsn>,
+}
+
+/// Whether an instruction's write happens whenever it does not abort (IF
+/// and NOTIF write only on their condition).
+fn writes_always(i: &FoldInsn) -> bool {
+    i.op != OP_IF && i.op != OP_NOTIF
+}
+
+/// Fuse `OP t a b; BIND d t` into one instruction writing `t` and `d`
+/// (`wr`, `wr2`): Portus compiles `(:= d (op a b))` that way. The pair
+/// writes the same registers with the same value in the same order, and an
+/// abort of OP leaves both unwritten in either form, so no liveness is
+/// needed. Not when OP writes conditionally (IF/NOTIF: the BIND would copy
+/// the old value), writes nowhere (an ignored write: the BIND then reads
+/// whatever register its operand names), or is already fused.
+fn fuse_binds(section: Vec<FoldInsn>) -> Vec<FoldInsn> {
+    let mut out: Vec<FoldInsn> = Vec::with_capacity(section.len());
+    for i in section {
+        if let Some(prev) = out.last_mut() {
+            let fusable = i.op == OP_BIND
+                && i.flags & F_RIMM == 0
+                && writes_always(prev)
+                && prev.wr2 == prev.wr
+                && u32::from(prev.wr) != OFF_DISCARD
+                && i.right == u32::from(prev.wr);
+            if fusable {
+                prev.wr2 = i.wr;
+                prev.flags |= i.flags & F_WTIME;
+                continue;
+            }
+        }
+        out.push(i);
+    }
+    out
+}
+
+/// What the compiler knows of an implicit register at a point of the
+/// linear program (the expression flag and the fallthrough register decide
+/// JZ and BRK; both are 0 when an invocation starts, fold_vm.h fold_invoke).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Known {
+    Zero,
+    NonZero,
+    Unknown,
+}
+
+impl Known {
+    fn merge(self, other: Known) -> Known {
+        if self == other {
+            self
+        } else {
+            Known::Unknown
+        }
+    }
+}
+
+/// The expression flag and fallthrough register as far as known.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Implicit {
+    flag: Known,
+    fallthrough: Known,
+}
+
+impl Implicit {
+    const START: Implicit = Implicit {
+        flag: Known::Zero,
+        fallthrough: Known::Zero,
+    };
+
+    fn merge(self, o: Implicit) -> Implicit {
+        Implicit {
+            flag: self.flag.merge(o.flag),
+            fallthrough: self.fallthrough.merge(o.fallthrough),
+        }
+    }
+
+    /// After instruction `i` ran without aborting (an abort ends the
+    /// invocation: that path needs no state).
+    fn after(mut self, i: &FoldInsn) -> Implicit {
+        let value = if i.op == OP_BIND && i.flags & F_RIMM != 0 {
+            if i.right == 0 {
+                Known::Zero
+            } else {
+                Known::NonZero
+            }
+        } else {
+            Known::Unknown
+        };
+        for (off, reg) in [
+            (OFF_EXPR_FLAG, &mut self.flag),
+            (OFF_FALLTHROUGH, &mut self.fallthrough),
+        ] {
+            if u32::from(i.wr) == off || u32::from(i.wr2) == off {
+                // a conditional write may leave the old value
+                *reg = if writes_always(i) { value } else { Known::Unknown };
+            }
+        }
+        self
+    }
+}
+
+/// Lay out the main section: per expression its condition, a JZ over the
+/// body, the body and a BRK (stop when flag && !fallthrough), as libccp
+/// runs expressions; but a JZ or BRK whose outcome is known from the
+/// implicit registers' known values is left out (`(when true ...)` needs no
+/// JZ; a body that set fallthrough, or any expression after one whose body
+/// always sets it, needs no BRK; the last expression needs none), a body
+/// behind a condition known 0 is left out, and a remaining JZ is fused into
+/// the condition's last instruction ([`F_JZ`]) where it can be.
+fn emit_main(exprs: &[Expression]) -> Vec<FoldInsn> {
+    let mut out: Vec<FoldInsn> = Vec::new();
+    let mut st = Implicit::START;
+    for (n, e) in exprs.iter().enumerate() {
+        let last = n + 1 == exprs.len();
+        for i in &e.cond {
+            st = st.after(i);
+            out.push(*i);
+        }
+        if st.flag == Known::Zero {
+            continue; // the body never runs: JZ would always jump past it
+        }
+        // where the JZ sits (None: flag known non-zero, no JZ)
+        let jz = (st.flag == Known::Unknown).then(|| {
+            match out.last_mut() {
+                Some(c) if !e.cond.is_empty() && c.op != OP_EWMA => {
+                    c.flags |= F_JZ;
+                }
+                _ => out.push(FoldInsn {
+                    op: OP_JZ,
+                    ..Default::default()
+                }),
+            }
+            out.len() - 1
+        });
+        let skipped = Implicit {
+            flag: Known::Zero,
+            ..st
+        };
+        let mut body = Implicit {
+            flag: Known::NonZero,
+            ..st
+        };
+        for i in &e.body {
+            body = body.after(i);
+            out.push(*i);
+        }
+        let brk_never = body.flag == Known::Zero || body.fallthrough == Known::NonZero;
+        let brk_always = body.flag == Known::NonZero && body.fallthrough == Known::Zero;
+        // the state after the expression on the path past a BRK that did not stop
+        let ran = if brk_never || last {
+            Some(body)
+        } else {
+            out.push(FoldInsn {
+                op: OP_BRK,
+                ..Default::default()
+            });
+            (!brk_always).then(|| Implicit {
+                flag: if body.fallthrough == Known::Zero {
+                    Known::Zero
+                } else {
+                    body.flag
+                },
+                fallthrough: if body.flag == Known::NonZero {
+                    Known::NonZero
+                } else {
+                    body.fallthrough
+                },
+            })
+        };
+        st = match (jz, ran) {
+            (Some(_), Some(r)) => skipped.merge(r),
+            (Some(_), None) => skipped,
+            (None, Some(r)) => r,
+            (None, None) => break, // the BRK always stops: nothing after it runs
+        };
+        if let Some(at) = jz {
+            let target = out.len() as u16;
+            if out[at].op == OP_JZ {
+                out[at].right = u32::from(target);
+            } else {
+                out[at].cur = target;
+            }
+        }
+        if out.len() > MAX_LINEAR {
+            break;
+        }
+    }
+    out
+}
+
 /// Compile a decoded program into its kernel form for table slot `slot`.
 ///
 /// Errors: [`FoldMsgError::Unsupported`] when an instruction range reaches
 /// index 256 (libccp would loop forever) or the linear form exceeds
-/// [`MAX_LINEAR`] instructions.
+/// [`MAX_LINEAR`] - 1 instructions.
 /// `instrs` may be shorter than `num_instructions` (a failed install):
 /// missing instructions are libccp's zeroed slot entries.
 pub fn compile(
@@ -615,8 +822,9 @@ pub fn compile(
     let mut p = Box::new(FoldProg::new_zeroed());
     p.index = slot;
     p.uid = uid;
-    let mut out: Vec<FoldInsn> = Vec::with_capacity(MAX_LINEAR);
     let at = |i: u32| -> WireInstr { instrs.get(i as usize).copied().unwrap_or(ZERO_INSTR) };
+    let mut sections: Vec<Expression> = Vec::with_capacity(exprs.len());
+    let mut size = 0;
     for (n, e) in exprs.iter().enumerate() {
         for (start, count) in [(e.cond_start, e.num_cond), (e.body_start, e.num_body)] {
             if u64::from(start) + u64::from(count) > 255 {
@@ -626,30 +834,26 @@ pub fn compile(
                 )));
             }
         }
-        let body = |out: &mut Vec<FoldInsn>, start: u32, count: u32| {
-            out.extend(
+        let section = |start: u32, count: u32| -> Vec<FoldInsn> {
+            fuse_binds(
                 (start..start + count)
                     .map(at)
                     .filter(|i| i.op != OP_DEF)
-                    .map(|i| encode(&i)),
+                    .map(|i| encode(&i))
+                    .collect(),
             )
         };
-        body(&mut out, e.cond_start, e.num_cond);
-        let jz = out.len();
-        out.push(FoldInsn {
-            op: OP_JZ,
-            ..Default::default()
-        });
-        body(&mut out, e.body_start, e.num_body);
-        out.push(FoldInsn {
-            op: OP_BRK,
-            ..Default::default()
-        });
-        out[jz].right = out.len() as u32;
-        if out.len() > MAX_LINEAR {
-            break;
+        let ex = Expression {
+            cond: section(e.cond_start, e.num_cond),
+            body: section(e.body_start, e.num_body),
+        };
+        size += ex.cond.len() + ex.body.len() + 2;
+        sections.push(ex);
+        if size > MAX_LINEAR {
+            break; // refused below; no need to read the rest
         }
     }
+    let mut out = emit_main(&sections);
     p.n_main = out.len() as u32;
     // DEF prefix: resets (volatile report/control), then initialisation
     // (non-volatile control/report); only the leading DEFs count (libccp
@@ -683,9 +887,11 @@ pub fn compile(
     } else {
         0
     };
-    if out.len() > MAX_LINEAR {
+    // at most MAX_LINEAR - 1: fold_vm.h masks pc + 1 with MAX_LINEAR - 1
+    if out.len() >= MAX_LINEAR {
         return Err(unsupported(format!(
-            "program {uid} compiles to more than {MAX_LINEAR} kernel instructions"
+            "program {uid} compiles to more than {} kernel instructions",
+            MAX_LINEAR - 1
         )));
     }
     if defs.len() == 256 {
@@ -1315,24 +1521,22 @@ mod tests {
         let Effect::WriteProgram { slot: 1, prog: p } = &h.effects[1] else {
             panic!("{:?}", h.effects)
         };
-        assert_eq!(p.n_main, 5, "cond, JZ, 2 body, BRK");
-        assert_eq!(
-            p.insns[1],
-            FoldInsn {
-                op: OP_JZ,
-                right: 5,
-                ..Default::default()
-            }
-        );
-        assert_eq!(p.insns[2].left, OFF_REPORT);
-        assert_eq!(p.insns[2].right, OFF_PRIM);
-        assert_eq!(p.insns[2].wr as u32, OFF_TMP);
+        // (when true ...): no JZ; ADD tmp + BIND Report.foo fused; last
+        // expression: no BRK
+        assert_eq!(p.n_main, 2, "cond, fused body");
+        assert_eq!(p.insns[0].op, OP_BIND);
+        assert_eq!(p.insns[0].flags & F_JZ, 0, "no JZ after a constant-true condition");
+        assert_eq!(p.insns[1].op, OP_ADD);
+        assert_eq!(p.insns[1].left, OFF_REPORT);
+        assert_eq!(p.insns[1].right, OFF_PRIM);
+        assert_eq!(p.insns[1].wr as u32, OFF_TMP);
+        assert_eq!(p.insns[1].wr2 as u32, OFF_REPORT, "BIND Report.foo tmp fused");
         assert_eq!(
             (p.reset_off, p.reset_len, p.init_off, p.init_len),
-            (5, 1, 6, 1)
+            (2, 1, 3, 1)
         );
         assert_eq!(
-            p.insns[6].right,
+            p.insns[3].right,
             u32::MAX,
             "0x3fffffff default is +infinity"
         );
