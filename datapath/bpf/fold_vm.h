@@ -548,14 +548,14 @@ static long fold_step(__u32 i, void *arg)
 		break;
 	case FOLD_OP_JZ:
 		if (!st->regs[FOLD_R_EXPR_FLAG])
-			r->pc = in->right;
-		return 0;
+			r->pc = in->right & FOLD_INSN_MASK;
+		return r->pc >= r->end;
 	case FOLD_OP_BRK:
 		if (st->regs[FOLD_R_EXPR_FLAG] && !st->regs[FOLD_R_FALLTHROUGH])
 			return 1;
-		return 0;
+		return r->pc >= r->end;
 	default:
-		return 0;
+		return r->pc >= r->end;
 	}
 	st->regs[in->wr & FOLD_REG_MASK] = res;
 	st->regs[in->wr2 & FOLD_REG_MASK] = res;
@@ -564,7 +564,8 @@ static long fold_step(__u32 i, void *arg)
 jz:
 	if ((in->flags & FOLD_F_JZ) && !st->regs[FOLD_R_EXPR_FLAG])
 		r->pc = in->cur & FOLD_INSN_MASK;
-	return 0;
+	/* stop here rather than in one more call */
+	return r->pc >= r->end;
 }
 
 /* Run instructions [off, off + len) of prog; returns FOLD_OK or an abort code. */

@@ -67,9 +67,12 @@ pub const LIBCCP_MAX_PROGRAMS: u32 = 10;
 pub const OP_ADD: u8 = 0;
 pub const OP_BIND: u8 = 1;
 pub const OP_DEF: u8 = 2;
+pub const OP_DIV: u8 = 3;
 pub const OP_EWMA: u8 = 5;
 pub const OP_IF: u8 = 7;
+pub const OP_MUL: u8 = 12;
 pub const OP_NOTIF: u8 = 13;
+pub const OP_SUB: u8 = 14;
 /// libccp's MAX_OP: opcodes 0..15 are valid on the wire.
 pub const OP_COUNT: u8 = 15;
 pub const OP_JZ: u8 = 15;
@@ -651,6 +654,129 @@ fn fuse_binds(section: Vec<FoldInsn>) -> Vec<FoldInsn> {
     out
 }
 
+/// Registers instruction `i` reads as operands (not the implicit reads of
+/// JZ, BRK and [`F_JZ`]).
+fn operand_reads(i: &FoldInsn) -> impl Iterator<Item = u32> {
+    let left = (i.flags & F_LIMM == 0).then_some(i.left);
+    let right = (i.flags & F_RIMM == 0).then_some(i.right);
+    let cur = (i.op == OP_EWMA).then_some(u32::from(i.cur));
+    [left, right, cur].into_iter().flatten()
+}
+
+/// Registers instruction `i` writes (one or two).
+fn writes(i: &FoldInsn) -> [u32; 2] {
+    [u32::from(i.wr), u32::from(i.wr2)]
+}
+
+/// Drop an instruction that repeats an earlier one of the same straight-
+/// line section when nothing it reads or writes was written in between:
+/// it would write the values its registers already hold, and it cannot
+/// abort where the earlier one did not (Portus recomputes e.g. `(<
+/// Flow.rtt_sample_us +infinity)` into the same tmp for every `if`). Only
+/// for instructions that write whenever they run, do not move Micros'
+/// time zero and do not read what they write.
+fn drop_recomputations(section: Vec<FoldInsn>) -> Vec<FoldInsn> {
+    let mut out: Vec<FoldInsn> = Vec::with_capacity(section.len());
+    for i in section {
+        let eligible = writes_always(&i)
+            && i.flags & F_WTIME == 0
+            && operand_reads(&i).all(|r| !writes(&i).contains(&r));
+        let touched = |k: &FoldInsn| {
+            writes(k)
+                .iter()
+                .any(|w| writes(&i).contains(w) || operand_reads(&i).any(|r| r == *w))
+        };
+        let repeat = eligible
+            && out
+                .iter()
+                .rev()
+                .find(|k| **k == i || touched(k))
+                .is_some_and(|k| *k == i);
+        if !repeat {
+            out.push(i);
+        }
+    }
+    out
+}
+
+/// Whether instruction `i` can abort the invocation (libccp's checks).
+fn may_abort(i: &FoldInsn) -> bool {
+    [OP_ADD, OP_SUB, OP_MUL, OP_DIV].contains(&i.op)
+}
+
+/// Drop writes to the expression flag and fallthrough registers that no
+/// later instruction can observe. Both are zeroed when an invocation
+/// starts (before anything reads them) and neither is reported, so a value
+/// left at the end of an invocation or at an abort is never read: liveness
+/// needs no look past the invocation. Reads are the operands, JZ and [`F_JZ`]
+/// (the flag, after the instruction's write) and BRK (both). E.g. `(when
+/// true ...)`'s `BIND flag 1` once no JZ or BRK is left to read it, and
+/// `(fallthrough)` when no later BRK remains.
+fn drop_dead_implicit_writes(mut code: Vec<FoldInsn>) -> Vec<FoldInsn> {
+    const TRACKED: [u32; 2] = [OFF_EXPR_FLAG, OFF_FALLTHROUGH];
+    let bit = |r: u32| TRACKED.iter().position(|t| *t == r).map_or(0u8, |p| 1 << p);
+    loop {
+        // live[n]: tracked registers live before instruction n (code.len(): end)
+        let mut live = vec![0u8; code.len() + 1];
+        let mut dead = vec![false; code.len()];
+        for n in (0..code.len()).rev() {
+            let i = &code[n];
+            let mut after = live[n + 1];
+            match i.op {
+                OP_JZ => after |= live[i.right as usize] | bit(OFF_EXPR_FLAG),
+                OP_BRK => after |= bit(OFF_EXPR_FLAG) | bit(OFF_FALLTHROUGH),
+                _ => {}
+            }
+            if i.flags & F_JZ != 0 {
+                after |= live[usize::from(i.cur)] | bit(OFF_EXPR_FLAG);
+            }
+            let (is_jump, w) = (matches!(i.op, OP_JZ | OP_BRK), writes(i));
+            let kills = if is_jump || !writes_always(i) {
+                0
+            } else {
+                bit(w[0]) | bit(w[1])
+            };
+            let written: u8 = if is_jump { 0 } else { bit(w[0]) | bit(w[1]) };
+            // removable: writes only tracked registers, none of them live,
+            // cannot abort, carries no fused JZ
+            dead[n] = !is_jump
+                && w.iter().all(|r| bit(*r) != 0)
+                && written & after == 0
+                && !may_abort(i)
+                && i.flags & (F_WTIME | F_JZ) == 0;
+            let reads = operand_reads(i).fold(0u8, |m, r| m | bit(r));
+            live[n] = if dead[n] { after } else { reads | (after & !kills) };
+        }
+        if !dead.contains(&true) {
+            return code;
+        }
+        // renumber jump targets: a removed instruction's index goes to the next kept one
+        let mut new_index = vec![0u32; code.len() + 1];
+        let mut kept = 0u32;
+        for n in 0..=code.len() {
+            new_index[n] = kept;
+            if n < code.len() && !dead[n] {
+                kept += 1;
+            }
+        }
+        code = code
+            .iter()
+            .zip(&dead)
+            .filter(|(_, d)| !**d)
+            .map(|(i, _)| {
+                let mut i = *i;
+                if i.op == OP_JZ {
+                    i.right = new_index[i.right as usize];
+                }
+                if i.flags & F_JZ != 0 {
+                    i.cur = new_index[usize::from(i.cur)] as u16;
+                }
+                i
+            })
+            .collect();
+    }
+}
+
 /// What the compiler knows of an implicit register at a point of the
 /// linear program (the expression flag and the fallthrough register decide
 /// JZ and BRK; both are 0 when an invocation starts, fold_vm.h fold_invoke).
@@ -835,13 +961,13 @@ pub fn compile(
             }
         }
         let section = |start: u32, count: u32| -> Vec<FoldInsn> {
-            fuse_binds(
+            drop_recomputations(fuse_binds(
                 (start..start + count)
                     .map(at)
                     .filter(|i| i.op != OP_DEF)
                     .map(|i| encode(&i))
                     .collect(),
-            )
+            ))
         };
         let ex = Expression {
             cond: section(e.cond_start, e.num_cond),
@@ -853,7 +979,7 @@ pub fn compile(
             break; // refused below; no need to read the rest
         }
     }
-    let mut out = emit_main(&sections);
+    let mut out = drop_dead_implicit_writes(emit_main(&sections));
     p.n_main = out.len() as u32;
     // DEF prefix: resets (volatile report/control), then initialisation
     // (non-volatile control/report); only the leading DEFs count (libccp
@@ -1521,22 +1647,22 @@ mod tests {
         let Effect::WriteProgram { slot: 1, prog: p } = &h.effects[1] else {
             panic!("{:?}", h.effects)
         };
-        // (when true ...): no JZ; ADD tmp + BIND Report.foo fused; last
-        // expression: no BRK
-        assert_eq!(p.n_main, 2, "cond, fused body");
-        assert_eq!(p.insns[0].op, OP_BIND);
+        // (when true ...): no JZ, and then nothing reads the flag its
+        // condition sets; ADD tmp + BIND Report.foo fused; last expression:
+        // no BRK
+        assert_eq!(p.n_main, 1, "the fused body alone");
+        assert_eq!(p.insns[0].op, OP_ADD);
         assert_eq!(p.insns[0].flags & F_JZ, 0, "no JZ after a constant-true condition");
-        assert_eq!(p.insns[1].op, OP_ADD);
-        assert_eq!(p.insns[1].left, OFF_REPORT);
-        assert_eq!(p.insns[1].right, OFF_PRIM);
-        assert_eq!(p.insns[1].wr as u32, OFF_TMP);
-        assert_eq!(p.insns[1].wr2 as u32, OFF_REPORT, "BIND Report.foo tmp fused");
+        assert_eq!(p.insns[0].left, OFF_REPORT);
+        assert_eq!(p.insns[0].right, OFF_PRIM);
+        assert_eq!(p.insns[0].wr as u32, OFF_TMP);
+        assert_eq!(p.insns[0].wr2 as u32, OFF_REPORT, "BIND Report.foo tmp fused");
         assert_eq!(
             (p.reset_off, p.reset_len, p.init_off, p.init_len),
-            (2, 1, 3, 1)
+            (1, 1, 2, 1)
         );
         assert_eq!(
-            p.insns[3].right,
+            p.insns[2].right,
             u32::MAX,
             "0x3fffffff default is +infinity"
         );

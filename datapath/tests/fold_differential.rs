@@ -948,6 +948,201 @@ fn random_program(r: &mut Rng, uid: u32) -> Vec<u8> {
     install_msg(uid, &exprs, &instrs)
 }
 
+/// A body instruction shaped like what fold_kernel.rs's compiler rewrites:
+/// `OP tmp a b; BIND d tmp` pairs (aborting ops, IF/NOTIF, tmps past
+/// libccp's 8, Micros or the implicit registers as `d`), verbatim repeats
+/// of an earlier instruction (recomputations, sometimes after one of its
+/// inputs changed), reads of tmps and of the flag / fallthrough registers
+/// into reports (what a wrong fusion, dropped repeat or dropped implicit
+/// write would change), `(fallthrough)`, `(report)` and writes of 0/1 to
+/// the implicit registers.
+fn shaped_body_instrs(r: &mut Rng, out: &mut Vec<WI>, section_start: usize) {
+    let tmp = |r: &mut Rng| (7u8, if r.chance(10) { 8 + r.below(8) as u32 } else { r.below(4) as u32 });
+    match r.below(100) {
+        0..=34 => {
+            let t = tmp(r);
+            out.push(WI {
+                op: r.pick(&OPS),
+                ret: t,
+                left: read_reg(r),
+                right: read_reg(r),
+            });
+            let d = match r.below(10) {
+                0 => (2, r.pick(&[0, 1, 3])), // flag, fallthrough, Micros
+                1 => t,
+                _ => write_reg(r),
+            };
+            out.push(WI {
+                op: 1,
+                ret: d,
+                left: d,
+                right: t,
+            });
+        }
+        35..=49 if out.len() > section_start => {
+            if r.chance(30) {
+                out.push(random_instr(r)); // may write one of its inputs
+            }
+            let k = section_start + r.below((out.len() - section_start) as u64) as usize;
+            out.push(out[k]);
+        }
+        50..=61 => {
+            let src = if r.chance(50) { tmp(r) } else { (2, r.pick(&[0, 1, 2])) };
+            out.push(WI {
+                op: 1,
+                ret: (5, r.below(6) as u32),
+                left: (5, 0),
+                right: src,
+            });
+        }
+        62..=69 => out.push(WI {
+            op: 1,
+            ret: (2, 1),
+            left: (2, 1),
+            right: (1, 1),
+        }),
+        70..=74 => out.push(WI {
+            op: 1,
+            ret: (2, 2),
+            left: (2, 2),
+            right: (1, 1),
+        }),
+        75..=79 => {
+            let reg = (2, r.pick(&[0, 1]));
+            out.push(WI {
+                op: 1,
+                ret: reg,
+                left: reg,
+                right: (1, u32::from(r.chance(50))),
+            })
+        }
+        _ => out.push(random_instr(r)),
+    }
+}
+
+/// A random program in libccp's wire format shaped to hit the compiler's
+/// rewrites (fold_kernel.rs compile): constant-true / constant-false /
+/// empty conditions (the flag left by the previous expression), conditions
+/// ending in a fused pair, bodies of [`shaped_body_instrs`]; the first
+/// body starts by reporting tmps and the implicit registers as the
+/// previous invocation (or an abort in it) left them.
+fn shaped_program(r: &mut Rng, uid: u32) -> Vec<u8> {
+    let mut instrs = vec![];
+    for k in 0..1 + r.below(5) as u32 {
+        let reg = (r.pick(&[5, 6]), k);
+        instrs.push(WI {
+            op: 2,
+            ret: reg,
+            left: reg,
+            right: (1, r.below(3) as u32),
+        });
+    }
+    let mut exprs = vec![];
+    let n_exprs = 1 + r.below(4);
+    for e in 0..n_exprs {
+        let cond_start = instrs.len();
+        match r.below(100) {
+            0..=39 => instrs.push(WI {
+                op: 1,
+                ret: (2, 0),
+                left: (2, 0),
+                right: (1, u32::from(!r.chance(10))),
+            }),
+            40..=49 => {} // empty: the flag as left before
+            50..=69 => {
+                let t = (7, r.below(3) as u32);
+                instrs.push(WI {
+                    op: r.pick(&[4, 6, 8, 0, 14, 12]),
+                    ret: t,
+                    left: read_reg(r),
+                    right: read_reg(r),
+                });
+                instrs.push(WI {
+                    op: 1,
+                    ret: (2, 0),
+                    left: (2, 0),
+                    right: t,
+                });
+            }
+            _ => {
+                for i in 0..1 + r.below(2) {
+                    let mut ins = random_instr(r);
+                    if i == 0 || r.chance(70) {
+                        ins.ret = (2, 0);
+                    }
+                    instrs.push(ins);
+                }
+            }
+        }
+        let body_start = instrs.len();
+        if e == 0 {
+            for (k, src) in [(7, 0), (7, 1), (2, 0), (2, 1)].into_iter().enumerate() {
+                if r.chance(60) {
+                    instrs.push(WI {
+                        op: 1,
+                        ret: (5, k as u32),
+                        left: (5, k as u32),
+                        right: src,
+                    });
+                }
+            }
+        }
+        for _ in 0..r.below(9) {
+            shaped_body_instrs(r, &mut instrs, body_start);
+        }
+        if e + 1 == n_exprs && r.chance(60) {
+            instrs.push(WI {
+                op: 1,
+                ret: (2, 2),
+                left: (2, 2),
+                right: (1, 1),
+            });
+        }
+        exprs.push([
+            cond_start as u32,
+            (body_start - cond_start) as u32,
+            body_start as u32,
+            (instrs.len() - body_start) as u32,
+        ]);
+    }
+    install_msg(uid, &exprs, &instrs)
+}
+
+/// How often the compiler's rewrites fired on a set of install messages:
+/// (fused pairs, fused JZs, programs shorter than the plain layout of
+/// condition + JZ + body + BRK per expression).
+fn rewrites_fired(installs: &[Vec<u8>]) -> (u64, u64, u64) {
+    let mut t = (0, 0, 0);
+    for m in installs {
+        let Ok(fold_kernel::PortusMsg::Install {
+            uid,
+            exprs,
+            instrs,
+            num_instructions,
+            error: None,
+        }) = fold_kernel::parse_message(m)
+        else {
+            continue;
+        };
+        let Ok(p) = fold_kernel::compile(1, uid, &exprs, &instrs, num_instructions) else {
+            continue;
+        };
+        let main = &p.insns[..p.n_main as usize];
+        t.0 += main.iter().filter(|i| i.wr2 != i.wr).count() as u64;
+        t.1 += main
+            .iter()
+            .filter(|i| i.flags & fold_kernel::F_JZ != 0)
+            .count() as u64;
+        let plain: u32 = exprs
+            .iter()
+            .map(|e| e.num_cond + e.num_body + 2)
+            .sum::<u32>()
+            - instrs.iter().filter(|i| i.op == 2).count() as u32;
+        t.2 += u64::from(p.n_main < plain);
+    }
+    t
+}
+
 /// Break one instruction of an install message the way libccp checks them
 /// (opcode, result type, left type, right type): libccp keeps the program
 /// read so far in its slot.
@@ -1131,6 +1326,56 @@ fn random_programs_match_libccp() {
     assert!(
         sim.tally.aborts > 0 && sim.tally.reports > 0,
         "random cases exercised aborts and reports"
+    );
+}
+
+/// The compiler's rewrites (fused `OP t; BIND d t`, dropped JZ/BRK, fused
+/// JZ, dropped recomputations and dead flag/fallthrough writes) against
+/// libccp on programs shaped to hit them ([`shaped_program`]); also checks
+/// that the rewrites fired, so a wrong one fails here.
+#[test]
+fn compiler_rewrites_match_libccp() {
+    let mut sim = Sim::new();
+    let cases = env_u64("FOLD_DIFF_CASES", 10_000) / 2;
+    let seed = env_u64("FOLD_DIFF_SEED", 0x00c0_ffee) ^ 0x5a9e;
+    let mut fired = (0, 0, 0);
+    for case in 0..cases {
+        let mut r = Rng(seed ^ case.wrapping_mul(0x2545_f491_4f6c_dd1d));
+        let installs: Vec<Vec<u8>> = (1..=1 + r.below(2) as u32)
+            .map(|uid| shaped_program(&mut r, uid))
+            .collect();
+        let f = rewrites_fired(&installs);
+        fired = (fired.0 + f.0, fired.1 + f.1, fired.2 + f.2);
+        let ctx = || format!("shaped case {case} (FOLD_DIFF_SEED={seed}), programs {installs:?}");
+        let ack = |r: &mut Rng, f: &Flow, i: u64| {
+            if r.chance(50) {
+                ack_prims(r, f, i)
+            } else {
+                random_prims(r, f)
+            }
+        };
+        run_case(
+            &mut sim,
+            &mut r,
+            &installs,
+            30,
+            &ack,
+            &|r, uid| shaped_program(r, uid),
+            &ctx,
+        );
+    }
+    print_tally("shaped programs", cases, &sim.tally);
+    println!(
+        "rewrites: {} fused pairs, {} fused JZs, {} programs shortened",
+        fired.0, fired.1, fired.2
+    );
+    assert!(
+        fired.0 > cases && fired.1 > cases / 10 && fired.2 > cases / 2,
+        "the shaped programs exercise the rewrites: {fired:?} in {cases} cases"
+    );
+    assert!(
+        sim.tally.aborts > 0 && sim.tally.reports > cases,
+        "shaped cases exercised aborts and reports"
     );
 }
 
