@@ -86,7 +86,7 @@
 
 use crate::fold::{Cadence, FoldProgram};
 use crate::window::{
-    cwnd_limited, slow_start, FoldSlowStart, LossGuard, Measurement, Paced, PacingMode, Prr, ReportEvent,
+    cwnd_limited, slow_start, FoldPrr, FoldSlowStart, LossGuard, Measurement, Paced, PacingMode, Prr, ReportEvent,
     RttEstimator, WindowAlgorithm, WindowParams,
 };
 use crate::AlgorithmSpec;
@@ -160,7 +160,10 @@ impl AlgorithmSpec for CubicSpec {
             HyStart::new(a.hystart_detect != "delay", a.hystart_detect != "ack-train", a.hystart_low_window)
                 .with_paced(a.pacing.paced())
         });
-        let cubic = Cubic::new(params, cp).with_hystart(hs).with_fold_slow_start(PROGRAM.slow_start_in_fold());
+        let cubic = Cubic::new(params, cp)
+            .with_hystart(hs)
+            .with_fold_slow_start(PROGRAM.slow_start_in_fold())
+            .with_fold_prr(PROGRAM.prr_in_fold());
         Paced::new(cubic, a.pacing.per_report())
     }
 
@@ -375,6 +378,8 @@ pub struct Cubic {
     fold_ss: FoldSlowStart,
     /// Proportional Rate Reduction during fast recovery (None outside it).
     prr: Option<Prr>,
+    /// PRR applied per ACK by the fold program (its constants).
+    fold_prr: FoldPrr,
 }
 
 impl Cubic {
@@ -396,6 +401,7 @@ impl Cubic {
             last_hystart_exit: None,
             fold_ss: FoldSlowStart::default(),
             prr: None,
+            fold_prr: FoldPrr::default(),
         }
     }
 
@@ -403,6 +409,13 @@ impl Cubic {
     /// program ([`crate::fold::SLOW_START_IN_FOLD`]) when `on`.
     pub fn with_fold_slow_start(mut self, on: bool) -> Self {
         self.fold_ss = FoldSlowStart::new(on);
+        self
+    }
+
+    /// The same flow with PRR applied per ACK by the fold program
+    /// ([`crate::fold::PRR_IN_FOLD`]) when `on`.
+    pub fn with_fold_prr(mut self, on: bool) -> Self {
+        self.fold_prr = FoldPrr::new(on);
         self
     }
 
@@ -582,6 +595,7 @@ impl WindowAlgorithm for Cubic {
             self.min_rtt_us = m.min_rtt_us;
         }
         let before = self.cwnd;
+        self.fold_prr.count(m);
         let fold_grew = self.fold_ss.adopt(m, &mut self.cwnd, self.params.mss_bytes);
         match self.guard.classify(m) {
             ReportEvent::Timeout => self.on_timeout(m),
@@ -597,6 +611,10 @@ impl WindowAlgorithm for Cubic {
     }
 
     crate::window::loss_window_accessors!();
+
+    fn fold_registers(&self) -> Vec<(&'static str, u32)> {
+        self.fold_prr.registers(self.prr.as_ref(), &self.guard, self.params.mss_bytes)
+    }
 
     fn packets_out_pkts(&self, m: &Measurement) -> f64 {
         let unacked = self.prr.map_or(0.0, |p| p.unacked_pkts());

@@ -133,13 +133,18 @@ const DEFS_HEAD: &str = "\
 ";
 
 /// The control registers of slow start in the fold (see [`SLOW_START`]):
-/// `ss` on until it ends, `fcw` the cwnd in bytes the fold set last, `cw`
-/// (the new Cwnd: Portus cannot bind an `if` to Cwnd itself), `keep`, `lim`
-/// and `fresh` scratch flags of one ACK, `mx` the largest in flight (bytes,
-/// before an ACK) of the current round, `pmx` that of the previous round and
-/// `acc` the bytes acknowledged in the current one.
-const SLOW_START_DEFS: &str = "    (ss true)\n    (fcw 0)\n    (cw 0)\n    (keep true)\n    (lim true)\n    \
-     (mx 0)\n    (pmx 0)\n    (acc 0)\n    (fresh false)\n";
+/// `ss` on until it ends, `fcw` the cwnd in bytes the fold set last, `mx` the
+/// largest in flight (bytes, before an ACK) of the current round, `pmx` that
+/// of the previous round and `acc` the bytes acknowledged in the current one;
+/// it also uses the scratch registers of [`SCRATCH_DEFS`] (`t1` the new Cwnd:
+/// Portus cannot bind an `if` to Cwnd itself; `t2` one ACK's flags).
+const SLOW_START_DEFS: &str = "    (ss true)\n    (fcw 0)\n    (mx 0)\n    (pmx 0)\n    (acc 0)\n";
+
+/// Scratch registers of one ACK, `t1` a number shared by [`SLOW_START`] and
+/// [`PRR_PER_ACK`], `t2` a flag of [`SLOW_START`]: Portus serializes at most 16
+/// control registers (indices 0..15, counting `reportIntervalUs`; reno's and
+/// cubic's programs use 15), too few for each block to own its scratch.
+const SCRATCH_DEFS: &str = "    (t1 0)\n    (t2 false)\n";
 
 /// Slow start per ACK in the datapath, as Linux `tcp_slow_start` (and CCP's
 /// own slow start in the datapath): while `ss` holds, every ACK raises Cwnd
@@ -169,25 +174,68 @@ const SLOW_START_DEFS: &str = "    (ss true)\n    (fcw 0)\n    (cw 0)\n    (keep
 /// `Report.cwnd` is the cwnd after this ACK.
 const SLOW_START: &str = "\
 (when (&& ss true)
-    (:= cw Cwnd)
-    (:= cw (if (== cw 0) fcw))
-    (:= keep (|| (== fcw 0) (== cw fcw)))
-    (:= ss (&& keep (== Ack.lost_pkts_sample 0)))
+    (:= t1 Cwnd)
+    (:= t1 (if (== t1 0) fcw))
+    (:= t2 (|| (== fcw 0) (== t1 fcw)))
+    (:= ss (&& t2 (== Ack.lost_pkts_sample 0)))
     (:= ss (if Flow.was_timeout false))
-    (:= fcw (if (&& ss true) cw))
+    (:= fcw (if (&& ss true) t1))
     (:= acc (+ acc Ack.bytes_acked))
-    (:= fresh (> acc mx))
-    (:= acc (if fresh 0))
-    (:= pmx (if fresh mx))
-    (:= mx (if fresh 0))
+    (:= t2 (> acc mx))
+    (:= acc (if t2 0))
+    (:= pmx (if t2 mx))
+    (:= mx (if t2 0))
     (:= mx (max mx (+ Flow.bytes_in_flight Ack.bytes_acked)))
-    (:= lim (< cw (* 2 (max mx pmx))))
-    (:= fcw (if (&& ss lim) (+ fcw Ack.bytes_acked)))
-    (:= cw (if (&& ss true) fcw))
-    (:= Cwnd cw)
+    (:= t2 (< t1 (* 2 (max mx pmx))))
+    (:= fcw (if (&& ss t2) (+ fcw Ack.bytes_acked)))
+    (:= t1 (if (&& ss true) fcw))
+    (:= Cwnd t1)
     (fallthrough)
 )
 ";
+
+/// The control registers of PRR per ACK in the fold (see [`PRR_PER_ACK`]):
+/// `nrep` the reports sent so far, and from user space
+/// ([`crate::window::FoldPrr::registers`]) `pm` (0 = nothing to do, 1 = hold
+/// cwnd at the next loss ACK, 2 = PRR), `pn` (the reports user space had seen
+/// when it answered), `pa` (the PRR window at that report before the
+/// ssthresh floor, packets, at least 0), `pf` (ssthresh / RecoverFS x 1024),
+/// `pss` (ssthresh, packets) and `pmss` (bytes); `t1` scratch ([`SCRATCH_DEFS`]).
+const PRR_DEFS: &str =
+    "    (nrep 0)\n    (pm 0)\n    (pn 0)\n    (pa 0)\n    (pf 0)\n    (pss 0)\n    (pmss 0)\n";
+
+/// Proportional Rate Reduction (RFC 6937, Linux `tcp_cwnd_reduction`) per ACK,
+/// after the per-ACK report fields: while `pm` = 2 and no report has left
+/// since user space's answer (`pn` = `nrep`), every ACK sets cwnd to
+/// `max(pa + d x pf / 1024, l + d + pss) - (l + d)` packets with `d`, `l` the
+/// packets delivered and marked lost since that report (`Report.delivered`,
+/// `Report.loss`): the PRR window of [`crate::window::Prr`] at this ACK. At a
+/// loss ACK before user space has answered (`pm` = 1), cwnd is held at in
+/// flight + 1 packet, once. An RTO ends both (the hold's `min` keeps the
+/// datapath's loss window of 1 packet). The subtraction cannot underflow: it
+/// subtracts a term from a max that contains it. The cost outside recovery is
+/// the two conditions.
+///
+/// Why: per report, the window stood still while in flight fell with every
+/// delivered or newly lost packet, and the kernel refilled it one for one
+/// (see [`crate::window::FoldPrr`] for what that cost on Verizon LTE).
+const PRR_PER_ACK: &str = "\
+(when (|| Flow.was_timeout (&& (== pm 1) (> Ack.lost_pkts_sample 0)))
+    (:= pm 0)
+    (:= Cwnd (min Cwnd (+ Flow.bytes_in_flight pmss)))
+    (fallthrough)
+)
+(when (&& (== pm 2) (== pn nrep))
+    (:= t1 (+ pa (/ (* Report.delivered pf) 1024)))
+    (:= t1 (max t1 (+ (+ Report.loss Report.delivered) pss)))
+    (:= Cwnd (* pmss (- t1 (+ Report.loss Report.delivered))))
+    (fallthrough)
+)
+";
+
+/// What the report blocks of a [`PRR_IN_FOLD`] program add before `(report)`:
+/// count the report.
+const PRR_AT_REPORT: &str = "    (:= nrep (+ nrep 1))\n";
 
 /// The control registers of cwnd growth toward a cap in the fold (see
 /// [`TOWARD_CAP`]): `fcw` the fold's cwnd in bytes, `cap` the last Cwnd user
@@ -221,6 +269,10 @@ const TOWARD_CAP: &str = "\
 /// The programs that grow cwnd toward a cap in the fold ([`TOWARD_CAP`]);
 /// their algorithms command caps ([`crate::bbr::Bbr::with_fold_growth`]).
 pub const CAP_IN_FOLD: [&str; 1] = [crate::bbr::PROGRAM.name];
+
+/// The programs that run PRR per ACK in the fold ([`PRR_PER_ACK`]); their
+/// algorithms send [`crate::window::FoldPrr::registers`] with each command.
+pub const PRR_IN_FOLD: [&str; 2] = [crate::reno::PROGRAM.name, crate::cubic::PROGRAM.name];
 
 /// The programs that run slow start in the fold ([`SLOW_START`]); their
 /// algorithms answer reports with Cwnd 0 while it runs
@@ -261,6 +313,11 @@ impl FoldProgram {
         SLOW_START_IN_FOLD.contains(&self.name)
     }
 
+    /// Whether this program runs PRR per ACK in the fold ([`PRR_IN_FOLD`]).
+    pub fn prr_in_fold(&self) -> bool {
+        PRR_IN_FOLD.contains(&self.name)
+    }
+
     /// Whether this program grows cwnd per ACK toward a commanded cap ([`CAP_IN_FOLD`]).
     pub fn cwnd_toward_cap_in_fold(&self) -> bool {
         CAP_IN_FOLD.contains(&self.name)
@@ -284,6 +341,12 @@ impl FoldProgram {
     pub fn text_with_report_floor(&self, floor_us: u64) -> String {
         let cap = self.cwnd_toward_cap_in_fold();
         let mut t = if cap { DEFS_HEAD.replace(TRAIN_DEFS, crate::bbr::ACK_AGG_REPORT_DEF) } else { DEFS_HEAD.to_string() };
+        if self.prr_in_fold() {
+            t.push_str(PRR_DEFS);
+        }
+        if self.prr_in_fold() || self.slow_start_in_fold() {
+            t.push_str(SCRATCH_DEFS);
+        }
         if self.slow_start_in_fold() {
             t.push_str(SLOW_START_DEFS);
         } else if cap {
@@ -309,8 +372,14 @@ impl FoldProgram {
             t.push_str(&format!("    (:= reportIntervalUs (if (< Flow.rtt_sample_us +infinity) {sample}))\n"));
         }
         t.push_str("    (fallthrough)\n)\n");
+        if self.prr_in_fold() {
+            // After the per-ACK fields: Report.cwnd keeps the cwnd before this
+            // ACK's reduction (user space takes ssthresh from the loss report's).
+            t.push_str(PRR_PER_ACK);
+        }
+        let at_report = if self.prr_in_fold() { PRR_AT_REPORT } else { "" };
         if self.urgent_on_loss {
-            t.push_str(URGENT);
+            t.push_str(&URGENT.replace("    (report)\n", &format!("{at_report}    (report)\n")));
         }
         let cond = match self.cadence {
             Cadence::PerRtt(_) if floor_us > 0 => format!("(> Micros (max reportIntervalUs {floor_us}))"),
@@ -318,7 +387,7 @@ impl FoldProgram {
             Cadence::PerAcks(n) => format!("(> Report.acks {})", n.max(1) - 1),
             Cadence::IntervalUs(us) => format!("(> Micros {})", us.max(floor_us)),
         };
-        t.push_str(&format!("(when {cond}\n    (report)\n    (:= Micros 0)\n)\n"));
+        t.push_str(&format!("(when {cond}\n{at_report}    (report)\n    (:= Micros 0)\n)\n"));
         t
     }
 }

@@ -94,6 +94,10 @@ impl<W: WindowAlgorithm> Controller for W {
             self.phase().as_str()
         )
     }
+
+    fn fold_registers(&self) -> Vec<(&'static str, u32)> {
+        WindowAlgorithm::fold_registers(self)
+    }
 }
 
 /// Everything the shared CLI, the suite table and the Portus glue need to know

@@ -86,7 +86,7 @@
 
 use crate::fold::{Cadence, FoldProgram};
 use crate::window::{
-    cwnd_limited, slow_start, FoldSlowStart, LossGuard, Measurement, Paced, PacingMode, Prr, ReportEvent,
+    cwnd_limited, slow_start, FoldPrr, FoldSlowStart, LossGuard, Measurement, Paced, PacingMode, Prr, ReportEvent,
     RttEstimator, WindowAlgorithm, WindowParams,
 };
 use crate::AlgorithmSpec;
@@ -124,7 +124,7 @@ impl AlgorithmSpec for RenoSpec {
     type Flow = Paced<Reno>;
 
     fn new_flow(args: &RenoArgs, params: WindowParams) -> Paced<Reno> {
-        let reno = Reno::new(params).with_fold_slow_start(PROGRAM.slow_start_in_fold());
+        let reno = Reno::new(params).with_fold_slow_start(PROGRAM.slow_start_in_fold()).with_fold_prr(PROGRAM.prr_in_fold());
         Paced::new(reno, args.pacing.per_report())
     }
 
@@ -144,6 +144,8 @@ pub struct Reno {
     fold_ss: FoldSlowStart,
     /// Proportional Rate Reduction during fast recovery (None outside it).
     prr: Option<Prr>,
+    /// PRR applied per ACK by the fold program (its constants).
+    fold_prr: FoldPrr,
 }
 
 impl Reno {
@@ -157,6 +159,7 @@ impl Reno {
             guard: LossGuard::default(),
             fold_ss: FoldSlowStart::default(),
             prr: None,
+            fold_prr: FoldPrr::default(),
         }
     }
 
@@ -164,6 +167,13 @@ impl Reno {
     /// program ([`crate::fold::SLOW_START_IN_FOLD`]) when `on`.
     pub fn with_fold_slow_start(mut self, on: bool) -> Self {
         self.fold_ss = FoldSlowStart::new(on);
+        self
+    }
+
+    /// The same flow with PRR applied per ACK by the fold program
+    /// ([`crate::fold::PRR_IN_FOLD`]) when `on`.
+    pub fn with_fold_prr(mut self, on: bool) -> Self {
+        self.fold_prr = FoldPrr::new(on);
         self
     }
 
@@ -221,6 +231,7 @@ impl Reno {
 impl WindowAlgorithm for Reno {
     fn on_report(&mut self, m: &Measurement) -> u32 {
         self.rtt.update(m);
+        self.fold_prr.count(m);
         let fold_grew = self.fold_ss.adopt(m, &mut self.cwnd, self.params.mss_bytes);
         match self.guard.classify(m) {
             ReportEvent::Timeout => self.on_timeout(m),
@@ -236,6 +247,10 @@ impl WindowAlgorithm for Reno {
     }
 
     crate::window::loss_window_accessors!();
+
+    fn fold_registers(&self) -> Vec<(&'static str, u32)> {
+        self.fold_prr.registers(self.prr.as_ref(), &self.guard, self.params.mss_bytes)
+    }
 
     fn packets_out_pkts(&self, m: &Measurement) -> f64 {
         let unacked = self.prr.map_or(0.0, |p| p.unacked_pkts());
@@ -441,7 +456,25 @@ mod tests {
         let flow = RenoSpec::new_flow(&RenoArgs::default(), params(10.0, f64::INFINITY, 1e6));
         assert!(flow.fold_slow_start());
         let text = PROGRAM.text();
-        assert!(text.contains("(:= fcw (if (&& ss lim) (+ fcw Ack.bytes_acked)))") && text.contains("(ss true)"), "{text}");
+        assert!(text.contains("(:= fcw (if (&& ss t2) (+ fcw Ack.bytes_acked)))") && text.contains("(ss true)"), "{text}");
+    }
+
+    #[test]
+    fn the_default_program_runs_prr_per_ack_in_the_fold() {
+        assert!(PROGRAM.prr_in_fold());
+        let text = PROGRAM.text();
+        let (_, sc) = portus::lang::compile(text.as_bytes(), &[]).expect("compiles within Portus's 16 control registers");
+        for reg in ["pm", "pn", "pa", "pf", "pss", "pmss", "nrep"] {
+            assert!(sc.get(reg).is_some(), "{reg} declared");
+        }
+        // Every report block counts its report (the fold's side of `pn`).
+        assert_eq!(text.matches("(:= nrep (+ nrep 1))\n    (report)").count(), 2, "{text}");
+        // The flow's registers name only the program's registers.
+        let mut flow = RenoSpec::new_flow(&RenoArgs::default(), params(10.0, f64::INFINITY, 1e6));
+        crate::Controller::on_report(&mut flow, &ack_report(1, 5.0));
+        for (name, _) in crate::Controller::fold_registers(&flow) {
+            assert!(sc.get(name).is_some(), "{name} is a register of the program");
+        }
     }
 
     #[test]

@@ -187,6 +187,11 @@ pub trait WindowAlgorithm: Send {
     fn packets_out_pkts(&self, m: &Measurement) -> f64 {
         m.outstanding_pkts() as f64
     }
+    /// Control registers of the algorithm's fold program to set with each
+    /// command ([`crate::Controller::fold_registers`]); none by default.
+    fn fold_registers(&self) -> Vec<(&'static str, u32)> {
+        Vec::new()
+    }
 }
 
 /// The four state accessors of [`WindowAlgorithm`] for a loss-based algorithm whose struct holds
@@ -445,8 +450,110 @@ impl Prr {
 
     /// The PRR window, packets: max(ssthresh, RecoverFS - lost - delivered (1 - ssthresh / RecoverFS)).
     pub fn window(&self) -> f64 {
-        let keep = self.recover_fs - self.lost - self.delivered * (1.0 - self.ssthresh / self.recover_fs);
-        keep.max(self.ssthresh)
+        self.keep().max(self.ssthresh)
+    }
+
+    /// The PRR window before the ssthresh floor (PRR-SSRB), packets:
+    /// RecoverFS - lost - delivered x (1 - [`Prr::share`]); may be negative.
+    pub fn keep(&self) -> f64 {
+        self.recover_fs - self.lost - self.delivered * (1.0 - self.share())
+    }
+
+    /// ssthresh / RecoverFS: the packets PRR sends per packet delivered.
+    pub fn share(&self) -> f64 {
+        self.ssthresh / self.recover_fs
+    }
+
+    /// The slow-start threshold the reduction ends at, packets.
+    pub fn ssthresh_pkts(&self) -> f64 {
+        self.ssthresh
+    }
+}
+
+/// User space's side of PRR per ACK in the fold ([`crate::fold::PRR_IN_FOLD`]).
+///
+/// Between two reports the kernel keeps the last commanded cwnd while every ACK
+/// delivers packets and RACK marks more lost: in flight falls by each, and the
+/// kernel refills it one for one, where Linux's `tcp_cwnd_reduction` sets
+/// cwnd = in flight + sndcnt on every ACK and sends about one packet per two
+/// delivered. Measured on Verizon LTE (algorithms/README.md, "Reno and cubic
+/// paced by the datapath"): in the first 280 ms of recovery ccp:reno sent 166
+/// packets on 90 ACKs where kernel:reno sent 109 on 218; the surplus into the
+/// full 1000-packet queue cost retransmissions, and the hole they left stalled
+/// the flow for ~2 s until an RTO.
+///
+/// The PRR window is linear in the packets delivered and lost, so the window
+/// at user space's last report (before the ssthresh floor, [`Prr::keep`])
+/// carries it: with `d`, `l` the packets delivered and lost since that report,
+/// `W = max(keep + d x share, l + d + ssthresh) - (l + d)` ([`Prr::share`]), the
+/// PRR-SSRB floor included. The fold applies W on every ACK from user space's
+/// answer until the next report leaves (then it holds cwnd until the answer to
+/// that one arrives: the fold counts reports, user space says which report it
+/// answered, and a stale answer is never applied per ACK).
+///
+/// Between the loss ACK and user space's answer (a report's round trip) the
+/// fold holds cwnd at in flight + 1 packet (`pm` = 1): without it the kernel
+/// retransmits every packet the loss ACK marked lost at once, where PRR sends
+/// one (`tcp_cwnd_reduction`'s forced fast retransmit).
+///
+/// A report lost between the datapath and user space (the datapath counts them
+/// as `reports_dropped`) leaves the counts apart for good: the fold then never
+/// applies PRR per ACK, and recovery runs per report as before.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FoldPrr {
+    on: bool,
+    /// Reports seen (the fold's `nrep` when it sent the last one).
+    reports: u64,
+}
+
+impl FoldPrr {
+    /// PRR per ACK in the fold when `on` (the program has [`crate::fold::PRR_IN_FOLD`]'s block).
+    pub fn new(on: bool) -> Self {
+        FoldPrr { on, reports: 0 }
+    }
+
+    /// Count one report (every report, in order).
+    pub fn count(&mut self, _m: &Measurement) {
+        self.reports += 1;
+    }
+
+    /// The fold's control registers after a report: `pm` (2 = PRR in
+    /// recovery; otherwise 1 = hold cwnd at the next loss ACK, when not in
+    /// recovery or after an RTO, else 0), `pn` (the reports seen), `pa`
+    /// ([`Prr::keep`], packets, at least 0), `pf` (share x 1024), `pss`
+    /// (ssthresh, packets) and `pmss` (bytes). None when off. Values saturate
+    /// at u32::MAX.
+    pub fn registers(&self, prr: Option<&Prr>, guard: &LossGuard, mss_bytes: u32) -> Vec<(&'static str, u32)> {
+        if !self.on {
+            return Vec::new();
+        }
+        let sat = |v: f64| v.round().clamp(0.0, f64::from(u32::MAX)) as u32;
+        // keep < 0 floors to 0 exactly: keep + d x share < l + d + ssthresh then.
+        let (pm, pa, pf, pss) = match prr {
+            Some(p) => (2, sat(p.keep()), sat(p.share() * 1024.0), sat(p.ssthresh_pkts())),
+            None => (u32::from(!guard.active()), 0, 0, 0),
+        };
+        vec![
+            ("pm", pm),
+            ("pn", (self.reports % (1 << 32)) as u32),
+            ("pa", pa),
+            ("pf", pf),
+            ("pss", pss),
+            ("pmss", mss_bytes),
+        ]
+    }
+
+    /// The window (packets) the fold sets at an ACK after `delivered` and
+    /// `lost` packets since the report `regs` answer (the fold block's formula),
+    /// None without PRR. For tests.
+    pub fn fold_window(regs: &[(&'static str, u32)], delivered: u64, lost: u64) -> Option<u64> {
+        let get = |name: &str| regs.iter().find(|(n, _)| *n == name).map_or(0, |(_, v)| u64::from(*v));
+        if get("pm") != 2 {
+            return None;
+        }
+        let gone = lost + delivered;
+        let w = (get("pa") + delivered * get("pf") / 1024).max(gone + get("pss"));
+        Some(w - gone)
     }
 }
 
@@ -698,6 +805,10 @@ impl<W: WindowAlgorithm> crate::Controller for Paced<W> {
     fn state(&self) -> String {
         crate::Controller::state(&self.inner)
     }
+
+    fn fold_registers(&self) -> Vec<(&'static str, u32)> {
+        self.inner.fold_registers()
+    }
 }
 
 #[cfg(test)]
@@ -824,6 +935,46 @@ mod tests {
         assert_eq!(off.command(5000), 5000);
         off.stop();
         assert_eq!(off.command(5000), 5000, "stop when inactive marks nothing");
+    }
+
+    #[test]
+    fn fold_prr_registers_carry_the_prr_window_to_every_later_ack() {
+        let m = |acked_pkts: u64, sacked, lost| Measurement {
+            acked_bytes: acked_pkts * 1000,
+            sacked_pkts: sacked,
+            delivered_pkts: acked_pkts + sacked,
+            lost_pkts: lost,
+            ..Default::default()
+        };
+        let mut fp = FoldPrr::new(true);
+        let guard = LossGuard::default();
+        // Before recovery: no window, the hold armed.
+        fp.count(&m(500, 0, 0));
+        let open = fp.registers(None, &guard, 1448);
+        assert_eq!(FoldPrr::fold_window(&open, 3, 0), None);
+        assert!(open.contains(&("pm", 1)) && open.contains(&("pn", 1)) && open.contains(&("pmss", 1448)), "{open:?}");
+        // Recovery from 100 outstanding to ssthresh 70 (cubic's beta): the entry
+        // report, then three more; after each, the fold's window at any later ACK
+        // equals what Prr says once that ACK's counts arrive as a report.
+        let mut prr = Prr::new(100.0, 70.0);
+        for (k, r) in [m(30, 10, 4), m(8, 3, 1), m(0, 20, 6), m(0, 60, 0)].into_iter().enumerate() {
+            fp.count(&r);
+            prr.on_report(&r, 1000);
+            let regs = fp.registers(Some(&prr), &guard, 1448);
+            assert!(regs.contains(&("pm", 2)) && regs.contains(&("pn", k as u32 + 2)), "{regs:?}");
+            for (d, l) in [(0u64, 0u64), (1, 0), (3, 2), (17, 5), (200, 0)] {
+                let mut later = prr;
+                later.on_report(&m(0, d, l), 1000);
+                let fold = FoldPrr::fold_window(&regs, d, l).expect("in recovery") as f64;
+                assert!(
+                    (fold - later.window()).abs() <= 1.0,
+                    "report {k}, then {d} delivered and {l} lost: fold {fold} vs Prr {}",
+                    later.window()
+                );
+            }
+        }
+        assert!(prr.keep() < prr.ssthresh_pkts(), "the last report reached the floor (keep {})", prr.keep());
+        assert!(FoldPrr::new(false).registers(Some(&prr), &guard, 1448).is_empty(), "off: no registers");
     }
 
     #[test]
