@@ -42,7 +42,8 @@
 //!   [`crate::reno`]): user space adopts the fold's cwnd at each report, checks
 //!   HyStart on it and, when a detector fires, takes over with cwnd = ssthresh
 //!   = the cwnd at that moment (the fold's growth after it is undone).
-//! - Fast recovery commands the PRR window ([`crate::window::Prr`]), as Linux.
+//! - Fast recovery follows PRR ([`crate::window::Prr`]), as Linux, applied per
+//!   ACK by the fold program as Reno's ([`crate::window::FoldPrr`]).
 //! - Pacing as kernel:cubic is paced on the same socket (`--pacing kernel`, the
 //!   default): ccp-datapath keeps the TCP-internal pacing a socket came with
 //!   and sets Linux `tcp_update_pacing_rate`'s rate per ACK, as the kernel

@@ -8,9 +8,13 @@
 //! with a loss or an RTO, or until user space takes over (ssthresh from
 //! `--init-ssthresh`, the ceiling). Meanwhile each report's `dp_cwnd` is
 //! adopted as cwnd and the command is Cwnd 0 ("leave it",
-//! [`crate::window::FoldSlowStart`]). Everything else is applied **per
-//! report** (four reports per RTT, plus an urgent report on every ACK that
-//! marks a loss, on an RTO and on entering recovery) with the report's totals:
+//! [`crate::window::FoldSlowStart`]). Fast recovery's PRR window is also
+//! applied **per ACK in the fold** (`PRR_PER_ACK`, [`crate::window::FoldPrr`]):
+//! user space computes it at each report and the fold moves it with every
+//! ACK's delivered and lost packets until the next report. Everything else is
+//! applied **per report** (four reports per RTT, plus an urgent report on every
+//! ACK that marks a loss, on an RTO and on entering recovery) with the
+//! report's totals:
 //!
 //! - Slow start after an RTO (§3.1, byte counting as RFC 3465 / Linux): cwnd +=
 //!   acked packets, up to ssthresh; the rest of the report's ACKs go to
@@ -47,8 +51,10 @@
 //! (measured with `ccplab fidelity`: retransmits 3.0x the kernel's at one
 //! report per RTT, 1.2-1.3x at four, and Normalized Area 1.4-2.5x), which the
 //! kernel's per-ACK growth never sends. Differences from Linux `reno` that
-//! remain: congestion avoidance and recovery per report (1/4
-//! RTT; urgent loss reports make recovery nearly per ACK); the recovery point
+//! remain: congestion avoidance per report (1/4 RTT); PRR's window moves per
+//! ACK but its constants per report, and between a report and its answer the
+//! fold holds cwnd (one report round trip, p50 0.16 ms); PRR divides by
+//! RecoverFS (RFC 6937) where Linux divides by `prior_cwnd`; the recovery point
 //! is estimated from the in-flight, lost and SACKed counts at the loss
 //! ([`crate::window::LossGuard::start`]), and a loss in the report that passes
 //! it counts as the old window's; ssthresh uses cwnd rather than
@@ -79,10 +85,12 @@
 //! kernel:reno (`--pacing kernel`, the default since 2026-11-23), every
 //! scenario of `ccplab fidelity` meets its targets (5 runs; 0 -> 48 step NA
 //! 0.179 against 0.178) except Verizon LTE (throughput 0.94x, p95 queueing
-//! delay 1.70x): PRR counts packets SACKed earlier again when the cumulative
-//! ACK covers them (Linux counts `acked_sacked`), sends ~30 % more in one
-//! recovery, and the flow stalls until an RTO (algorithms/README.md, "Reno and
-//! cubic paced by the datapath").
+//! delay 1.70x): in recovery the per-report PRR window let the kernel refill
+//! in flight one for one between reports (166 packets sent in the first 280 ms
+//! of recovery where kernel:reno sent 109), retransmissions died in the full
+//! queue and the hole stalled the flow ~2 s until an RTO. With PRR per ACK in
+//! the fold Verizon LTE meets every target (throughput 1.00x, p95 1.01x;
+//! algorithms/README.md, "Reno and cubic: PRR per ACK in the fold").
 
 use crate::fold::{Cadence, FoldProgram};
 use crate::window::{
