@@ -54,22 +54,34 @@
 #ifndef CCP_FOLD_VM_H
 #define CCP_FOLD_VM_H
 
-/* ---- register file (offsets into fold_state.regs) ---- */
+/* ---- register file (offsets into fold_state.regs) ----
+ * libccp's flat register file [report 110 | control 110 | implicit 6 |
+ * tmp 8 | local 8] (FOLD_FLAT_*) is laid out so that what an ACK touches
+ * sits in a few adjacent cache lines: control registers backwards from
+ * FOLD_OFF_CONTROL_END (control 0 last), then implicit, tmp, local, the
+ * primitives, the zero and discard registers, Micros' time zero and the
+ * program slot, then report registers forwards (contiguous: a report
+ * copies them). The first ~16 of each class, all programs of the suite
+ * use, span ~75 registers (10 lines) instead of ~13 lines spread over 4 KiB.
+ * The compiler (src/fold_kernel.rs) maps flat indices to these offsets. */
 #define FOLD_MAX_REPORT 110
 #define FOLD_MAX_CONTROL 110
 #define FOLD_N_IMPLICIT 6
 #define FOLD_MAX_TMP 8
 #define FOLD_MAX_LOCAL 8
-#define FOLD_OFF_REPORT 0
-#define FOLD_OFF_CONTROL 110
-#define FOLD_OFF_IMPLICIT 220
-#define FOLD_OFF_TMP 226
-#define FOLD_OFF_LOCAL 234
-#define FOLD_N_FILE 242		/* end of libccp's register_file */
-#define FOLD_OFF_PRIM 256	/* the 15 primitives, libccp's index order */
+#define FOLD_N_FILE 242		/* size of libccp's flat register_file */
+#define FOLD_OFF_CONTROL_END 109	/* control register i at FOLD_OFF_CONTROL_END - i */
+#define FOLD_CTL(i) (FOLD_OFF_CONTROL_END - (i))
+#define FOLD_OFF_IMPLICIT 110
+#define FOLD_OFF_TMP 116
+#define FOLD_OFF_LOCAL 124	/* right after tmp: tmp 8..15 reads local 0..7 either way */
+#define FOLD_OFF_PRIM 132	/* the 15 primitives, libccp's index order */
 #define FOLD_N_PRIM 15
-#define FOLD_OFF_ZERO 272	/* always 0: reads outside the file */
-#define FOLD_OFF_DISCARD 273	/* sink for ignored writes, never read */
+#define FOLD_OFF_ZERO 147	/* always 0: reads outside the file */
+#define FOLD_OFF_DISCARD 148	/* sink for ignored writes, never read */
+#define FOLD_OFF_TIME_ZERO 149	/* fold_state.time_zero_ns */
+#define FOLD_OFF_SLOT 150	/* fold_state.slot */
+#define FOLD_OFF_REPORT 151	/* report register i at FOLD_OFF_REPORT + i */
 #define FOLD_NREGS 512		/* power of two: offsets are masked */
 #define FOLD_REG_MASK (FOLD_NREGS - 1)
 
@@ -156,14 +168,25 @@ struct fold_prog {
 };
 _Static_assert(sizeof(struct fold_prog) == 40 + 16 * FOLD_MAX_LINEAR, "fold_prog layout");
 
-/* Per-flow interpreter state (libccp ccp_priv_state without the staging). */
+/* Per-flow interpreter state (libccp ccp_priv_state without the staging).
+ * Micros' time zero and the slot live inside the register array, next to
+ * the registers an ACK touches (never an operand: the compiler maps no
+ * register there). */
 struct fold_state {
-	__u64 regs[FOLD_NREGS];
-	__u64 time_zero_ns;	/* Micros counts from here */
-	__u32 slot;		/* running program's slot, 0 = none */
-	__u32 _pad;
+	union {
+		__u64 regs[FOLD_NREGS];
+		struct {
+			__u64 _below[FOLD_OFF_TIME_ZERO];
+			__u64 time_zero_ns;	/* Micros counts from here */
+			__u32 slot;		/* running program's slot, 0 = none */
+			__u32 _pad;
+		};
+	};
 };
-_Static_assert(sizeof(struct fold_state) == 8 * FOLD_NREGS + 16, "fold_state layout");
+_Static_assert(sizeof(struct fold_state) == 8 * FOLD_NREGS, "fold_state layout");
+_Static_assert(__builtin_offsetof(struct fold_state, time_zero_ns) == 8 * FOLD_OFF_TIME_ZERO, "time zero");
+_Static_assert(__builtin_offsetof(struct fold_state, slot) == 8 * FOLD_OFF_SLOT, "slot");
+_Static_assert(FOLD_OFF_REPORT + FOLD_MAX_REPORT <= FOLD_NREGS, "report registers fit");
 
 /* fold_staged.flags */
 #define FOLD_STAGED_CHANGE 1
@@ -202,7 +225,7 @@ struct fold_result {
 	__u32 rate[2];
 	__u32 report;		/* 1: a report is due; call fold_finish_report after sending */
 	__u32 report_uid;
-	__u32 n_fields;		/* report fields: regs[0 .. n_fields) */
+	__u32 n_fields;		/* report fields: report registers 0 .. n_fields */
 	__u32 steps;		/* interpreter steps (bpf_loop iterations), for cost figures */
 };
 
@@ -245,7 +268,7 @@ _Static_assert(sizeof(struct fold_report_small) == 24 + 8 * FOLD_SMALL_REPORT, "
 		(rec)->n_fields = (res)->n_fields < (cap) ? (res)->n_fields : (cap);		\
 		(rec)->_pad = 0;								\
 		(rec)->ts_ns = (now_ns);							\
-		__builtin_memcpy((rec)->fields, (st)->regs, sizeof((rec)->fields));		\
+		__builtin_memcpy((rec)->fields, &(st)->regs[FOLD_OFF_REPORT], sizeof((rec)->fields)); \
 	} while (0)
 
 /* ---- primitives (the datapath's measurements, per ACK) ---- */
@@ -462,28 +485,25 @@ static __always_inline __u64 fold_operand(const struct fold_state *st, __u32 v, 
 	return imm ? (__u64)v : st->regs[v & FOLD_REG_MASK];
 }
 
-/* One instruction per call; returns 1 to stop the loop. */
+/* One instruction per call; returns 1 to stop the loop. The instruction is
+ * copied to locals first: stores to st->regs would otherwise make the
+ * compiler reload its fields (it cannot tell the two maps apart). */
 static long fold_step(__u32 i, void *arg)
 {
 	struct fold_run *r = arg;
 	struct fold_state *st = r->st;
-	struct fold_prog *p = r->prog;
-	struct fold_insn *in;
-	__u32 pc = r->pc;
-	__u64 a, b, res;
-
-	if (pc >= r->end)
-		return 1;
-	in = &p->insns[pc & FOLD_INSN_MASK];
+	const struct fold_insn in = r->prog->insns[r->pc & FOLD_INSN_MASK];
 	/* Masked so the verifier sees pc within [0, 1023] on every iteration
 	 * and its bpf_loop check converges (an unmasked u16 jump target plus 1
 	 * per iteration widens forever: "sequence of 8193 jumps is too
 	 * complex"). Programs have at most FOLD_MAX_LINEAR - 1 instructions, so
 	 * the mask never wraps a real pc. */
-	r->pc = (pc + 1) & FOLD_INSN_MASK;
-	a = fold_operand(st, in->left, in->flags & FOLD_F_LIMM);
-	b = fold_operand(st, in->right, in->flags & FOLD_F_RIMM);
-	switch (in->op) {
+	__u32 next = (r->pc + 1) & FOLD_INSN_MASK;
+	__u64 a, b, res;
+
+	a = fold_operand(st, in.left, in.flags & FOLD_F_LIMM);
+	b = fold_operand(st, in.right, in.flags & FOLD_F_RIMM);
+	switch (in.op) {
 	case FOLD_OP_ADD:
 		res = a + b;
 		if (res < a) {
@@ -505,7 +525,7 @@ static long fold_step(__u32 i, void *arg)
 		res = a == b;
 		break;
 	case FOLD_OP_EWMA:
-		res = fold_ewma(a, st->regs[in->cur & FOLD_REG_MASK], b);
+		res = fold_ewma(a, st->regs[in.cur & FOLD_REG_MASK], b);
 		break;
 	case FOLD_OP_GT:
 		res = a > b;
@@ -548,24 +568,26 @@ static long fold_step(__u32 i, void *arg)
 		break;
 	case FOLD_OP_JZ:
 		if (!st->regs[FOLD_R_EXPR_FLAG])
-			r->pc = in->right & FOLD_INSN_MASK;
-		return r->pc >= r->end;
+			next = in.right & FOLD_INSN_MASK;
+		goto out;
 	case FOLD_OP_BRK:
 		if (st->regs[FOLD_R_EXPR_FLAG] && !st->regs[FOLD_R_FALLTHROUGH])
 			return 1;
-		return r->pc >= r->end;
+		goto out;
 	default:
-		return r->pc >= r->end;
+		goto out;
 	}
-	st->regs[in->wr & FOLD_REG_MASK] = res;
-	st->regs[in->wr2 & FOLD_REG_MASK] = res;
-	if (in->flags & FOLD_F_WTIME)
+	st->regs[in.wr & FOLD_REG_MASK] = res;
+	st->regs[in.wr2 & FOLD_REG_MASK] = res;
+	if (in.flags & FOLD_F_WTIME)
 		st->time_zero_ns = r->now_ns - res;
 jz:
-	if ((in->flags & FOLD_F_JZ) && !st->regs[FOLD_R_EXPR_FLAG])
-		r->pc = in->cur & FOLD_INSN_MASK;
+	if ((in.flags & FOLD_F_JZ) && !st->regs[FOLD_R_EXPR_FLAG])
+		next = in.cur & FOLD_INSN_MASK;
+out:
+	r->pc = next;
 	/* stop here rather than in one more call */
-	return r->pc >= r->end;
+	return next >= r->end;
 }
 
 /* Run instructions [off, off + len) of prog; returns FOLD_OK or an abort code. */
@@ -599,7 +621,7 @@ static long fold_apply_control(__u32 i, void *arg)
 	if (i >= FOLD_MAX_CONTROL)
 		return 1;
 	if (c->sg->control_mask[(i >> 6) & 1] & (1ULL << (i & 63)))
-		c->st->regs[FOLD_OFF_CONTROL + i] = c->sg->control[i];
+		c->st->regs[FOLD_CTL(i)] = c->sg->control[i];
 	return 0;
 }
 
@@ -647,7 +669,7 @@ static __always_inline void fold_change_program(struct fold_state *st, void *pro
  * clears them afterwards); prims: the 15 primitives in libccp's order
  * (raw: rtt 0 = no sample, ACK_NOW ignored); snd_cwnd (bytes) and snd_rate
  * (bytes/s) re-seed Cwnd/Rate; now_ns and dp_time_zero_ns drive Micros and
- * Ack.now. On out->report the caller sends regs[0 .. n_fields) and then
+ * Ack.now. On out->report the caller sends report registers [0, n_fields) and then
  * calls fold_finish_report.
  */
 static __always_inline void fold_invoke(struct fold_state *st, void *progs, struct fold_staged *sg,

@@ -47,16 +47,31 @@ pub const MAX_REPORT: u32 = 110;
 pub const MAX_CONTROL: u32 = 110;
 pub const MAX_TMP: u32 = 8;
 pub const MAX_LOCAL: u32 = 8;
-pub const OFF_REPORT: u32 = 0;
-pub const OFF_CONTROL: u32 = 110;
-pub const OFF_IMPLICIT: u32 = 220;
-pub const OFF_TMP: u32 = 226;
-pub const OFF_LOCAL: u32 = 234;
+/// libccp's flat register file (struct register_file): where each class
+/// starts, and its size; operands index it (an index past a class reads
+/// the next class, as in libccp).
+const FLAT_REPORT: u32 = 0;
+const FLAT_CONTROL: u32 = 110;
+const FLAT_IMPLICIT: u32 = 220;
+const FLAT_TMP: u32 = 226;
+const FLAT_LOCAL: u32 = 234;
 pub const N_FILE: u32 = 242;
-pub const OFF_PRIM: u32 = 256;
+// Physical offsets in fold_state.regs (fold_vm.h explains the layout).
+/// Control register i is at `OFF_CONTROL_END - i`.
+pub const OFF_CONTROL_END: u32 = 109;
+pub const OFF_IMPLICIT: u32 = 110;
+pub const OFF_TMP: u32 = 116;
+pub const OFF_LOCAL: u32 = 124;
+pub const OFF_PRIM: u32 = 132;
 pub const N_PRIM: u32 = 15;
-pub const OFF_ZERO: u32 = 272;
-pub const OFF_DISCARD: u32 = 273;
+pub const OFF_ZERO: u32 = 147;
+pub const OFF_DISCARD: u32 = 148;
+/// fold_state.time_zero_ns and .slot (only the BPF side and tests use them).
+#[cfg_attr(not(test), allow(dead_code))]
+pub const OFF_TIME_ZERO: u32 = 149;
+#[cfg_attr(not(test), allow(dead_code))]
+pub const OFF_SLOT: u32 = 150;
+pub const OFF_REPORT: u32 = 151;
 pub const NREGS: usize = 512;
 pub const MAX_LINEAR: usize = 1024;
 /// Entries of the kernel program map (slot 0 unused).
@@ -175,20 +190,19 @@ pub struct FoldStaged {
     pub control: [u64; MAX_CONTROL as usize],
 }
 
-/// Per-flow interpreter state (`struct fold_state`); user space only zeroes it.
+/// Per-flow interpreter state (`struct fold_state`): the registers, with
+/// Micros' time zero at [`OFF_TIME_ZERO`] and the program slot in the low
+/// half of [`OFF_SLOT`]. User space only zeroes it (tests set the time zero).
 #[repr(C)]
 #[derive(Clone, Debug, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct FoldState {
     pub regs: [u64; NREGS],
-    pub time_zero_ns: u64,
-    pub slot: u32,
-    pub _pad: u32,
 }
 
 const _: () = assert!(std::mem::size_of::<FoldInsn>() == 16);
 const _: () = assert!(std::mem::size_of::<FoldProg>() == 40 + 16 * MAX_LINEAR);
 const _: () = assert!(std::mem::size_of::<FoldStaged>() == 40 + 8 * MAX_CONTROL as usize);
-const _: () = assert!(std::mem::size_of::<FoldState>() == 8 * NREGS + 16);
+const _: () = assert!(std::mem::size_of::<FoldState>() == 8 * NREGS);
 
 /// A Portus message the datapath refused, with libccp's error code where
 /// libccp refuses it too.
@@ -513,20 +527,32 @@ fn read_operand(r: WireReg) -> (bool, u32) {
         // libccp indexes with a C int: huge u32 indices are negative
         let i = i64::from(base) + i64::from(r.index as i32);
         if (0..i64::from(N_FILE)).contains(&i) {
-            i as u32
+            physical(i as u32)
         } else {
             OFF_ZERO
         }
     };
     match r.ty {
         REG_IMMEDIATE => (true, r.index),
-        REG_VOLATILE_REPORT | REG_NONVOLATILE_REPORT => (false, flat(OFF_REPORT)),
-        REG_NONVOLATILE_CONTROL | REG_VOLATILE_CONTROL => (false, flat(OFF_CONTROL)),
-        REG_IMPLICIT => (false, flat(OFF_IMPLICIT)),
-        REG_TMP => (false, flat(OFF_TMP)),
-        REG_LOCAL => (false, flat(OFF_LOCAL)),
+        REG_VOLATILE_REPORT | REG_NONVOLATILE_REPORT => (false, flat(FLAT_REPORT)),
+        REG_NONVOLATILE_CONTROL | REG_VOLATILE_CONTROL => (false, flat(FLAT_CONTROL)),
+        REG_IMPLICIT => (false, flat(FLAT_IMPLICIT)),
+        REG_TMP => (false, flat(FLAT_TMP)),
+        REG_LOCAL => (false, flat(FLAT_LOCAL)),
         REG_PRIMITIVE if r.index < N_PRIM => (false, OFF_PRIM + r.index),
         _ => (false, OFF_ZERO),
+    }
+}
+
+/// Offset in fold_state.regs of index `f` (< [`N_FILE`]) of libccp's flat
+/// register file.
+fn physical(f: u32) -> u32 {
+    match f {
+        _ if f < FLAT_CONTROL => OFF_REPORT + f,
+        _ if f < FLAT_IMPLICIT => OFF_CONTROL_END - (f - FLAT_CONTROL),
+        _ if f < FLAT_TMP => OFF_IMPLICIT + (f - FLAT_IMPLICIT),
+        _ if f < FLAT_LOCAL => OFF_TMP + (f - FLAT_TMP),
+        _ => OFF_LOCAL + (f - FLAT_LOCAL),
     }
 }
 
@@ -535,16 +561,18 @@ fn read_operand(r: WireReg) -> (bool, u32) {
 fn write_target(r: WireReg) -> (u16, bool) {
     let within = |base: u32, n: u32| {
         if r.index < n {
-            (base + r.index) as u16
+            physical(base + r.index) as u16
         } else {
             OFF_DISCARD as u16
         }
     };
     match r.ty {
-        REG_VOLATILE_REPORT | REG_NONVOLATILE_REPORT => (within(OFF_REPORT, MAX_REPORT), false),
-        REG_TMP => (within(OFF_TMP, MAX_TMP), false),
-        REG_LOCAL => (within(OFF_LOCAL, MAX_LOCAL), false),
-        REG_NONVOLATILE_CONTROL | REG_VOLATILE_CONTROL => (within(OFF_CONTROL, MAX_CONTROL), false),
+        REG_VOLATILE_REPORT | REG_NONVOLATILE_REPORT => (within(FLAT_REPORT, MAX_REPORT), false),
+        REG_TMP => (within(FLAT_TMP, MAX_TMP), false),
+        REG_LOCAL => (within(FLAT_LOCAL, MAX_LOCAL), false),
+        REG_NONVOLATILE_CONTROL | REG_VOLATILE_CONTROL => {
+            (within(FLAT_CONTROL, MAX_CONTROL), false)
+        }
         REG_IMPLICIT => match r.index {
             0 | 1 | 2 | IMPLICIT_CWND | IMPLICIT_RATE => ((OFF_IMPLICIT + r.index) as u16, false),
             IMPLICIT_MICROS => ((OFF_IMPLICIT + IMPLICIT_MICROS) as u16, true),
@@ -1624,6 +1652,28 @@ mod tests {
         }
         instrs.iter().for_each(|i| b.extend_from_slice(i));
         b
+    }
+
+    #[test]
+    fn register_layout_is_one_to_one_and_clear_of_special_registers() {
+        let special = [OFF_ZERO, OFF_DISCARD, OFF_TIME_ZERO, OFF_SLOT];
+        let mut seen = HashSet::new();
+        for f in 0..N_FILE {
+            let p = physical(f);
+            assert!((p as usize) < NREGS, "flat {f} -> {p} outside the register array");
+            assert!(!special.contains(&p), "flat {f} -> {p} is a special register");
+            assert!(!(OFF_PRIM..OFF_PRIM + N_PRIM).contains(&p), "flat {f} -> {p} is a primitive");
+            assert!(seen.insert(p), "flat {f} -> {p} taken twice");
+        }
+        // a report copies report registers 0.. as one block
+        for i in 0..MAX_REPORT {
+            assert_eq!(physical(FLAT_REPORT + i), OFF_REPORT + i);
+        }
+        // tmp 8..15 reads local 0..7, as in libccp's flat file
+        let tmp9 = WireReg { ty: REG_TMP, index: 9 };
+        let local1 = WireReg { ty: REG_LOCAL, index: 1 };
+        assert_eq!(read_operand(tmp9), read_operand(local1));
+        assert_eq!(write_target(tmp9).0 as u32, OFF_DISCARD, "tmp 9 is not writable");
     }
 
     #[test]

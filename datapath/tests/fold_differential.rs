@@ -344,7 +344,7 @@ impl Kernel {
 
     fn reset_flow(&mut self, flow: u32) {
         let mut st = Box::new(FoldState::new_zeroed());
-        st.time_zero_ns = EPOCH_NS; // libccp: implicit_time_zero = datapath time_zero
+        st.regs[fold_kernel::OFF_TIME_ZERO as usize] = EPOCH_NS; // libccp: implicit_time_zero = datapath time_zero
         Self::put(&self.skel.maps.fold_states, flow, st.as_bytes());
         // nothing staged: no entry (fold_stage creates it)
         let _ = self.skel.maps.fold_staged.delete(&flow.to_ne_bytes());
@@ -1488,9 +1488,13 @@ fn bin_dir() -> PathBuf {
 
 /// (name, fold program) of every algorithm of the suite: `ccp-algorithms
 /// --list-json` names them, `ccp-algorithms NAME --dump-program` prints each
-/// program (algorithms/src/suite.rs).
+/// program (algorithms/src/suite.rs). FOLD_ALGORITHMS_BIN names another
+/// ccp-algorithms binary (e.g. one built from a fixed commit, so interpreter
+/// figures compare the same programs).
 fn suite_programs() -> Vec<(String, String)> {
-    let bin = bin_dir().join("ccp-algorithms");
+    let bin = std::env::var_os("FOLD_ALGORITHMS_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| bin_dir().join("ccp-algorithms"));
     let run = |args: &[&str]| -> Vec<u8> {
         let out = Command::new(&bin).args(args).output().unwrap_or_else(|e| {
             panic!(
