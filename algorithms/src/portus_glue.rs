@@ -3,7 +3,8 @@
 //! algorithm's [`Controller`] and sets the datapath's cwnd and/or pacing rate
 //! with `update_field("Cwnd")` / `update_field("Rate")`.
 //!
-//! Log lines (tracing, info level, target `ccp`):
+//! Log lines (tracing, info level, target `ccp`; the report line's target is
+//! `ccp::report`, [`REPORT_LOG_TARGET`]):
 //! - `flow sid=<u32> alg=<name> mss=<bytes> dp_init_cwnd=<bytes> -> cwnd=<bytes> bytes`
 //! - `report sid=<u32> acked=<bytes> sacked=<pkts> loss=<pkts> timeout=<bool>
 //!    rtt_us=<us> min_rtt_us=<us> inflight=<pkts> inflight_max=<pkts> rate_bps=<bytes/s>
@@ -147,6 +148,13 @@ impl<I: Ipc, W: Controller> PortusFlow<I, W> {
     }
 }
 
+/// The tracing target of the per-report line (`report sid=... -> cwnd=...`),
+/// apart from the daemon's other lines (target `ccp`) so that a run at a high
+/// report rate can turn it off alone: `RUST_LOG=info,ccp::report=off`. One
+/// formatted line and one write per report cost the daemon about as much as
+/// the report itself at 100 flows (the datapath benchmark turns it off).
+pub const REPORT_LOG_TARGET: &str = "ccp::report";
+
 /// `-` for a control left unchanged.
 fn shown(v: Option<u64>) -> String {
     v.map_or_else(|| "-".to_string(), |x| x.to_string())
@@ -166,7 +174,7 @@ impl<I: Ipc, W: Controller> portus::Flow for PortusFlow<I, W> {
         };
         let ctl = self.window.on_report(&m);
         info!(
-            target: "ccp",
+            target: REPORT_LOG_TARGET,
             "report sid={} acked={} sacked={} loss={} timeout={} rtt_us={} min_rtt_us={} inflight={} inflight_max={} rate_bps={} dp_cwnd={} -> cwnd={} bytes rate={} {}",
             sid,
             m.acked_bytes,

@@ -47,14 +47,17 @@ class Daemon:
     """A background process whose stdout and stderr go to ``log_path``.
 
     ``name`` is used in error messages. ``stop_timeout_s``: seconds to wait
-    after SIGTERM before SIGKILL.
+    after SIGTERM before SIGKILL. ``env``: variables set for this daemon only,
+    over the runner's environment.
     """
 
-    def __init__(self, name: str, argv: Sequence[str], log_path: Path, stop_timeout_s: float = 10.0):
+    def __init__(self, name: str, argv: Sequence[str], log_path: Path, stop_timeout_s: float = 10.0,
+                 env: dict[str, str] | None = None):
         self.name = name
         self.argv = [str(a) for a in argv]
         self.log_path = log_path
         self.stop_timeout_s = stop_timeout_s
+        self.env = env or {}
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> "Daemon":
@@ -72,7 +75,7 @@ class Daemon:
             self.proc = subprocess.Popen(
                 supervised(self.argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True,  # our Ctrl-C reaches it through stop(), in order
-                env=child_env(),
+                env={**child_env(), **self.env},
             )
 
     def running(self) -> bool:

@@ -40,3 +40,15 @@ def test_wait_ready_times_out(tmp_path):
     with Daemon("sleeper", SLEEPER, tmp_path / "log") as daemon:
         with pytest.raises(CcplabError, match="not ready after"):
             daemon.wait_ready(lambda: False, timeout_s=0.2)
+
+
+def test_env_reaches_only_that_daemon_over_the_runner_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("CCPLAB_TEST_KEPT", "runner")
+    argv = [sys.executable, "-c",
+            "import os; print(os.environ['RUST_LOG'], os.environ['CCPLAB_TEST_KEPT'], flush=True); import time; time.sleep(60)"]
+    log = tmp_path / "log"
+    with Daemon("printer", argv, log, env={"RUST_LOG": "info,ccp::report=off"}) as daemon:
+        daemon.wait_ready(lambda: "runner" in log.read_text(), timeout_s=10)
+    assert log.read_text().split() == ["info,ccp::report=off", "runner"]
+    plain = Daemon("sleeper", SLEEPER, tmp_path / "log2")
+    assert plain.env == {}, "no extra variables unless asked"
