@@ -36,8 +36,10 @@
  * instructions, FOLD_OP_JZ (skip the body when the expression flag is 0), the
  * body, FOLD_OP_BRK (stop when flag && !fallthrough). The compiler leaves
  * out a JZ or BRK whose outcome it knows, fuses a remaining JZ into the
- * condition's last instruction (FOLD_F_JZ) and `OP t a b; BIND d t` into
- * one instruction writing both (wr, wr2), so most ACKs run fewer steps
+ * condition's last instruction (FOLD_F_JZ), `OP t a b; BIND d t` into
+ * one instruction writing both (wr, wr2) and `OP t a b; IF d t v` /
+ * `OP t a b; IF d c t` into one (FOLD_F_IF / FOLD_F_IFV), so most ACKs run
+ * fewer steps
  * than libccp runs instructions. DEF instructions become
  * two extra sections of plain binds: the volatile resets (after a report and
  * on a program change) and the non-volatile initialisation (program change).
@@ -120,6 +122,8 @@
 #define FOLD_F_RIMM 2	/* right is an immediate */
 #define FOLD_F_WTIME 4	/* the write goes to Micros: move time_zero_ns too */
 #define FOLD_F_JZ 8	/* afterwards, expression flag == 0: pc = cur (a fused JZ) */
+#define FOLD_F_IF 16	/* wr2 = regs[cur] only if the result is non-zero (a fused IF) */
+#define FOLD_F_IFV 32	/* wr2 = the result only if regs[cur] is non-zero (a fused IF) */
 
 /* return codes: libccp's (ccp_error.h) */
 #define FOLD_OK 0
@@ -140,8 +144,11 @@ struct fold_insn {
 	__u8 op;
 	__u8 flags;
 	__u16 wr;	/* register written (FOLD_OFF_DISCARD: ignored) */
-	__u16 cur;	/* ewma: register read as the current value; FOLD_F_JZ: jump target */
-	__u16 wr2;	/* written too, with the same value (a fused BIND); else == wr */
+	__u16 cur;	/* ewma: register read as the current value; FOLD_F_JZ: jump
+			 * target; FOLD_F_IF: the register copied to wr2;
+			 * FOLD_F_IFV: the fused IF's condition */
+	__u16 wr2;	/* written too, with the same value (a fused BIND) or
+			 * FOLD_F_IF's copy; else == wr */
 	__u32 left;	/* immediate or register offset (FOLD_F_LIMM) */
 	__u32 right;	/* immediate or register offset (FOLD_F_RIMM); JZ target */
 };
@@ -578,7 +585,20 @@ static long fold_step(__u32 i, void *arg)
 		goto out;
 	}
 	st->regs[in.wr & FOLD_REG_MASK] = res;
-	st->regs[in.wr2 & FOLD_REG_MASK] = res;
+	if (!(in.flags & (FOLD_F_IF | FOLD_F_IFV | FOLD_F_WTIME | FOLD_F_JZ))) {
+		/* the common case: one flags test */
+		st->regs[in.wr2 & FOLD_REG_MASK] = res;
+		goto out;
+	}
+	if (in.flags & FOLD_F_IF) {
+		if (res)
+			st->regs[in.wr2 & FOLD_REG_MASK] = st->regs[in.cur & FOLD_REG_MASK];
+	} else if (in.flags & FOLD_F_IFV) {
+		if (st->regs[in.cur & FOLD_REG_MASK])
+			st->regs[in.wr2 & FOLD_REG_MASK] = res;
+	} else {
+		st->regs[in.wr2 & FOLD_REG_MASK] = res;
+	}
 	if (in.flags & FOLD_F_WTIME)
 		st->time_zero_ns = r->now_ns - res;
 jz:

@@ -99,6 +99,15 @@ pub const F_WTIME: u8 = 4;
 /// fused into the condition's last instruction; never on EWMA, whose `cur`
 /// is an operand).
 pub const F_JZ: u8 = 8;
+/// A fused `IF wr2 wr cur`: after writing the result to `wr`, if it is
+/// non-zero, `wr2` = register `cur` (never with [`F_JZ`], [`F_WTIME`] or on
+/// EWMA, which use `cur` or move Micros).
+pub const F_IF: u8 = 16;
+/// A fused `IF wr2 cur wr`: after writing the result to `wr`, if register
+/// `cur` is non-zero, `wr2` = the result too (same exclusions as [`F_IF`]).
+pub const F_IFV: u8 = 32;
+/// Flags that make `wr2` a conditional write and `cur` an operand.
+const F_FUSED_IF: u8 = F_IF | F_IFV;
 /// Implicit registers the compiler tracks (flat offsets).
 const OFF_EXPR_FLAG: u32 = OFF_IMPLICIT;
 const OFF_FALLTHROUGH: u32 = OFF_IMPLICIT + 1;
@@ -668,6 +677,7 @@ fn fuse_binds(section: Vec<FoldInsn>) -> Vec<FoldInsn> {
             let fusable = i.op == OP_BIND
                 && i.flags & F_RIMM == 0
                 && writes_always(prev)
+                && prev.flags & F_FUSED_IF == 0
                 && prev.wr2 == prev.wr
                 && u32::from(prev.wr) != OFF_DISCARD
                 && i.right == u32::from(prev.wr);
@@ -682,12 +692,51 @@ fn fuse_binds(section: Vec<FoldInsn>) -> Vec<FoldInsn> {
     out
 }
 
+/// Fuse `OP t a b; IF d t v` into one instruction ([`F_IF`]: `t` = the
+/// result, then `d` = `v` if it is non-zero; Portus's `(:= d (if (< a b)
+/// v))`) and `OP t a b; IF d c t` into one ([`F_IFV`]: `t` = the result,
+/// then `d` = it if `c` is non-zero; `(:= d (if c (+ a b)))`). The IF reads
+/// its operands right after OP wrote `t`, as the fused form does; an abort
+/// of OP leaves both unwritten either way. Only when the IF's other operand
+/// is a register (it goes in `cur`), OP writes `t` whenever it does not
+/// abort and is not EWMA (its `cur`), and neither moves Micros.
+fn fuse_ifs(section: Vec<FoldInsn>) -> Vec<FoldInsn> {
+    let mut out: Vec<FoldInsn> = Vec::with_capacity(section.len());
+    for i in section {
+        if let Some(prev) = out.last_mut() {
+            let t = u32::from(prev.wr);
+            let base = i.op == OP_IF
+                && i.flags & (F_LIMM | F_RIMM | F_WTIME) == 0
+                && writes_always(prev)
+                && prev.op != OP_EWMA
+                && prev.flags & (F_WTIME | F_FUSED_IF) == 0
+                && prev.wr2 == prev.wr
+                && t != OFF_DISCARD;
+            let fused = if base && i.left == t {
+                Some((F_IF, i.right))
+            } else if base && i.right == t {
+                Some((F_IFV, i.left))
+            } else {
+                None
+            };
+            if let Some((flag, cur)) = fused {
+                prev.flags |= flag;
+                prev.wr2 = i.wr;
+                prev.cur = cur as u16;
+                continue;
+            }
+        }
+        out.push(i);
+    }
+    out
+}
+
 /// Registers instruction `i` reads as operands (not the implicit reads of
 /// JZ, BRK and [`F_JZ`]).
 fn operand_reads(i: &FoldInsn) -> impl Iterator<Item = u32> {
     let left = (i.flags & F_LIMM == 0).then_some(i.left);
     let right = (i.flags & F_RIMM == 0).then_some(i.right);
-    let cur = (i.op == OP_EWMA).then_some(u32::from(i.cur));
+    let cur = (i.op == OP_EWMA || i.flags & F_FUSED_IF != 0).then_some(u32::from(i.cur));
     [left, right, cur].into_iter().flatten()
 }
 
@@ -761,6 +810,8 @@ fn drop_dead_implicit_writes(mut code: Vec<FoldInsn>) -> Vec<FoldInsn> {
             let (is_jump, w) = (matches!(i.op, OP_JZ | OP_BRK), writes(i));
             let kills = if is_jump || !writes_always(i) {
                 0
+            } else if i.flags & F_FUSED_IF != 0 {
+                bit(w[0]) // wr2 only on the fused IF's condition
             } else {
                 bit(w[0]) | bit(w[1])
             };
@@ -893,7 +944,7 @@ fn emit_main(exprs: &[Expression]) -> Vec<FoldInsn> {
         // where the JZ sits (None: flag known non-zero, no JZ)
         let jz = (st.flag == Known::Unknown).then(|| {
             match out.last_mut() {
-                Some(c) if !e.cond.is_empty() && c.op != OP_EWMA => {
+                Some(c) if !e.cond.is_empty() && c.op != OP_EWMA && c.flags & F_FUSED_IF == 0 => {
                     c.flags |= F_JZ;
                 }
                 _ => out.push(FoldInsn {
@@ -989,13 +1040,13 @@ pub fn compile(
             }
         }
         let section = |start: u32, count: u32| -> Vec<FoldInsn> {
-            drop_recomputations(fuse_binds(
+            fuse_ifs(drop_recomputations(fuse_binds(
                 (start..start + count)
                     .map(at)
                     .filter(|i| i.op != OP_DEF)
                     .map(|i| encode(&i))
                     .collect(),
-            ))
+            )))
         };
         let ex = Expression {
             cond: section(e.cond_start, e.num_cond),

@@ -949,7 +949,8 @@ fn random_program(r: &mut Rng, uid: u32) -> Vec<u8> {
 }
 
 /// A body instruction shaped like what fold_kernel.rs's compiler rewrites:
-/// `OP tmp a b; BIND d tmp` pairs (aborting ops, IF/NOTIF, tmps past
+/// `OP tmp a b; BIND d tmp` and `OP tmp a b; IF d tmp v` pairs (aborting
+/// ops, IF/NOTIF, tmps past
 /// libccp's 8, Micros or the implicit registers as `d`), verbatim repeats
 /// of an earlier instruction (recomputations, sometimes after one of its
 /// inputs changed), reads of tmps and of the flag / fallthrough registers
@@ -972,19 +973,52 @@ fn shaped_body_instrs(r: &mut Rng, out: &mut Vec<WI>, section_start: usize) {
                 1 => t,
                 _ => write_reg(r),
             };
-            out.push(WI {
-                op: 1,
-                ret: d,
-                left: d,
-                right: t,
+            // BIND d t, or IF / NOTIF d t v
+            out.push(match r.below(10) {
+                0..=5 => WI {
+                    op: 1,
+                    ret: d,
+                    left: d,
+                    right: t,
+                },
+                _ => {
+                    let other = match r.below(10) {
+                        0 | 1 => t,
+                        2..=4 => (2, r.pick(&[0, 1])),
+                        _ => read_reg(r),
+                    };
+                    // the result as the condition or as the value
+                    let (left, right) = if r.chance(50) { (t, other) } else { (other, t) };
+                    WI {
+                        op: r.pick(&[7, 7, 7, 13]),
+                        ret: d,
+                        left,
+                        right,
+                    }
+                }
             });
         }
         35..=49 if out.len() > section_start => {
+            let k = section_start + r.below((out.len() - section_start) as u64) as usize;
+            let pair = k + 1 < out.len() && r.chance(50);
             if r.chance(30) {
                 out.push(random_instr(r)); // may write one of its inputs
+            } else if pair && matches!(out[k + 1].op, 7 | 13) && r.chance(50) {
+                // change what an IF reads before the pair runs again
+                let v = if r.chance(50) { out[k + 1].right } else { out[k + 1].left };
+                if v.0 != 1 {
+                    out.push(WI {
+                        op: 1,
+                        ret: v,
+                        left: v,
+                        right: imm(r),
+                    });
+                }
             }
-            let k = section_start + r.below((out.len() - section_start) as u64) as usize;
             out.push(out[k]);
+            if pair {
+                out.push(out[k + 1]);
+            }
         }
         50..=61 => {
             let src = if r.chance(50) { tmp(r) } else { (2, r.pick(&[0, 1, 2])) };
@@ -1110,9 +1144,9 @@ fn shaped_program(r: &mut Rng, uid: u32) -> Vec<u8> {
 
 /// How often the compiler's rewrites fired on a set of install messages:
 /// (fused pairs, fused JZs, programs shorter than the plain layout of
-/// condition + JZ + body + BRK per expression).
-fn rewrites_fired(installs: &[Vec<u8>]) -> (u64, u64, u64) {
-    let mut t = (0, 0, 0);
+/// condition + JZ + body + BRK per expression, fused IFs among the pairs).
+fn rewrites_fired(installs: &[Vec<u8>]) -> (u64, u64, u64, u64) {
+    let mut t = (0, 0, 0, 0);
     for m in installs {
         let Ok(fold_kernel::PortusMsg::Install {
             uid,
@@ -1129,6 +1163,10 @@ fn rewrites_fired(installs: &[Vec<u8>]) -> (u64, u64, u64) {
         };
         let main = &p.insns[..p.n_main as usize];
         t.0 += main.iter().filter(|i| i.wr2 != i.wr).count() as u64;
+        t.3 += main
+            .iter()
+            .filter(|i| i.flags & (fold_kernel::F_IF | fold_kernel::F_IFV) != 0)
+            .count() as u64;
         t.1 += main
             .iter()
             .filter(|i| i.flags & fold_kernel::F_JZ != 0)
@@ -1338,14 +1376,14 @@ fn compiler_rewrites_match_libccp() {
     let mut sim = Sim::new();
     let cases = env_u64("FOLD_DIFF_CASES", 10_000) / 2;
     let seed = env_u64("FOLD_DIFF_SEED", 0x00c0_ffee) ^ 0x5a9e;
-    let mut fired = (0, 0, 0);
+    let mut fired = (0, 0, 0, 0);
     for case in 0..cases {
         let mut r = Rng(seed ^ case.wrapping_mul(0x2545_f491_4f6c_dd1d));
         let installs: Vec<Vec<u8>> = (1..=1 + r.below(2) as u32)
             .map(|uid| shaped_program(&mut r, uid))
             .collect();
         let f = rewrites_fired(&installs);
-        fired = (fired.0 + f.0, fired.1 + f.1, fired.2 + f.2);
+        fired = (fired.0 + f.0, fired.1 + f.1, fired.2 + f.2, fired.3 + f.3);
         let ctx = || format!("shaped case {case} (FOLD_DIFF_SEED={seed}), programs {installs:?}");
         let ack = |r: &mut Rng, f: &Flow, i: u64| {
             if r.chance(50) {
@@ -1366,11 +1404,11 @@ fn compiler_rewrites_match_libccp() {
     }
     print_tally("shaped programs", cases, &sim.tally);
     println!(
-        "rewrites: {} fused pairs, {} fused JZs, {} programs shortened",
-        fired.0, fired.1, fired.2
+        "rewrites: {} fused pairs ({} of them IFs), {} fused JZs, {} programs shortened",
+        fired.0, fired.3, fired.1, fired.2
     );
     assert!(
-        fired.0 > cases && fired.1 > cases / 10 && fired.2 > cases / 2,
+        fired.0 > cases && fired.1 > cases / 10 && fired.2 > cases / 2 && fired.3 > cases / 4,
         "the shaped programs exercise the rewrites: {fired:?} in {cases} cases"
     );
     assert!(
