@@ -211,16 +211,20 @@ const PRR_DEFS: &str =
 /// packets delivered and marked lost since that report (`Report.delivered`,
 /// `Report.loss`): the PRR window of [`crate::window::Prr`] at this ACK. At a
 /// loss ACK before user space has answered (`pm` = 1), cwnd is held at in
-/// flight + 1 packet, once. An RTO ends both (the hold's `min` keeps the
-/// datapath's loss window of 1 packet). The subtraction cannot underflow: it
+/// flight + 1 packet, once. An RTO ends both and leaves cwnd to the
+/// datapath's loss window. The subtraction cannot underflow: it
 /// subtracts a term from a max that contains it. The cost outside recovery is
-/// the two conditions.
+/// the three conditions.
 ///
 /// Why: per report, the window stood still while in flight fell with every
 /// delivered or newly lost packet, and the kernel refilled it one for one
 /// (see [`crate::window::FoldPrr`] for what that cost on Verizon LTE).
 const PRR_PER_ACK: &str = "\
-(when (|| Flow.was_timeout (&& (== pm 1) (> Ack.lost_pkts_sample 0)))
+(when (&& Flow.was_timeout true)
+    (:= pm 0)
+    (fallthrough)
+)
+(when (&& (== pm 1) (> Ack.lost_pkts_sample 0))
     (:= pm 0)
     (:= Cwnd (min Cwnd (+ Flow.bytes_in_flight pmss)))
     (fallthrough)

@@ -74,6 +74,12 @@ pub trait Controller: Send {
     fn fold_registers(&self) -> Vec<(&'static str, u32)> {
         Vec::new()
     }
+    /// Control registers to set with [`Controller::initial`]; none by default
+    /// (reno, cubic: the fold's slow-start cwnd, so a late initial command is
+    /// not taken for user space's takeover, [`crate::window::FoldSlowStart::initial_registers`]).
+    fn initial_fold_registers(&self) -> Vec<(&'static str, u32)> {
+        Vec::new()
+    }
 }
 
 /// Every pure window algorithm is a [`Controller`] that sets cwnd only.
@@ -97,6 +103,10 @@ impl<W: WindowAlgorithm> Controller for W {
 
     fn fold_registers(&self) -> Vec<(&'static str, u32)> {
         WindowAlgorithm::fold_registers(self)
+    }
+
+    fn initial_fold_registers(&self) -> Vec<(&'static str, u32)> {
+        WindowAlgorithm::initial_fold_registers(self)
     }
 }
 

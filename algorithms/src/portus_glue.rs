@@ -107,7 +107,7 @@ impl<I: Ipc, S: AlgorithmSpec> CongAlg<I> for PortusAlg<S> {
             info.init_cwnd,
             initial.cwnd_bytes.unwrap_or(0)
         );
-        flow.apply(info.sock_id, initial, &[]);
+        flow.apply(info.sock_id, initial, &flow.window.initial_fold_registers());
         flow
     }
 }

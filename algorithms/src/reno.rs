@@ -260,6 +260,10 @@ impl WindowAlgorithm for Reno {
         self.fold_prr.registers(self.prr.as_ref(), &self.guard, self.params.mss_bytes)
     }
 
+    fn initial_fold_registers(&self) -> Vec<(&'static str, u32)> {
+        self.fold_ss.initial_registers(self.cwnd_bytes())
+    }
+
     fn packets_out_pkts(&self, m: &Measurement) -> f64 {
         let unacked = self.prr.map_or(0.0, |p| p.unacked_pkts());
         (m.outstanding_pkts() as f64).max(unacked)

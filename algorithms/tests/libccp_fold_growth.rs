@@ -141,3 +141,48 @@ fn bbr_program_grows_cwnd_per_ack_toward_the_commanded_cap() {
     assert_eq!(ack(&mut f, 1, 4, 0, false), 4 * MSS);
     drop(f);
 }
+
+/// User space's command with fold registers (name, value), as the Portus glue's update_field.
+fn command_with(dp: &libccp::Datapath, sc: &Scope, sid: u32, bytes: u32, regs: &[(&'static str, u32)]) {
+    let mut fields = vec![(sc.get("Cwnd").expect("Cwnd register").clone(), u64::from(bytes))];
+    for (name, v) in regs {
+        fields.push((sc.get(name).unwrap_or_else(|| panic!("{name} is a register")).clone(), u64::from(*v)));
+    }
+    let msg = serialize::update_field::Msg { sid, num_fields: fields.len() as u8, fields };
+    send(dp, serialize::serialize(&msg).unwrap());
+}
+
+#[test]
+fn a_late_initial_command_restarts_slow_start_instead_of_ending_it() {
+    use ccp_algorithms::window::{WindowAlgorithm, WindowParams};
+    let params = WindowParams {
+        mss_bytes: MSS,
+        init_cwnd_pkts: 10.0,
+        init_ssthresh_pkts: f64::INFINITY,
+        min_cwnd_pkts: 1.0,
+        max_cwnd_pkts: 1e5,
+    };
+    for prog in [ccp_algorithms::reno::PROGRAM, ccp_algorithms::cubic::PROGRAM] {
+        let reno = ccp_algorithms::reno::Reno::new(params).with_fold_slow_start(true);
+        let (initial, regs) = (reno.cwnd_bytes(), reno.initial_fold_registers());
+        assert_eq!(regs, vec![("fcw", 10 * MSS)], "the initial command carries the fold's own cwnd");
+
+        // A veth flow: the fold grows on the first ACKs before the initial command arrives.
+        let (dp, outbox, sc) = datapath(prog);
+        let (mut f, sid) = connect(&dp, &outbox, &sc);
+        assert_eq!(ack(&mut f, 4, 10, 0, false), 14 * MSS);
+        command_with(&dp, &sc, sid, initial, &regs);
+        assert_eq!(ack(&mut f, 2, 10, 0, false), 12 * MSS, "{}: back to the initial window, growing", prog.name);
+        assert_eq!(ack(&mut f, 2, 12, 0, false), 14 * MSS, "{}: slow start goes on", prog.name);
+        drop(f);
+
+        // Without the register the fold took the same command for a takeover: cwnd stuck.
+        let (dp, outbox, sc) = datapath(prog);
+        let (mut f, sid) = connect(&dp, &outbox, &sc);
+        assert_eq!(ack(&mut f, 4, 10, 0, false), 14 * MSS);
+        command(&dp, &sc, sid, initial);
+        assert_eq!(ack(&mut f, 2, 10, 0, false), 10 * MSS);
+        assert_eq!(ack(&mut f, 2, 10, 0, false), 10 * MSS, "{}: slow start ended by the unmarked command", prog.name);
+        drop(f);
+    }
+}
