@@ -186,3 +186,41 @@ fn a_late_initial_command_restarts_slow_start_instead_of_ending_it() {
         drop(f);
     }
 }
+
+/// Reports libccp has sent so far.
+fn reports_sent(outbox: &common::Outbox) -> usize {
+    let msgs = outbox.0.lock().unwrap();
+    msgs.iter().filter(|b| matches!(portus::serialize::Msg::from_buf(b), Ok((portus::serialize::Msg::Ms(_), _)))).count()
+}
+
+#[test]
+fn bbr_program_reports_at_the_end_of_the_round_user_space_named() {
+    let (dp, outbox, sc) = datapath(ccp_algorithms::bbr::PROGRAM);
+    let (mut f, sid) = connect(&dp, &outbox, &sc);
+    // ACKs of 2 delivered packets with a 20 s RTT sample: no timer report in this test.
+    let slow_ack = |f: &mut libccp::Connection<'_, Conn>| {
+        let cwnd = f.cwnd;
+        f.load_primitives(
+            libccp::Primitives::default()
+                .with_bytes_acked(2 * MSS)
+                .with_packets_acked(2)
+                .with_rtt_sample_us(20_000_000)
+                .with_packets_in_flight(10)
+                .with_bytes_in_flight(10 * MSS)
+                .with_snd_cwnd(cwnd),
+        );
+        f.invoke().expect("invoke");
+    };
+    // rre counts from the last report (here: the flow's start).
+    let before = reports_sent(&outbox);
+    command_with(&dp, &sc, sid, 20 * MSS, &[("rre", 5)]);
+    slow_ack(&mut f);
+    slow_ack(&mut f);
+    assert_eq!(reports_sent(&outbox), before, "4 of the round's 5 packets delivered: no report yet");
+    slow_ack(&mut f);
+    assert_eq!(reports_sent(&outbox), before + 1, "the ACK that completes the round reports");
+    slow_ack(&mut f);
+    slow_ack(&mut f);
+    assert_eq!(reports_sent(&outbox), before + 1, "once, until user space names the next round's end");
+    drop(f);
+}
