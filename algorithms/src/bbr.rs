@@ -557,16 +557,6 @@ impl Bbr {
         x
     }
 
-    /// Packets still to be delivered until the current round ends, at least 1
-    /// (rounds count bytes here, SACKed packets at one MSS each; the fold
-    /// counts delivered packets, never more than this, so its report comes at
-    /// or after the boundary).
-    fn round_remaining_pkts(&self) -> u32 {
-        let mss = u64::from(self.params.mss_bytes.max(1));
-        let left = self.next_round_at.saturating_sub(self.delivered_total);
-        left.div_ceil(mss).clamp(1, u64::from(u32::MAX)) as u32
-    }
-
     fn update_round(&mut self, m: &Measurement) {
         let mss = u64::from(self.params.mss_bytes);
         self.acked_total += m.acked_bytes;
@@ -966,16 +956,14 @@ impl Controller for Bbr {
         )
     }
 
-    /// With each command: the packets until the round ends (`rre`, the fold
-    /// reports then: [`crate::fold`]'s `ROUND_END`) and BtlBw for the fold's
-    /// ACK-aggregation block (`xbw`, thousandths of a packet per second).
+    /// BtlBw for the fold's ACK-aggregation block (`xbw`, thousandths of a
+    /// packet per second), with each command.
     fn fold_registers(&self) -> Vec<(&'static str, u32)> {
-        let mut regs = vec![("rre", self.round_remaining_pkts())];
-        if self.args.ack_aggregation && self.fold_growth {
-            let milli_pkts = self.btl_bw() * 1000.0 / f64::from(self.params.mss_bytes.max(1));
-            regs.push(("xbw", milli_pkts.round().clamp(0.0, f64::from(u32::MAX)) as u32));
+        if !(self.args.ack_aggregation && self.fold_growth) {
+            return Vec::new();
         }
-        regs
+        let milli_pkts = self.btl_bw() * 1000.0 / f64::from(self.params.mss_bytes.max(1));
+        vec![("xbw", milli_pkts.round().clamp(0.0, f64::from(u32::MAX)) as u32)]
     }
 }
 
@@ -1268,8 +1256,7 @@ mod tests {
         let (mut b, now) = in_probe_bw(off, 20_000);
         b.on_report(&dp(report(now + RTT, 40, 60, 1_000_000, RTT), 80));
         assert_eq!(b.ack_aggregation_cwnd_pkts(), 0.0);
-        let regs = Controller::fold_registers(&b);
-        assert!(regs.iter().all(|(n, _)| *n != "xbw"), "no BtlBw sent to the fold when off: {regs:?}");
+        assert!(Controller::fold_registers(&b).is_empty(), "no BtlBw sent to the fold when off");
         let expect = b.bdp_pkts(2.0) + b.quantization_budget();
         assert!((b.cap_pkts().unwrap() - expect).abs() < 1e-9);
     }
@@ -1278,27 +1265,11 @@ mod tests {
     fn btlbw_goes_to_the_fold_with_each_command() {
         let mut b = bbr().with_fold_growth(true);
         b.on_report(&dp(report(RTT, 10, 20, 250_000, RTT), 20));
-        let regs = Controller::fold_registers(&b);
-        assert!(regs.contains(&("xbw", 250_000)), "250 packets/s in thousandths: {regs:?}");
+        assert_eq!(Controller::fold_registers(&b), vec![("xbw", 250_000)], "250 packets/s in thousandths");
         assert!(PROGRAM.text().contains(&ack_aggregation_block()) && PROGRAM.text().contains(ACK_AGG_DEFS));
-        // Without fold growth there is no per-ACK excess: no BtlBw to send, no allowance.
+        // Without fold growth there is no per-ACK excess: nothing to send, no allowance.
         let plain = bbr();
-        assert!(Controller::fold_registers(&plain).iter().all(|(n, _)| *n != "xbw"));
-    }
-
-    #[test]
-    fn the_fold_reports_when_the_round_ends() {
-        let mut b = bbr().with_fold_growth(true);
-        // 20 packets in flight at the first report: the round ends after 20 more
-        // delivered (rounds count acked bytes + SACKed packets x MSS).
-        b.on_report(&dp(report(RTT, 10, 20, 250_000, RTT), 20));
-        let rre = |b: &Bbr| Controller::fold_registers(b).iter().find(|(n, _)| *n == "rre").map(|(_, v)| *v);
-        assert_eq!(rre(&b), Some(20));
-        // 8 delivered by the next report: 12 to go.
-        b.on_report(&dp(report(RTT + RTT / 2, 8, 20, 250_000, RTT), 20));
-        assert_eq!(rre(&b), Some(12));
-        let (_, sc) = portus::lang::compile(PROGRAM.text().as_bytes(), &[]).expect("compiles within 16 control registers");
-        assert!(sc.get("rre").is_some() && PROGRAM.text().contains("(> (+ Report.delivered 1) rre)"));
+        assert!(Controller::fold_registers(&plain).is_empty());
     }
 
     #[test]

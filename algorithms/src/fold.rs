@@ -311,28 +311,6 @@ const URGENT: &str = "\
 )
 ";
 
-/// A report at the end of BBR's round ([`CAP_IN_FOLD`] programs): user space
-/// sends with each command `rre`, the packets still to be delivered (Linux
-/// `acked_sacked`, as `Report.delivered`) until its round ends (0 = none);
-/// the ACK that delivers them reports at once, once. Its own `(def (rre 0))`.
-///
-/// Why: with 2 reports per RTT, BBR's round (and with it Startup's full-pipe
-/// check) started at the next report, up to half an RTT late; on the 0 -> 12
-/// Mbit/s step that let Startup run one or two 20 ms bins longer in about half
-/// the runs (38 packets per 20 ms into a 12 Mbit/s link where the kernel
-/// had already gone to Drain), and those runs dropped 26-37 packets at the end
-/// of Startup against the kernel's 5-8 (retransmits 2.73x; algorithms/README.md).
-const ROUND_END: &str = "\
-(when (&& (> rre 0) (> (+ Report.delivered 1) rre))
-    (:= rre 0)
-    (report)
-    (:= Micros 0)
-)
-";
-
-/// The register of [`ROUND_END`].
-const ROUND_END_DEFS: &str = "    (rre 0)\n";
-
 impl FoldProgram {
     /// Whether this program runs slow start per ACK in the fold ([`SLOW_START_IN_FOLD`]).
     pub fn slow_start_in_fold(&self) -> bool {
@@ -379,7 +357,6 @@ impl FoldProgram {
             t.push_str(TOWARD_CAP_DEFS);
             t.push_str(crate::bbr::STARTUP_RATE_DEFS);
             t.push_str(crate::bbr::ACK_AGG_DEFS);
-            t.push_str(ROUND_END_DEFS);
         }
         t.push_str(")\n");
         if self.slow_start_in_fold() {
@@ -407,9 +384,6 @@ impl FoldProgram {
         let at_report = if self.prr_in_fold() { PRR_AT_REPORT } else { "" };
         if self.urgent_on_loss {
             t.push_str(&URGENT.replace("    (report)\n", &format!("{at_report}    (report)\n")));
-        }
-        if cap {
-            t.push_str(ROUND_END);
         }
         let cond = match self.cadence {
             Cadence::PerRtt(_) if floor_us > 0 => format!("(> Micros (max reportIntervalUs {floor_us}))"),
