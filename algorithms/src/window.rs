@@ -964,15 +964,20 @@ mod tests {
         assert_eq!(off.command(5000), 5000, "stop when inactive marks nothing");
     }
 
-    #[test]
-    fn fold_prr_registers_carry_the_prr_window_to_every_later_ack() {
-        let m = |acked_pkts: u64, sacked, lost| Measurement {
+    /// A report whose acked (1000-byte packets) and SACKed packets are all newly delivered.
+    fn fresh_deliveries(acked_pkts: u64, sacked: u64, lost: u64) -> Measurement {
+        Measurement {
             acked_bytes: acked_pkts * 1000,
             sacked_pkts: sacked,
             delivered_pkts: acked_pkts + sacked,
             lost_pkts: lost,
             ..Default::default()
-        };
+        }
+    }
+
+    #[test]
+    fn fold_prr_registers_carry_the_prr_window_to_every_later_ack() {
+        let m = fresh_deliveries;
         let mut fp = FoldPrr::new(true);
         let guard = LossGuard::default();
         // Before recovery: no window, the hold armed.
@@ -1010,13 +1015,7 @@ mod tests {
         let mut prr = Prr::new(100.0, 50.0);
         assert_eq!(prr.window(), 100.0, "nothing sent before anything is delivered");
         // fresh deliveries: every acked and SACKed packet newly delivered
-        let m = |acked_pkts: u64, sacked, lost| Measurement {
-            acked_bytes: acked_pkts * 1000,
-            sacked_pkts: sacked,
-            delivered_pkts: acked_pkts + sacked,
-            lost_pkts: lost,
-            ..Default::default()
-        };
+        let m = fresh_deliveries;
         // 10 delivered (SACKed), 4 marked lost: in flight 100 - 10 - 4 = 86 before
         // sending; window 86 + 5 = 91, i.e. 5 new packets for 10 delivered.
         // The entry report's cumulatively acked packets (ACKs before the loss ACK,

@@ -142,16 +142,6 @@ fn bbr_program_grows_cwnd_per_ack_toward_the_commanded_cap() {
     drop(f);
 }
 
-/// User space's command with fold registers (name, value), as the Portus glue's update_field.
-fn command_with(dp: &libccp::Datapath, sc: &Scope, sid: u32, bytes: u32, regs: &[(&'static str, u32)]) {
-    let mut fields = vec![(sc.get("Cwnd").expect("Cwnd register").clone(), u64::from(bytes))];
-    for (name, v) in regs {
-        fields.push((sc.get(name).unwrap_or_else(|| panic!("{name} is a register")).clone(), u64::from(*v)));
-    }
-    let msg = serialize::update_field::Msg { sid, num_fields: fields.len() as u8, fields };
-    send(dp, serialize::serialize(&msg).unwrap());
-}
-
 #[test]
 fn a_late_initial_command_restarts_slow_start_instead_of_ending_it() {
     use ccp_algorithms::window::{WindowAlgorithm, WindowParams};
@@ -171,7 +161,7 @@ fn a_late_initial_command_restarts_slow_start_instead_of_ending_it() {
         let (dp, outbox, sc) = datapath(prog);
         let (mut f, sid) = connect(&dp, &outbox, &sc);
         assert_eq!(ack(&mut f, 4, 10, 0, false), 14 * MSS);
-        command_with(&dp, &sc, sid, initial, &regs);
+        common::command_with_registers(&dp, &sc, sid, initial, &regs);
         assert_eq!(ack(&mut f, 2, 10, 0, false), 12 * MSS, "{}: back to the initial window, growing", prog.name);
         assert_eq!(ack(&mut f, 2, 12, 0, false), 14 * MSS, "{}: slow start goes on", prog.name);
         drop(f);

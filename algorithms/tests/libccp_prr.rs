@@ -13,9 +13,7 @@ mod common;
 use ccp_algorithms::fold::FoldProgram;
 use ccp_algorithms::reno::Reno;
 use ccp_algorithms::window::{FoldPrr, Measurement, WindowAlgorithm, WindowParams};
-use common::{send, Conn};
-use portus::lang::Scope;
-use portus::serialize;
+use common::Conn;
 
 const MSS: u32 = 1448;
 
@@ -79,16 +77,6 @@ fn report(acks: &[Ack], cwnd_bytes: u32) -> Measurement {
     }
 }
 
-/// User space's answer: Cwnd (bytes) and the fold registers, in one update.
-fn command(dp: &libccp::Datapath, sc: &Scope, sid: u32, cwnd: u32, regs: &[(&'static str, u32)]) {
-    let mut fields = vec![(sc.get("Cwnd").expect("Cwnd register").clone(), u64::from(cwnd))];
-    for (name, v) in regs {
-        fields.push((sc.get(name).unwrap_or_else(|| panic!("{name} is a register of the program")).clone(), u64::from(*v)));
-    }
-    let msg = serialize::update_field::Msg { sid, num_fields: fields.len() as u8, fields };
-    send(dp, serialize::serialize(&msg).unwrap());
-}
-
 fn params() -> WindowParams {
     WindowParams {
         mss_bytes: MSS,
@@ -130,7 +118,7 @@ fn reno_recovery_follows_prr_per_ack(prog: FoldProgram) {
     assert_eq!(go_on, 0, "slow start in the fold: Cwnd 0 (go on)");
     let regs = reno.fold_registers();
     assert!(regs.contains(&("pm", 1)) && regs.contains(&("pn", 1)), "open: no PRR, the hold armed: {regs:?}");
-    command(&dp, &sc, sid, go_on, &regs);
+    common::command_with_registers(&dp, &sc, sid, go_on, &regs);
 
     // The loss ACK: 3 packets SACKed, 2 marked lost, 15 in flight (20 sent,
     // 3 SACKed, 2 lost), an urgent report. Until user space answers, cwnd is
@@ -147,7 +135,7 @@ fn reno_recovery_follows_prr_per_ack(prog: FoldProgram) {
     assert_eq!(reno.ssthresh_pkts(), 10.0, "half the cwnd before the hold");
     let regs = reno.fold_registers();
     assert!(regs.contains(&("pm", 2)) && regs.contains(&("pn", 2)), "in recovery: PRR on: {regs:?}");
-    command(&dp, &sc, sid, cwnd, &regs);
+    common::command_with_registers(&dp, &sc, sid, cwnd, &regs);
     // Every ACK now sets the PRR window for the packets since the loss report
     // (the early ACK, after that report and before the answer, counts too).
     let mut since = vec![early];
@@ -167,7 +155,7 @@ fn reno_recovery_follows_prr_per_ack(prog: FoldProgram) {
     let cwnd = reno.on_report(&report(&since, 20 * MSS));
     let regs = reno.fold_registers();
     assert!(regs.contains(&("pn", 3)), "{regs:?}");
-    command(&dp, &sc, sid, cwnd, &regs);
+    common::command_with_registers(&dp, &sc, sid, cwnd, &regs);
     let mut since = vec![stale];
     for a in [ack(0, 1, 0, 3), ack(0, 5, 0, 2), ack(0, 9, 0, 1)] {
         let got = invoke(&mut f, a);

@@ -1385,13 +1385,7 @@ fn compiler_rewrites_match_libccp() {
         let f = rewrites_fired(&installs);
         fired = (fired.0 + f.0, fired.1 + f.1, fired.2 + f.2, fired.3 + f.3);
         let ctx = || format!("shaped case {case} (FOLD_DIFF_SEED={seed}), programs {installs:?}");
-        let ack = |r: &mut Rng, f: &Flow, i: u64| {
-            if r.chance(50) {
-                ack_prims(r, f, i)
-            } else {
-                random_prims(r, f)
-            }
-        };
+        let ack = mixed_prims;
         run_case(
             &mut sim,
             &mut r,
@@ -1486,13 +1480,7 @@ fn edge_case_programs_match_libccp() {
             let mut r = Rng(0xed9e ^ (n as u64) << 32 ^ case);
             let ctx = || format!("edge program {n} case {case}: {src}");
             let installs = [install.clone()];
-            let ack = |r: &mut Rng, f: &Flow, i: u64| {
-                if r.chance(50) {
-                    ack_prims(r, f, i)
-                } else {
-                    random_prims(r, f)
-                }
-            };
+            let ack = mixed_prims;
             run_case(
                 &mut sim,
                 &mut r,
@@ -1835,4 +1823,13 @@ fn kernel_primitives_match_user_space() {
         }
     }
     println!("fold_prims matched primitives.rs on {checked} ACKs");
+}
+
+/// Half plausible ACKs ([`ack_prims`]), half arbitrary primitives ([`random_prims`]).
+fn mixed_prims(r: &mut Rng, f: &Flow, i: u64) -> Prims {
+    if r.chance(50) {
+        ack_prims(r, f, i)
+    } else {
+        random_prims(r, f)
+    }
 }

@@ -80,3 +80,22 @@ pub fn start_flow<'a, T: libccp::CongestionOps>(
     send(dp, serialize::serialize(&change).unwrap());
     (conn, sid)
 }
+
+/// User space's command as the Portus glue sends it: Cwnd (bytes) and the
+/// fold registers `regs` (name, value) in one update_field message; panics if
+/// the program lacks a register.
+pub fn command_with_registers(
+    dp: &libccp::Datapath,
+    sc: &portus::lang::Scope,
+    sid: u32,
+    cwnd_bytes: u32,
+    regs: &[(&'static str, u32)],
+) {
+    use portus::serialize;
+    let mut fields = vec![(sc.get("Cwnd").expect("Cwnd register").clone(), u64::from(cwnd_bytes))];
+    for (name, v) in regs {
+        fields.push((sc.get(name).unwrap_or_else(|| panic!("{name} is a register of the program")).clone(), u64::from(*v)));
+    }
+    let msg = serialize::update_field::Msg { sid, num_fields: fields.len() as u8, fields };
+    send(dp, serialize::serialize(&msg).unwrap());
+}
