@@ -60,7 +60,13 @@
 //! from the report; rounds are one SRTT of reports, not the kernel's
 //! ACK-of-`end_seq` rounds); the recovery point is estimated from the
 //! in-flight, lost and SACKed counts at the loss; alpha switches to 1 at cwnd_prior (RFC 9438;
-//! Linux keeps alpha_cubic); the epoch is not shifted after idle periods.
+//! Linux keeps alpha_cubic); the epoch is not shifted after idle periods;
+//! a HyStart exit is not seen by the kernel (libccp has no ssthresh field:
+//! the socket's `snd_ssthresh` changes only at a loss, through the
+//! datapath's `ssthresh` op), so with `--pacing kernel` the datapath keeps
+//! pacing at slow start's 200 % of cwnd/SRTT after HyStart, where Linux
+//! drops to 120 % (datapath/README.md, "Where the paced BPF time and the
+//! 100-flow throughput go").
 //!
 //! Fidelity (algorithms/README.md, Fidelity). 0 -> 48 Mbit/s step: NA was 1.20x
 //! in the full run. Unpaced, the per-report HyStart (ACK train judged against
