@@ -52,6 +52,32 @@ def test_rows_from_analysis_tables_and_targets():
     assert "throughput_mbps" in table and "NO" in table
 
 
+def test_targets_include_their_bounds_exactly():
+    """A ratio on a bound meets the target: 17 ms / 20 ms is 0.85, inside "[0.85, 1.15]",
+    though abs(0.85 - 1) > 0.15 in floating point; one step past a bound does not."""
+    def p95_row(kernel_ms, ccp_ms):
+        runs = pd.DataFrame({
+            "cca": ["kernel:bbr"] * len(kernel_ms) + ["ccp:bbr"] * len(ccp_ms),
+            "run": list(range(len(kernel_ms))) + list(range(len(ccp_ms))),
+            "throughput_mbps": [12.0] * (len(kernel_ms) + len(ccp_ms)),
+            "p95_queueing_delay_ms": kernel_ms + ccp_ms, "retransmits": [0] * (len(kernel_ms) + len(ccp_ms)),
+        })
+        steps = pd.DataFrame({"cca": ["kernel:bbr", "ccp:bbr"], "run": [0, 0], "normalized_area": [1.0, 1.0],
+                              "convergence_s": [0.2, 0.2]})
+        rows = {r["metric"]: r for r in fidelity.fidelity_rows("s", ["bbr"], runs, steps)}
+        return rows["p95_queueing_delay_ms"]
+
+    assert abs(17 / 20 - 1) > 0.15  # the floating-point trap itself
+    on_bound = p95_row([20.0], [17.0])
+    assert on_bound["ratio_median"] == 17 / 20 and on_bound["meets_target"] is True
+    assert p95_row([20.0], [23.0])["meets_target"] is True  # 1.15
+    assert p95_row([100.0], [84.0])["meets_target"] is False  # 0.84
+    assert p95_row([100.0], [116.0])["meets_target"] is False  # 1.16
+    assert fidelity.METRICS["retransmits"][2](1.5, [], []) is True
+    assert fidelity.METRICS["throughput_mbps"][2](0.95, [], []) is True
+    assert fidelity.METRICS["throughput_mbps"][2](0.949, [], []) is False
+
+
 def test_bad_input_names_the_option(tmp_path):
     with pytest.raises(CcplabError, match="--scenarios: unknown scenario 'x'"):
         fidelity.parse_scenarios("fixed12-q1bdp,x")
