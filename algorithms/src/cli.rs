@@ -35,7 +35,7 @@ pub const MAX_REPORT_FLOOR_US: u64 = 1_000_000;
 /// IPC mechanism between the algorithm (Portus) and the datapath.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum IpcKind {
-    /// Unix datagram socket /tmp/ccp/<ipc-name> (eBPF and user-space datapaths).
+    /// Unix datagram socket `/tmp/ccp/<ipc-name>` (eBPF and user-space datapaths).
     Unix,
     /// Netlink (NETLINK_USERSOCK group 22): only ccp-kernel can be the peer.
     Netlink,
@@ -44,10 +44,10 @@ pub enum IpcKind {
 /// Flags every algorithm binary shares.
 #[derive(Args, Clone, Debug)]
 pub struct CommonArgs {
-    /// IPC to the datapath: unix (Portus binds /tmp/ccp/<ipc-name>) or netlink (ccp-kernel hosts).
+    /// IPC to the datapath: unix (Portus binds `/tmp/ccp/<ipc-name>`) or netlink (ccp-kernel hosts).
     #[arg(long, value_enum, default_value = "unix")]
     pub ipc: IpcKind,
-    /// Unix socket name: Portus binds /tmp/ccp/<ipc-name>; a plain file name (unix IPC only).
+    /// Unix socket name: Portus binds `/tmp/ccp/<ipc-name>`; a plain file name (unix IPC only).
     #[arg(long, default_value = "portus", value_name = "NAME")]
     pub ipc_name: String,
     /// Initial congestion window, packets (RFC 6928 / Linux default 10).
@@ -230,7 +230,7 @@ pub fn default_program<S: AlgorithmSpec>() -> String {
     S::program(&default_args::<S>()).text()
 }
 
-/// Parse `args` (including argv[0]) into the binary's command line; clap errors
+/// Parse `args` (including `argv[0]`) into the binary's command line; clap errors
 /// (bad flags, `--help`) are returned as `clap::Error`.
 pub fn parse_from<S: AlgorithmSpec, T: Into<std::ffi::OsString> + Clone>(
     args: impl IntoIterator<Item = T>,
@@ -332,7 +332,7 @@ pub fn main<S: AlgorithmSpec>() -> ExitCode {
     main_from::<S>(std::env::args_os().collect())
 }
 
-/// The `main` of algorithm `S` on command line `args` (argv[0] included).
+/// The `main` of algorithm `S` on command line `args` (`argv[0]` included).
 pub fn main_from<S: AlgorithmSpec>(args: Vec<std::ffi::OsString>) -> ExitCode {
     let cli = match parse_from::<S, _>(args) {
         Ok(c) => c,

@@ -270,15 +270,15 @@ const TOWARD_CAP: &str = "\
 )
 ";
 
-/// The programs that grow cwnd toward a cap in the fold ([`TOWARD_CAP`]);
+/// The programs that grow cwnd toward a cap in the fold (`TOWARD_CAP`);
 /// their algorithms command caps ([`crate::bbr::Bbr::with_fold_growth`]).
 pub const CAP_IN_FOLD: [&str; 1] = [crate::bbr::PROGRAM.name];
 
-/// The programs that run PRR per ACK in the fold ([`PRR_PER_ACK`]); their
+/// The programs that run PRR per ACK in the fold (`PRR_PER_ACK`); their
 /// algorithms send [`crate::window::FoldPrr::registers`] with each command.
 pub const PRR_IN_FOLD: [&str; 2] = [crate::reno::PROGRAM.name, crate::cubic::PROGRAM.name];
 
-/// The programs that run slow start in the fold ([`SLOW_START`]); their
+/// The programs that run slow start in the fold (`SLOW_START`); their
 /// algorithms answer reports with Cwnd 0 while it runs
 /// ([`crate::window::FoldSlowStart`]).
 pub const SLOW_START_IN_FOLD: [&str; 2] = [crate::reno::PROGRAM.name, crate::cubic::PROGRAM.name];
@@ -397,7 +397,7 @@ impl FoldProgram {
 }
 
 /// What an RTO adds to `Report.loss` (see [`REPORT_FIELDS`]): far above any
-/// count of lost packets in one report. Written literally in [`PER_ACK`].
+/// count of lost packets in one report. Written literally in `PER_ACK`.
 pub const TIMEOUT_MARK: u64 = 1_000_000_000;
 
 /// Values at or above this are "+infinity" (libccp sends +infinity as u32::MAX

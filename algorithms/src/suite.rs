@@ -19,7 +19,7 @@ use std::process::ExitCode;
 pub struct Entry {
     /// Registry name (the CongAlg name).
     pub name: &'static str,
-    /// Run the algorithm's command line (argv[0] included); returns the exit status.
+    /// Run the algorithm's command line (`argv[0]` included); returns the exit status.
     pub main: fn(Vec<OsString>) -> ExitCode,
     /// Its `--describe-json` document.
     pub describe: fn() -> serde_json::Value,

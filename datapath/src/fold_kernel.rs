@@ -634,7 +634,7 @@ fn def_as_bind(ins: &WireInstr) -> FoldInsn {
 }
 
 /// libccp executes slot instructions past num_instructions too: they are
-/// zero bytes, i.e. ADD control[0] + control[0] -> control[0].
+/// zero bytes, i.e. `ADD control[0] + control[0] -> control[0]`.
 const ZERO_INSTR: WireInstr = WireInstr {
     op: OP_ADD,
     ret: WireReg {

@@ -60,7 +60,7 @@ fn find_on_path(tool: &str) -> Option<std::path::PathBuf> {
 }
 
 /// Polls `check` until it returns Some (returned) or `timeout` passes
-/// (panics: "timed out after .. waiting for <what>").
+/// (panics: "timed out after .. waiting for `<what>`").
 pub fn wait_until<T>(what: &str, timeout: Duration, mut check: impl FnMut() -> Option<T>) -> T {
     match try_wait_until(timeout, &mut check) {
         Some(v) => v,
