@@ -63,8 +63,9 @@
 //!
 //! Differences from Linux `bbr` that remain: per-report (not per-ACK)
 //! decisions elsewhere (Startup's pacing rate follows BtlBw per report, the
-//! 5/4 phase ends at a report); a restore of cwnd after recovery or ProbeRTT
-//! grows per ACK instead of jumping; cwnd grows by cumulatively acked bytes
+//! 5/4 phase ends at a report, and so do ProbeRTT and loss recovery, whose
+//! saved cwnd comes back with that report's command: `fcw`, the fold's cwnd,
+//! set to it, [`Bbr::restore_jump_pkts`]); cwnd grows by cumulatively acked bytes
 //! only (the kernel adds SACKed packets too); the delivery-rate samples carry
 //! no app-limited mark (libccp has none); the ACK-aggregation excess is
 //! capped at cwnd per report, not per ACK, and its filter rotates on the
@@ -358,6 +359,10 @@ pub struct Bbr {
     fold_growth: bool,
     /// The cap this report commands (fold growth only; None = the cwnd itself).
     cap: Option<f64>,
+    /// This report restored the cwnd saved before ProbeRTT or loss recovery
+    /// (fold growth only): the fold's cwnd jumps there with this command
+    /// ([`Controller::fold_registers`]) instead of growing per ACK.
+    restored: bool,
     /// BtlBw at the previous report, bytes/s (Startup's growth extrapolation).
     prev_report_bw: f64,
     /// (gain of the phase that ended within this report interval, fraction of
@@ -409,6 +414,7 @@ impl Bbr {
             recovery: None,
             fold_growth: false,
             cap: None,
+            restored: false,
             prev_report_bw: 0.0,
             blend: None,
             fold_startup_rate: false,
@@ -695,8 +701,7 @@ impl Bbr {
                 }
                 if self.probe_rtt_round_done && m.now_us > done {
                     self.min_rtt_stamp_us = m.now_us;
-                    self.cwnd = self.cwnd.max(self.prior_cwnd);
-                    self.prior_cwnd = 0.0;
+                    self.restore_prior_cwnd();
                     if self.full_bw_reached {
                         self.enter_probe_bw(m.now_us);
                     } else {
@@ -888,10 +893,30 @@ impl Bbr {
         if let Some((point, _)) = self.recovery {
             if self.acked_total >= point {
                 self.recovery = None;
-                self.cwnd = self.cwnd.max(self.prior_cwnd);
-                self.prior_cwnd = 0.0;
+                self.restore_prior_cwnd();
             }
         }
+    }
+
+    /// Back to the cwnd saved before ProbeRTT or loss recovery, at once, as
+    /// tcp_bbr.c does on leaving either (`max(cwnd, prior_cwnd)`); the cap
+    /// `set_cwnd` then computes bounds it as the kernel's next
+    /// `min(cwnd + acked, target)` does.
+    fn restore_prior_cwnd(&mut self) {
+        if self.prior_cwnd > self.cwnd {
+            self.cwnd = self.prior_cwnd;
+            self.restored = true;
+        }
+        self.prior_cwnd = 0.0;
+    }
+
+    /// The cwnd the fold jumps to with this report's command, packets: the
+    /// restored cwnd within this report's cap (None when nothing was restored).
+    pub fn restore_jump_pkts(&self) -> Option<f64> {
+        if !(self.restored && self.fold_growth) {
+            return None;
+        }
+        Some(self.cap.map_or(self.cwnd, |cap| self.cwnd.min(cap)))
     }
 }
 
@@ -902,6 +927,7 @@ impl Controller for Bbr {
 
     fn on_report(&mut self, m: &Measurement) -> Control {
         self.cap = None;
+        self.restored = false;
         // Fold growth: the report's cwnd is the fold's (a timeout report's is the kernel's loss window).
         if self.fold_growth && m.dp_cwnd_bytes > 0 && !m.timeout {
             self.cwnd = m.dp_cwnd_bytes as f64 / f64::from(self.params.mss_bytes.max(1));
@@ -944,14 +970,25 @@ impl Controller for Bbr {
         )
     }
 
-    /// BtlBw for the fold's ACK-aggregation block (`xbw`, thousandths of a
-    /// packet per second), with each command.
+    /// With each command: BtlBw for the fold's ACK-aggregation block (`xbw`,
+    /// thousandths of a packet per second); after a restore
+    /// ([`Bbr::restore_jump_pkts`]) the fold's cwnd `fcw` set to the restored
+    /// value and its cap `cap` to the commanded one, so cwnd jumps back as
+    /// the kernel's does instead of regrowing per ACK from ProbeRTT's 4
+    /// packets (which idled the link ~0.3 s after each ProbeRTT at 6 Mbit/s:
+    /// algorithms/README.md, "BBR: cwnd restored at once").
     fn fold_registers(&self) -> Vec<(&'static str, u32)> {
-        if !(self.args.ack_aggregation && self.fold_growth) {
-            return Vec::new();
+        let mut regs = Vec::new();
+        if self.args.ack_aggregation && self.fold_growth {
+            let milli_pkts = self.btl_bw() * 1000.0 / f64::from(self.params.mss_bytes.max(1));
+            regs.push(("xbw", milli_pkts.round().clamp(0.0, f64::from(u32::MAX)) as u32));
         }
-        let milli_pkts = self.btl_bw() * 1000.0 / f64::from(self.params.mss_bytes.max(1));
-        vec![("xbw", milli_pkts.round().clamp(0.0, f64::from(u32::MAX)) as u32)]
+        if let Some(jump) = self.restore_jump_pkts() {
+            let cap = self.cap.unwrap_or(self.cwnd);
+            regs.push(("fcw", self.params.to_bytes(jump)));
+            regs.push(("cap", self.params.to_bytes(cap)));
+        }
+        regs
     }
 }
 
@@ -1115,6 +1152,56 @@ mod tests {
         b.on_report(&report(now, 4, 4, 1_000_000, RTT));
         assert_eq!(b.mode(), Mode::ProbeBw, "back to ProbeBW after 200 ms and a round");
         assert!(b.cwnd_pkts() >= before, "cwnd restored: {} < {before}", b.cwnd_pkts());
+    }
+
+    /// The value of fold register `name` in `b`'s next command, if sent.
+    fn reg(b: &Bbr, name: &str) -> Option<u32> {
+        Controller::fold_registers(b).into_iter().find(|(n, _)| *n == name).map(|(_, v)| v)
+    }
+
+    #[test]
+    fn fold_growth_jumps_back_to_the_saved_cwnd_after_probe_rtt_and_recovery() {
+        let mut b = bbr().with_fold_growth(true);
+        let mut now = 0;
+        // Startup to ProbeBW at 1 MB/s x 40 ms (BDP 40 packets), cwnd as the fold grew it.
+        for _ in 0..8 {
+            now += RTT;
+            b.on_report(&dp(report(now, 40, 40, 1_000_000, RTT), 80));
+        }
+        b.on_report(&dp(report(now + RTT, 40, 39, 1_000_000, RTT), 80));
+        assert_eq!(b.mode(), Mode::ProbeBw);
+        assert_eq!(reg(&b, "fcw"), None, "no restore: the fold keeps growing toward the cap");
+        // ProbeRTT: the fold's cwnd falls to 4 packets; 200 ms and a round later it ends.
+        now += 10_000_000;
+        b.on_report(&dp(report(now, 40, 40, 1_000_000, RTT + 5_000), 80));
+        assert_eq!(b.mode(), Mode::ProbeRtt);
+        for dt in [RTT, 100_000, 150_000] {
+            now += dt;
+            b.on_report(&dp(report(now, 4, 4, 1_000_000, RTT), 4));
+        }
+        assert_eq!(b.mode(), Mode::ProbeBw);
+        let cap = b.cap_pkts().expect("a cap");
+        let jump = b.restore_jump_pkts().expect("a restore");
+        assert_eq!(jump, 80f64.min(cap), "the saved 80 packets, within the cap");
+        assert_eq!(reg(&b, "fcw"), Some(b.params.to_bytes(jump)), "the fold's cwnd jumps");
+        assert_eq!(reg(&b, "cap"), Some(b.params.to_bytes(cap)));
+        // The next report: nothing restored, nothing jumps.
+        now += RTT;
+        b.on_report(&dp(report(now, 40, 40, 1_000_000, RTT), 60));
+        assert_eq!((b.restore_jump_pkts(), reg(&b, "fcw")), (None, None));
+        // Loss recovery: conservation below the saved cwnd, then back at the recovery point.
+        now += RTT;
+        b.on_report(&dp(Measurement { lost_pkts: 3, ..report(now, 4, 50, 1_000_000, RTT) }, 70));
+        assert!(b.cwnd_pkts() < 70.0);
+        now += RTT;
+        b.on_report(&dp(report(now, 80, 30, 1_000_000, RTT), 40));
+        assert_eq!(reg(&b, "fcw").map(|v| v / MSS), Some(70u32.min(b.cap_pkts().unwrap() as u32)));
+        // Without fold growth there is no fold register to jump.
+        let mut plain = bbr();
+        plain.on_report(&report(RTT, 10, 30, 1_000_000, RTT));
+        plain.on_report(&Measurement { lost_pkts: 2, ..report(2 * RTT, 5, 20, 1_000_000, RTT) });
+        plain.on_report(&report(3 * RTT, 30, 20, 1_000_000, RTT));
+        assert_eq!((plain.restore_jump_pkts(), reg(&plain, "fcw")), (None, None));
     }
 
     #[test]

@@ -143,6 +143,30 @@ fn bbr_program_grows_cwnd_per_ack_toward_the_commanded_cap() {
 }
 
 #[test]
+fn bbr_program_jumps_to_a_restored_cwnd_sent_with_the_cap() {
+    let (dp, outbox, sc) = datapath(ccp_algorithms::bbr::PROGRAM);
+    let (mut f, sid) = connect(&dp, &outbox, &sc);
+    command(&dp, &sc, sid, 40 * MSS);
+    for _ in 0..10 {
+        ack(&mut f, 3, 10, 0, false);
+    }
+    assert_eq!(ack(&mut f, 3, 10, 0, false), 40 * MSS);
+    // ProbeRTT: cap 4 packets, applied at once.
+    command(&dp, &sc, sid, 4 * MSS);
+    assert_eq!(ack(&mut f, 1, 4, 0, false), 4 * MSS);
+    // ProbeRTT ends: the cap rises to 50 packets and the fold's cwnd is set to the
+    // saved 40 (Bbr::fold_registers after a restore): the next ACK finds cwnd at
+    // 40 + its acked packets, not at 4 + 1 as growth from ProbeRTT's window would give.
+    common::command_with_registers(&dp, &sc, sid, 50 * MSS, &[("fcw", 40 * MSS), ("cap", 50 * MSS)]);
+    assert_eq!(ack(&mut f, 1, 4, 0, false), 41 * MSS);
+    assert_eq!(ack(&mut f, 2, 5, 0, false), 43 * MSS, "then growth toward the cap as before");
+    // A restore above the cap stays at the cap (the kernel's min(cwnd + acked, target)).
+    common::command_with_registers(&dp, &sc, sid, 30 * MSS, &[("fcw", 45 * MSS), ("cap", 30 * MSS)]);
+    assert_eq!(ack(&mut f, 1, 30, 0, false), 30 * MSS);
+    drop(f);
+}
+
+#[test]
 fn a_late_initial_command_restarts_slow_start_instead_of_ending_it() {
     use ccp_algorithms::window::{WindowAlgorithm, WindowParams};
     let params = WindowParams {
