@@ -702,6 +702,7 @@ impl Bbr {
                 if self.probe_rtt_round_done && m.now_us > done {
                     self.min_rtt_stamp_us = m.now_us;
                     self.restore_prior_cwnd();
+                    self.prior_cwnd = 0.0;
                     if self.full_bw_reached {
                         self.enter_probe_bw(m.now_us);
                     } else {
@@ -876,7 +877,9 @@ impl Bbr {
             let point = self.acked_total + (outstanding * f64::from(self.params.mss_bytes)) as u64;
             self.recovery = Some((point, self.round));
         } else if m.has_loss() && self.recovery.is_none() {
-            self.prior_cwnd = self.cwnd;
+            // tcp_bbr.c bbr_save_cwnd: in ProbeRTT the cwnd is a temporary cut,
+            // the one saved at its entry stays.
+            self.prior_cwnd = if self.mode == Mode::ProbeRtt { self.prior_cwnd.max(self.cwnd) } else { self.cwnd };
             let outstanding = (m.outstanding_pkts() as f64).max(1.0);
             let point = self.acked_total + (outstanding * f64::from(self.params.mss_bytes)) as u64;
             // Packet conservation for one round from now (tcp_bbr.c starts a
@@ -902,12 +905,18 @@ impl Bbr {
     /// tcp_bbr.c does on leaving either (`max(cwnd, prior_cwnd)`); the cap
     /// `set_cwnd` then computes bounds it as the kernel's next
     /// `min(cwnd + acked, target)` does.
+    ///
+    /// A recovery that ends inside ProbeRTT keeps the saved cwnd for
+    /// ProbeRTT's own end, which clears it (the kernel never clears
+    /// `prior_cwnd`; ProbeRTT's cap holds cwnd at 4 packets until then).
     fn restore_prior_cwnd(&mut self) {
         if self.prior_cwnd > self.cwnd {
             self.cwnd = self.prior_cwnd;
             self.restored = true;
         }
-        self.prior_cwnd = 0.0;
+        if self.mode != Mode::ProbeRtt {
+            self.prior_cwnd = 0.0;
+        }
     }
 
     /// The cwnd the fold jumps to with this report's command, packets: the
@@ -1196,6 +1205,23 @@ mod tests {
         now += RTT;
         b.on_report(&dp(report(now, 80, 30, 1_000_000, RTT), 40));
         assert_eq!(reg(&b, "fcw").map(|v| v / MSS), Some(70u32.min(b.cap_pkts().unwrap() as u32)));
+        // A loss inside ProbeRTT, its recovery ending there too: ProbeRTT's end
+        // still restores the cwnd saved at its entry (tcp_bbr.c bbr_save_cwnd).
+        now += 10_000_000;
+        b.on_report(&dp(report(now, 40, 60, 1_000_000, RTT + 5_000), 60));
+        assert_eq!(b.mode(), Mode::ProbeRtt);
+        now += RTT;
+        b.on_report(&dp(Measurement { lost_pkts: 2, ..report(now, 4, 30, 1_000_000, RTT) }, 10));
+        now += RTT;
+        b.on_report(&dp(report(now, 60, 4, 1_000_000, RTT), 4));
+        assert!(b.recovery.is_none(), "recovery ended inside ProbeRTT");
+        assert_eq!(b.mode(), Mode::ProbeRtt);
+        for dt in [100_000, 150_000] {
+            now += dt;
+            b.on_report(&dp(report(now, 4, 4, 1_000_000, RTT), 4));
+        }
+        assert_eq!(b.mode(), Mode::ProbeBw);
+        assert_eq!(b.restore_jump_pkts(), Some(60f64.min(b.cap_pkts().unwrap())), "the cwnd saved at ProbeRTT's entry");
         // Without fold growth there is no fold register to jump.
         let mut plain = bbr();
         plain.on_report(&report(RTT, 10, 30, 1_000_000, RTT));
