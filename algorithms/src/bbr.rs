@@ -78,18 +78,19 @@
 //! send buffer is sized 2 x cwnd by the datapath where tcp_bbr.c asks 3 x
 //! (`bbr_sndbuf_expand`).
 //!
-//! Fidelity (algorithms/README.md, "Final full run": 5 runs x 20 s on the six
-//! links of `ccplab fidelity`, ratio ccp/kernel, medians; 17 of bbr's 24
-//! targets met): throughput 0.98-1.00x everywhere; p95 queueing delay 0.85x on
-//! the fixed links (on the bound, met), 0.87-0.92x on the step-up links, 1.06x
-//! on Verizon LTE, 0.75x after the 24 -> 6 step (missed; bimodal across runs,
-//! cause unknown); retransmits 0.75-1.11x except 0 -> 12 Mbit/s (2.73x: in
-//! some runs Startup lasts one or two 20 ms bins longer, because its rounds
-//! and full-pipe check start at a report, up to half an RTT after the
-//! kernel's ACK); Normalized Area 1.17-1.19x (1.33x after the 24 -> 6 step;
-//! the 0 -> 48 step's 1.19x is within the kernel's own spread): Startup ramps
-//! about half an RTT behind in its 2nd-3rd rounds, where both BBRs are
-//! pacing-limited and this one sets the rate per report. What was tried and
+//! Fidelity (algorithms/README.md, "BBR: cwnd restored at once after
+//! ProbeRTT": 5 runs x 20 s on the six links of `ccplab fidelity`, ratio
+//! ccp/kernel, medians; 17 of bbr's 24 targets met): throughput 0.98-1.00x
+//! everywhere; p95 queueing delay 0.81-0.85x on the fixed links (18 ms against
+//! 21 on the 1-BDP one, a millisecond from the bound), 0.86-0.93x on the
+//! step-up links, 1.06x on Verizon LTE, 0.84x after the 24 -> 6 step (the
+//! kernel keeps a higher queue there); retransmits 0.90-1.23x (0 -> 12 Mbit/s
+//! 1.18x at the median but bimodal across runs: in some runs Startup lasts
+//! one or two 20 ms bins longer, because its rounds and full-pipe check start
+//! at a report, up to half an RTT after the kernel's ACK); Normalized Area
+//! 1.17-1.21x (the 0 -> 48 step's 1.19x is within the kernel's own spread):
+//! Startup ramps about half an RTT behind in its 2nd-3rd rounds, where both
+//! BBRs are pacing-limited and this one sets the rate per report. What was tried and
 //! kept or dropped (the per-ACK Startup rate, `--startup-rate-in-fold`, off by
 //! default; the ACK-aggregation allowance per ACK, on; reports at the end of
 //! each round, reverted) is measured there, in "BBR after the full run" and
