@@ -150,6 +150,11 @@ impl libccp::DatapathOps for UnixOut {
 
 
 /// Receive one datagram from Portus (at most 5 s) and hand it to libccp.
+/// The socket id a daemon message is for (header: u16 type, u16 length, u32 sid).
+fn sid_of(msg: &[u8]) -> u32 {
+    u32::from_le_bytes([msg[4], msg[5], msg[6], msg[7]])
+}
+
 fn deliver(dp: &libccp::Datapath, sock: &UnixDatagram) -> Vec<u8> {
     let mut buf = vec![0u8; 4096];
     let n = sock.recv(&mut buf).expect("a message from the daemon within 5 s");
@@ -197,9 +202,11 @@ fn cubic_daemon_over_unix_socket() {
     let info = libccp::FlowInfo::default().with_mss(MSS).with_init_cwnd(10 * MSS);
     let info = info.with_cong_alg("cubic").unwrap();
     let mut conn = libccp::Connection::start(&dp, Conn { cwnd: 10 * MSS }, info).unwrap();
-    deliver(&dp, &sock); // changeprog
+    // libccp numbers connections across the whole test process (tests run in
+    // parallel): the flow's sid is the one the daemon's first answer names.
+    let sid = sid_of(&deliver(&dp, &sock)); // changeprog
     deliver(&dp, &sock); // update_field Cwnd
-    assert!(daemon.wait_log("flow sid=1 alg=cubic mss=1460", Duration::from_secs(5)));
+    assert!(daemon.wait_log(&format!("flow sid={sid} alg=cubic mss=1460"), Duration::from_secs(5)));
 
     let ack = |conn: &mut libccp::Connection<'_, Conn>, lost: u32| {
         let cwnd = conn.cwnd;
@@ -224,7 +231,7 @@ fn cubic_daemon_over_unix_socket() {
     let reply = deliver(&dp, &sock);
     // Header: u16 type (3 = update_field; portus's parser does not implement it), u16 len, u32 sid.
     assert_eq!(u16::from_le_bytes([reply[0], reply[1]]), 3, "an update_field message");
-    assert_eq!(u32::from_le_bytes([reply[4], reply[5], reply[6], reply[7]]), 1, "for sid 1");
+    assert_eq!(sid_of(&reply), sid, "for the flow's sid");
     ack(&mut conn, 0);
     let prr = 15.0 - 3.0;
     let commanded = (prr * f64::from(MSS)).round() as u32 + ccp_algorithms::window::TAKEOVER_MARK_BYTES;
@@ -233,7 +240,8 @@ fn cubic_daemon_over_unix_socket() {
     assert_eq!(conn.cwnd, 12 * MSS);
     let line = format!("-> cwnd={commanded} bytes");
     assert!(daemon.wait_log(&line, Duration::from_secs(5)), "log:\n{}", daemon.log_text());
-    assert!(daemon.log_text().contains("report sid=1 acked=2920 sacked=0 loss=3 timeout=false rtt_us=5000"));
+    let report = format!("report sid={sid} acked=2920 sacked=0 loss=3 timeout=false rtt_us=5000");
+    assert!(daemon.log_text().contains(&report), "log:\n{}", daemon.log_text());
 
     // SIGTERM: clean exit 0 within ~1 s (Portus's receive timeout), socket removed.
     let child = daemon.child.as_mut().unwrap();
@@ -297,11 +305,12 @@ fn one_daemon_hosts_several_algorithms_by_name() {
     // (congAlg asked for, algorithm expected, cwnd in packets it sets first)
     let cases = [("cubic", "cubic", 13), ("fixed-window", "fixed-window", 7), ("vegas", "reno", 11), ("reno", "reno", 11)];
     let mut conns = Vec::new();
-    for (i, (asked, alg, pkts)) in cases.into_iter().enumerate() {
-        let sid = i + 1;
+    let mut sids = Vec::new();
+    for (asked, alg, pkts) in cases {
         let info = libccp::FlowInfo::default().with_mss(MSS).with_init_cwnd(10 * MSS).with_cong_alg(asked).unwrap();
         let mut conn = libccp::Connection::start(&dp, Conn { cwnd: 10 * MSS }, info).unwrap();
-        deliver(&dp, &sock); // changeprog
+        let sid = sid_of(&deliver(&dp, &sock)); // changeprog (libccp's sids are process-wide)
+        sids.push(sid);
         deliver(&dp, &sock); // update_field Cwnd
         let line = format!("flow sid={sid} alg={alg} mss=1460");
         assert!(daemon.wait_log(&line, Duration::from_secs(5)), "{line:?} missing; log:\n{}", daemon.log_text());
@@ -317,8 +326,10 @@ fn one_daemon_hosts_several_algorithms_by_name() {
         conns.push(conn);
     }
     let log = daemon.log_text();
-    assert!(log.contains("flow sid=3 asked for \"vegas\", not hosted: default reno"), "{log}");
-    assert!(!log.contains("sid=4 asked for"), "a hosted name is not reported as unhosted:\n{log}");
+    assert!(log.contains(&format!("flow sid={} asked for \"vegas\", not hosted: default reno", sids[2])), "{log}");
+    for sid in [sids[0], sids[1], sids[3]] {
+        assert!(!log.contains(&format!("sid={sid} asked for")), "a hosted name is not reported as unhosted:\n{log}");
+    }
     drop(conns);
     drop(dp);
     drop(daemon);
