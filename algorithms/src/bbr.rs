@@ -634,7 +634,9 @@ impl Bbr {
         let next = if gain == 1.0 {
             full_length
         } else if gain > 1.0 {
-            full_length && (m.has_loss() || m.inflight_max_pkts as f64 >= self.bdp_pkts(gain))
+            // tcp_bbr.c: in flight >= bbr_inflight(bw, 5/4), the quantization
+            // budget (+2 packets in this phase) included
+            full_length && (m.has_loss() || m.inflight_max_pkts as f64 >= self.inflight_target(gain))
         } else if full_length {
             true
         } else {
@@ -1237,6 +1239,35 @@ mod tests {
         plain.on_report(&Measurement { lost_pkts: 2, ..report(2 * RTT, 5, 20, 1_000_000, RTT) });
         plain.on_report(&report(3 * RTT, 30, 20, 1_000_000, RTT));
         assert_eq!((plain.restore_jump_pkts(), reg(&plain, "fcw")), (None, None));
+    }
+
+    #[test]
+    fn probe_phase_lasts_until_in_flight_reaches_five_quarters_bdp_plus_the_budget() {
+        let mut b = bbr();
+        let mut now = 0;
+        // To ProbeBW at 1 MB/s x 40 ms (BDP 40 packets), then to the 5/4 phase.
+        for _ in 0..8 {
+            now += RTT;
+            b.on_report(&report(now, 40, 40, 1_000_000, RTT));
+        }
+        b.on_report(&report(now + RTT, 40, 39, 1_000_000, RTT));
+        assert_eq!(b.mode(), Mode::ProbeBw);
+        while b.cycle_idx() != 0 {
+            now += RTT + 1;
+            b.on_report(&report(now, 40, 40, 1_000_000, RTT));
+        }
+        let target = b.inflight_target(1.25);
+        assert!(target > b.bdp_pkts(1.25) + 2.0, "budget {} packets", target - b.bdp_pkts(1.25));
+        // A whole RTprop at 5/4, in flight at 5/4 BDP but below the budget: the phase goes on.
+        now += RTT + 1;
+        let at_bdp = b.bdp_pkts(1.25).ceil() as u64;
+        b.on_report(&Measurement { inflight_max_pkts: at_bdp, ..report(now, 40, at_bdp, 1_000_000, RTT) });
+        assert_eq!(b.cycle_idx(), 0, "5/4 BDP alone does not end the probe (tcp_bbr.c bbr_inflight)");
+        // In flight reaches 5/4 BDP + the budget: the 3/4 phase follows.
+        now += 1_000;
+        let at_target = target.ceil() as u64;
+        b.on_report(&Measurement { inflight_max_pkts: at_target, ..report(now, 10, at_target, 1_000_000, RTT) });
+        assert_eq!(b.cycle_idx(), 1);
     }
 
     #[test]
