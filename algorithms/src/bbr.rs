@@ -14,7 +14,8 @@
 //!   when BtlBw grew less than 25 % in 3 rounds; then Drain: pacing_gain =
 //!   1/2.885 until in-flight <= BDP; then ProbeBW.
 //! - ProbeBW: the 8-phase gain cycle 5/4, 3/4, 1, 1, 1, 1, 1, 1, each phase
-//!   about one RTprop (5/4 also until in-flight reaches 5/4 BDP or a loss; 3/4
+//!   about one RTprop (5/4 also until in-flight reaches 5/4 BDP + the
+//!   quantization budget, `bbr_inflight`, or a loss; 3/4
 //!   ends early when in-flight <= BDP); it starts at a random phase other than
 //!   3/4 (seeded by `--seed`).
 //! - ProbeRTT: when RTprop was not refreshed for 10 s: cwnd = 4 packets for
@@ -79,18 +80,16 @@
 //! (`bbr_sndbuf_expand`).
 //!
 //! Fidelity (algorithms/README.md, "BBR: cwnd restored at once after
-//! ProbeRTT": 5 runs x 20 s on the six links of `ccplab fidelity`, ratio
-//! ccp/kernel, medians; 17 of bbr's 24 targets met): throughput 0.98-1.00x
-//! everywhere; p95 queueing delay 0.81-0.85x on the fixed links (18 ms against
-//! 21 on the 1-BDP one, a millisecond from the bound), 0.86-0.93x on the
-//! step-up links, 1.06x on Verizon LTE, 0.84x after the 24 -> 6 step (the
-//! kernel keeps a higher queue there); retransmits 0.90-1.23x (0 -> 12 Mbit/s
-//! 1.18x at the median but bimodal across runs: in some runs Startup lasts
-//! one or two 20 ms bins longer, because its rounds and full-pipe check start
-//! at a report, up to half an RTT after the kernel's ACK); Normalized Area
-//! 1.17-1.21x (the 0 -> 48 step's 1.19x is within the kernel's own spread):
-//! Startup ramps about half an RTT behind in its 2nd-3rd rounds, where both
-//! BBRs are pacing-limited and this one sets the rate per report. What was tried and
+//! ProbeRTT, and the 5/4 phase": 5 runs x 20 s on the six links of `ccplab
+//! fidelity`, ratio ccp/kernel, medians; 18 of bbr's 24 targets met):
+//! throughput 1.00x everywhere; p95 queueing delay 0.93-1.15x; retransmits
+//! 0.76-1.24x except 0 -> 12 Mbit/s (1.53x at the median, bimodal across runs:
+//! in some runs Startup lasts one or two 20 ms bins longer, because its rounds
+//! and full-pipe check start at a report, up to half an RTT after the
+//! kernel's ACK); Normalized Area 1.16-1.19x (the 0 -> 48 step's 1.19x is
+//! within the kernel's own spread): Startup ramps about half an RTT behind in
+//! its 2nd-3rd rounds, where both BBRs are pacing-limited and this one sets
+//! the rate per report. What was tried and
 //! kept or dropped (the per-ACK Startup rate, `--startup-rate-in-fold`, off by
 //! default; the ACK-aggregation allowance per ACK, on; reports at the end of
 //! each round, reverted) is measured there, in "BBR after the full run" and
@@ -995,7 +994,7 @@ impl Controller for Bbr {
     /// value and its cap `cap` to the commanded one, so cwnd jumps back as
     /// the kernel's does instead of regrowing per ACK from ProbeRTT's 4
     /// packets (which idled the link ~0.3 s after each ProbeRTT at 6 Mbit/s:
-    /// algorithms/README.md, "BBR: cwnd restored at once after ProbeRTT").
+    /// algorithms/README.md, "BBR: cwnd restored at once after ProbeRTT, and the 5/4 phase").
     fn fold_registers(&self) -> Vec<(&'static str, u32)> {
         let mut regs = Vec::new();
         if self.args.ack_aggregation && self.fold_growth {
