@@ -900,6 +900,12 @@ impl Bbr {
             if self.acked_total >= point {
                 self.recovery = None;
                 self.restore_prior_cwnd(false);
+                // A recovery that ends inside ProbeRTT leaves the saved cwnd to
+                // ProbeRTT's own end (the kernel never clears `prior_cwnd`;
+                // ProbeRTT's cap holds cwnd at 4 packets until then).
+                if self.mode != Mode::ProbeRtt {
+                    self.prior_cwnd = 0.0;
+                }
             }
         }
     }
@@ -913,18 +919,12 @@ impl Bbr {
     /// report interval of Startup growth above the kernel's at the loss ACK,
     /// and jumping there raised fixed12-q1bdp's retransmits from 1.11x to
     /// 1.57x the kernel's (algorithms/README.md, "BBR: cwnd restored at once
-    /// after ProbeRTT").
-    ///
-    /// A recovery that ends inside ProbeRTT keeps the saved cwnd for
-    /// ProbeRTT's own end, which clears it (the kernel never clears
-    /// `prior_cwnd`; ProbeRTT's cap holds cwnd at 4 packets until then).
+    /// after ProbeRTT, and the 5/4 phase"). The caller decides whether the
+    /// saved cwnd is used up.
     fn restore_prior_cwnd(&mut self, jump: bool) {
         if self.prior_cwnd > self.cwnd {
             self.cwnd = self.prior_cwnd;
             self.restored = jump;
-        }
-        if self.mode != Mode::ProbeRtt {
-            self.prior_cwnd = 0.0;
         }
     }
 
@@ -993,7 +993,7 @@ impl Controller for Bbr {
     /// ([`Bbr::restore_jump_pkts`]) the fold's cwnd `fcw` set to the restored
     /// value and its cap `cap` to the commanded one, so cwnd jumps back as
     /// the kernel's does instead of regrowing per ACK from ProbeRTT's 4
-    /// packets (which idled the link ~0.3 s after each ProbeRTT at 6 Mbit/s:
+    /// packets (which idled the link ~0.2 s longer after each ProbeRTT at 6 Mbit/s:
     /// algorithms/README.md, "BBR: cwnd restored at once after ProbeRTT, and the 5/4 phase").
     fn fold_registers(&self) -> Vec<(&'static str, u32)> {
         let mut regs = Vec::new();
