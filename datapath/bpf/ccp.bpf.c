@@ -598,26 +598,55 @@ static __always_inline void fallback(struct sock *sk, struct tcp_sock *tp, struc
 		refresh_flow_info(tp, ca->flow_id);	/* by value: a stack key */
 }
 
-/* --fold kernel: the flow's fold program runs here (fold_ccp.h); what the
- * algorithm set is applied while the daemon's heartbeat is fresh (it
- * forwards the reports), else the fallback runs. */
-static __always_inline void fold_cong_control(struct sock *sk, struct tcp_sock *tp, struct ccp_priv *ca,
-					      __u32 ack, const struct rate_sample *rs, __u64 now, __u64 hb)
+/* --fold kernel: compiled main sections (src/fold_jit.rs), one per program
+ * slot, and at FOLD_JIT_POST the second half of cong_control
+ * (ccp_fold_post), which every compiled section tail-calls when it is done.
+ * A slot without a compiled section (none loaded, or the compiler declined
+ * the program) makes the tail call fall through to the interpreter. */
+#define FOLD_JIT_POST 0		/* slot 0 is never a program's */
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, FOLD_MAX_SLOTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} fold_jit SEC(".maps");
+
+/* --fold kernel, after the flow's main section returned `err`: what the
+ * algorithm set is applied while the daemon's heartbeat (read before the
+ * section) is fresh (it forwards the reports), else the fallback runs. */
+static __always_inline void fold_cong_control_end(struct sock *sk, struct tcp_sock *tp, struct ccp_priv *ca,
+						  __u32 ack, const struct rate_sample *rs,
+						  struct fold_flow *ff, int err)
 {
 	struct dp_counters *c = counters();
 	struct ccp_cmd cmd = {};
+	__u64 now, hb;
 
-	if (fold_on_ack(sk, rs, ca->flow_id, ca->ecn_bytes, ca->timeouts, now, &cmd.cwnd_bytes,
-			&cmd.rate_bytes_per_sec) &&
-	    hb && (hb > now || now - hb < stale_after_ns)) {
-		apply_command(sk, tp, ca, &cmd);
-		if (c)
-			c->command_acks++;
-	} else {
-		fallback(sk, tp, ca, ack, rs);
-		if (c)
-			c->fallback_acks++;
+	if (ff && fold_ack_end(ff, ca->flow_id, err, &cmd.cwnd_bytes, &cmd.rate_bytes_per_sec)) {
+		now = ff->pend.now;
+		hb = ff->pend.hb;
+		if (hb && (hb > now || now - hb < stale_after_ns)) {
+			apply_command(sk, tp, ca, &cmd);
+			if (c)
+				c->command_acks++;
+			return;
+		}
 	}
+	fallback(sk, tp, ca, ack, rs);
+	if (c)
+		c->fallback_acks++;
+}
+
+/* The second half of cong_control after a compiled main section: it left
+ * its result in the register file (FOLD_OFF_JIT_RET). Entered only by tail
+ * call (registered under no name: see ccp_fold_post_ops). */
+SEC("struct_ops")
+void BPF_PROG(ccp_fold_post, struct sock *sk, __u32 ack, int flag, const struct rate_sample *rs)
+{
+	struct fold_flow *ff = bpf_sk_storage_get(&fold_flows, sk, 0, 0);
+
+	fold_cong_control_end(sk, tcp_sk(sk), ca_priv(sk), ack, rs, ff,
+			      ff ? (int)ff->st.regs[FOLD_OFF_JIT_RET] : 0);
 }
 
 SEC("struct_ops")
@@ -639,7 +668,17 @@ void BPF_PROG(ccp_cong_control, struct sock *sk, __u32 ack, int flag, const stru
 		return;
 	}
 	if (fold_in_kernel) {
-		fold_cong_control(sk, tp, ca, ack, rs, now, hb);
+		struct fold_prog *p;
+		struct fold_flow *ff = fold_ack_begin(sk, rs, id, ca->ecn_bytes, ca->timeouts, now, hb, &p);
+		int err = 0;
+
+		if (ff && p) {
+			/* the compiled main section, which goes on in ccp_fold_post;
+			 * returns only if the slot has none */
+			bpf_tail_call(ctx, &fold_jit, ff->st.slot & (FOLD_MAX_SLOTS - 1));
+			err = fold_run_section(&ff->st, p, 0, p->n_main, now, &ff->pend.res.steps);
+		}
+		fold_cong_control_end(sk, tp, ca, ack, rs, ff, err);
 		return;
 	}
 	emit_ack(sk, tp, ca, rs, now);
@@ -677,4 +716,14 @@ struct tcp_congestion_ops ccp = {
 	.pkts_acked = (void *)ccp_pkts_acked,
 	.cwnd_event = (void *)ccp_cwnd_event,
 	.name = "ccp",
+};
+
+/* Never registered: it makes libbpf load ccp_fold_post as a cong_control
+ * program (the type a tail call from ccp_cong_control must land in). */
+SEC(".struct_ops.link")
+struct tcp_congestion_ops ccp_fold_post_ops = {
+	.ssthresh = (void *)ccp_ssthresh,
+	.undo_cwnd = (void *)ccp_undo_cwnd,
+	.cong_control = (void *)ccp_fold_post,
+	.name = "ccp_fold_post",
 };

@@ -2,7 +2,7 @@
 /*
  * fold_ccp.h: the struct_ops side of `--fold kernel`: per-flow fold state in
  * socket storage, the program table, staged updates, report records, and
- * one call per ACK (fold_on_ack) that does what the user-space libccp path
+ * one call per ACK (fold_on_ack, or its two halves) that does what the user-space libccp path
  * does with an ACK event (src/fold.rs on_ack + src/primitives.rs), without
  * leaving the kernel. Only reports (and create/release events) reach user
  * space.
@@ -10,11 +10,15 @@
  * Include after vmlinux.h, bpf_helpers.h and fold_vm.h, once per object.
  * The includer calls:
  *   fold_flow_start(sk, flow_id, timeouts)        from init()
- *   fold_on_ack(sk, rs, flow_id, ecn_bytes, timeouts, now, &cwnd, &rate)
- *                                                 from cong_control(): 1 = the
- *                                                 algorithm's cwnd (bytes) /
- *                                                 rate (bytes/s) to apply,
- *                                                 0 = no algorithm yet: fall back
+ *   ff = fold_ack_begin(sk, rs, flow_id, ecn_bytes, timeouts, now, hb, &prog)
+ *                                                 from cong_control(), then the
+ *                                                 main section of `prog` (if any:
+ *                                                 fold_run_section, or a tail call
+ *                                                 into its compiled form), then
+ *   fold_ack_end(ff, flow_id, err, &cwnd, &rate)  1 = the algorithm's cwnd
+ *                                                 (bytes) / rate (bytes/s) to
+ *                                                 apply, 0 = no algorithm yet:
+ *                                                 fall back
  *   fold_flow_end(flow_id)                        from release()
  * User space (src/fold_kernel.rs KernelFold) writes `fold_progs`, stages
  * updates by running the `fold_stage` syscall program with
@@ -52,10 +56,23 @@ struct {
 	__type(value, struct fold_counters);
 } fold_counters SEC(".maps");
 
+/* What the first half of an ACK (fold_ack_begin) leaves for the second
+ * (fold_ack_end): with a compiled main section the two halves are
+ * different BPF programs, a tail call apart, so nothing stays on the stack. */
+struct fold_pending {
+	struct fold_result res;
+	__u64 now;		/* the ACK's bpf_ktime_get_ns() */
+	__u64 hb;		/* the daemon's heartbeat as read at that time */
+	__u32 seed;		/* the cwnd Cwnd was seeded with (bytes) */
+	__u32 urgent;		/* a loss or timeout: a report wakes user space */
+};
+
 /* Per-flow state: the interpreter's registers plus the datapath's own
- * bookkeeping (what src/fold.rs keeps per libccp connection). */
+ * bookkeeping (what src/fold.rs keeps per libccp connection). The registers
+ * come first: a compiled main section finds them at offset 0. */
 struct fold_flow {
 	struct fold_state st;
+	struct fold_pending pend;
 	struct fold_baseline base;
 	__u64 req_rate;		/* last set_rate (bytes/s), 0: none */
 	__u32 req_cwnd;		/* last set_cwnd (bytes), 0: none */
@@ -222,35 +239,36 @@ static __always_inline void fold_send_report(struct fold_flow *ff, __u32 flow_id
 }
 
 /*
- * One ACK: primitives, staged updates, the flow's fold program, its report.
+ * One ACK: primitives, staged updates, the flow's fold program, its report,
+ * in two halves around the program's main section (which runs interpreted
+ * or compiled in between, see ccp.bpf.c).
  * Cwnd is seeded with the cwnd the algorithm last set (else the kernel's),
  * Rate with the rate it last set (libccp re-seeds both every invocation and
  * an asynchronous datapath must echo what it applied, FIELD-NOTES). After an
  * RTO the algorithm's earlier requests are stale: they are forgotten and the
  * kernel's loss window stands until the algorithm sets something other than
  * that seed (src/fold.rs awaiting_alg).
- * Returns 1 with *cwnd_bytes / *rate (0 = leave) when the algorithm controls
- * the flow, 0 when the caller should run its fallback.
  */
-static __always_inline int fold_on_ack(struct sock *sk, const struct rate_sample *rs, __u32 flow_id,
-				       __u32 ecn_bytes, __u32 timeouts, __u64 now,
-				       __u32 *cwnd_bytes, __u64 *rate)
+
+/* The first half: returns the flow's state (NULL: none, run the fallback)
+ * with ff->pend filled and *prog the program whose main section is due
+ * (NULL: none is installed; fold_ack_end still runs). */
+static __always_inline struct fold_flow *fold_ack_begin(struct sock *sk, const struct rate_sample *rs,
+							__u32 flow_id, __u32 ecn_bytes, __u32 timeouts,
+							__u64 now, __u64 hb, struct fold_prog **prog)
 {
 	const struct tcp_sock *tp = (const struct tcp_sock *)sk;
 	struct fold_flow *ff = bpf_sk_storage_get(&fold_flows, sk, 0, 0);
 	struct fold_staged_entry *e = NULL;
 	struct fold_scratch_buf *scratch = fold_scratch_get();
 	struct fold_staged *sg = NULL;
-	struct fold_counters *cnt;
-	struct fold_result res;
 	struct fold_ack a;
 	__u64 prims[FOLD_N_PRIM];
-	__u32 seed, last, zero = 0;
 	__u32 gen;
 
-	cnt = bpf_map_lookup_elem(&fold_counters, &zero);
-	if (!ff || !scratch || !cnt)
-		return 0;
+	*prog = NULL;
+	if (!ff || !scratch)
+		return NULL;
 	fold_fill_ack(&a, tp, rs, ecn_bytes, timeouts);
 	fold_prims(&a, &ff->base, prims);
 	if (prims[14] || ff->ctl_epoch != FOLD_CTL_EPOCH) {	/* was_timeout, or a new algorithm */
@@ -259,7 +277,10 @@ static __always_inline int fold_on_ack(struct sock *sk, const struct rate_sample
 		ff->req_cwnd = 0;
 		ff->req_rate = 0;
 	}
-	seed = ff->req_cwnd ? ff->req_cwnd : fold_sat_mul(tp->snd_cwnd, a.mss ? a.mss : 1);
+	ff->pend.now = now;
+	ff->pend.hb = hb;
+	ff->pend.urgent = prims[4] || prims[14];	/* lost_pkts_sample, was_timeout */
+	ff->pend.seed = ff->req_cwnd ? ff->req_cwnd : fold_sat_mul(tp->snd_cwnd, a.mss ? a.mss : 1);
 	gen = *(volatile __u32 *)fold_staged_gen(flow_id);
 	if (gen != ff->staged_seen) {
 		/* read before the lookup: a merge after it bumps the generation
@@ -269,24 +290,45 @@ static __always_inline int fold_on_ack(struct sock *sk, const struct rate_sample
 	}
 	if (e && fold_take_staged(e, &scratch->sg))
 		sg = &scratch->sg;
-	fold_invoke(&ff->st, &fold_progs, sg, prims, seed, ff->req_rate, now, fold_time_zero_ns, &res);
+	*prog = fold_invoke_begin(&ff->st, &fold_progs, sg, prims, ff->pend.seed, ff->req_rate, now,
+				  fold_time_zero_ns, &ff->pend.res);
+	ff->st.regs[FOLD_OFF_JIT_NOW] = now;
+	return ff;
+}
+
+/* The second half, after the main section returned `err` (ignored when
+ * begin found no program). Returns 1 with *cwnd_bytes / *rate (0 = leave)
+ * when the algorithm controls the flow, 0 when the caller should run its
+ * fallback. */
+static __always_inline int fold_ack_end(struct fold_flow *ff, __u32 flow_id, int err,
+					__u32 *cwnd_bytes, __u64 *rate)
+{
+	struct fold_result *res = &ff->pend.res;
+	struct fold_counters *cnt;
+	__u32 last, zero = 0;
+
+	cnt = bpf_map_lookup_elem(&fold_counters, &zero);
+	if (!cnt)
+		return 0;
+	if (res->ret == FOLD_OK)
+		fold_invoke_end(&ff->st, err, res);
 	cnt->invocations++;	/* per CPU, not atomic: a softirq interrupting a process-context ACK can lose a count */
-	if (res.ret >= FOLD_ERR_SUB_UNDERFLOW && res.ret <= FOLD_ERR_ADD_OVERFLOW)
+	if (res->ret >= FOLD_ERR_SUB_UNDERFLOW && res->ret <= FOLD_ERR_ADD_OVERFLOW)
 		cnt->aborts++;
-	if (res.n_cwnd) {
-		last = res.n_cwnd > 1 ? res.cwnd[1] : res.cwnd[0];
+	if (res->n_cwnd) {
+		last = res->n_cwnd > 1 ? res->cwnd[1] : res->cwnd[0];
 		ff->req_cwnd = last;
 	}
-	if (res.n_rate) {
-		last = res.n_rate > 1 ? res.rate[1] : res.rate[0];
+	if (res->n_rate) {
+		last = res->n_rate > 1 ? res->rate[1] : res->rate[0];
 		ff->req_rate = last;
 	}
-	if (res.report)
-		fold_send_report(ff, flow_id, &res, now, prims[4] || prims[14], cnt);
+	if (res->report)
+		fold_send_report(ff, flow_id, res, ff->pend.now, ff->pend.urgent, cnt);
 	if (ff->awaiting) {
 		/* libccp echoes the seed on every invocation: only another cwnd
 		 * or a rate is the algorithm speaking again */
-		if (!((res.n_cwnd && ff->req_cwnd != seed) || ff->req_rate)) {
+		if (!((res->n_cwnd && ff->req_cwnd != ff->pend.seed) || ff->req_rate)) {
 			ff->req_cwnd = 0;
 			ff->req_rate = 0;
 			return 0;
@@ -298,6 +340,22 @@ static __always_inline int fold_on_ack(struct sock *sk, const struct rate_sample
 	*cwnd_bytes = ff->req_cwnd;
 	*rate = ff->req_rate;
 	return 1;
+}
+
+/* One ACK with the main section interpreted: both halves in one call. */
+static __always_inline int fold_on_ack(struct sock *sk, const struct rate_sample *rs, __u32 flow_id,
+				       __u32 ecn_bytes, __u32 timeouts, __u64 now, __u64 hb,
+				       __u32 *cwnd_bytes, __u64 *rate)
+{
+	struct fold_prog *p;
+	struct fold_flow *ff = fold_ack_begin(sk, rs, flow_id, ecn_bytes, timeouts, now, hb, &p);
+	int err = 0;
+
+	if (!ff)
+		return 0;
+	if (p)
+		err = fold_run_section(&ff->st, p, 0, p->n_main, now, &ff->pend.res.steps);
+	return fold_ack_end(ff, flow_id, err, cwnd_bytes, rate);
 }
 
 /* Staging from user space: one Portus message's updates for one flow

@@ -84,6 +84,10 @@
 #define FOLD_OFF_TIME_ZERO 149	/* fold_state.time_zero_ns */
 #define FOLD_OFF_SLOT 150	/* fold_state.slot */
 #define FOLD_OFF_REPORT 151	/* report register i at FOLD_OFF_REPORT + i */
+/* Past the report registers, never an operand: what a compiled main section
+ * (src/fold_jit.rs, entered by a tail call) reads and leaves behind. */
+#define FOLD_OFF_JIT_RET 261	/* its result: FOLD_OK or an abort code (as s64) */
+#define FOLD_OFF_JIT_NOW 262	/* the invocation's now_ns (Micros writes move time zero) */
 #define FOLD_NREGS 512		/* power of two: offsets are masked */
 #define FOLD_REG_MASK (FOLD_NREGS - 1)
 
@@ -194,6 +198,7 @@ _Static_assert(sizeof(struct fold_state) == 8 * FOLD_NREGS, "fold_state layout")
 _Static_assert(__builtin_offsetof(struct fold_state, time_zero_ns) == 8 * FOLD_OFF_TIME_ZERO, "time zero");
 _Static_assert(__builtin_offsetof(struct fold_state, slot) == 8 * FOLD_OFF_SLOT, "slot");
 _Static_assert(FOLD_OFF_REPORT + FOLD_MAX_REPORT <= FOLD_NREGS, "report registers fit");
+_Static_assert(FOLD_OFF_REPORT + FOLD_MAX_REPORT <= FOLD_OFF_JIT_RET, "compiled-section slots past the reports");
 
 /* fold_staged.flags */
 #define FOLD_STAGED_CHANGE 1
@@ -682,7 +687,10 @@ static __always_inline void fold_change_program(struct fold_state *st, void *pro
 }
 
 /*
- * One libccp invocation (ccp_invoke after the create message went out).
+ * One libccp invocation (ccp_invoke after the create message went out), in
+ * two halves around the main section so that the section can also run as
+ * compiled code (src/fold_jit.rs, entered by a tail call): fold_invoke_begin
+ * up to it, fold_invoke_end after it. fold_invoke runs all three here.
  *
  * st: the flow's state; progs: the program table (array map of struct
  * fold_prog keyed by slot); sg: staged updates or NULL (consumed: the caller
@@ -692,12 +700,17 @@ static __always_inline void fold_change_program(struct fold_state *st, void *pro
  * Ack.now. On out->report the caller sends report registers [0, n_fields) and then
  * calls fold_finish_report.
  */
-static __always_inline void fold_invoke(struct fold_state *st, void *progs, struct fold_staged *sg,
-					const __u64 *prims, __u32 snd_cwnd, __u64 snd_rate,
-					__u64 now_ns, __u64 dp_time_zero_ns, struct fold_result *out)
+
+/* Everything before the main section. Returns the program to run (its uid
+ * and report size already in *out), or NULL with out->ret =
+ * FOLD_ERR_PROG_IS_NULL: no main section, no fold_invoke_end. */
+static __always_inline struct fold_prog *fold_invoke_begin(struct fold_state *st, void *progs,
+							   struct fold_staged *sg, const __u64 *prims,
+							   __u32 snd_cwnd, __u64 snd_rate, __u64 now_ns,
+							   __u64 dp_time_zero_ns, struct fold_result *out)
 {
 	struct fold_prog *p;
-	int k, err;
+	int k;
 
 	__builtin_memset(out, 0, sizeof(*out));
 	st->regs[FOLD_R_CWND] = snd_cwnd;
@@ -725,8 +738,12 @@ static __always_inline void fold_invoke(struct fold_state *st, void *progs, stru
 	p = fold_lookup(progs, st->slot);
 	if (!p) {
 		out->ret = FOLD_ERR_PROG_IS_NULL;
-		return;
+		return NULL;
 	}
+	/* read before the section, used after it: the same values (only a
+	 * report or a program change, both outside the section, move them) */
+	out->report_uid = p->uid;
+	out->n_fields = p->num_to_return_live;
 	st->regs[FOLD_R_EXPR_FLAG] = 0;
 	st->regs[FOLD_R_FALLTHROUGH] = 0;
 	st->regs[FOLD_R_REPORT] = 0;
@@ -736,10 +753,17 @@ static __always_inline void fold_invoke(struct fold_state *st, void *progs, stru
 	if (prims[FOLD_PRIM_RTT_SAMPLE_US] == 0)
 		st->regs[FOLD_OFF_PRIM + FOLD_PRIM_RTT_SAMPLE_US] = FOLD_INFINITY;
 	st->regs[FOLD_OFF_PRIM + FOLD_PRIM_ACK_NOW] = (now_ns - dp_time_zero_ns) / 1000;
+	return p;
+}
 
-	err = fold_run_section(st, p, 0, p->n_main, now_ns, &out->steps);
+/* Everything after the main section, which returned `err`: the set_cwnd /
+ * set_rate calls and whether a report is due. */
+static __always_inline void fold_invoke_end(struct fold_state *st, int err, struct fold_result *out)
+{
 	if (err) {
 		out->ret = err;
+		out->report_uid = 0;
+		out->n_fields = 0;
 		return;
 	}
 	if (st->regs[FOLD_R_CWND] > 0)
@@ -748,9 +772,22 @@ static __always_inline void fold_invoke(struct fold_state *st, void *progs, stru
 		fold_called(&out->n_rate, out->rate, st->regs[FOLD_R_RATE]);
 	if (st->regs[FOLD_R_REPORT]) {
 		out->report = 1;
-		out->report_uid = p->uid;
-		out->n_fields = p->num_to_return_live;
+	} else {
+		out->report_uid = 0;
+		out->n_fields = 0;
 	}
+}
+
+static __always_inline void fold_invoke(struct fold_state *st, void *progs, struct fold_staged *sg,
+					const __u64 *prims, __u32 snd_cwnd, __u64 snd_rate,
+					__u64 now_ns, __u64 dp_time_zero_ns, struct fold_result *out)
+{
+	struct fold_prog *p = fold_invoke_begin(st, progs, sg, prims, snd_cwnd, snd_rate, now_ns,
+						dp_time_zero_ns, out);
+
+	if (!p)
+		return;
+	fold_invoke_end(st, fold_run_section(st, p, 0, p->n_main, now_ns, &out->steps), out);
 }
 
 /* After a report was sent: reset the volatile registers (libccp reset_state). */

@@ -72,6 +72,12 @@ pub const OFF_TIME_ZERO: u32 = 149;
 #[cfg_attr(not(test), allow(dead_code))]
 pub const OFF_SLOT: u32 = 150;
 pub const OFF_REPORT: u32 = 151;
+/// Register slot where a compiled main section (`fold_jit`) leaves its
+/// result (0 or a libccp abort code, as i64); never an operand.
+pub const OFF_JIT_RET: u32 = 261;
+/// Register slot holding the invocation's now_ns for a compiled main section
+/// (a write to Micros sets time zero = now_ns - value); never an operand.
+pub const OFF_JIT_NOW: u32 = 262;
 pub const NREGS: usize = 512;
 pub const MAX_LINEAR: usize = 1024;
 /// Entries of the kernel program map (slot 0 unused).
@@ -109,8 +115,8 @@ pub const F_IFV: u8 = 32;
 /// Flags that make `wr2` a conditional write and `cur` an operand.
 const F_FUSED_IF: u8 = F_IF | F_IFV;
 /// Implicit registers the compiler tracks (flat offsets).
-const OFF_EXPR_FLAG: u32 = OFF_IMPLICIT;
-const OFF_FALLTHROUGH: u32 = OFF_IMPLICIT + 1;
+pub const OFF_EXPR_FLAG: u32 = OFF_IMPLICIT;
+pub const OFF_FALLTHROUGH: u32 = OFF_IMPLICIT + 1;
 
 pub const STAGED_CHANGE: u32 = 1;
 pub const STAGED_CWND: u32 = 2;
