@@ -8,7 +8,9 @@ What it measures, on this host, in one run:
   shared machine hits all of them alike): ``kernel`` (the kernel's cubic),
   ``ccp-kernel-fold`` (``ccp-datapath --fold kernel`` + the Portus
   ``ccp-algorithms cubic``) and ``ccp-userspace-fold`` (``--fold userspace``:
-  libccp folds every ACK in user space), each ``--reps`` times;
+  libccp folds every ACK in user space), each ``--reps`` times; ``--modes`` can add
+  ``ccp-kernel-interp`` (``--fold kernel --fold-jit false``: the fold programs interpreted in
+  BPF instead of compiled to it), to measure what the compiler saves;
 * 1, 10 and 100 parallel flows (``iperf3 -P``), at full speed and paced to
   1 Gbit/s in total. Pacing is iperf3's own ``-b RATE`` per stream
   (1 Gbit/s / flows), not ``--fq-rate``: ``--fq-rate`` is SO_MAX_PACING_RATE,
@@ -87,9 +89,18 @@ from .processes import Daemon, child_env, supervised
 # the runner's readiness helpers: start-and-wait, a listener seen by `ss`
 from .run import PORTUS_SOCKET, READY_TIMEOUT_S, _listening, _started
 
-MODES = ("kernel", "ccp-kernel-fold", "ccp-userspace-fold")
+MODES = ("kernel", "ccp-kernel-fold", "ccp-kernel-interp", "ccp-userspace-fold")
 """Modes in the order they alternate; ``kernel`` is the reference of every ratio."""
-FOLD_OF_MODE = {"ccp-kernel-fold": "kernel", "ccp-userspace-fold": "userspace"}
+DEFAULT_MODES = ("kernel", "ccp-kernel-fold", "ccp-userspace-fold")
+"""What runs without ``--modes``: ``ccp-kernel-interp`` (``--fold kernel --fold-jit false``: fold
+programs interpreted in BPF rather than compiled) is there for A/B runs of the compiler."""
+FOLD_OF_MODE = {"ccp-kernel-fold": "kernel", "ccp-kernel-interp": "kernel", "ccp-userspace-fold": "userspace"}
+DATAPATH_ARGS_OF_MODE = {
+    "ccp-kernel-fold": ["--fold", "kernel"],
+    "ccp-kernel-interp": ["--fold", "kernel", "--fold-jit", "false"],
+    "ccp-userspace-fold": ["--fold", "userspace"],
+}
+"""ccp-datapath's flags per mode (the rest are common)."""
 TARGET_MODE = "ccp-kernel-fold"
 FLOWS = (1, 10, 100)
 PACED_TOTAL_MBPS = 1000.0
@@ -490,7 +501,7 @@ LOADS = {"full": False, "paced": True}
 """``--loads`` names: full speed or paced to PACED_TOTAL_MBPS in total (Measurement.paced)."""
 
 
-def run_plan(flows: Sequence[int], reps: int, modes: Sequence[str] = MODES,
+def run_plan(flows: Sequence[int], reps: int, modes: Sequence[str] = DEFAULT_MODES,
              loads: Sequence[str] = tuple(LOADS)) -> list[tuple[int, bool, int, str]]:
     """The order of runs: (flows, paced, rep, mode) for each flow count and load (``LOADS`` names,
     full before paced); per configuration the modes alternate, ``reps`` times."""
@@ -692,7 +703,7 @@ class Bench:
             ready = self.workdir / ".datapath-ready.json"
             ready.unlink(missing_ok=True)
             datapath = stack.enter_context(_started(Daemon("ccp-datapath", [
-                project_binary("ccp-datapath"), "--fold", fold, "--congalg", ALGORITHM, "--ready-file", ready,
+                project_binary("ccp-datapath"), *DATAPATH_ARGS_OF_MODE[mode], "--congalg", ALGORITHM, "--ready-file", ready,
             ], log), ready.exists))
             result, cpu = self._client(DATAPATH_CA, flows, paced, [datapath.proc.pid, algorithm.proc.pid])
             costs = ccp_prog_costs(_bpftool_progs(), first_id, datapath.proc.pid)
@@ -910,9 +921,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="parallel flow counts, comma-separated (default 1,10,100)")
     p.add_argument("--loads", type=_names("--loads", list(LOADS)), default=list(LOADS),
                    help="loads to run, comma-separated subset of full,paced (default: both)")
-    p.add_argument("--modes", type=_names("--modes", MODES), default=list(MODES),
-                   help=f"modes to alternate, comma-separated subset of {','.join(MODES)} (default: all; "
-                        "the targets compare ccp-kernel-fold with kernel)")
+    p.add_argument("--modes", type=_names("--modes", MODES), default=list(DEFAULT_MODES),
+                   help=f"modes to alternate, comma-separated subset of {','.join(MODES)} (default: "
+                        f"{','.join(DEFAULT_MODES)}; ccp-kernel-interp interprets the fold programs instead "
+                        "of compiling them; the targets compare ccp-kernel-fold with kernel)")
     p.add_argument("--algorithm-param", type=_param, action="append", default=[], metavar="FLAG=VALUE",
                    help=f"a flag of ccp-algorithms {ALGORITHM} (without --) over ALGORITHM_PARAMS "
                         f"{ALGORITHM_PARAMS}; repeatable; printed in the header")

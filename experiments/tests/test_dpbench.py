@@ -194,7 +194,10 @@ def test_cpu_target_needs_equal_paced_throughput_and_missing_data_is_a_miss():
 def test_run_plan_alternates_modes_within_each_configuration():
     plan = d.run_plan([1, 10], reps=2)
     assert len(plan) == 2 * 2 * 2 * 3
-    assert [m for *_, m in plan[:6]] == list(d.MODES) * 2
+    assert [m for *_, m in plan[:6]] == list(d.DEFAULT_MODES) * 2
+    every = d.run_plan([1], reps=1, modes=d.MODES)
+    assert [m for *_, m in every[:4]] == ["kernel", "ccp-kernel-fold", "ccp-kernel-interp", "ccp-userspace-fold"]
+    assert set(d.DATAPATH_ARGS_OF_MODE) == set(d.FOLD_OF_MODE) == set(d.MODES) - {"kernel"}
     assert plan[0][:3] == (1, False, 1) and plan[3][:3] == (1, False, 2) and plan[6][:2] == (1, True)
 
 
