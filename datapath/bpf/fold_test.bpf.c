@@ -188,3 +188,41 @@ struct tcp_congestion_ops fold_check = {
 	.undo_cwnd = (void *)fold_check_undo_cwnd,
 	.name = "ccp_fold_check",
 };
+
+/* ---- fold JIT reference (tests/fold_jit.rs) ---- */
+
+/* Test-run context of fold_test_main (mirrored in tests/fold_jit.rs). */
+struct fold_test_main_in {
+	__u32 slot;	/* the program: fold_progs[slot] */
+	__u32 flow;	/* the register file: fold_states[flow] */
+};
+
+/* The interpreter on the main section [0, n_main) of fold_progs[slot],
+ * with the registers of fold_states[flow] (user space writes and reads
+ * them: a 4 KiB copy through the context needs pointer arithmetic on it,
+ * which the verifier refuses) and now_ns = regs[FOLD_OFF_JIT_NOW]; the
+ * result code goes to regs[FOLD_OFF_JIT_RET], as a compiled section
+ * (src/fold_jit.rs) leaves it. Returns -1 when a map entry is missing. */
+SEC("syscall")
+int fold_test_main(struct fold_test_main_in *in)
+{
+	__u32 slot = in->slot, flow = in->flow, steps = 0;
+	struct fold_state *st = bpf_map_lookup_elem(&fold_states, &flow);
+	struct fold_prog *p = bpf_map_lookup_elem(&fold_progs, &slot);
+	int ret;
+
+	if (!st || !p)
+		return -1;
+	ret = fold_run_section(st, p, 0, p->n_main, st->regs[FOLD_OFF_JIT_NOW], &steps);
+	st->regs[FOLD_OFF_JIT_RET] = (__s64)ret;
+	return 0;
+}
+
+/* A tail-call table for loading compiled sections for the struct_ops target
+ * (tests/fold_jit.rs: the production target must pass the verifier). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, __u32);
+} fold_jit_test SEC(".maps");

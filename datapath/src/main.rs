@@ -19,6 +19,7 @@
 
 mod bpf;
 mod fold;
+mod fold_jit;
 mod fold_kernel;
 mod ipc;
 mod liveness;

@@ -1,0 +1,917 @@
+//! Differential test of the fold JIT (`src/fold_jit.rs`) against the
+//! in-kernel interpreter (`bpf/fold_vm.h` fold_run_section, itself checked
+//! against libccp 1.2 by tests/fold_differential.rs): the main section of a
+//! program, compiled to BPF and run with BPF_PROG_TEST_RUN on a register
+//! file (JitTarget::TestRun), must leave the same 512 registers and the same
+//! result code as the interpreter run on the same program and registers
+//! (`fold_test_main` in bpf/fold_test.bpf.c).
+//!
+//! Programs: the fold program of every algorithm of the suite (compiled by
+//! Portus, then by fold_kernel::compile), random libccp programs in wire
+//! format shaped like fold_differential.rs's (if/!if, ewma, division by
+//! zero, underflow, overflow, Micros writes, fallthrough, report, fused
+//! pairs) run through fold_kernel::compile (FOLD_JIT_CASES (program, state)
+//! cases, default 10,000; FOLD_JIT_SEED picks the seed), and random linear
+//! programs that use every opcode and flag combination the instruction
+//! format allows (FOLD_JIT_CASES / 2). Hand-written programs pin concrete
+//! values, so a mistake shared by the interpreter and the JIT still fails.
+//! The struct_ops target (what the datapath loads) must pass the verifier
+//! for every suite program.
+//!
+//! Needs root (loading BPF) and syscall-type BPF programs with bpf_loop;
+//! fails naming what is missing. Registers no struct_ops: no host lock.
+
+#[allow(dead_code)]
+#[path = "../src/fold_kernel.rs"]
+mod fold_kernel;
+
+#[allow(dead_code)]
+#[path = "../src/fold_jit.rs"]
+mod fold_jit;
+
+mod skel {
+    #![allow(
+        clippy::all,
+        unused_imports,
+        dead_code,
+        non_camel_case_types,
+        non_upper_case_globals
+    )]
+    include!(concat!(env!("OUT_DIR"), "/fold_test.skel.rs"));
+}
+
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Instant;
+
+use fold_jit::{compile_main, load, JitError, JitTarget};
+use fold_kernel::{
+    FoldInsn, FoldProg, FoldState, F_IF, F_IFV, F_JZ, F_LIMM, F_RIMM, F_WTIME, NREGS,
+    OFF_EXPR_FLAG, OFF_FALLTHROUGH, OFF_IMPLICIT, OFF_JIT_NOW, OFF_JIT_RET, OFF_REPORT,
+    OFF_TIME_ZERO, OP_BRK, OP_JZ,
+};
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{MapCore, MapFlags, OpenObject, ProgramInput};
+use zerocopy::{FromBytes, FromZeros, IntoBytes};
+
+const OFF_MICROS: u32 = OFF_IMPLICIT + 3;
+/// fold_progs slot the programs under test use.
+const SLOT: u32 = 1;
+
+// ------------------------------------------------------------ harness
+
+fn require_root() {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(
+        euid, 0,
+        "the fold JIT test needs root (CAP_BPF + CAP_SYS_ADMIN) to load BPF programs"
+    );
+}
+
+/// The BPF side: the interpreter's harness (fold_test.bpf.c) and the
+/// compiled programs.
+struct Kernel {
+    skel: skel::FoldTestSkel<'static>,
+}
+
+impl Kernel {
+    fn load() -> Kernel {
+        require_root();
+        let storage: &'static mut MaybeUninit<OpenObject> =
+            Box::leak(Box::new(MaybeUninit::uninit()));
+        let open = skel::FoldTestSkelBuilder::default()
+            .open(storage)
+            .unwrap_or_else(|e| panic!("opening bpf/fold_test.bpf.c (libbpf): {e:#}"));
+        let skel = open.load().unwrap_or_else(|e| {
+            panic!(
+                "loading bpf/fold_test.bpf.c failed: {e:#}; needs BPF syscall programs, bpf_loop \
+                 (Linux >= 5.17) and a verifier accepting the fold interpreter"
+            )
+        });
+        Kernel { skel }
+    }
+
+    /// The program under test into fold_progs[SLOT] (for the interpreter).
+    fn put_prog(&self, p: &FoldProg) {
+        self.skel
+            .maps
+            .fold_progs
+            .update(&SLOT.to_ne_bytes(), p.as_bytes(), MapFlags::ANY)
+            .expect("writing fold_progs");
+    }
+
+    /// The interpreter's main section on `st` (fold_test_main, on
+    /// fold_states[0]).
+    fn interpret(&self, st: &FoldState) -> FoldState {
+        const FLOW: u32 = 0;
+        let states = &self.skel.maps.fold_states;
+        states
+            .update(&FLOW.to_ne_bytes(), st.as_bytes(), MapFlags::ANY)
+            .expect("writing fold_states");
+        // struct fold_test_main_in: slot, flow
+        let mut ctx = [SLOT.to_ne_bytes(), FLOW.to_ne_bytes()].concat();
+        let run = ProgramInput {
+            context_in: Some(&mut ctx[..]),
+            ..Default::default()
+        };
+        let out = self
+            .skel
+            .progs
+            .fold_test_main
+            .test_run(run)
+            .expect("BPF_PROG_TEST_RUN of fold_test_main");
+        assert_eq!(out.return_value, 0, "fold_test_main found its maps");
+        let raw = states
+            .lookup(&FLOW.to_ne_bytes(), MapFlags::ANY)
+            .expect("reading fold_states")
+            .expect("fold_states entry");
+        FoldState::read_from_bytes(&raw[..]).expect("register file")
+    }
+}
+
+/// Run a TestRun-target program on a copy of `st`; the kernel copies the
+/// context (the register file) back.
+fn run_jit(fd: &OwnedFd, st: &FoldState) -> FoldState {
+    let mut out = st.clone();
+    let buf = out.as_mut_bytes();
+    let mut opts = libbpf_rs::libbpf_sys::bpf_test_run_opts {
+        sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_test_run_opts>() as _,
+        ctx_in: buf.as_ptr().cast(),
+        ctx_size_in: buf.len() as u32,
+        ..Default::default()
+    };
+    // SAFETY: a valid program fd; ctx_in points to ctx_size_in bytes we own,
+    // which the kernel writes back for syscall programs.
+    let rc = unsafe { libbpf_rs::libbpf_sys::bpf_prog_test_run_opts(fd.as_raw_fd(), &mut opts) };
+    assert_eq!(rc, 0, "BPF_PROG_TEST_RUN of a compiled section: {}", std::io::Error::last_os_error());
+    assert_eq!(opts.retval, 0, "compiled section's return value");
+    out
+}
+
+fn jit_load(p: &FoldProg, what: &dyn Fn() -> String) -> OwnedFd {
+    let insns = compile_main(p, &JitTarget::TestRun)
+        .unwrap_or_else(|e| panic!("{}: compile_main: {e}", what()));
+    load(&insns, &JitTarget::TestRun, "fold_jit_test").unwrap_or_else(|e| panic!("{}: {e}", what()))
+}
+
+/// The main section, for messages.
+fn main_of(p: &FoldProg) -> &[FoldInsn] {
+    &p.insns[..p.n_main as usize]
+}
+
+/// Outcome tally, to show what the cases exercised.
+#[derive(Default, Debug)]
+struct Tally {
+    cases: u64,
+    programs: u64,
+    ok: u64,
+    /// -91, -92, -93, -94
+    aborts: [u64; 4],
+    bpf_insns: u64,
+}
+
+impl Tally {
+    fn add(&mut self, ret: u64) {
+        self.cases += 1;
+        match ret as i64 {
+            0 => self.ok += 1,
+            c @ -94..=-91 => self.aborts[(-91 - c) as usize] += 1,
+            c => panic!("unexpected result code {c}"),
+        }
+    }
+}
+
+/// The interpreter and the JIT on the same program and registers: same
+/// 512 registers (result code included).
+fn check_same(k: &Kernel, fd: &OwnedFd, st: &FoldState, t: &mut Tally, what: &dyn Fn() -> String) {
+    let want = k.interpret(st);
+    let got = run_jit(fd, st);
+    if want.regs != got.regs {
+        let diffs: Vec<String> = (0..NREGS)
+            .filter(|&i| want.regs[i] != got.regs[i])
+            .map(|i| format!("reg {i}: in {:#x}, interpreter {:#x}, JIT {:#x}", st.regs[i], want.regs[i], got.regs[i]))
+            .collect();
+        panic!("{}: interpreter and JIT differ:\n{}", what(), diffs.join("\n"));
+    }
+    t.add(want.regs[OFF_JIT_RET as usize]);
+}
+
+// ------------------------------------------------------------ randomness
+
+/// splitmix64: small, seeded, reproducible.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+    fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
+        xs[self.below(xs.len() as u64) as usize]
+    }
+}
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    match std::env::var(name) {
+        Ok(v) => v
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v:?} is not a non-negative integer")),
+        Err(_) => default,
+    }
+}
+
+/// A register value: edge cases often.
+fn edge_u64(r: &mut Rng) -> u64 {
+    match r.below(10) {
+        0 | 1 => 0,
+        2 => r.pick(&[1, 2, 9, 10, 11, 1448]),
+        3 => u64::from(u32::MAX) - r.below(3),
+        4 => u64::MAX - r.below(1 << 20),
+        5 => 1 << r.below(64),
+        6 | 7 => r.below(100_000),
+        _ => r.next() >> r.below(64),
+    }
+}
+
+fn edge_u32(r: &mut Rng) -> u32 {
+    match r.below(6) {
+        0 => r.pick(&[0, 1, 2, 3, 9, 10, 11, 1448]),
+        1 => r.pick(&[0x3fff_ffff, u32::MAX, (1 << 31) - 1, 1 << 31]),
+        2 => r.next() as u32,
+        _ => r.below(100) as u32,
+    }
+}
+
+/// A register file: every register random (edge values), `small` percent
+/// of them below 100,000 (so ACK-like programs run through), the flag and
+/// fallthrough 0/1 mostly, now_ns anywhere.
+fn random_state(r: &mut Rng, small: u64) -> Box<FoldState> {
+    let mut st = Box::new(FoldState::new_zeroed());
+    for v in st.regs.iter_mut() {
+        *v = if r.chance(small) { r.below(100_000) } else { edge_u64(r) };
+    }
+    for off in [OFF_EXPR_FLAG, OFF_FALLTHROUGH] {
+        st.regs[off as usize] = match r.below(10) {
+            0..=3 => 0,
+            4..=7 => 1,
+            _ => edge_u64(r),
+        };
+    }
+    st.regs[OFF_JIT_NOW as usize] = edge_u64(r);
+    st
+}
+
+// ------------------------------------------------------------ wire programs
+
+/// One wire instruction: op, then (type, index) for result, left, right.
+#[derive(Clone, Copy, Debug)]
+struct WI {
+    op: u8,
+    ret: (u8, u32),
+    left: (u8, u32),
+    right: (u8, u32),
+}
+
+fn install_msg(uid: u32, exprs: &[[u32; 4]], instrs: &[WI]) -> Vec<u8> {
+    let len = 8 + 12 + 16 * (exprs.len() + instrs.len());
+    let mut b = vec![2, 0];
+    b.extend_from_slice(&(len as u16).to_le_bytes());
+    b.extend_from_slice(&0u32.to_le_bytes());
+    for v in [uid, exprs.len() as u32, instrs.len() as u32] {
+        b.extend_from_slice(&v.to_le_bytes());
+    }
+    for e in exprs {
+        e.iter().for_each(|v| b.extend_from_slice(&v.to_le_bytes()));
+    }
+    for i in instrs {
+        b.push(i.op);
+        for (t, x) in [i.ret, i.left, i.right] {
+            b.push(t);
+            b.extend_from_slice(&x.to_le_bytes());
+        }
+    }
+    b
+}
+
+/// libccp's opcodes except DEF (2).
+const OPS: [u8; 14] = [0, 1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14];
+const IMPLICIT_REG: u8 = 2;
+const TMP_REG: u8 = 7;
+const FLAG: (u8, u32) = (IMPLICIT_REG, 0);
+const FALLTHROUGH: (u8, u32) = (IMPLICIT_REG, 1);
+const REPORT_BIT: (u8, u32) = (IMPLICIT_REG, 2);
+const MICROS: (u8, u32) = (IMPLICIT_REG, 3);
+
+fn small_index(r: &mut Rng, n: u64) -> u32 {
+    if r.chance(3) {
+        r.below(130) as u32 // past libccp's arrays: writes ignored, reads alias
+    } else {
+        r.below(n) as u32
+    }
+}
+
+fn read_reg(r: &mut Rng) -> (u8, u32) {
+    match r.below(12) {
+        0..=2 => (1, edge_u32(r)),
+        3..=5 => (4, r.below(16) as u32),
+        6 => (r.pick(&[5, 6]), small_index(r, 6)),
+        7 => (r.pick(&[0, 8]), small_index(r, 6)),
+        8 => (TMP_REG, r.below(16) as u32),
+        9 => (3, r.below(10) as u32),
+        _ => (IMPLICIT_REG, r.below(7) as u32),
+    }
+}
+
+fn write_reg(r: &mut Rng) -> (u8, u32) {
+    match r.below(10) {
+        0 | 1 => (r.pick(&[5, 6]), small_index(r, 6)),
+        2 | 3 => (r.pick(&[0, 8]), small_index(r, 6)),
+        4 | 5 => (TMP_REG, r.below(16) as u32),
+        6 => (3, r.below(10) as u32),
+        _ => (IMPLICIT_REG, r.pick(&[0, 0, 1, 2, 3, 4, 4, 5, 6])),
+    }
+}
+
+fn random_instr(r: &mut Rng) -> WI {
+    WI {
+        op: r.pick(&OPS),
+        ret: write_reg(r),
+        left: read_reg(r),
+        right: read_reg(r),
+    }
+}
+
+fn bind(d: (u8, u32), v: (u8, u32)) -> WI {
+    WI {
+        op: 1,
+        ret: d,
+        left: d,
+        right: v,
+    }
+}
+
+/// Body instructions: plain random ones, `(report)`, `(fallthrough)`,
+/// Micros writes, and the pairs fold_kernel::compile fuses (`OP t a b;
+/// BIND d t`, `OP t a b; IF d t v` / `IF d v t`).
+fn body_instrs(r: &mut Rng, out: &mut Vec<WI>) {
+    match r.below(100) {
+        0..=7 => out.push(bind(REPORT_BIT, (1, 1))),
+        8..=14 => out.push(bind(FALLTHROUGH, (1, u32::from(r.chance(70))))),
+        15..=21 => out.push(bind(MICROS, read_reg(r))),
+        22..=54 => {
+            let t = (TMP_REG, r.below(4) as u32);
+            out.push(WI {
+                op: r.pick(&OPS),
+                ret: t,
+                left: read_reg(r),
+                right: read_reg(r),
+            });
+            let d = match r.below(10) {
+                0 => (IMPLICIT_REG, r.pick(&[0, 1, 3])),
+                _ => write_reg(r),
+            };
+            out.push(if r.chance(50) {
+                bind(d, t)
+            } else {
+                let other = if r.chance(30) { FLAG } else { read_reg(r) };
+                let (left, right) = if r.chance(50) { (t, other) } else { (other, t) };
+                WI {
+                    op: r.pick(&[7, 7, 13]),
+                    ret: d,
+                    left,
+                    right,
+                }
+            });
+        }
+        _ => out.push(random_instr(r)),
+    }
+}
+
+/// A random program in libccp's wire format within its limits: DEFs, then
+/// 1-5 expressions laid out as Portus does (condition ending in a write of
+/// the expression flag, then the body).
+fn random_program(r: &mut Rng) -> Vec<u8> {
+    let mut instrs = vec![];
+    for k in 0..r.below(5) as u32 {
+        let reg = (r.pick(&[5, 6, 0, 8]), k);
+        instrs.push(WI {
+            op: 2,
+            ret: reg,
+            left: reg,
+            right: (1, edge_u32(r)),
+        });
+    }
+    let mut exprs = vec![];
+    for _ in 0..1 + r.below(5) {
+        let cond_start = instrs.len() as u32;
+        match r.below(10) {
+            0..=2 => instrs.push(bind(FLAG, (1, u32::from(!r.chance(20))))),
+            3 => {} // empty: the flag as left before
+            _ => {
+                for i in 0..1 + r.below(2) {
+                    let mut ins = random_instr(r);
+                    if i == 0 || r.chance(70) {
+                        ins.ret = FLAG;
+                    }
+                    instrs.push(ins);
+                }
+            }
+        }
+        let body_start = instrs.len() as u32;
+        for _ in 0..r.below(8) {
+            body_instrs(r, &mut instrs);
+        }
+        exprs.push([
+            cond_start,
+            body_start - cond_start,
+            body_start,
+            instrs.len() as u32 - body_start,
+        ]);
+    }
+    install_msg(1, &exprs, &instrs)
+}
+
+/// An install message through fold_kernel's parser and compiler (the
+/// datapath's path); None when it refuses the program.
+fn compile_install(msg: &[u8]) -> Option<Box<FoldProg>> {
+    let fold_kernel::PortusMsg::Install {
+        uid,
+        exprs,
+        instrs,
+        num_instructions,
+        error: None,
+    } = fold_kernel::parse_message(msg).ok()?
+    else {
+        return None;
+    };
+    fold_kernel::compile(SLOT, uid, &exprs, &instrs, num_instructions).ok()
+}
+
+/// Which instruction forms a set of programs used (each must occur).
+#[derive(Default, Debug)]
+struct Forms {
+    fused_if: u64,
+    fused_ifv: u64,
+    fused_jz: u64,
+    micros: u64,
+    pairs: u64,
+    jz: u64,
+    brk: u64,
+    by_op: [u64; 17],
+}
+
+impl Forms {
+    fn add(&mut self, p: &FoldProg) {
+        for i in &p.insns[..p.n_main as usize] {
+            self.fused_if += u64::from(i.flags & F_IF != 0);
+            self.fused_ifv += u64::from(i.flags & F_IFV != 0);
+            self.fused_jz += u64::from(i.flags & F_JZ != 0);
+            self.micros += u64::from(i.flags & F_WTIME != 0);
+            self.pairs += u64::from(i.wr2 != i.wr);
+            self.jz += u64::from(i.op == OP_JZ);
+            self.brk += u64::from(i.op == OP_BRK);
+            if let Some(n) = self.by_op.get_mut(usize::from(i.op)) {
+                *n += 1;
+            }
+        }
+    }
+
+    fn assert_all(&self, what: &str) {
+        let used: Vec<u64> = [0usize, 1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
+            .iter()
+            .map(|&o| self.by_op[o])
+            .collect();
+        assert!(
+            self.fused_if > 0
+                && self.fused_ifv > 0
+                && self.fused_jz > 0
+                && self.micros > 0
+                && self.pairs > 0
+                && self.jz > 0
+                && self.brk > 0
+                && used.iter().all(|&n| n > 0),
+            "{what}: some instruction form never occurred: {self:?}"
+        );
+    }
+}
+
+// ------------------------------------------------------------ tests
+
+#[test]
+fn random_compiled_programs_match_interpreter() {
+    let k = Kernel::load();
+    let cases = env_u64("FOLD_JIT_CASES", 10_000);
+    let seed = env_u64("FOLD_JIT_SEED", 0x0f01_d717);
+    let per_prog = 4;
+    let (mut t, mut forms, mut refused) = (Tally::default(), Forms::default(), 0u64);
+    let t0 = Instant::now();
+    let mut n = 0u64;
+    while t.cases < cases {
+        let mut r = Rng(seed ^ n.wrapping_mul(0x2545_f491_4f6c_dd1d));
+        n += 1;
+        let msg = random_program(&mut r);
+        let Some(p) = compile_install(&msg) else {
+            refused += 1;
+            continue;
+        };
+        forms.add(&p);
+        let what = || format!("random program {} (FOLD_JIT_SEED={seed}): {:?}", n - 1, main_of(&p));
+        let fd = jit_load(&p, &what);
+        t.programs += 1;
+        k.put_prog(&p);
+        for s in 0..per_prog {
+            let st = random_state(&mut r, 30 * s);
+            check_same(&k, &fd, &st, &mut t, &|| format!("{}, state {s}", what()));
+        }
+    }
+    println!(
+        "fold JIT vs interpreter, random compiled programs: {} cases, {} programs ({refused} refused by compile) in {:.1} s: {t:?}",
+        t.cases,
+        t.programs,
+        t0.elapsed().as_secs_f64()
+    );
+    forms.assert_all("random compiled programs");
+    assert!(
+        t.ok > 0 && t.aborts.iter().all(|&a| a > 0),
+        "random cases ended OK and in every abort: {t:?}"
+    );
+}
+
+/// Random linear programs straight in fold_kernel's instruction format:
+/// every opcode (unknown ones too), any mix of flags, forward jumps
+/// anywhere (past the end too), any registers except the JIT's own slots.
+fn random_linear(r: &mut Rng) -> Box<FoldProg> {
+    let mut p = Box::new(FoldProg::new_zeroed());
+    p.index = SLOT;
+    let n = 1 + r.below(40) as usize;
+    p.n_main = n as u32;
+    let reg = |r: &mut Rng| -> u16 {
+        match r.below(10) {
+            0 => OFF_EXPR_FLAG as u16,
+            1 => OFF_FALLTHROUGH as u16,
+            2 => OFF_TIME_ZERO as u16,
+            3..=7 => (OFF_REPORT + r.below(8) as u32) as u16,
+            _ => loop {
+                let v = r.below(NREGS as u64) as u16;
+                if u32::from(v) != OFF_JIT_NOW && u32::from(v) != OFF_JIT_RET {
+                    break v;
+                }
+            },
+        }
+    };
+    for i in 0..n {
+        let op = match r.below(20) {
+            0 => r.pick(&[2u8, 17, 200, 255]),
+            _ => r.below(17) as u8,
+        };
+        let flags = (r.next() as u8) & 0x3f;
+        let forward = |r: &mut Rng| (i + 1 + r.below((n - i + 3) as u64) as usize) as u32;
+        let operand = |r: &mut Rng, imm: bool| if imm { edge_u32(r) } else { u32::from(reg(r)) };
+        let mut ins = FoldInsn {
+            op,
+            flags,
+            wr: reg(r),
+            cur: reg(r),
+            wr2: if r.chance(50) { 0 } else { reg(r) },
+            left: operand(r, flags & F_LIMM != 0),
+            right: operand(r, flags & F_RIMM != 0),
+        };
+        if ins.wr2 == 0 {
+            ins.wr2 = ins.wr;
+        }
+        if flags & F_JZ != 0 && (op != OP_JZ && op != OP_BRK && op <= 14) {
+            ins.cur = forward(r) as u16;
+        }
+        if op == OP_JZ {
+            ins.right = forward(r);
+        }
+        p.insns[i] = ins;
+    }
+    p
+}
+
+#[test]
+fn random_linear_programs_match_interpreter() {
+    let k = Kernel::load();
+    let cases = env_u64("FOLD_JIT_CASES", 10_000) / 2;
+    let seed = env_u64("FOLD_JIT_SEED", 0x0f01_d717) ^ 0x11ea;
+    let (mut t, mut forms) = (Tally::default(), Forms::default());
+    let t0 = Instant::now();
+    let mut n = 0u64;
+    while t.cases < cases {
+        let mut r = Rng(seed ^ n.wrapping_mul(0x2545_f491_4f6c_dd1d));
+        n += 1;
+        let p = random_linear(&mut r);
+        forms.add(&p);
+        let what = || format!("random linear program {} (FOLD_JIT_SEED={seed}): {:?}", n - 1, main_of(&p));
+        let fd = jit_load(&p, &what);
+        t.programs += 1;
+        k.put_prog(&p);
+        for s in 0..4 {
+            let st = random_state(&mut r, 25 * s);
+            check_same(&k, &fd, &st, &mut t, &|| format!("{}, state {s}", what()));
+        }
+    }
+    println!(
+        "fold JIT vs interpreter, random linear programs: {} cases, {} programs in {:.1} s: {t:?}",
+        t.cases,
+        t.programs,
+        t0.elapsed().as_secs_f64()
+    );
+    forms.assert_all("random linear programs");
+    assert!(
+        t.ok > 0 && t.aborts.iter().all(|&a| a > 0),
+        "random cases ended OK and in every abort: {t:?}"
+    );
+}
+
+/// Directory of the workspace's built binaries (target/<profile>).
+fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent()
+        .and_then(|d| d.parent())
+        .expect("target/<profile>/deps/<test>")
+        .to_path_buf()
+}
+
+/// (name, fold program) of every algorithm of the suite, as
+/// tests/fold_differential.rs gets them: `ccp-algorithms --list-json`,
+/// then `ccp-algorithms NAME --dump-program` (FOLD_ALGORITHMS_BIN names
+/// another ccp-algorithms binary).
+fn suite_programs() -> Vec<(String, String)> {
+    let bin = std::env::var_os("FOLD_ALGORITHMS_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| bin_dir().join("ccp-algorithms"));
+    let run = |args: &[&str]| -> Vec<u8> {
+        let out = Command::new(&bin).args(args).output().unwrap_or_else(|e| {
+            panic!(
+                "running {} {args:?}: {e} (build it: cargo build --release -p ccp-algorithms)",
+                bin.display()
+            )
+        });
+        assert!(
+            out.status.success(),
+            "{} {args:?} failed: {}",
+            bin.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    };
+    let list: serde_json::Value =
+        serde_json::from_slice(&run(&["--list-json"])).expect("--list-json prints JSON");
+    let names: Vec<String> = list
+        .as_array()
+        .expect("--list-json prints an array")
+        .iter()
+        .map(|a| a["name"].as_str().expect("each algorithm has a name").to_string())
+        .collect();
+    assert!(!names.is_empty(), "ccp-algorithms --list-json lists no algorithm");
+    names
+        .into_iter()
+        .map(|n| {
+            let text =
+                String::from_utf8(run(&[&n, "--dump-program"])).expect("program text is UTF-8");
+            (n, text)
+        })
+        .collect()
+}
+
+/// Portus's install message for DSL `src`, sent with program uid 1.
+fn portus_install(src: &str) -> Vec<u8> {
+    let (bin, _sc) = portus::lang::compile(src.as_bytes(), &[])
+        .unwrap_or_else(|e| panic!("Portus compiles {src}: {e:?}"));
+    let msg = portus::serialize::install::Msg {
+        sid: 0,
+        program_uid: 1,
+        num_events: bin.events.len() as u32,
+        num_instrs: bin.instrs.len() as u32,
+        instrs: bin,
+    };
+    portus::serialize::serialize(&msg).unwrap_or_else(|e| panic!("Portus serializes {src}: {e:?}"))
+}
+
+fn suite_compiled() -> Vec<(String, Box<FoldProg>)> {
+    suite_programs()
+        .into_iter()
+        .map(|(name, src)| {
+            let p = compile_install(&portus_install(&src))
+                .unwrap_or_else(|| panic!("fold_kernel compiles {name}'s program"));
+            (name, p)
+        })
+        .collect()
+}
+
+#[test]
+fn suite_programs_match_interpreter() {
+    let k = Kernel::load();
+    let programs = suite_compiled();
+    let mut t = Tally::default();
+    let t0 = Instant::now();
+    for (name, p) in &programs {
+        let what = || format!("ccp-algorithms {name} --dump-program");
+        let fd = jit_load(p, &what);
+        t.programs += 1;
+        t.bpf_insns += compile_main(p, &JitTarget::TestRun).unwrap().len() as u64;
+        k.put_prog(p);
+        for s in 0..500u64 {
+            let mut r = Rng(0x5017e ^ s);
+            // mostly ACK-sized values, so the programs run through
+            let st = random_state(&mut r, if s % 4 == 0 { 20 } else { 97 });
+            check_same(&k, &fd, &st, &mut t, &|| format!("{}, state {s}", what()));
+        }
+    }
+    println!(
+        "fold JIT vs interpreter, suite programs {:?}: {} cases in {:.1} s: {t:?}",
+        programs.iter().map(|p| &p.0).collect::<Vec<_>>(),
+        t.cases,
+        t0.elapsed().as_secs_f64()
+    );
+    assert!(t.ok > t.cases / 4, "the suite's programs mostly ran through: {t:?}");
+}
+
+/// The production target: every suite program compiled for the struct_ops
+/// `cong_control` (sk_storage lookup, tail call) passes the verifier.
+#[test]
+fn struct_ops_target_loads() {
+    let k = Kernel::load();
+    let target = JitTarget::StructOps {
+        flows_map_fd: k.skel.maps.fold_flows.as_fd().as_raw_fd(),
+        jit_map_fd: k.skel.maps.fold_jit_test.as_fd().as_raw_fd(),
+        post_index: 0,
+    };
+    let programs = suite_compiled();
+    for (name, p) in &programs {
+        let insns = compile_main(p, &target).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let fd = load(&insns, &target, "fold_jit_so")
+            .unwrap_or_else(|e| panic!("{name}'s section for the struct_ops target: {e}"));
+        // It is a program the tail-call table takes.
+        k.skel
+            .maps
+            .fold_jit_test
+            .update(&1u32.to_ne_bytes(), &fd.as_raw_fd().to_ne_bytes(), MapFlags::ANY)
+            .unwrap_or_else(|e| panic!("{name}: into the prog array: {e}"));
+    }
+    assert!(!programs.is_empty());
+}
+
+// ------------------------------------------------------------ hand-written
+
+fn insn(op: u8, wr: u32, left: Option<u32>, right: Option<u32>) -> FoldInsn {
+    // None: an immediate given by the caller afterwards; Some: a register
+    FoldInsn {
+        op,
+        flags: 0,
+        wr: wr as u16,
+        cur: 0,
+        wr2: wr as u16,
+        left: left.unwrap_or(0),
+        right: right.unwrap_or(0),
+    }
+}
+
+fn imm(mut i: FoldInsn, left: Option<u32>, right: Option<u32>) -> FoldInsn {
+    if let Some(v) = left {
+        i.flags |= F_LIMM;
+        i.left = v;
+    }
+    if let Some(v) = right {
+        i.flags |= F_RIMM;
+        i.right = v;
+    }
+    i
+}
+
+fn prog(insns: &[FoldInsn]) -> Box<FoldProg> {
+    let mut p = Box::new(FoldProg::new_zeroed());
+    p.index = SLOT;
+    p.n_main = insns.len() as u32;
+    p.insns[..insns.len()].copy_from_slice(insns);
+    p
+}
+
+/// Run `p` on `st` in the JIT and the interpreter; both results.
+fn both(k: &Kernel, p: &FoldProg, st: &FoldState) -> [FoldState; 2] {
+    let fd = jit_load(p, &|| "hand-written program".into());
+    k.put_prog(p);
+    [run_jit(&fd, st), k.interpret(st)]
+}
+
+const R: fn(u32) -> usize = |i| (OFF_REPORT + i) as usize;
+
+#[test]
+fn hand_written_programs_give_known_registers() {
+    let k = Kernel::load();
+    let rep = |i: u32| OFF_REPORT + i;
+    // arithmetic, ewma, wrapped max, then an underflow: -94, earlier writes kept
+    let mut ewma = imm(insn(5, rep(2), None, None), Some(2), Some(100));
+    ewma.cur = rep(3) as u16;
+    let p = prog(&[
+        imm(insn(1, rep(0), None, None), None, Some(5)), // r0 = 5
+        imm(insn(0, rep(1), Some(rep(0)), None), None, Some(7)), // r1 = r0 + 7
+        ewma,                                           // (2*50 + 8*100)/10
+        imm(insn(10, rep(4), None, None), Some(0xffff_fff0), Some(5)), // wrapped max: 5
+        imm(insn(14, rep(5), None, None), Some(3), Some(7)), // 3 - 7: underflow
+        imm(insn(1, rep(6), None, None), None, Some(9)), // not reached
+    ]);
+    let mut st = Box::new(FoldState::new_zeroed());
+    st.regs[R(3)] = 50;
+    st.regs[R(5)] = 0xdead;
+    st.regs[R(6)] = 0xbeef;
+    for (side, out) in ["JIT", "interpreter"].iter().zip(both(&k, &p, &st)) {
+        assert_eq!(out.regs[OFF_JIT_RET as usize] as i64, -94, "{side}: SUB underflow aborts");
+        assert_eq!(
+            [out.regs[R(0)], out.regs[R(1)], out.regs[R(2)], out.regs[R(4)]],
+            [5, 12, 90, 5],
+            "{side}: writes before the abort"
+        );
+        assert_eq!([out.regs[R(5)], out.regs[R(6)]], [0xdead, 0xbeef], "{side}: nothing after");
+    }
+
+    // a fused JZ skipping a body, if / !if, a Micros write, BRK with and without fallthrough
+    let mut gt = imm(insn(6, OFF_EXPR_FLAG, None, None), Some(3), Some(5));
+    gt.flags |= F_JZ;
+    gt.cur = 3;
+    let mut micros = imm(insn(1, OFF_MICROS, None, None), None, Some(1000));
+    micros.flags |= F_WTIME;
+    let p = prog(&[
+        gt,                                                              // flag = 3 > 5 = 0: to 3
+        imm(insn(1, rep(0), None, None), None, Some(1)),                 // skipped
+        insn(OP_BRK, 0, None, None),                                     // skipped
+        imm(insn(7, rep(1), None, None), Some(0), Some(8)),              // if 0: no write
+        imm(insn(13, rep(2), None, None), Some(0), Some(9)),             // !if 0: 9
+        micros,                                                          // time zero = now - 1000
+        imm(insn(1, OFF_EXPR_FLAG, None, None), None, Some(1)),
+        imm(insn(1, OFF_FALLTHROUGH, None, None), None, Some(1)),
+        insn(OP_BRK, 0, None, None),                                     // fallthrough: go on
+        imm(insn(1, OFF_FALLTHROUGH, None, None), None, Some(0)),
+        insn(OP_BRK, 0, None, None),                                     // stop
+        imm(insn(1, rep(3), None, None), None, Some(1)),                 // not reached
+    ]);
+    let mut st = Box::new(FoldState::new_zeroed());
+    st.regs[OFF_JIT_NOW as usize] = 1_000_000;
+    st.regs[R(1)] = 0xaa;
+    for (side, out) in ["JIT", "interpreter"].iter().zip(both(&k, &p, &st)) {
+        assert_eq!(out.regs[OFF_JIT_RET as usize], 0, "{side}: ends OK");
+        assert_eq!(
+            [out.regs[R(0)], out.regs[R(1)], out.regs[R(2)], out.regs[R(3)]],
+            [0, 0xaa, 9, 0],
+            "{side}: JZ skip, if / !if, BRK stop"
+        );
+        assert_eq!(out.regs[OFF_MICROS as usize], 1000, "{side}: Micros written");
+        assert_eq!(out.regs[OFF_TIME_ZERO as usize], 999_000, "{side}: time zero moved");
+    }
+
+    // libccp's partial MUL check: 2^63 * 3 wraps to 2^63, not below a: passes;
+    // then a division by zero. 2^63 * 2 wraps to 0 < a with b > 0: aborts.
+    let p = prog(&[
+        imm(insn(12, rep(0), Some(rep(7)), None), None, Some(3)), // 2^63 * 3 = 2^63: not < a
+        imm(insn(3, rep(1), None, Some(rep(6))), Some(10), None), // 10 / 0
+    ]);
+    let mut st = Box::new(FoldState::new_zeroed());
+    st.regs[R(7)] = 1 << 63;
+    for (side, out) in ["JIT", "interpreter"].iter().zip(both(&k, &p, &st)) {
+        assert_eq!(out.regs[OFF_JIT_RET as usize] as i64, -92, "{side}: division by zero");
+        assert_eq!(out.regs[R(0)], 1 << 63, "{side}: wrapped product kept (libccp's check)");
+    }
+    let p = prog(&[imm(insn(12, rep(0), Some(rep(7)), None), None, Some(2))]);
+    for (side, out) in ["JIT", "interpreter"].iter().zip(both(&k, &p, &st)) {
+        assert_eq!(out.regs[OFF_JIT_RET as usize] as i64, -93, "{side}: MUL overflow");
+        assert_eq!(out.regs[R(0)], 0, "{side}: nothing written");
+    }
+}
+
+#[test]
+fn compile_refuses_backward_jumps_and_bad_registers() {
+    let mut back = imm(insn(1, OFF_EXPR_FLAG, None, None), None, Some(0));
+    back.flags |= F_JZ;
+    back.cur = 0;
+    let p = prog(&[back]);
+    match compile_main(&p, &JitTarget::TestRun) {
+        Err(JitError::Insn { index: 0, what }) => assert!(what.contains("back"), "{what}"),
+        other => panic!("a jump to itself: {other:?}"),
+    }
+    let p = prog(&[
+        imm(insn(1, OFF_REPORT, None, None), None, Some(0)),
+        insn(0, OFF_REPORT, Some(NREGS as u32), Some(OFF_REPORT)),
+    ]);
+    match compile_main(&p, &JitTarget::TestRun) {
+        Err(JitError::Insn { index: 1, what }) => assert!(what.contains("512"), "{what}"),
+        other => panic!("left register 512: {other:?}"),
+    }
+    // a target past the end is the end: fine
+    let mut end = insn(OP_JZ, 0, None, None);
+    end.right = 999;
+    assert!(compile_main(&prog(&[end]), &JitTarget::TestRun).is_ok());
+}
