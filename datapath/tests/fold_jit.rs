@@ -11,7 +11,7 @@
 //! format shaped like fold_differential.rs's (if/!if, ewma, division by
 //! zero, underflow, overflow, Micros writes, fallthrough, report, fused
 //! pairs) run through fold_kernel::compile (FOLD_JIT_CASES (program, state)
-//! cases, default 10,000; FOLD_JIT_SEED picks the seed), and random linear
+//! cases, default 100,000; FOLD_JIT_SEED picks the seed), and random linear
 //! programs that use every opcode and flag combination the instruction
 //! format allows (FOLD_JIT_CASES / 2). Hand-written programs pin concrete
 //! values, so a mistake shared by the interpreter and the JIT still fails.
@@ -25,7 +25,6 @@
 #[path = "../src/fold_kernel.rs"]
 mod fold_kernel;
 
-#[allow(dead_code)]
 #[path = "../src/fold_jit.rs"]
 mod fold_jit;
 
@@ -512,7 +511,7 @@ impl Forms {
 #[test]
 fn random_compiled_programs_match_interpreter() {
     let k = Kernel::load();
-    let cases = env_u64("FOLD_JIT_CASES", 10_000);
+    let cases = env_u64("FOLD_JIT_CASES", 100_000);
     let seed = env_u64("FOLD_JIT_SEED", 0x0f01_d717);
     let per_prog = 4;
     let (mut t, mut forms, mut refused) = (Tally::default(), Forms::default(), 0u64);
@@ -605,7 +604,7 @@ fn random_linear(r: &mut Rng) -> Box<FoldProg> {
 #[test]
 fn random_linear_programs_match_interpreter() {
     let k = Kernel::load();
-    let cases = env_u64("FOLD_JIT_CASES", 10_000) / 2;
+    let cases = env_u64("FOLD_JIT_CASES", 100_000) / 2;
     let seed = env_u64("FOLD_JIT_SEED", 0x0f01_d717) ^ 0x11ea;
     let (mut t, mut forms) = (Tally::default(), Forms::default());
     let t0 = Instant::now();
@@ -725,12 +724,14 @@ fn suite_programs_match_interpreter() {
         t.programs += 1;
         t.bpf_insns += compile_main(p, &JitTarget::TestRun).unwrap().len() as u64;
         k.put_prog(p);
+        let ok_before = t.ok;
         for s in 0..500u64 {
             let mut r = Rng(0x5017e ^ s);
             // mostly ACK-sized values, so the programs run through
             let st = random_state(&mut r, if s % 4 == 0 { 20 } else { 97 });
             check_same(&k, &fd, &st, &mut t, &|| format!("{}, state {s}", what()));
         }
+        assert!(t.ok > ok_before, "{}: no state ran through without an abort", what());
     }
     println!(
         "fold JIT vs interpreter, suite programs {:?}: {} cases in {:.1} s: {t:?}",
@@ -869,6 +870,7 @@ fn hand_written_programs_give_known_registers() {
             [0, 0xaa, 9, 0],
             "{side}: JZ skip, if / !if, BRK stop"
         );
+        assert_eq!(out.regs[OFF_FALLTHROUGH as usize], 0, "{side}: ran past the first BRK");
         assert_eq!(out.regs[OFF_MICROS as usize], 1000, "{side}: Micros written");
         assert_eq!(out.regs[OFF_TIME_ZERO as usize], 999_000, "{side}: time zero moved");
     }
