@@ -49,7 +49,7 @@ use fold_jit::{compile_main, load, JitError, JitTarget};
 use fold_kernel::{
     FoldInsn, FoldProg, FoldState, F_IF, F_IFV, F_JZ, F_LIMM, F_RIMM, F_WTIME, NREGS,
     OFF_EXPR_FLAG, OFF_FALLTHROUGH, OFF_IMPLICIT, OFF_JIT_NOW, OFF_JIT_RET, OFF_REPORT,
-    OFF_TIME_ZERO, OP_BRK, OP_JZ,
+    OFF_TIME_ZERO, OP_BRK, OP_EWMA, OP_JZ,
 };
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, OpenObject, ProgramInput};
@@ -551,10 +551,10 @@ fn random_compiled_programs_match_interpreter() {
 /// Random linear programs straight in fold_kernel's instruction format:
 /// every opcode (unknown ones too), any mix of flags, forward jumps
 /// anywhere (past the end too), any registers except the JIT's own slots.
-fn random_linear(r: &mut Rng) -> Box<FoldProg> {
+fn random_linear(r: &mut Rng, lens: std::ops::RangeInclusive<u64>) -> Box<FoldProg> {
     let mut p = Box::new(FoldProg::new_zeroed());
     p.index = SLOT;
-    let n = 1 + r.below(40) as usize;
+    let n = (lens.start() + r.below(lens.end() - lens.start() + 1)) as usize;
     p.n_main = n as u32;
     let reg = |r: &mut Rng| -> u16 {
         match r.below(10) {
@@ -576,7 +576,8 @@ fn random_linear(r: &mut Rng) -> Box<FoldProg> {
             _ => r.below(17) as u8,
         };
         let flags = (r.next() as u8) & 0x3f;
-        let forward = |r: &mut Rng| (i + 1 + r.below((n - i + 3) as u64) as usize) as u32;
+        // up to 3 past the end (the end, as the interpreter masks with 1023)
+        let forward = |r: &mut Rng| (i + 1 + r.below((n - i + 3) as u64) as usize).min(1023) as u32;
         let operand = |r: &mut Rng, imm: bool| if imm { edge_u32(r) } else { u32::from(reg(r)) };
         let mut ins = FoldInsn {
             op,
@@ -592,6 +593,14 @@ fn random_linear(r: &mut Rng) -> Box<FoldProg> {
         }
         if flags & F_JZ != 0 && (op != OP_JZ && op != OP_BRK && op <= 14) {
             ins.cur = forward(r) as u16;
+            if usize::from(ins.cur) >= NREGS {
+                // cur cannot name a register too: keep only the jump
+                ins.flags &= !(F_IF | F_IFV);
+                if op == OP_EWMA {
+                    ins.flags &= !F_JZ;
+                    ins.cur = reg(r);
+                }
+            }
         }
         if op == OP_JZ {
             ins.right = forward(r);
@@ -612,7 +621,7 @@ fn random_linear_programs_match_interpreter() {
     while t.cases < cases {
         let mut r = Rng(seed ^ n.wrapping_mul(0x2545_f491_4f6c_dd1d));
         n += 1;
-        let p = random_linear(&mut r);
+        let p = random_linear(&mut r, 1..=40);
         forms.add(&p);
         let what = || format!("random linear program {} (FOLD_JIT_SEED={seed}): {:?}", n - 1, main_of(&p));
         let fd = jit_load(&p, &what);
@@ -634,6 +643,29 @@ fn random_linear_programs_match_interpreter() {
         t.ok > 0 && t.aborts.iter().all(|&a| a > 0),
         "random cases ended OK and in every abort: {t:?}"
     );
+}
+
+/// The longest main sections (1023 instructions, fold_vm.h's limit) pass
+/// the verifier, jumps included, and still match the interpreter.
+#[test]
+fn longest_programs_load_and_match() {
+    let k = Kernel::load();
+    let mut t = Tally::default();
+    for n in 0..8u64 {
+        let mut r = Rng(0x1023 ^ n);
+        let p = random_linear(&mut r, 1023..=1023);
+        let what = || format!("long program {n}");
+        let insns = compile_main(&p, &JitTarget::TestRun).unwrap();
+        t.bpf_insns += insns.len() as u64;
+        let fd = jit_load(&p, &what);
+        t.programs += 1;
+        k.put_prog(&p);
+        for s in 0..16 {
+            let st = random_state(&mut r, 6 * s);
+            check_same(&k, &fd, &st, &mut t, &|| format!("{}, state {s}", what()));
+        }
+    }
+    println!("longest programs: {t:?}");
 }
 
 /// Directory of the workspace's built binaries (target/<profile>).
@@ -742,8 +774,9 @@ fn suite_programs_match_interpreter() {
     assert!(t.ok > t.cases / 4, "the suite's programs mostly ran through: {t:?}");
 }
 
-/// The production target: every suite program compiled for the struct_ops
-/// `cong_control` (sk_storage lookup, tail call) passes the verifier.
+/// The production target: every suite program and a longest random one,
+/// compiled for the struct_ops `cong_control` (sk_storage lookup, tail
+/// call), pass the verifier.
 #[test]
 fn struct_ops_target_loads() {
     let k = Kernel::load();
@@ -752,7 +785,8 @@ fn struct_ops_target_loads() {
         jit_map_fd: k.skel.maps.fold_jit_test.as_fd().as_raw_fd(),
         post_index: 0,
     };
-    let programs = suite_compiled();
+    let mut programs = suite_compiled();
+    programs.push(("a 1023-instruction random program".into(), random_linear(&mut Rng(7), 1023..=1023)));
     for (name, p) in &programs {
         let insns = compile_main(p, &target).unwrap_or_else(|e| panic!("{name}: {e}"));
         let fd = load(&insns, &target, "fold_jit_so")
