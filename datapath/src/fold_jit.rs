@@ -590,8 +590,14 @@ fn emit_writes(
 const LOG_BYTES: usize = 1 << 20;
 
 /// The BTF id of `struct tcp_congestion_ops` in vmlinux and the member index
-/// of `cong_control` (the struct_ops program's expected attach type).
+/// of `cong_control` (the struct_ops program's expected attach type); read
+/// once per process (parsing vmlinux's BTF takes milliseconds).
 fn cong_control_attach() -> Result<(u32, u32), JitError> {
+    static ATTACH: std::sync::OnceLock<Result<(u32, u32), JitError>> = std::sync::OnceLock::new();
+    ATTACH.get_or_init(read_cong_control_attach).clone()
+}
+
+fn read_cong_control_attach() -> Result<(u32, u32), JitError> {
     use libbpf_rs::btf::types::Struct;
     let err = |what: String| JitError::Program(format!("struct_ops target: {what}"));
     let btf = libbpf_rs::btf::Btf::from_vmlinux()

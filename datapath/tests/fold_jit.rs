@@ -668,6 +668,57 @@ fn longest_programs_load_and_match() {
     println!("longest programs: {t:?}");
 }
 
+/// Run time the kernel accounted to program `fd` (BPF_ENABLE_STATS run
+/// time): (ns, runs) so far.
+fn run_stats(fd: i32) -> (u64, u64) {
+    let mut info = libbpf_rs::libbpf_sys::bpf_prog_info::default();
+    let mut len = std::mem::size_of_val(&info) as u32;
+    // SAFETY: info is a bpf_prog_info of len bytes we own.
+    let rc = unsafe { libbpf_rs::libbpf_sys::bpf_prog_get_info_by_fd(fd, &mut info, &mut len) };
+    assert_eq!(rc, 0, "bpf_prog_get_info_by_fd: {}", std::io::Error::last_os_error());
+    (info.run_time_ns, info.run_cnt)
+}
+
+/// Cost figures (not a timed test): in-kernel run time per main section,
+/// JIT vs interpreter, for each suite program on ACK-like register files,
+/// from the kernel's BPF run-time statistics. Warm caches (back-to-back
+/// test runs); the interpreter's figure includes fold_test_main's two map
+/// lookups.
+#[test]
+#[ignore = "benchmark: cargo test --release -p ccp-datapath --test fold_jit -- --ignored --nocapture"]
+fn bench_jit_vs_interpreter() {
+    let k = Kernel::load();
+    // SAFETY: no pointers; returns an fd that keeps statistics on while open.
+    let stats = unsafe { libbpf_rs::libbpf_sys::bpf_enable_stats(libbpf_rs::libbpf_sys::BPF_STATS_RUN_TIME) };
+    assert!(stats >= 0, "BPF_ENABLE_STATS: {}", std::io::Error::last_os_error());
+    // SAFETY: a new fd nobody else owns
+    let _stats = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(stats) };
+    let runs = env_u64("FOLD_JIT_BENCH_RUNS", 20_000);
+    let interp_fd = k.skel.progs.fold_test_main.as_fd().as_raw_fd();
+    println!("{:<22} {:>6} {:>6} {:>10} {:>12}", "program", "fold", "bpf", "JIT ns", "interp ns");
+    for (name, p) in suite_compiled() {
+        let insns = compile_main(&p, &JitTarget::TestRun).unwrap();
+        let fd = jit_load(&p, &|| name.clone());
+        k.put_prog(&p);
+        let states: Vec<Box<FoldState>> = (0..16).map(|s| random_state(&mut Rng(s), 97)).collect();
+        let (j0, i0) = (run_stats(fd.as_raw_fd()), run_stats(interp_fd));
+        for n in 0..runs {
+            let st = &states[(n % 16) as usize];
+            run_jit(&fd, st);
+            k.interpret(st);
+        }
+        let (j1, i1) = (run_stats(fd.as_raw_fd()), run_stats(interp_fd));
+        let per = |a: (u64, u64), b: (u64, u64)| (b.0 - a.0) as f64 / (b.1 - a.1).max(1) as f64;
+        println!(
+            "{name:<22} {:>6} {:>6} {:>10.1} {:>12.1}",
+            p.n_main,
+            insns.len(),
+            per(j0, j1),
+            per(i0, i1)
+        );
+    }
+}
+
 /// Directory of the workspace's built binaries (target/<profile>).
 fn bin_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
