@@ -3,7 +3,9 @@
 //! and the heartbeat that keeps the BPF side out of its fallback (kernel cubic).
 
 use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -11,6 +13,7 @@ use anyhow::{bail, Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder};
 
+use crate::fold_jit::{self, JitTarget};
 use crate::fold_kernel::{FoldMaps, FoldProg, FoldStaged};
 use crate::wire::{decode_event, Command, Event, RawFlowInfo};
 
@@ -22,6 +25,10 @@ use skel::{CcpSkel, CcpSkelBuilder};
 
 /// Name the struct_ops registers under (`struct tcp_congestion_ops.name`).
 pub const CA_NAME: &str = "ccp";
+
+/// Index of `ccp_fold_post` in the `fold_jit` program array (ccp.bpf.c
+/// FOLD_JIT_POST); program slots start at 1.
+const FOLD_JIT_POST: u32 = 0;
 
 /// Tunables baked into the BPF object's .rodata before load.
 #[derive(Debug, Clone, Copy)]
@@ -35,6 +42,9 @@ pub struct BpfConfig {
     /// Run the fold programs in the kernel (`--fold kernel`, bpf/fold_ccp.h)
     /// instead of sending every ACK to libccp in user space.
     pub fold_in_kernel: bool,
+    /// With `fold_in_kernel`: compile each installed program's main section
+    /// to BPF (src/fold_jit.rs) instead of interpreting it per ACK.
+    pub fold_jit: bool,
 }
 
 impl Default for BpfConfig {
@@ -43,6 +53,7 @@ impl Default for BpfConfig {
             wake_interval: Duration::from_micros(200),
             stale_after: Duration::from_millis(500),
             fold_in_kernel: true,
+            fold_jit: true,
         }
     }
 }
@@ -77,6 +88,20 @@ pub struct BpfDatapath {
     /// The last heartbeat written, and how often it is refreshed.
     last_heartbeat_ns: Cell<u64>,
     heartbeat_refresh_ns: u64,
+    /// Compiled main sections by program slot (`--fold kernel` with
+    /// `fold_jit`); None when programs are interpreted.
+    jit: Option<JitSlots>,
+}
+
+/// The compiled main sections the `fold_jit` program array points at: the
+/// fds keep each program alive until its slot is rewritten.
+#[derive(Default)]
+struct JitSlots {
+    loaded: HashMap<u32, OwnedFd>,
+    /// Programs compiled and loaded, and programs left to the interpreter
+    /// (the compiler or the verifier refused them; logged).
+    compiled: u64,
+    declined: u64,
 }
 
 /// How often a live heartbeat is rewritten: at most every 5 ms and at least
@@ -121,12 +146,20 @@ impl BpfDatapath {
             Some(b) => b,
             None => bail!("BPF object has no mmapable .bss"),
         };
+        // Every compiled main section tail-calls the second half of
+        // cong_control, at slot 0 of the program array.
+        let post = skel.progs.ccp_fold_post.as_fd().as_raw_fd();
+        skel.maps
+            .fold_jit
+            .update(&FOLD_JIT_POST.to_ne_bytes(), &post.to_ne_bytes(), MapFlags::ANY)
+            .context("putting ccp_fold_post into the fold_jit program array")?;
         Ok(BpfDatapath {
             link: None,
             bss,
             skel,
             last_heartbeat_ns: Cell::new(0),
             heartbeat_refresh_ns: heartbeat_refresh_ns(cfg.stale_after),
+            jit: (cfg.fold_in_kernel && cfg.fold_jit).then(JitSlots::default),
         })
     }
 
@@ -242,6 +275,42 @@ impl BpfDatapath {
         }
     }
 
+    /// Compile `prog`'s main section and point `fold_jit[slot]` at it. A
+    /// program the compiler or the verifier refuses stays interpreted
+    /// (logged, counted); only a failed map write is an error.
+    fn compile_slot(&mut self, slot: u32, prog: &FoldProg) -> std::result::Result<(), String> {
+        let target = JitTarget::StructOps {
+            flows_map_fd: self.skel.maps.fold_flows.as_fd().as_raw_fd(),
+            jit_map_fd: self.skel.maps.fold_jit.as_fd().as_raw_fd(),
+            post_index: FOLD_JIT_POST,
+        };
+        let loaded = fold_jit::compile_main(prog, &target)
+            .map_err(|e| e.to_string())
+            .and_then(|insns| fold_jit::load(&insns, &target, &format!("ccp_fold_{slot}")).map_err(|e| e.to_string()));
+        let jit = self.jit.as_mut().expect("compile_slot with the compiler on");
+        match loaded {
+            Ok(fd) => {
+                self.skel
+                    .maps
+                    .fold_jit
+                    .update(&slot.to_ne_bytes(), &fd.as_raw_fd().to_ne_bytes(), MapFlags::ANY)
+                    .map_err(|e| format!("fold_jit[{slot}]: {e}"))?;
+                jit.loaded.insert(slot, fd);
+                jit.compiled += 1;
+            }
+            Err(e) => {
+                tracing::warn!("program uid {} (slot {slot}) stays interpreted: {e}", prog.uid);
+                jit.declined += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Main sections compiled and loaded, and left to the interpreter, so far.
+    pub fn jit_counts(&self) -> (u64, u64) {
+        self.jit.as_ref().map_or((0, 0), |j| (j.compiled, j.declined))
+    }
+
     /// Read the BPF side's counters (the per-CPU ones summed).
     pub fn stats(&self) -> BpfStats {
         let bss = self.bss;
@@ -282,13 +351,29 @@ fn sum_per_cpu<const N: usize>(map: &impl MapCore) -> [u64; N] {
 /// `--fold kernel`: Portus's programs and staged updates go to the BPF maps
 /// of bpf/fold_ccp.h.
 impl FoldMaps for BpfDatapath {
+    /// Writes the program table entry; with the compiler on, the slot's
+    /// compiled main section is withdrawn first (its flows interpret the
+    /// new program meanwhile) and the new one's put in after.
     fn write_program(&mut self, slot: u32, prog: &FoldProg) -> std::result::Result<(), String> {
         use zerocopy::IntoBytes;
+        if let Some(jit) = self.jit.as_mut() {
+            if jit.loaded.remove(&slot).is_some() {
+                self.skel
+                    .maps
+                    .fold_jit
+                    .delete(&slot.to_ne_bytes())
+                    .map_err(|e| format!("fold_jit[{slot}]: {e}"))?;
+            }
+        }
         self.skel
             .maps
             .fold_progs
             .update(&slot.to_ne_bytes(), prog.as_bytes(), MapFlags::ANY)
-            .map_err(|e| format!("fold_progs[{slot}]: {e}"))
+            .map_err(|e| format!("fold_progs[{slot}]: {e}"))?;
+        if self.jit.is_some() && prog.index == slot && slot != FOLD_JIT_POST {
+            self.compile_slot(slot, prog)?;
+        }
+        Ok(())
     }
 
     fn stage(&mut self, flow_id: u32, delta: &FoldStaged) -> std::result::Result<(), String> {

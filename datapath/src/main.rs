@@ -113,6 +113,11 @@ struct Cli {
     /// libccp in this daemon).
     #[arg(long, value_enum, default_value_t = FoldMode::Kernel)]
     fold: FoldMode,
+    /// With `--fold kernel`: compile each installed program's main section
+    /// to BPF (true) or interpret it per ACK (false). A program the compiler
+    /// or the verifier refuses is interpreted either way (logged).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    fold_jit: bool,
     /// Tests only: drop this many flow-create records as if the ring buffer
     /// had been full (the flows must be found again from the flows map).
     #[arg(long, hide = true, default_value_t = 0)]
@@ -509,6 +514,7 @@ impl Loop {
         let f = self.fold.as_ref().map(|f| f.stats()).unwrap_or_default();
         let active = self.fold.as_ref().map_or(0, |f| f.active_flows());
         let k = self.kernel.as_ref().map(|k| k.kf.stats()).unwrap_or_default();
+        let (jit_compiled, jit_declined) = self.bpf.jit_counts();
         // integer formatting: µs with 3 decimals, no floats in this binary
         let us = |v: Option<u64>| match v {
             Some(ns) => format!("{}.{:03}", ns / 1000, ns % 1000),
@@ -518,8 +524,8 @@ impl Loop {
             "flows={} (bpf ids {}) active={} resynced={} invokes={} commands={} skipped_invalid={} unknown_flow_acks={} \
              bpf: command_acks={} fallback_acks={} dropped_events={} bad_records={} refused_msgs={} untrusted_msgs={} \
              per-ACK user cost us: mean={} p50={} p99={}; event->command us: p50={} p99={} (n={}) \
-             kernel fold: invocations={} aborted={} reports={} reports_dropped={} installs={} staged={} refused={} \
-             report->cwnd us: p50={} p99={} (n={})",
+             kernel fold: invocations={} aborted={} reports={} reports_dropped={} installs={} compiled={} interpreted={} \
+             staged={} refused={} report->cwnd us: p50={} p99={} (n={})",
             f.flows_created,
             b.flows,
             active,
@@ -545,6 +551,8 @@ impl Loop {
             b.fold_reports,
             b.fold_reports_dropped,
             k.installs,
+            jit_compiled,
+            jit_declined,
             k.staged,
             k.refused,
             us(k.report_to_cwnd_p50_ns),
@@ -571,6 +579,7 @@ fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
         wake_interval: Duration::from_micros(cli.wake_us),
         stale_after: Duration::from_millis(cli.fallback_timeout_ms),
         fold_in_kernel: in_kernel,
+        fold_jit: cli.fold_jit,
     })?;
     let (fold, kernel, report_ring) = if in_kernel {
         let mut sender = ipc.sender()?;
