@@ -616,13 +616,13 @@ struct {
  * section) is fresh (it forwards the reports), else the fallback runs. */
 static __always_inline void fold_cong_control_end(struct sock *sk, struct tcp_sock *tp, struct ccp_priv *ca,
 						  __u32 ack, const struct rate_sample *rs,
-						  struct fold_flow *ff, int err)
+						  struct fold_flow *ff, int err, int compiled)
 {
 	struct dp_counters *c = counters();
 	struct ccp_cmd cmd = {};
 	__u64 now, hb;
 
-	if (ff && fold_ack_end(ff, ca->flow_id, err, &cmd.cwnd_bytes, &cmd.rate_bytes_per_sec)) {
+	if (ff && fold_ack_end(ff, ca->flow_id, err, compiled, &cmd.cwnd_bytes, &cmd.rate_bytes_per_sec)) {
 		now = ff->pend.now;
 		hb = ff->pend.hb;
 		if (hb && (hb > now || now - hb < stale_after_ns)) {
@@ -646,7 +646,7 @@ void BPF_PROG(ccp_fold_post, struct sock *sk, __u32 ack, int flag, const struct 
 	struct fold_flow *ff = bpf_sk_storage_get(&fold_flows, sk, 0, 0);
 
 	fold_cong_control_end(sk, tcp_sk(sk), ca_priv(sk), ack, rs, ff,
-			      ff ? (int)ff->st.regs[FOLD_OFF_JIT_RET] : 0);
+			      ff ? (int)ff->st.regs[FOLD_OFF_JIT_RET] : 0, 1);
 }
 
 SEC("struct_ops")
@@ -678,7 +678,7 @@ void BPF_PROG(ccp_cong_control, struct sock *sk, __u32 ack, int flag, const stru
 			bpf_tail_call(ctx, &fold_jit, ff->st.slot & (FOLD_MAX_SLOTS - 1));
 			err = fold_run_section(&ff->st, p, 0, p->n_main, now, &ff->pend.res.steps);
 		}
-		fold_cong_control_end(sk, tp, ca, ack, rs, ff, err);
+		fold_cong_control_end(sk, tp, ca, ack, rs, ff, err, 0);
 		return;
 	}
 	emit_ack(sk, tp, ca, rs, now);

@@ -47,6 +47,7 @@ struct fold_counters {
 	__u64 aborts;		/* invocations aborted (overflow, underflow, div0) */
 	__u64 reports_sent;
 	__u64 reports_dropped;	/* report ring buffer full */
+	__u64 compiled_runs;	/* invocations whose main section ran compiled (fold_jit) */
 };
 
 struct {
@@ -297,10 +298,10 @@ static __always_inline struct fold_flow *fold_ack_begin(struct sock *sk, const s
 }
 
 /* The second half, after the main section returned `err` (ignored when
- * begin found no program). Returns 1 with *cwnd_bytes / *rate (0 = leave)
+ * begin found no program); `compiled`: it ran as compiled code. Returns 1 with *cwnd_bytes / *rate (0 = leave)
  * when the algorithm controls the flow, 0 when the caller should run its
  * fallback. */
-static __always_inline int fold_ack_end(struct fold_flow *ff, __u32 flow_id, int err,
+static __always_inline int fold_ack_end(struct fold_flow *ff, __u32 flow_id, int err, int compiled,
 					__u32 *cwnd_bytes, __u64 *rate)
 {
 	struct fold_result *res = &ff->pend.res;
@@ -312,6 +313,7 @@ static __always_inline int fold_ack_end(struct fold_flow *ff, __u32 flow_id, int
 		return 0;
 	if (res->ret == FOLD_OK)
 		fold_invoke_end(&ff->st, err, res);
+	cnt->compiled_runs += compiled;
 	cnt->invocations++;	/* per CPU, not atomic: a softirq interrupting a process-context ACK can lose a count */
 	if (res->ret >= FOLD_ERR_SUB_UNDERFLOW && res->ret <= FOLD_ERR_ADD_OVERFLOW)
 		cnt->aborts++;
@@ -355,7 +357,7 @@ static __always_inline int fold_on_ack(struct sock *sk, const struct rate_sample
 		return 0;
 	if (p)
 		err = fold_run_section(&ff->st, p, 0, p->n_main, now, &ff->pend.res.steps);
-	return fold_ack_end(ff, flow_id, err, cwnd_bytes, rate);
+	return fold_ack_end(ff, flow_id, err, 0, cwnd_bytes, rate);
 }
 
 /* Staging from user space: one Portus message's updates for one flow

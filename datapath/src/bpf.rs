@@ -74,6 +74,8 @@ pub struct BpfStats {
     pub fold_aborts: u64,
     pub fold_reports: u64,
     pub fold_reports_dropped: u64,
+    /// Of the invocations, those whose main section ran compiled.
+    pub fold_compiled_runs: u64,
 }
 
 /// The loaded BPF object; the congestion control is registered while
@@ -318,8 +320,8 @@ impl BpfDatapath {
         let flows = unsafe { std::ptr::addr_of!((*bss).next_flow_id).read_volatile() };
         // struct dp_counters and struct fold_counters: u64 fields in order
         let [dropped_events, fallback_acks, command_acks, _stale] = sum_per_cpu::<4>(&self.skel.maps.dp_counters);
-        let [fold_invocations, fold_aborts, fold_reports, fold_reports_dropped] =
-            sum_per_cpu::<4>(&self.skel.maps.fold_counters);
+        let [fold_invocations, fold_aborts, fold_reports, fold_reports_dropped, fold_compiled_runs] =
+            sum_per_cpu::<5>(&self.skel.maps.fold_counters);
         BpfStats {
             dropped_events,
             fallback_acks,
@@ -329,6 +331,7 @@ impl BpfDatapath {
             fold_aborts,
             fold_reports,
             fold_reports_dropped,
+            fold_compiled_runs,
         }
     }
 }

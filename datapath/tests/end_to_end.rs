@@ -507,12 +507,35 @@ fn assert_held_at(flow: &BulkFlow, pkts: u32, window: Duration) -> libc::tcp_inf
 
 // ---------------------------------------------------------------- tests
 
+/// The counter `key=` of the datapath's last summary line (`kernel fold:` part).
+fn summary_count(log: &str, key: &str) -> u64 {
+    let line = log.lines().rev().find(|l| l.contains("kernel fold:")).unwrap_or_else(|| panic!("no summary line: {log}"));
+    let after = line.split("kernel fold:").nth(1).unwrap();
+    let v = after
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("summary has no {key}=: {line}"));
+    v.parse().unwrap_or_else(|e| panic!("{key}={v}: {e}"))
+}
+
 #[test]
 fn fixed_cwnd_from_portus_reaches_the_socket_and_follows_changes() {
+    fixed_cwnd_follows_portus(&[], (1, 0));
+}
+
+#[test]
+fn fixed_cwnd_follows_portus_with_the_interpreted_fold() {
+    fixed_cwnd_follows_portus(&["--fold-jit", "false"], (0, 0));
+}
+
+/// One flow under a fixed-cwnd Portus algorithm; `programs` = (compiled,
+/// interpreted) the datapath's summary must count: which of the two ran
+/// the program's main section.
+fn fixed_cwnd_follows_portus(datapath_args: &[&str], programs: (u64, u64)) {
     let _l = lock();
     let net = Net::new();
     let portus = Portus::start(10);
-    let mut dp = DatapathProc::start(&portus.path, "ccpdp-test-fixed");
+    let mut dp = DatapathProc::start_with(&portus.path, "ccpdp-test-fixed", datapath_args);
     let flow = BulkFlow::start(&net);
     assert_eq!(flow.congestion_control(), "ccp");
 
@@ -538,6 +561,21 @@ fn fixed_cwnd_from_portus_reaches_the_socket_and_follows_changes() {
     drop(flow);
     let st = dp.stop(libc::SIGINT).expect("datapath exits on SIGINT");
     assert!(st.success(), "exit status {st}");
+    let log = dp.log_text();
+    assert_eq!(
+        (summary_count(&log, "compiled"), summary_count(&log, "interpreted")),
+        programs,
+        "programs compiled / left to the interpreter: {log}"
+    );
+    assert!(summary_count(&log, "installs") >= 1);
+    let (invocations, compiled_runs) = (summary_count(&log, "invocations"), summary_count(&log, "compiled_runs"));
+    assert!(invocations > 100, "the fold ran per ACK: {log}");
+    if programs.0 > 0 {
+        // all but the ACKs before the program was installed and compiled
+        assert!(compiled_runs * 10 >= invocations * 9, "compiled main sections ran: {compiled_runs} of {invocations}");
+    } else {
+        assert_eq!(compiled_runs, 0, "nothing compiled ran");
+    }
     assert!(!ccp_registered(), "ccp unregistered after exit");
     assert!(!dp.ready.exists(), "ready file removed on exit");
     assert!(!dp.socket.exists(), "socket file removed on exit");
