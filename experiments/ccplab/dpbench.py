@@ -34,8 +34,9 @@ sending task (or in ksoftirqd) and is counted; softirq work done inside
 another task or the idle task is not. For ccp, the BPF
 cost per ACK (``kernel.bpf_stats_enabled=1`` during the benchmark, restored
 after; ``run_time_ns / run_cnt`` of the datapath's ``ccp_cong_control``
-from ``bpftool -j prog show``, and the time of all of its struct_ops
-programs per ``cong_control`` call); messages crossing from the kernel to user
+from ``bpftool -j prog show``, and the time of its struct_ops programs
+that run per ACK, i.e. all but ``init`` and ``release``, per ``cong_control`` call; the JSON also
+has each program's share, those two included); messages crossing from the kernel to user
 space (the datapath's exit summary: per-ACK snapshots ``invokes`` +
 ``unknown_flow_acks`` in ``--fold userspace``, ``kernel fold: reports=`` in
 ``--fold kernel``; create/release/state events are not counted) per second
@@ -146,6 +147,10 @@ MTU = 1500
 IPERF_PORT = 5201
 CLIENT_GRACE_S = 30.0
 CONG_CONTROL_PROG = "ccp_cong_contro"  # prefix: bpftool shows the BTF name or the kernel's 15-character one
+PER_FLOW_PROGS = ("ccp_init", "ccp_release")
+"""Programs that run once per connection, not per ACK: left out of the per-ACK figure. Each wakes
+the daemon (a forced ring-buffer wakeup, 7-20 us here), and iperf3 -C sets the congestion control
+on the receiver's sockets too, so a short 100-flow run spreads ~200 of them over few ACKs."""
 
 
 # ---------------------------------------------------------------- pure parts
@@ -260,16 +265,33 @@ def max_prog_id(bpftool_json: str) -> int:
 
 
 def bpf_ns_per_ack(costs: Sequence[ProgCost]) -> tuple[float | None, float | None]:
-    """(``cong_control`` ns per call, all ccp programs' ns per ``cong_control`` call).
+    """(``cong_control`` ns per call, the per-ACK programs' ns per ``cong_control`` call).
 
     ``cong_control`` runs once per ACK, so the second figure is the BPF time the datapath costs per
-    ACK (in_ack_event, set_state etc. included). (None, None) when cong_control never ran.
+    ACK: cong_control with what it tail-calls (counted in its own time), pkts_acked, cwnd_event,
+    set_state, ssthresh and undo_cwnd; not PER_FLOW_PROGS (per connection; in
+    ``bpf_ns_per_ack_by_prog``). (None, None) when cong_control never ran.
     """
     cc = [c for c in costs if c.name.startswith(CONG_CONTROL_PROG)]
     acks = sum(c.run_cnt for c in cc)
     if acks == 0:
         return None, None
-    return sum(c.run_time_ns for c in cc) / acks, sum(c.run_time_ns for c in costs) / acks
+    per_ack = [c for c in costs if not c.name.startswith(PER_FLOW_PROGS)]
+    return sum(c.run_time_ns for c in cc) / acks, sum(c.run_time_ns for c in per_ack) / acks
+
+
+def bpf_ns_per_ack_by_prog(costs: Sequence[ProgCost]) -> dict[str, float] | None:
+    """Each program's BPF ns per ``cong_control`` call, PER_FLOW_PROGS included (the others add up
+    to ``bpf_ns_per_ack``'s second figure); programs that never ran are left out. None when
+    cong_control never ran."""
+    acks = sum(c.run_cnt for c in costs if c.name.startswith(CONG_CONTROL_PROG))
+    if acks == 0:
+        return None
+    out: dict[str, float] = {}
+    for c in costs:
+        if c.run_cnt:
+            out[c.name] = out.get(c.name, 0.0) + c.run_time_ns / acks
+    return out
 
 
 def summary_line(datapath_log: str) -> str:
@@ -378,6 +400,9 @@ class Measurement:
     msgs_per_rtt_per_flow: float | None = None
     latency_p50_us: float | None = None
     latency_p99_us: float | None = None
+    # ns per cong_control call of each ccp struct_ops program (bpftool names, 15 characters):
+    # where bpf_ns_per_ack goes (ccp_pkts_acked, ccp_cwnd_event ... beside ccp_cong_control)
+    bpf_ns_per_ack_by_prog: dict[str, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -713,10 +738,11 @@ class Bench:
             raise CcplabError(f"ccp-datapath exited with status {status}:\n{datapath.log_tail()}")
         line = summary_line(log.read_text(errors="replace"))
         cc_ns, all_ns = bpf_ns_per_ack(costs)
+        by_prog = bpf_ns_per_ack_by_prog(costs)
         per_s, per_rtt = per_flow_rates(crossing_messages(line, fold), fig.seconds, flows, fig.mean_rtt_us)
         p50, p99 = command_latency_us(line, fold)
         return Measurement(mode, flows, paced, rep, fig.gbps, cpu.busy, cpu.own, fig.mean_rtt_us, cpu.daemons,
-                           cc_ns, all_ns, per_s, per_rtt, p50, p99)
+                           cc_ns, all_ns, per_s, per_rtt, p50, p99, by_prog)
 
     def _client(self, cc: str, flows: int, paced: bool, daemon_pids: list[int]) -> tuple[dict, "RunCpu"]:
         """Run the iperf3 client; its JSON result and the CPU shares over its lifetime."""

@@ -89,7 +89,12 @@ def test_ccp_prog_costs_selects_this_datapaths_struct_ops_programs():
     assert costs[-1] == d.ProgCost("ccp_set_state", 0, 0), "bpftool omits zero counters"
     cc_ns, all_ns = d.bpf_ns_per_ack(costs)
     assert cc_ns == pytest.approx(1200.0)
-    assert all_ns == pytest.approx((5000 + 1_200_000 + 300_000) / 1000)
+    assert all_ns == pytest.approx((1_200_000 + 300_000) / 1000), "per-flow ccp_init left out"
+    by_prog = d.bpf_ns_per_ack_by_prog(costs)
+    assert by_prog == {"ccp_init": pytest.approx(5.0), "ccp_cong_control": pytest.approx(1200.0),
+                       "ccp_in_ack_even": pytest.approx(300.0)}, "per cong_control call; idle ones left out"
+    assert sum(by_prog.values()) - by_prog["ccp_init"] == pytest.approx(all_ns)
+    assert d.bpf_ns_per_ack_by_prog([d.ProgCost("ccp_init", 10, 1)]) is None
 
 
 def test_ccp_prog_costs_without_pids_uses_ids_only():
