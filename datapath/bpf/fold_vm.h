@@ -61,9 +61,9 @@
  * tmp 8 | local 8] (FOLD_FLAT_*) is laid out so that what an ACK touches
  * sits in a few adjacent cache lines: control registers backwards from
  * FOLD_OFF_CONTROL_END (control 0 last), then implicit, tmp, local, the
- * primitives, the zero and discard registers, Micros' time zero and the
- * program slot, then report registers forwards (contiguous: a report
- * copies them). The first ~16 of each class, all programs of the suite
+ * primitives, the zero and discard registers, Micros' time zero, the
+ * program slot and the compiled section's two slots, then report registers
+ * forwards (contiguous: a report copies them). The first ~16 of each class, all programs of the suite
  * use, span ~75 registers (10 lines) instead of ~13 lines spread over 4 KiB.
  * The compiler (src/fold_kernel.rs) maps flat indices to these offsets. */
 #define FOLD_MAX_REPORT 110
@@ -83,11 +83,12 @@
 #define FOLD_OFF_DISCARD 148	/* sink for ignored writes, never read */
 #define FOLD_OFF_TIME_ZERO 149	/* fold_state.time_zero_ns */
 #define FOLD_OFF_SLOT 150	/* fold_state.slot */
-#define FOLD_OFF_REPORT 151	/* report register i at FOLD_OFF_REPORT + i */
-/* Past the report registers, never an operand: what a compiled main section
- * (src/fold_jit.rs, entered by a tail call) reads and leaves behind. */
-#define FOLD_OFF_JIT_RET 261	/* its result: FOLD_OK or an abort code (as s64) */
-#define FOLD_OFF_JIT_NOW 262	/* the invocation's now_ns (Micros writes move time zero) */
+/* Never an operand: what a compiled main section (src/fold_jit.rs, entered
+ * by a tail call) reads and leaves behind, in the cache line of the slot
+ * and the time zero (a cold ACK fetches it anyway). */
+#define FOLD_OFF_JIT_RET 151	/* its result: FOLD_OK or an abort code (as s64) */
+#define FOLD_OFF_JIT_NOW 152	/* the invocation's now_ns (Micros writes move time zero) */
+#define FOLD_OFF_REPORT 153	/* report register i at FOLD_OFF_REPORT + i */
 #define FOLD_NREGS 512		/* power of two: offsets are masked */
 #define FOLD_REG_MASK (FOLD_NREGS - 1)
 
@@ -198,7 +199,7 @@ _Static_assert(sizeof(struct fold_state) == 8 * FOLD_NREGS, "fold_state layout")
 _Static_assert(__builtin_offsetof(struct fold_state, time_zero_ns) == 8 * FOLD_OFF_TIME_ZERO, "time zero");
 _Static_assert(__builtin_offsetof(struct fold_state, slot) == 8 * FOLD_OFF_SLOT, "slot");
 _Static_assert(FOLD_OFF_REPORT + FOLD_MAX_REPORT <= FOLD_NREGS, "report registers fit");
-_Static_assert(FOLD_OFF_REPORT + FOLD_MAX_REPORT <= FOLD_OFF_JIT_RET, "compiled-section slots past the reports");
+_Static_assert(FOLD_OFF_JIT_NOW < FOLD_OFF_REPORT, "compiled-section slots before the reports");
 
 /* fold_staged.flags */
 #define FOLD_STAGED_CHANGE 1

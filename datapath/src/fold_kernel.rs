@@ -71,13 +71,13 @@ pub const OFF_DISCARD: u32 = 148;
 pub const OFF_TIME_ZERO: u32 = 149;
 #[cfg_attr(not(test), allow(dead_code))]
 pub const OFF_SLOT: u32 = 150;
-pub const OFF_REPORT: u32 = 151;
 /// Register slot where a compiled main section (`fold_jit`) leaves its
 /// result (0 or a libccp abort code, as i64); never an operand.
-pub const OFF_JIT_RET: u32 = 261;
+pub const OFF_JIT_RET: u32 = 151;
 /// Register slot holding the invocation's now_ns for a compiled main section
 /// (a write to Micros sets time zero = now_ns - value); never an operand.
-pub const OFF_JIT_NOW: u32 = 262;
+pub const OFF_JIT_NOW: u32 = 152;
+pub const OFF_REPORT: u32 = 153;
 pub const NREGS: usize = 512;
 pub const MAX_LINEAR: usize = 1024;
 /// Entries of the kernel program map (slot 0 unused).
