@@ -389,14 +389,6 @@ __u32 BPF_PROG(ccp_ssthresh, struct sock *sk)
 	return half > 2 ? half : 2;
 }
 
-/* cubic's delay_min and HyStart, fed only while the fallback runs (HyStart
- * would otherwise move ssthresh under the algorithm's feet). */
-SEC("struct_ops")
-void BPF_PROG(ccp_pkts_acked, struct sock *sk, const struct ack_sample *sample)
-{
-	if (ca_priv(sk)->flags & PRIV_FALLBACK)
-		cubictcp_acked(sk, sample);
-}
 
 /* cubic restarts its epoch after idle (CA_EVENT_TX_START), which a paced
  * flow meets on almost every send. Only the fallback's cubic needs it: taking
@@ -566,6 +558,20 @@ static __always_inline void refresh_flow_info(struct tcp_sock *tp, __u32 flow_id
 	info->lost = tp->lost;
 }
 
+/* cubic's delay_min and HyStart (its pkts_acked), fed only while the
+ * fallback runs (HyStart would otherwise move ssthresh under the
+ * algorithm's feet). Called from cong_control rather than from a
+ * pkts_acked op: tcp_clean_rtx_queue builds its ack_sample's RTT from the
+ * same rate sample (sample.rtt_us = rs->rtt_us; cubictcp_acked reads
+ * nothing else) just before cong_control runs, and an op costs every ACK a
+ * trampoline call (40-70 ns measured) even when it returns at once. */
+static __always_inline void feed_cubic_delay(struct sock *sk, const struct rate_sample *rs)
+{
+	struct ack_sample sample = { .rtt_us = rs->rtt_us };
+
+	cubictcp_acked(sk, &sample);
+}
+
 /* The fallback: the kernel's own CUBIC. During a cwnd reduction
  * (Recovery/CWR) cwnd is held at ssthresh (the kernel's PRR is skipped when
  * cong_control is set), otherwise cubictcp_cong_avoid grows it, only while
@@ -585,6 +591,7 @@ static __always_inline void fallback(struct sock *sk, struct tcp_sock *tp, struc
 	}
 	if (ca->flags & PRIV_PACED)
 		stop_commanded_pacing(sk, ca);
+	feed_cubic_delay(sk, rs);
 	kernel_like_pacing(sk, tp);
 	if (ca->ca_state == TCP_CA_Recovery || ca->ca_state == TCP_CA_CWR) {
 		__u32 target = tp->snd_ssthresh > 2 ? tp->snd_ssthresh : 2;
@@ -713,7 +720,6 @@ struct tcp_congestion_ops ccp = {
 	.undo_cwnd = (void *)ccp_undo_cwnd,
 	.set_state = (void *)ccp_set_state,
 	.cong_control = (void *)ccp_cong_control,
-	.pkts_acked = (void *)ccp_pkts_acked,
 	.cwnd_event = (void *)ccp_cwnd_event,
 	.name = "ccp",
 };

@@ -602,6 +602,34 @@ fn flow_keeps_moving_without_an_algorithm() {
     assert!(dp.stop(libc::SIGTERM).expect("exits on SIGTERM").success());
 }
 
+/// The fallback's cubic gets its RTT samples (cong_control feeds
+/// cubictcp_acked, as a pkts_acked op would): HyStart ends slow start on the
+/// queue's delay before the 1 MB TBF queue overflows, so ssthresh is set
+/// while nothing was retransmitted. Without the samples ssthresh stays
+/// infinite until the first loss.
+#[test]
+fn fallback_cubic_leaves_slow_start_by_hystart_before_any_loss() {
+    let _l = lock();
+    let net = Net::new();
+    let missing = PathBuf::from(format!("/tmp/ccp/{}", uniq("ccpdp-test-nobody-")));
+    let mut dp = DatapathProc::start(&missing, "reno");
+    let flow = BulkFlow::start(&net);
+    assert_eq!(flow.congestion_control(), "ccp");
+    const INFINITE_SSTHRESH: u32 = 0x7fff_ffff;
+    let ti = flow.wait_for(Duration::from_secs(10), |t| t.tcpi_snd_ssthresh < INFINITE_SSTHRESH);
+    let ti = ti.unwrap_or_else(|| panic!("slow start never ended: {:?}", flow.info().tcpi_snd_ssthresh));
+    assert_eq!(
+        (ti.tcpi_total_retrans, ti.tcpi_lost),
+        (0, 0),
+        "ssthresh {} came from a loss, not from HyStart (cwnd {})",
+        ti.tcpi_snd_ssthresh,
+        ti.tcpi_snd_cwnd
+    );
+    eprintln!("HyStart set ssthresh {} at cwnd {}, srtt {} us", ti.tcpi_snd_ssthresh, ti.tcpi_snd_cwnd, ti.tcpi_rtt);
+    drop(flow);
+    assert!(dp.stop(libc::SIGTERM).expect("exits on SIGTERM").success());
+}
+
 #[test]
 fn flow_falls_back_to_kernel_cubic_when_the_datapath_dies() {
     let _l = lock();
