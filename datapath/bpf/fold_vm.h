@@ -32,7 +32,9 @@
  *     Flow.rtt_sample_us 0 reads as 4294967295.
  *
  * The program text is compiled by user space (src/fold_kernel.rs) from
- * Portus's install message into a linear form: per expression its condition
+ * Portus's install message into a linear form (whose main section
+ * src/fold_jit.rs compiles on to BPF; the interpreter then runs only the
+ * resets and the initialisation, and any main section not compiled): per expression its condition
  * instructions, FOLD_OP_JZ (skip the body when the expression flag is 0), the
  * body, FOLD_OP_BRK (stop when flag && !fallthrough). The compiler leaves
  * out a JZ or BRK whose outcome it knows, fuses a remaining JZ into the

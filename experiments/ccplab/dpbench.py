@@ -876,8 +876,9 @@ def run_bench(args: argparse.Namespace) -> int:
     print(targets_table(evaluate_targets(measurements, args.flows)))
     print("\nbusy% = share of both cores (/proc/stat) while iperf3 ran; own% = the part of it used by iperf3 "
           "client and server, ccp-datapath, the algorithm and ksoftirqd (scheduler run time; busy% is "
-          "tick-sampled), dmn% = ccp-datapath + algorithm; cc ns = BPF ns per ccp_cong_control call; "
-          "bpf ns/ACK = all ccp programs' BPF ns per cong_control call; msg = kernel-to-user records "
+          "tick-sampled), dmn% = ccp-datapath + algorithm; cc ns = BPF ns per ccp_cong_control call "
+          "(what it tail-calls included); bpf ns/ACK = BPF ns of the ccp programs that run per ACK (all but "
+          "init and release) per cong_control call; msg = kernel-to-user records "
           "(userspace fold: per-ACK snapshots; kernel fold: reports); cmd lat = report->cwnd (kernel fold) or "
           "event->command (userspace fold), us.")
     if args.json:
