@@ -54,6 +54,8 @@ $(VENV)/.installed: pyproject.toml
 bench: build
 	$(PY) -m transient.bench
 	CCPLAB_FUZZ_CASES=1000000 $(CARGO) test --release -p ccp-datapath --test fuzz_messages -- --nocapture
+	# one fold invocation, warm: compiled main section vs the BPF interpreter, per suite program
+	$(CARGO) test --release -p ccp-datapath --test fold_jit -- --ignored --nocapture
 	$(NETLAB_LOCK) $(VENV)/bin/ccplab fidelity --runs 5 --duration-s 20 \
 	    --out results/bench-fidelity-$$(date +%Y%m%d-%H%M%S)
 	$(NETLAB_LOCK) $(PY) -m ccplab.dpbench --json results/bench-datapath-$$(date +%Y%m%d-%H%M%S).json
