@@ -283,6 +283,36 @@ pub const PRR_IN_FOLD: [&str; 2] = [crate::reno::PROGRAM.name, crate::cubic::PRO
 /// ([`crate::window::FoldSlowStart`]).
 pub const SLOW_START_IN_FOLD: [&str; 2] = [crate::reno::PROGRAM.name, crate::cubic::PROGRAM.name];
 
+/// The programs whose regular reports back off while the flow is far from
+/// cwnd-limited (`APP_LIMITED_TRACK`): their algorithms grow cwnd only when
+/// cwnd-limited ([`crate::window::cwnd_limited`], as Linux's
+/// `tcp_is_cwnd_limited`), so a report of a flow using less than half its
+/// cwnd cannot change their decision, and losses and timeouts are reported at
+/// once anyway.
+pub const REPORTS_BACK_OFF_WHEN_APP_LIMITED: [&str; 2] = [crate::reno::PROGRAM.name, crate::cubic::PROGRAM.name];
+
+/// Report interval, us, of a [`REPORTS_BACK_OFF_WHEN_APP_LIMITED`] program
+/// while its flow keeps in flight at or below half its cwnd (an application-
+/// or receive-window-limited flow): 10 reports a second instead of one per
+/// RTT. Why: each report costs the two daemons ~170 us of CPU on this kind of
+/// machine (datapath/README.md), 95 reports a second for one paced veth flow,
+/// where kernel cubic spends nothing.
+pub const APP_LIMITED_REPORT_US: u64 = 100_000;
+
+/// The control register of the back-off: `lim`, whether the flow was
+/// cwnd-limited or close to it at some ACK since the last report.
+const APP_LIMITED_DEFS: &str = "    (lim false)\n";
+
+/// Per ACK: `lim` once in flight just before the ACK exceeds half of Cwnd
+/// (a looser test than the algorithm's own, so every report it would find
+/// cwnd-limited still comes at the regular cadence).
+const APP_LIMITED_TRACK: &str = "\
+(when true
+    (:= lim (|| lim (> (* 2 (+ Flow.bytes_in_flight Ack.bytes_acked)) Cwnd)))
+    (fallthrough)
+)
+";
+
 const PER_ACK: &str = "\
 (when true
     (:= Report.acked (+ Report.acked Ack.bytes_acked))
@@ -322,6 +352,12 @@ impl FoldProgram {
         PRR_IN_FOLD.contains(&self.name)
     }
 
+    /// Whether this program's regular reports back off while its flow is far
+    /// from cwnd-limited ([`REPORTS_BACK_OFF_WHEN_APP_LIMITED`]).
+    pub fn backs_off_when_app_limited(&self) -> bool {
+        REPORTS_BACK_OFF_WHEN_APP_LIMITED.contains(&self.name)
+    }
+
     /// Whether this program grows cwnd per ACK toward a commanded cap ([`CAP_IN_FOLD`]).
     pub fn cwnd_toward_cap_in_fold(&self) -> bool {
         CAP_IN_FOLD.contains(&self.name)
@@ -351,6 +387,10 @@ impl FoldProgram {
         if self.prr_in_fold() || self.slow_start_in_fold() {
             t.push_str(SCRATCH_DEFS);
         }
+        let back_off = self.backs_off_when_app_limited();
+        if back_off {
+            t.push_str(APP_LIMITED_DEFS);
+        }
         if self.slow_start_in_fold() {
             t.push_str(SLOW_START_DEFS);
         } else if cap {
@@ -376,6 +416,9 @@ impl FoldProgram {
             t.push_str(&format!("    (:= reportIntervalUs (if (< Flow.rtt_sample_us +infinity) {sample}))\n"));
         }
         t.push_str("    (fallthrough)\n)\n");
+        if back_off {
+            t.push_str(APP_LIMITED_TRACK);
+        }
         if self.prr_in_fold() {
             // After the per-ACK fields: Report.cwnd keeps the cwnd before this
             // ACK's reduction (user space takes ssthresh from the loss report's).
@@ -391,6 +434,15 @@ impl FoldProgram {
             Cadence::PerAcks(n) => format!("(> Report.acks {})", n.max(1) - 1),
             Cadence::IntervalUs(us) => format!("(> Micros {})", us.max(floor_us)),
         };
+        if back_off {
+            // the regular cadence while the flow was (nearly) cwnd-limited,
+            // else one report per APP_LIMITED_REPORT_US (at least the floor)
+            let slow = APP_LIMITED_REPORT_US.max(floor_us);
+            for c in [format!("(&& lim {cond})"), format!("(> Micros {slow})")] {
+                t.push_str(&format!("(when {c}\n{at_report}    (report)\n    (:= Micros 0)\n    (:= lim false)\n)\n"));
+            }
+            return t;
+        }
         t.push_str(&format!("(when {cond}\n{at_report}    (report)\n    (:= Micros 0)\n)\n"));
         t
     }

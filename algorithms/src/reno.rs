@@ -479,8 +479,10 @@ mod tests {
         for reg in ["pm", "pn", "pa", "pf", "pss", "pmss", "nrep"] {
             assert!(sc.get(reg).is_some(), "{reg} declared");
         }
-        // Every report block counts its report (the fold's side of `pn`).
-        assert_eq!(text.matches("(:= nrep (+ nrep 1))\n    (report)").count(), 2, "{text}");
+        // Every report block counts its report (the fold's side of `pn`): the
+        // urgent one, the regular one and the app-limited back-off's.
+        assert_eq!(text.matches("(report)").count(), 3, "{text}");
+        assert_eq!(text.matches("(:= nrep (+ nrep 1))\n    (report)").count(), 3, "{text}");
         // The flow's registers name only the program's registers.
         let mut flow = RenoSpec::new_flow(&RenoArgs::default(), params(10.0, f64::INFINITY, 1e6));
         crate::Controller::on_report(&mut flow, &ack_report(1, 5.0));
