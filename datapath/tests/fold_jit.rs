@@ -39,6 +39,9 @@ mod skel {
     include!(concat!(env!("OUT_DIR"), "/fold_test.skel.rs"));
 }
 
+mod common;
+use common::{edge_u64, env_u64, Rng};
+
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
@@ -200,49 +203,7 @@ fn check_same(k: &Kernel, fd: &OwnedFd, st: &FoldState, t: &mut Tally, what: &dy
 
 // ------------------------------------------------------------ randomness
 
-/// splitmix64: small, seeded, reproducible.
-struct Rng(u64);
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-    fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
-        xs[self.below(xs.len() as u64) as usize]
-    }
-}
-
-fn env_u64(name: &str, default: u64) -> u64 {
-    match std::env::var(name) {
-        Ok(v) => v
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={v:?} is not a non-negative integer")),
-        Err(_) => default,
-    }
-}
-
-/// A register value: edge cases often.
-fn edge_u64(r: &mut Rng) -> u64 {
-    match r.below(10) {
-        0 | 1 => 0,
-        2 => r.pick(&[1, 2, 9, 10, 11, 1448]),
-        3 => u64::from(u32::MAX) - r.below(3),
-        4 => u64::MAX - r.below(1 << 20),
-        5 => 1 << r.below(64),
-        6 | 7 => r.below(100_000),
-        _ => r.next() >> r.below(64),
-    }
-}
 
 fn edge_u32(r: &mut Rng) -> u32 {
     match r.below(6) {
