@@ -293,11 +293,14 @@ pub const REPORTS_BACK_OFF_WHEN_APP_LIMITED: [&str; 2] = [crate::reno::PROGRAM.n
 
 /// Report interval, us, of a [`REPORTS_BACK_OFF_WHEN_APP_LIMITED`] program
 /// while its flow keeps in flight at or below half its cwnd (an application-
-/// or receive-window-limited flow): 10 reports a second instead of one per
-/// RTT. Why: each report costs the two daemons ~170 us of CPU on this kind of
-/// machine (datapath/README.md), 95 reports a second for one paced veth flow,
-/// where kernel cubic spends nothing.
-pub const APP_LIMITED_REPORT_US: u64 = 100_000;
+/// or receive-window-limited flow): one report a second instead of one per
+/// RTT, the minimum RTO of RFC 6298 and the timescale on which RFC 2861/7661
+/// reconsider an application-limited flow's cwnd. Why: each report costs the
+/// two daemons 40-170 us of CPU and the ACK that sends it ~2 us of BPF time
+/// on this kind of machine (datapath/README.md); at 100 ms, 100 paced veth
+/// flows cost the daemons 2.0 % of both cores where kernel cubic spends
+/// nothing, at 1 s 0.6 %.
+pub const APP_LIMITED_REPORT_US: u64 = 1_000_000;
 
 /// The control register of the back-off: `lim`, whether the flow was
 /// cwnd-limited or close to it at some ACK since the last report.

@@ -127,17 +127,18 @@ fn report_times(acks: u32, in_flight: impl Fn(u32) -> u32) -> (Vec<(u32, u64)>, 
 fn an_application_limited_flow_reports_rarely_until_it_fills_its_cwnd() {
     let slow_ms = ccp_algorithms::fold::APP_LIMITED_REPORT_US / 1000;
     // 2 packets in flight against a cwnd of 40 (and growing in slow start):
-    // far from cwnd-limited for 250 ACKs, then the whole cwnd in flight.
-    const SWITCH: u32 = 250;
-    let (reports_at, acked_at, loss) = report_times(400, |i| if i < SWITCH { 2 } else { 1000 });
-    let (idle, busy): (Vec<_>, Vec<_>) = reports_at.iter().map(|&(i, t)| (i, t)).partition(|&(i, _)| i < SWITCH);
-    let switch_ms = acked_at[SWITCH as usize];
+    // far from cwnd-limited for 2.5 back-off intervals of 1+ ms ACKs (two
+    // gaps to check), then the whole cwnd in flight for 150 ACKs.
+    let switch = (slow_ms * 5 / 2) as u32;
+    let (reports_at, acked_at, loss) = report_times(switch + 150, |i| if i < switch { 2 } else { 1000 });
+    let (idle, busy): (Vec<_>, Vec<_>) = reports_at.iter().map(|&(i, t)| (i, t)).partition(|&(i, _)| i < switch);
+    let switch_ms = acked_at[switch as usize];
     let idle_ms: Vec<u64> = idle.iter().map(|&(_, t)| t).collect();
-    assert!(!idle_ms.is_empty() && idle_ms.len() as u64 <= switch_ms / slow_ms + 1, "app-limited: {idle_ms:?}");
+    assert!(idle_ms.len() >= 2 && idle_ms.len() as u64 <= switch_ms / slow_ms + 1, "app-limited: {idle_ms:?}");
     for w in idle_ms.windows(2) {
         assert!(w[1] - w[0] >= slow_ms, "app-limited reports {slow_ms} ms apart: {idle_ms:?}");
     }
-    // cwnd-limited from ACK 250: back to the 10 ms floor at once
+    // cwnd-limited from ACK `switch`: back to the 10 ms floor at once
     let busy_ms: Vec<u64> = busy.iter().map(|&(_, t)| t).collect();
     assert!(busy_ms.first().is_some_and(|&t| t <= switch_ms + 15), "first cwnd-limited report late ({switch_ms} ms): {busy_ms:?}");
     let per_10ms = (acked_at[acked_at.len() - 1] - switch_ms) / 10;
