@@ -4,9 +4,12 @@ What it measures, on this host, in one run:
 
 * a veth pair (MTU 1500, the kernel's default offloads: TSO/GSO on) between
   two network namespaces it creates, iperf3 flows from one to the other;
-* three modes ALTERNATING back to back for every configuration (so drift of a
+* four modes ALTERNATING back to back for every configuration (so drift of a
   shared machine hits all of them alike): ``kernel`` (the kernel's cubic),
-  ``ccp-kernel-fold`` (``ccp-datapath --fold kernel`` + the Portus
+  ``bpf-cubic`` (the kernel's cubic behind the smallest BPF struct_ops,
+  datapath/bench/kfunc_cubic.bpf.c, compiled with clang and registered with
+  bpftool for each run: the floor of BPF time per ACK, its programs' time per
+  ``pkts_acked`` call), ``ccp-kernel-fold`` (``ccp-datapath --fold kernel`` + the Portus
   ``ccp-algorithms cubic``) and ``ccp-userspace-fold`` (``--fold userspace``:
   libccp folds every ACK in user space), each ``--reps`` times; ``--modes`` can add
   ``ccp-kernel-interp`` (``--fold kernel --fold-jit false``: the fold programs interpreted in
@@ -51,7 +54,7 @@ CPU <= 1.05x kernel cubic's when paced (and only when the paced throughputs
 are equal within 3%: otherwise MISS); BPF time per ACK (all programs) under
 1.5 us; at most 2 user-space messages per RTT per flow.
 
-Needs root, kernel BTF, iperf3, ip, ss, bpftool and the built binaries
+Needs root, kernel BTF, iperf3, ip, ss, bpftool, clang (``bpf-cubic``) and the built binaries
 (``cargo build --release -p ccp-datapath -p ccp-algorithms``). Runs under the
 host's netlab lock (``flock /tmp/ccplab-netlab.lock``); started without it,
 it takes the lock itself. Everything it starts, the namespaces and the
@@ -90,10 +93,17 @@ from .processes import Daemon, child_env, supervised
 # the runner's readiness helpers: start-and-wait, a listener seen by `ss`
 from .run import PORTUS_SOCKET, READY_TIMEOUT_S, _listening, _started
 
-MODES = ("kernel", "ccp-kernel-fold", "ccp-kernel-interp", "ccp-userspace-fold")
+MODES = ("kernel", "bpf-cubic", "ccp-kernel-fold", "ccp-kernel-interp", "ccp-userspace-fold")
 """Modes in the order they alternate; ``kernel`` is the reference of every ratio."""
-DEFAULT_MODES = ("kernel", "ccp-kernel-fold", "ccp-userspace-fold")
-"""What runs without ``--modes``: ``ccp-kernel-interp`` (``--fold kernel --fold-jit false``: fold
+REFERENCE_MODE = "bpf-cubic"
+"""Not ccp: kernel cubic behind the smallest BPF struct_ops (datapath/bench/kfunc_cubic.bpf.c, every op
+one of tcp_cubic.c's kfuncs), the floor of BPF time per ACK that any BPF congestion control pays here."""
+REFERENCE_SOURCE = REPO_ROOT / "datapath" / "bench" / "kfunc_cubic.bpf.c"
+REFERENCE_CA = "kfcubic"  # its tcp_congestion_ops name
+REFERENCE_PER_ACK_PROG = "kc_pkts_acked"  # runs once per ACK that acks data (its run count is the ACKs)
+REFERENCE_PER_FLOW_PROGS = ("kc_init",)
+DEFAULT_MODES = ("kernel", "bpf-cubic", "ccp-kernel-fold", "ccp-userspace-fold")
+"""What runs without ``--modes``; ``ccp-kernel-interp`` (``--fold kernel --fold-jit false``: fold
 programs interpreted in BPF rather than compiled) is there for A/B runs of the compiler."""
 FOLD_OF_MODE = {"ccp-kernel-fold": "kernel", "ccp-kernel-interp": "kernel", "ccp-userspace-fold": "userspace"}
 DATAPATH_ARGS_OF_MODE = {
@@ -227,6 +237,23 @@ class ProgCost:
     run_cnt: int
 
 
+def _struct_ops_progs(bpftool_json: str) -> list[dict]:
+    """The ``struct_ops`` programs in ``bpftool -j prog show`` output; CcplabError when the text is
+    not bpftool's JSON list."""
+    try:
+        progs = json.loads(bpftool_json)
+    except ValueError as exc:
+        raise CcplabError(f"bpftool -j prog show printed no JSON: {exc}") from None
+    if not isinstance(progs, list):
+        raise CcplabError("bpftool -j prog show: expected a JSON list of programs")
+    return [p for p in progs if p.get("type") == "struct_ops"]
+
+
+def _cost(prog: dict) -> ProgCost:
+    # bpftool omits run_time_ns/run_cnt while they are 0
+    return ProgCost(prog["name"], int(prog.get("run_time_ns", 0)), int(prog.get("run_cnt", 0)))
+
+
 def ccp_prog_costs(bpftool_json: str, after_id: int, pid: int | None = None) -> list[ProgCost]:
     """The datapath's struct_ops programs in ``bpftool -j prog show`` output.
 
@@ -237,22 +264,14 @@ def ccp_prog_costs(bpftool_json: str, after_id: int, pid: int | None = None) -> 
 
     Raises CcplabError when the text is not bpftool's JSON list.
     """
-    try:
-        progs = json.loads(bpftool_json)
-    except ValueError as exc:
-        raise CcplabError(f"bpftool -j prog show printed no JSON: {exc}") from None
-    if not isinstance(progs, list):
-        raise CcplabError("bpftool -j prog show: expected a JSON list of programs")
     out = []
-    for p in progs:
-        if p.get("type") != "struct_ops" or not str(p.get("name", "")).startswith("ccp_"):
-            continue
-        if int(p.get("id", 0)) <= after_id:
+    for p in _struct_ops_progs(bpftool_json):
+        if not str(p.get("name", "")).startswith("ccp_") or int(p.get("id", 0)) <= after_id:
             continue
         owners = [o.get("pid") for o in p.get("pids", [])]
         if pid is not None and owners and pid not in owners:
             continue
-        out.append(ProgCost(p["name"], int(p.get("run_time_ns", 0)), int(p.get("run_cnt", 0))))
+        out.append(_cost(p))
     return out
 
 
@@ -278,6 +297,24 @@ def bpf_ns_per_ack(costs: Sequence[ProgCost]) -> tuple[float | None, float | Non
         return None, None
     per_ack = [c for c in costs if not c.name.startswith(PER_FLOW_PROGS)]
     return sum(c.run_time_ns for c in cc) / acks, sum(c.run_time_ns for c in per_ack) / acks
+
+
+def reference_costs(bpftool_json: str, after_id: int) -> list[ProgCost]:
+    """The reference CCA's programs (``kc_*``, type ``struct_ops``, id above ``after_id``) in ``bpftool
+    -j prog show`` output, as ``ccp_prog_costs`` selects the datapath's. Raises CcplabError when the
+    text is not bpftool's JSON list."""
+    return [_cost(p) for p in _struct_ops_progs(bpftool_json)
+            if str(p.get("name", "")).startswith("kc_") and int(p.get("id", 0)) > after_id]
+
+
+def reference_ns_per_ack(costs: Sequence[ProgCost]) -> float | None:
+    """The reference CCA's BPF ns per ACK: all its programs but ``kc_init`` over the run count of
+    ``kc_pkts_acked`` (the kernel calls pkts_acked once per ACK that acks data, as cong_control for
+    ccp). None when pkts_acked never ran."""
+    acks = sum(c.run_cnt for c in costs if c.name == REFERENCE_PER_ACK_PROG)
+    if acks == 0:
+        return None
+    return sum(c.run_time_ns for c in costs if c.name not in REFERENCE_PER_FLOW_PROGS) / acks
 
 
 def bpf_ns_per_ack_by_prog(costs: Sequence[ProgCost]) -> dict[str, float] | None:
@@ -501,7 +538,7 @@ def results_table(ms: Sequence[Measurement], flows: Sequence[int] = FLOWS) -> st
                 busy, own = _mean([m.busy for m in rs]), _mean([m.own_cpu for m in rs])
                 dmn = _mean([m.daemons_cpu for m in rs])
                 lat = (f"{_fmt(_mean([m.latency_p50_us for m in rs]), '.0f')}/"
-                       f"{_fmt(_mean([m.latency_p99_us for m in rs]), '.0f')}") if mode != "kernel" else "-"
+                       f"{_fmt(_mean([m.latency_p99_us for m in rs]), '.0f')}") if mode in FOLD_OF_MODE else "-"
                 lines.append(
                     f"{n:>5} {'1G' if paced else 'full':<6} {mode:<19} {runs:<24} "
                     f"{_fmt(_mean([m.gbps for m in rs]), '.2f'):>6} {_fmt(None if busy is None else 100 * busy, '.1f'):>6} "
@@ -552,8 +589,8 @@ def _netns_exec(ns: str, *argv) -> list[str]:
     return ["ip", "netns", "exec", ns, *(str(a) for a in argv)]
 
 
-def preflight() -> None:
-    """CcplabError naming what this host lacks to run the benchmark (before taking the lock)."""
+def preflight(modes: Sequence[str] = DEFAULT_MODES) -> None:
+    """CcplabError naming what this host lacks to run the benchmark's ``modes`` (before taking the lock)."""
     if os.geteuid() != 0:
         raise CcplabError("the datapath benchmark needs root (network namespaces, BPF struct_ops, sysctls)")
     if not Path("/sys/kernel/btf/vmlinux").exists():
@@ -563,6 +600,8 @@ def preflight() -> None:
         system_binary(tool, package)
     for name in ("ccp-datapath", "ccp-algorithms"):
         project_binary(name)
+    if REFERENCE_MODE in modes:
+        system_binary("clang")  # compiles the reference CCA
     if "cubic" not in kernel_ccs():
         raise CcplabError("the kernel offers no 'cubic' congestion control (tcp_available_congestion_control)")
 
@@ -601,6 +640,33 @@ def bpf_stats_enabled() -> Iterator[None]:
         yield
     finally:
         BPF_STATS_SYSCTL.write_text(before)
+
+
+def unregister_reference() -> bool:
+    """Unregister the reference CCA if it is registered (a killed benchmark's); True if it was."""
+    if REFERENCE_CA not in kernel_ccs():
+        return False
+    _run(["bpftool", "struct_ops", "unregister", "name", REFERENCE_CA], f"unregistering {REFERENCE_CA}")
+    return True
+
+
+@contextmanager
+def registered_reference(workdir: Path) -> Iterator[None]:
+    """The reference CCA (REFERENCE_SOURCE) compiled against the running kernel's BTF into
+    ``workdir`` (once) and registered as REFERENCE_CA inside, unregistered after (also on errors).
+    Raises CcplabError naming the step that failed (clang, bpftool) with its output."""
+    obj = workdir / "kfunc_cubic.bpf.o"
+    if not obj.exists():
+        header = workdir / "vmlinux.h"
+        header.write_text(_run(["bpftool", "btf", "dump", "file", "/sys/kernel/btf/vmlinux", "format", "c"],
+                               "dumping the kernel's BTF as vmlinux.h", timeout=120))
+        _run(["clang", "-O2", "-g", "-target", "bpf", "-mcpu=v3", "-I", str(workdir), "-c",
+              str(REFERENCE_SOURCE), "-o", str(obj)], f"compiling {REFERENCE_SOURCE.name}", timeout=120)
+    _run(["bpftool", "struct_ops", "register", str(obj)], f"registering {REFERENCE_CA}")
+    try:
+        yield
+    finally:
+        unregister_reference()
 
 
 def _pid_alive(pid: int) -> bool:
@@ -712,6 +778,14 @@ class Bench:
         """One run: the flows of ``mode`` for ``duration_s`` s; raises CcplabError when a part fails."""
         self.runs += 1
         fold = FOLD_OF_MODE.get(mode)
+        if mode == REFERENCE_MODE:
+            first_id = max_prog_id(_bpftool_progs())
+            with registered_reference(self.workdir):
+                result, cpu = self._client(REFERENCE_CA, flows, paced, [])
+                ns = reference_ns_per_ack(reference_costs(_bpftool_progs(), first_id))
+            fig = self._checked(result, REFERENCE_CA, flows)
+            return Measurement(mode, flows, paced, rep, fig.gbps, cpu.busy, cpu.own, fig.mean_rtt_us,
+                               bpf_ns_per_ack=ns)
         if fold is None:
             result, cpu = self._client("cubic", flows, paced, [])
             fig = self._checked(result, "cubic", flows)
@@ -841,13 +915,15 @@ def _raise_on_signal(signum, _frame):
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    preflight()
+    preflight(args.modes)
     plan = run_plan(args.flows, args.reps, args.modes, args.loads)
     params = {**ALGORITHM_PARAMS, **dict(args.algorithm_param)}
     with netlab_lock(), ExitStack() as stack:
         if DATAPATH_CA in kernel_ccs():  # checked under the lock: whoever held it is done
             raise CcplabError(f"congestion control '{DATAPATH_CA}' is already registered: a ccp-datapath runs "
                               "outside the netlab lock (or a killed one left it: `ccplab clean`)")
+        if unregister_reference():
+            print(f"unregistered {REFERENCE_CA}, left registered by a killed benchmark", file=sys.stderr)
         stale = remove_stale_namespaces()
         if stale:
             print(f"removed namespaces of a killed benchmark: {', '.join(stale)}", file=sys.stderr)

@@ -198,12 +198,14 @@ def test_cpu_target_needs_equal_paced_throughput_and_missing_data_is_a_miss():
 
 def test_run_plan_alternates_modes_within_each_configuration():
     plan = d.run_plan([1, 10], reps=2)
-    assert len(plan) == 2 * 2 * 2 * 3
-    assert [m for *_, m in plan[:6]] == list(d.DEFAULT_MODES) * 2
+    assert len(plan) == 2 * 2 * 2 * len(d.DEFAULT_MODES)
+    n = len(d.DEFAULT_MODES)
+    assert [m for *_, m in plan[:2 * n]] == list(d.DEFAULT_MODES) * 2
     every = d.run_plan([1], reps=1, modes=d.MODES)
-    assert [m for *_, m in every[:4]] == ["kernel", "ccp-kernel-fold", "ccp-kernel-interp", "ccp-userspace-fold"]
-    assert set(d.DATAPATH_ARGS_OF_MODE) == set(d.FOLD_OF_MODE) == set(d.MODES) - {"kernel"}
-    assert plan[0][:3] == (1, False, 1) and plan[3][:3] == (1, False, 2) and plan[6][:2] == (1, True)
+    assert [m for *_, m in every[:5]] == ["kernel", "bpf-cubic", "ccp-kernel-fold", "ccp-kernel-interp",
+                                          "ccp-userspace-fold"]
+    assert set(d.DATAPATH_ARGS_OF_MODE) == set(d.FOLD_OF_MODE) == set(d.MODES) - {"kernel", d.REFERENCE_MODE}
+    assert plan[0][:3] == (1, False, 1) and plan[n][:3] == (1, False, 2) and plan[2 * n][:2] == (1, True)
 
 
 def test_paced_rate_splits_one_gigabit_over_the_streams_and_tables_render():
@@ -235,3 +237,30 @@ def test_cli_rejects_bad_flow_counts():
     with pytest.raises(SystemExit):
         d.build_parser().parse_args(["--flows", "x"])
     assert d.build_parser().parse_args(["--flows", "1,10"]).flows == [1, 10]
+
+
+def test_reference_cca_costs_per_ack_are_its_programs_over_pkts_acked_calls():
+    progs = [
+        {"id": 60, "type": "struct_ops", "name": "kc_init", "run_time_ns": 2400, "run_cnt": 10},
+        {"id": 61, "type": "struct_ops", "name": "kc_cong_avoid", "run_time_ns": 110_000, "run_cnt": 1000},
+        {"id": 62, "type": "struct_ops", "name": "kc_pkts_acked", "run_time_ns": 140_000, "run_cnt": 1000},
+        {"id": 63, "type": "struct_ops", "name": "kc_cwnd_event", "run_time_ns": 80_000, "run_cnt": 500},
+        {"id": 64, "type": "struct_ops", "name": "kc_set_state"},
+        {"id": 40, "type": "struct_ops", "name": "kc_pkts_acked", "run_time_ns": 9, "run_cnt": 9},
+        {"id": 65, "type": "struct_ops", "name": "ccp_cong_control", "run_time_ns": 5, "run_cnt": 5},
+        {"id": 66, "type": "tracing", "name": "kc_other", "run_time_ns": 7, "run_cnt": 7},
+    ]
+    costs = d.reference_costs(json.dumps(progs), after_id=50)
+    assert [c.name for c in costs] == ["kc_init", "kc_cong_avoid", "kc_pkts_acked", "kc_cwnd_event", "kc_set_state"]
+    assert d.reference_ns_per_ack(costs) == pytest.approx((110_000 + 140_000 + 80_000) / 1000), \
+        "per pkts_acked call, kc_init left out"
+    assert d.reference_ns_per_ack([d.ProgCost("kc_init", 10, 1)]) is None
+    with pytest.raises(CcplabError, match="JSON list"):
+        d.reference_costs("{}", after_id=0)
+
+
+def test_reference_mode_runs_by_default_before_the_ccp_modes():
+    assert d.REFERENCE_MODE in d.DEFAULT_MODES
+    assert d.REFERENCE_SOURCE.is_file(), "the reference CCA's source ships with the repository"
+    plan = d.run_plan([1], 1, ["kernel", "bpf-cubic", "ccp-kernel-fold"], ["paced"])
+    assert [mode for *_, mode in plan] == ["kernel", "bpf-cubic", "ccp-kernel-fold"]
