@@ -44,7 +44,7 @@
 //! ([`ack_aggregation_block`], BtlBw sent to it with each command), Startup's pacing rate per ACK until user
 //! space commands one ([`startup_rate_block`]; user space does so from its
 //! first report unless `--startup-rate-in-fold`), and cwnd grown **per ACK in the fold toward
-//! the commanded value** (`fold::TOWARD_CAP`: cwnd = min(cwnd + acked, cap), a
+//! the commanded value** (`fold::toward_cap`: cwnd = min(cwnd + acked, cap), a
 //! lower cap at once), as tcp_bbr.c's per-ACK `bbr_set_cwnd`; user space
 //! adopts the fold's cwnd from each report and commands the target (Startup /
 //! ProbeBW target, packet conservation, ProbeRTT's 4 packets) as the cap.
@@ -137,6 +137,13 @@ pub struct BbrArgs {
     /// retransmits 1.33 -> 4.2x (algorithms/README.md, "BBR after the full run").
     #[arg(long)]
     pub startup_rate_in_fold: bool,
+    /// Leave Startup's cwnd growth to the fold program's per-ACK rule
+    /// (tcp_bbr.c `bbr_set_cwnd` while the pipe is not full: grow by acked
+    /// while cwnd < 2.885 x BtlBw x RTprop + budget, both per ACK, or fewer
+    /// than 10 packets were delivered; [`startup_cwnd_block`]); user space
+    /// commands a loose cap (2 x cwnd + budget) until Startup ends.
+    #[arg(long)]
+    pub startup_cwnd_in_fold: bool,
     /// Add tcp_bbr.c's ACK-aggregation allowance to the cwnd target after
     /// Startup (`bbr_ack_aggregation_cwnd`: the 5-10-round max of the per-ACK
     /// excess the fold measures, [`ack_aggregation_block`], capped at BtlBw x
@@ -155,11 +162,14 @@ pub const REPORTS_PER_RTT: u32 = 2;
 
 /// The control registers of the per-ACK Startup pacing rate
 /// ([`startup_rate_block`]): `sr` the block is on (until user space commands
-/// a Rate), `srate` the fold's Startup pacing rate in bytes/s, `fz` "no rate
-/// yet", `smp` this ACK's gained sample, then the rate to set (the language
-/// nests 3 deep at most; Portus cannot compile `(:= Rate (if ..))`, so the
-/// block writes `max(Rate, srate or 0)`: Rate is then 0 or `srate` while it holds).
-pub const STARTUP_RATE_DEFS: &str = "    (sr true)\n    (srate 0)\n    (fz false)\n    (smp 0)\n";
+/// a Rate), `srate` the fold's Startup pacing rate in bytes/s. Its scratch,
+/// "no rate yet" and this ACK's gained sample, then the rate to set, are the
+/// ACK-aggregation block's `xr` and `xn` ([`ACK_AGG_DEFS`], which sets both
+/// before it reads them): Portus serializes at most 16 control registers
+/// (the language nests 3 deep at most; Portus cannot compile
+/// `(:= Rate (if ..))`, so the block writes `max(Rate, srate or 0)`: Rate is
+/// then 0 or `srate` while it holds).
+pub const STARTUP_RATE_DEFS: &str = "    (sr true)\n    (srate 0)\n";
 
 /// [`HIGH_GAIN`] x 99 % (tcp_bbr.c `bbr_rate_bytes_per_sec`'s 1 % pacing
 /// margin) in thousandths: the fold's Startup rate is
@@ -186,18 +196,87 @@ pub fn startup_rate_block() -> String {
         "\
 (when true
     (:= sr (&& sr (|| (== Rate 0) (== Rate srate))))
-    (:= fz (&& sr (== srate 0)))
-    (:= srate (if (&& fz (< Flow.rtt_sample_us +infinity)) (/ (* Cwnd {}) Flow.rtt_sample_us)))
-    (:= smp (min Flow.rate_outgoing Flow.rate_incoming))
-    (:= smp (* (/ smp 1000) {g}))
-    (:= srate (if sr (max srate smp)))
-    (:= smp 0)
-    (:= smp (if sr srate))
-    (:= Rate (max Rate smp))
+    (:= xr (&& sr (== srate 0)))
+    (:= srate (if (&& xr (< Flow.rtt_sample_us +infinity)) (/ (* Cwnd {}) Flow.rtt_sample_us)))
+    (:= xn (min Flow.rate_outgoing Flow.rate_incoming))
+    (:= xn (* (/ xn 1000) {g}))
+    (:= srate (if sr (max srate xn)))
+    (:= xn 0)
+    (:= xn (if sr srate))
+    (:= Rate (max Rate xn))
     (fallthrough)
 )
 ",
         g * 1000
+    )
+}
+
+/// The control registers of Startup's per-ACK cwnd rule ([`startup_cwnd_block`],
+/// applied in `fold::toward_cap`): `sg` 0 = off (the initial value: user
+/// space turns it on with `--startup-cwnd-in-fold`), else 1 + the packets
+/// delivered so far, counted up to [`STARTUP_SG_FULL`]; `sbw` the largest
+/// per-ACK delivery-rate sample, bytes/s (min(`Flow.rate_outgoing`,
+/// `Flow.rate_incoming`), the report's `rate`); `srt` the smallest RTT
+/// sample, us (+infinity = none); `sq` the quantization budget, bytes (user
+/// space sends it with each command, [`Bbr::quantization_budget`] x MSS).
+pub const STARTUP_CWND_DEFS: &str = "    (sg 0)\n    (sbw 0)\n    (srt +infinity)\n    (sq 0)\n";
+
+/// `sg` once at least `TCP_INIT_CWND` (10) packets were delivered: 1 + 10.
+pub const STARTUP_SG_FULL: u32 = 11;
+
+/// [`HIGH_GAIN`] in thousandths: the fold's Startup cwnd target is
+/// `sbw x min(srt, 10 s) / 10^6 x STARTUP_CWND_GAIN_PER_MILLE / 1000 + sq` bytes.
+pub const STARTUP_CWND_GAIN_PER_MILLE: u64 = 2885;
+
+/// What Startup's per-ACK cwnd rule needs on every ACK, before the other
+/// blocks: the largest delivery-rate sample and the smallest RTT sample so far
+/// (tcp_bbr.c's BtlBw max filter and RTprop min filter, updated per ACK
+/// before `bbr_set_cwnd`; in Startup BtlBw is the largest sample, its bandwidth
+/// only grows), and, while `sg` is on, the packets delivered (`Ack.packets_acked +
+/// Ack.packets_misordered`, the kernel's `tp->delivered` growth), counted to
+/// [`STARTUP_SG_FULL`]. The rule itself is in `fold::toward_cap`: while `sg`
+/// is on, an ACK grows cwnd only if cwnd < 2.885 x `sbw` x `srt` + `sq` or
+/// fewer than 10 packets were delivered (tcp_bbr.c `bbr_set_cwnd` while
+/// `!bbr_full_bw_reached`: `cwnd < target_cwnd || tp->delivered <
+/// TCP_INIT_CWND`), where user space's cap no longer stops it (it commands
+/// a loose cap, [`Bbr::set_cap`]); user space turns `sg` off (0) when Startup
+/// ends.
+///
+/// Why: user space's per-report cap was taken from a BtlBw up to half an
+/// RTT old (extrapolated by its growth): in Startup's rounds 2-3 ccp sent 19 and
+/// 36 packets where the kernel sends 22 and 44 (Normalized Area 1.18x,
+/// algorithms/README.md, "BBR after the full run").
+pub fn startup_cwnd_block() -> String {
+    format!(
+        "\
+(when true
+    (:= sbw (max sbw (min Flow.rate_outgoing Flow.rate_incoming)))
+    (:= srt (min srt Flow.rtt_sample_us))
+    (:= xe (+ sg (+ Ack.packets_acked Ack.packets_misordered)))
+    (:= xe (min xe {STARTUP_SG_FULL}))
+    (:= sg (if (> sg 0) xe))
+    (fallthrough)
+)
+"
+    )
+}
+
+/// The lines of `fold::toward_cap` that decide how much of this ACK's
+/// acknowledged bytes cwnd grows by (`xe`, then added up to the cap): all of
+/// them, unless Startup's per-ACK rule is on (`sg` > 0), at least 10 packets
+/// were delivered (`sg` = [`STARTUP_SG_FULL`]) and cwnd (`fcw`) is at or
+/// above the target 2.885 x `sbw` x `srt` + `sq` bytes ([`startup_cwnd_block`]).
+/// `srt` is bounded at 10 s so that the product fits a u64 before an RTT sample.
+pub fn startup_cwnd_growth_lines() -> String {
+    let g = STARTUP_CWND_GAIN_PER_MILLE;
+    format!(
+        "\
+    (:= xe (/ (* sbw (min srt 10000000)) 1000000))
+    (:= xe (+ (/ (* xe {g}) 1000) sq))
+    (:= xr (|| (< sg {STARTUP_SG_FULL}) (< fcw xe)))
+    (:= xe 0)
+    (:= xe (if xr Ack.bytes_acked))
+"
     )
 }
 
@@ -374,6 +453,13 @@ pub struct Bbr {
     fold_startup_rate: bool,
     /// A Rate was commanded (the fold's Startup block has ended).
     rate_commanded: bool,
+    /// The fold's per-ACK Startup cwnd rule is in use ([`startup_cwnd_block`]).
+    fold_startup_cwnd: bool,
+    /// The `sg` register to send with this report's command (the rule's
+    /// on/off and delivered count), None = leave the fold's as it is.
+    sg_send: Option<u32>,
+    /// The last `sg` sent: the rule was turned on (> 0) or off (0).
+    sg_sent: Option<u32>,
     /// The two halves of the ACK-aggregation max filter, packets (tcp_bbr.c
     /// `extra_acked[2]`), the current half and the rounds it has run.
     extra_acked: [f64; 2],
@@ -420,6 +506,9 @@ impl Bbr {
             blend: None,
             fold_startup_rate: false,
             rate_commanded: false,
+            fold_startup_cwnd: false,
+            sg_send: None,
+            sg_sent: None,
             extra_acked: [0.0; 2],
             extra_acked_idx: 0,
             extra_acked_rounds: 0,
@@ -438,7 +527,39 @@ impl Bbr {
     pub fn with_fold_growth(mut self, on: bool) -> Self {
         self.fold_growth = on;
         self.fold_startup_rate = on && self.args.startup_rate_in_fold && self.args.high_gain == HIGH_GAIN;
+        self.fold_startup_cwnd = on && self.args.startup_cwnd_in_fold && self.args.high_gain == HIGH_GAIN;
         self
+    }
+
+    /// Startup's cwnd grows by the fold's per-ACK rule now: the rule is in
+    /// use and the pipe is not yet full (tcp_bbr.c applies it while
+    /// `!bbr_full_bw_reached`).
+    fn startup_cwnd_in_fold_now(&self) -> bool {
+        self.fold_startup_cwnd && !self.full_bw_reached
+    }
+
+    /// The `sg` register for this report's command: on with the first
+    /// command (1 + the packets delivered so far, at most
+    /// [`STARTUP_SG_FULL`]), off (0) once the pipe is full; nothing when it
+    /// does not change (the fold counts the delivered packets itself, and
+    /// a count from a report would set it back).
+    fn update_sg_send(&mut self) {
+        let want = if self.startup_cwnd_in_fold_now() {
+            let mss = u64::from(self.params.mss_bytes.max(1));
+            (1 + self.delivered_total / mss).min(u64::from(STARTUP_SG_FULL)) as u32
+        } else {
+            0
+        };
+        let on = |v: Option<u32>| v.is_some_and(|v| v > 0);
+        self.sg_send = match self.sg_sent {
+            _ if !self.fold_startup_cwnd => None,
+            Some(_) if on(self.sg_sent) == (want > 0) => None,
+            None if want == 0 => None,
+            _ => Some(want),
+        };
+        if self.sg_send.is_some() {
+            self.sg_sent = self.sg_send;
+        }
     }
 
     /// The Rate to command after this report, bytes/s: none before the
@@ -850,6 +971,11 @@ impl Bbr {
             self.cwnd.max(m.inflight_pkts as f64 + delivered)
         } else if self.full_bw_reached {
             target
+        } else if self.fold_startup_cwnd {
+            // The fold's per-ACK rule decides Startup's growth; this cap only
+            // bounds it (cwnd can at most double per round, a report comes
+            // every half round).
+            (2.0 * self.cwnd + self.quantization_budget()).max(target)
         } else if early || self.btl_bw() <= 0.0 {
             target.max(2.0 * self.cwnd)
         } else if self.cwnd < target {
@@ -967,6 +1093,7 @@ impl Controller for Bbr {
             self.set_cwnd(m);
         }
         let rate = self.commanded_rate();
+        self.update_sg_send();
         let cwnd = self.cap.unwrap_or(self.cwnd);
         self.prev_report_bw = self.btl_bw();
         Control { cwnd_bytes: Some(self.params.to_bytes(cwnd)), rate_bytes_per_sec: rate }
@@ -1001,6 +1128,13 @@ impl Controller for Bbr {
             let milli_pkts = self.btl_bw() * 1000.0 / f64::from(self.params.mss_bytes.max(1));
             regs.push(("xbw", milli_pkts.round().clamp(0.0, f64::from(u32::MAX)) as u32));
         }
+        if let Some(sg) = self.sg_send {
+            regs.push(("sg", sg));
+        }
+        if self.startup_cwnd_in_fold_now() {
+            let budget = self.quantization_budget() * f64::from(self.params.mss_bytes);
+            regs.push(("sq", budget.round().clamp(0.0, f64::from(u32::MAX)) as u32));
+        }
         if let Some(jump) = self.restore_jump_pkts() {
             let cap = self.cap.unwrap_or(self.cwnd);
             regs.push(("fcw", self.params.to_bytes(jump)));
@@ -1032,6 +1166,7 @@ mod tests {
             high_gain: HIGH_GAIN,
             seed: 1,
             startup_rate_in_fold: false,
+            startup_cwnd_in_fold: false,
             ack_aggregation: true,
         };
         Bbr::new(params, args)
@@ -1106,6 +1241,59 @@ mod tests {
         assert!(other.on_report(&report(RTT, 12, 12, 125_000, RTT)).rate_bytes_per_sec.is_some());
         // The fold's gain is high_gain x 99 % in thousandths.
         assert_eq!(STARTUP_RATE_PER_MILLE, (HIGH_GAIN * 990.0).round() as u64);
+    }
+
+    #[test]
+    fn startup_cwnd_rule_goes_on_with_the_first_command_and_off_when_startup_ends() {
+        let on = BbrArgs { startup_cwnd_in_fold: true, ..bbr().args };
+        let mut b = Bbr::new(bbr().params, on).with_fold_growth(true);
+        let text = PROGRAM.text();
+        assert!(text.contains(&startup_cwnd_block()) && text.contains(&startup_cwnd_growth_lines()));
+        assert!(text.contains(STARTUP_CWND_DEFS), "bbr's program declares sg, sbw, srt, sq");
+        // First report, 3 packets delivered: on (sg = 1 + 3), the budget in bytes, a loose cap.
+        b.on_report(&dp(report(10_000, 3, 9, 0, RTT), 12));
+        let budget = b.quantization_budget();
+        assert_eq!(reg(&b, "sg"), Some(4));
+        assert_eq!(reg(&b, "sq"), Some((budget * f64::from(MSS)).round() as u32));
+        assert_eq!(b.cap_pkts(), Some(2.0 * 12.0 + budget), "2 x cwnd + budget: the fold's rule decides");
+        // Later Startup reports: the budget again, sg not again (the fold counts on its own).
+        let (mut now, mut rate, mut reports) = (10_000, 125_000, 0);
+        let mut ended_at = None;
+        while b.mode() == Mode::Startup {
+            now += RTT;
+            let cwnd = b.cwnd_pkts().max(20.0) as u64;
+            b.on_report(&dp(report(now, 40, 40, rate, RTT), cwnd));
+            reports += 1;
+            if b.mode() == Mode::Startup {
+                assert_eq!(reg(&b, "sg"), None, "report {reports}");
+                assert!(reg(&b, "sq").is_some());
+                let target = b.bdp_pkts(HIGH_GAIN) + b.quantization_budget();
+                let loose = (2.0 * b.cwnd_pkts() + b.quantization_budget()).max(target);
+                assert!((b.cap_pkts().unwrap() - loose).abs() < 1e-9, "{:?} vs {loose}", b.cap_pkts());
+            } else {
+                ended_at = Some(reports);
+            }
+            rate = (rate * 2).min(1_000_000);
+            assert!(now < 40 * RTT, "Startup never ended");
+        }
+        // The report that found the pipe full turns it off; its cap is the
+        // kernel's target (Drain's, or ProbeBW's if Drain ended in it too).
+        assert!(ended_at.is_some());
+        assert_eq!(reg(&b, "sg"), Some(0));
+        assert_eq!(reg(&b, "sq"), None);
+        let target = b.bdp_pkts(b.cwnd_gain) + b.ack_aggregation_cwnd_pkts() + b.quantization_budget();
+        assert!((b.cap_pkts().unwrap() - target).abs() < 1e-9);
+        // and nothing after that.
+        b.on_report(&dp(report(now + RTT, 40, 40, 1_000_000, RTT), 100));
+        assert_eq!((reg(&b, "sg"), reg(&b, "sq")), (None, None));
+        // Flag off (the default): never sent, the fold's rule stays off (sg starts at 0).
+        assert!(STARTUP_CWND_DEFS.contains("(sg 0)"));
+        let mut off = bbr().with_fold_growth(true);
+        off.on_report(&dp(report(10_000, 3, 9, 0, RTT), 12));
+        assert_eq!((reg(&off, "sg"), reg(&off, "sq")), (None, None));
+        assert_eq!(off.cap_pkts(), Some(off.bdp_pkts(HIGH_GAIN).max(24.0)), "the per-report cap as before");
+        // The fold's gain is high_gain in thousandths.
+        assert_eq!(STARTUP_CWND_GAIN_PER_MILLE, (HIGH_GAIN * 1000.0).round() as u64);
     }
 
     #[test]

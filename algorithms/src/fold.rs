@@ -242,35 +242,46 @@ const PRR_PER_ACK: &str = "\
 const PRR_AT_REPORT: &str = "    (:= nrep (+ nrep 1))\n";
 
 /// The control registers of cwnd growth toward a cap in the fold (see
-/// [`TOWARD_CAP`]): `fcw` the fold's cwnd in bytes, `cap` the last Cwnd user
-/// space commanded, `cw` the Cwnd seen at this ACK, `new` whether it is a
-/// command (other than `fcw`).
-const TOWARD_CAP_DEFS: &str = "    (fcw 0)\n    (cap 0)\n    (cw 0)\n    (new false)\n";
+/// [`toward_cap`]): `fcw` the fold's cwnd in bytes, `cap` the last Cwnd user
+/// space commanded. Its scratch (the Cwnd seen at this ACK, whether it is a
+/// command, the bytes to grow by) are bbr's `xn`, `xr` and `xe`
+/// ([`crate::bbr::ACK_AGG_DEFS`]; that block runs earlier on the same ACK and
+/// leaves nothing in them that is read later): Portus serializes at most 16
+/// control registers, and bbr's program uses 15.
+const TOWARD_CAP_DEFS: &str = "    (fcw 0)\n    (cap 0)\n";
 
 /// cwnd growth per ACK toward the commanded value, as tcp_bbr.c's per-ACK
 /// `bbr_set_cwnd`: a Cwnd from user space (one other than the fold's own last
 /// value) is a cap; a cap below the current cwnd applies at once, above it
 /// cwnd grows by each ACK's `Ack.bytes_acked` until it reaches the cap. After
 /// an RTO the datapath seeds the loss window, which the fold takes as the cap
-/// until user space commands again.
+/// until user space commands again. In Startup, with bbr's per-ACK rule on
+/// (`--startup-cwnd-in-fold`), an ACK grows cwnd only while it is below the
+/// kernel's per-ACK target or fewer than 10 packets were delivered
+/// ([`crate::bbr::startup_cwnd_growth_lines`]).
 ///
 /// Why: BBR commanding its cwnd twice per RTT raised it in half-window steps
 /// in Startup, bursts into the queue the kernel's per-ACK growth never sends
 /// (retransmits 2-18x the kernel's, algorithms/README.md, Fidelity).
-const TOWARD_CAP: &str = "\
+fn toward_cap() -> String {
+    format!(
+        "\
 (when true
-    (:= cw Cwnd)
-    (:= new (&& (> cw 0) (|| (< cw fcw) (> cw fcw))))
-    (:= cap (if new cw))
-    (:= fcw (if (== fcw 0) cw))
+    (:= xn Cwnd)
+    (:= xr (&& (> xn 0) (|| (< xn fcw) (> xn fcw))))
+    (:= cap (if xr xn))
+    (:= fcw (if (== fcw 0) xn))
     (:= fcw (min fcw cap))
-    (:= fcw (min cap (+ fcw Ack.bytes_acked)))
+{}    (:= fcw (min cap (+ fcw xe)))
     (:= Cwnd fcw)
     (fallthrough)
 )
-";
+",
+        crate::bbr::startup_cwnd_growth_lines()
+    )
+}
 
-/// The programs that grow cwnd toward a cap in the fold (`TOWARD_CAP`);
+/// The programs that grow cwnd toward a cap in the fold ([`toward_cap`]);
 /// their algorithms command caps ([`crate::bbr::Bbr::with_fold_growth`]).
 pub const CAP_IN_FOLD: [&str; 1] = [crate::bbr::PROGRAM.name];
 
@@ -399,15 +410,17 @@ impl FoldProgram {
         } else if cap {
             t.push_str(TOWARD_CAP_DEFS);
             t.push_str(crate::bbr::STARTUP_RATE_DEFS);
+            t.push_str(crate::bbr::STARTUP_CWND_DEFS);
             t.push_str(crate::bbr::ACK_AGG_DEFS);
         }
         t.push_str(")\n");
         if self.slow_start_in_fold() {
             t.push_str(SLOW_START);
         } else if cap {
+            t.push_str(&crate::bbr::startup_cwnd_block());
             t.push_str(&crate::bbr::startup_rate_block());
             t.push_str(&crate::bbr::ack_aggregation_block());
-            t.push_str(TOWARD_CAP);
+            t.push_str(&toward_cap());
         }
         t.push_str(&if cap { PER_ACK.replace(TRAIN_PER_ACK, "") } else { PER_ACK.to_string() });
         if let Cadence::PerRtt(k) = self.cadence {
