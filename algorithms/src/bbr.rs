@@ -1115,6 +1115,23 @@ impl Controller for Bbr {
         )
     }
 
+    /// With `--startup-cwnd-in-fold`: Startup's per-ACK rule on from the first
+    /// ACK (`sg` = 1, `sq` the budget), the fold's cwnd `fcw` at the initial cwnd (so the
+    /// initial command is not taken for a new cap) and its cap `cap` at 2 x
+    /// the initial cwnd + budget, so the first round grows by each ACK as the
+    /// kernel's (`tp->delivered < TCP_INIT_CWND`) instead of stopping at the
+    /// initial cwnd until the first report's command arrives (measured: ccp
+    /// sent 19 packets in its second round where the kernel sends 22).
+    fn initial_fold_registers(&self) -> Vec<(&'static str, u32)> {
+        if !self.fold_startup_cwnd {
+            return Vec::new();
+        }
+        let budget = self.quantization_budget();
+        let cap = 2.0 * self.cwnd + budget;
+        let sq = (budget * f64::from(self.params.mss_bytes)).round() as u32;
+        vec![("fcw", self.params.to_bytes(self.cwnd)), ("cap", self.params.to_bytes(cap)), ("sg", 1), ("sq", sq)]
+    }
+
     /// With each command: BtlBw for the fold's ACK-aggregation block (`xbw`,
     /// thousandths of a packet per second); after a restore
     /// ([`Bbr::restore_jump_pkts`]) the fold's cwnd `fcw` set to the restored
@@ -1250,6 +1267,11 @@ mod tests {
         let text = PROGRAM.text();
         assert!(text.contains(&startup_cwnd_block()) && text.contains(&startup_cwnd_growth_lines()));
         assert!(text.contains(STARTUP_CWND_DEFS), "bbr's program declares sg, sbw, srt, sq");
+        // The initial command turns the rule on and lets the first round grow
+        // past the initial window (fcw = the initial cwnd: not a new cap).
+        let init = Controller::initial_fold_registers(&b);
+        assert_eq!(&init[..3], &[("fcw", 10 * MSS), ("cap", 26 * MSS), ("sg", 1)], "2 x 10 + 6 packets of budget");
+        assert_eq!(init[3], ("sq", 6 * MSS));
         // First report, 3 packets delivered: on (sg = 1 + 3), the budget in bytes, a loose cap.
         b.on_report(&dp(report(10_000, 3, 9, 0, RTT), 12));
         let budget = b.quantization_budget();
@@ -1289,6 +1311,7 @@ mod tests {
         // Flag off (the default): never sent, the fold's rule stays off (sg starts at 0).
         assert!(STARTUP_CWND_DEFS.contains("(sg 0)"));
         let mut off = bbr().with_fold_growth(true);
+        assert!(Controller::initial_fold_registers(&off).is_empty());
         off.on_report(&dp(report(10_000, 3, 9, 0, RTT), 12));
         assert_eq!((reg(&off, "sg"), reg(&off, "sq")), (None, None));
         assert_eq!(off.cap_pkts(), Some(off.bdp_pkts(HIGH_GAIN).max(24.0)), "the per-report cap as before");

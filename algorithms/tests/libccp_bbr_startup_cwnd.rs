@@ -124,3 +124,53 @@ fn the_rule_is_off_until_user_space_turns_it_on() {
 fn cwnd_of(f: &libccp::Connection<'_, Conn>) -> u32 {
     f.cwnd
 }
+
+#[test]
+fn the_initial_command_lets_the_first_round_grow_past_the_initial_cwnd() {
+    use ccp_algorithms::bbr::{Bbr, BbrArgs, HIGH_GAIN};
+    use ccp_algorithms::window::WindowParams;
+    use ccp_algorithms::Controller;
+    let params = WindowParams {
+        mss_bytes: MSS,
+        init_cwnd_pkts: 10.0,
+        init_ssthresh_pkts: f64::INFINITY,
+        min_cwnd_pkts: 1.0,
+        max_cwnd_pkts: 1e6,
+    };
+    let args = BbrArgs {
+        bw_window_rounds: 10,
+        min_rtt_window_s: 10.0,
+        cwnd_gain: 2.0,
+        high_gain: HIGH_GAIN,
+        seed: 1,
+        startup_rate_in_fold: false,
+        startup_cwnd_in_fold: true,
+        ack_aggregation: true,
+    };
+    let b = Bbr::new(params, args.clone()).with_fold_growth(true);
+    let (dp, outbox, sc) = common::datapath_with_program(&PROGRAM.text());
+    let (mut f, sid) = common::start_flow(&dp, &outbox, &sc, Conn { cwnd: 10 * MSS }, MSS, "bbr");
+    // The glue's initial command: Cwnd and the initial fold registers together.
+    let init = Controller::initial(&b).cwnd_bytes.expect("an initial cwnd");
+    command_with_registers(&dp, &sc, sid, init, &Controller::initial_fold_registers(&b));
+    assert_eq!(f.cwnd, 10 * MSS, "the flow starts at the initial window");
+    // Round 1's ACKs (no report answered yet) grow cwnd by their packets, as
+    // tcp_bbr.c's (10 delivered at 0.5 MB/s: target 2.885 x 10 kB + the budget
+    // sent with the command, above cwnd): 20 packets, not 10.
+    let mut cwnd = 0;
+    for _ in 0..5 {
+        cwnd = ack(&mut f, 2, 500_000, RTT_US);
+    }
+    assert_eq!(cwnd, 20 * MSS);
+    // Without the flag the initial command is the cap until the first report.
+    let plain = Bbr::new(params, BbrArgs { startup_cwnd_in_fold: false, ..args }).with_fold_growth(true);
+    assert!(Controller::initial_fold_registers(&plain).is_empty());
+    let (dp, outbox, sc) = common::datapath_with_program(&PROGRAM.text());
+    let (mut f, sid) = common::start_flow(&dp, &outbox, &sc, Conn { cwnd: 10 * MSS }, MSS, "bbr");
+    command_with_registers(&dp, &sc, sid, init, &[]);
+    for _ in 0..5 {
+        cwnd = ack(&mut f, 2, 500_000, RTT_US);
+    }
+    assert_eq!(cwnd, 10 * MSS);
+    drop(f);
+}
