@@ -218,8 +218,10 @@ pub fn startup_rate_block() -> String {
 /// per-ACK delivery-rate sample, bytes/s (min(`Flow.rate_outgoing`,
 /// `Flow.rate_incoming`), the report's `rate`); `srt` the smallest RTT
 /// sample, us (+infinity = none); `sq` the quantization budget, bytes (user
-/// space sends it with each command, [`Bbr::quantization_budget`] x MSS).
-pub const STARTUP_CWND_DEFS: &str = "    (sg 0)\n    (sbw 0)\n    (srt +infinity)\n    (sq 0)\n";
+/// space sends it with each command, [`Bbr::quantization_budget`] x MSS);
+/// `smss` the MSS, bytes (sent with them): the rule grows cwnd by the
+/// packets an ACK newly delivers x MSS. Control registers: 16 of 16.
+pub const STARTUP_CWND_DEFS: &str = "    (sg 0)\n    (sbw 0)\n    (srt +infinity)\n    (sq 0)\n    (smss 0)\n";
 
 /// `sg` once at least `TCP_INIT_CWND` (10) packets were delivered: 1 + 10.
 pub const STARTUP_SG_FULL: u32 = 11;
@@ -261,12 +263,18 @@ pub fn startup_cwnd_block() -> String {
     )
 }
 
-/// The lines of `fold::toward_cap` that decide how much of this ACK's
-/// acknowledged bytes cwnd grows by (`xe`, then added up to the cap): all of
-/// them, unless Startup's per-ACK rule is on (`sg` > 0), at least 10 packets
-/// were delivered (`sg` = [`STARTUP_SG_FULL`]) and cwnd (`fcw`) is at or
-/// above the target 2.885 x `sbw` x `srt` + `sq` bytes ([`startup_cwnd_block`]).
-/// `srt` is bounded at 10 s so that the product fits a u64 before an RTT sample.
+/// The lines of `fold::toward_cap` that decide how much cwnd grows by on
+/// this ACK (`xe`, then added up to the cap). Rule off (`sg` = 0): the ACK's
+/// `Ack.bytes_acked`. Rule on: nothing once at least 10 packets were
+/// delivered (`sg` = [`STARTUP_SG_FULL`]) and cwnd (`fcw`) is at or above the
+/// target 2.885 x `sbw` x `srt` + `sq` bytes ([`startup_cwnd_block`]), else
+/// the packets the ACK newly delivered (`Ack.packets_acked +
+/// Ack.packets_misordered`, tcp_bbr.c's `acked` = `rs->acked_sacked`) x
+/// `smss`. Not `Ack.bytes_acked` there: the cumulative ACK that ends a loss
+/// recovery counts every packet SACKed before it again (measured on
+/// step0-12: one ACK of 296 packets' bytes raised cwnd from 145 to the
+/// loose Startup cap, 296, and the burst lost ~120 packets). `srt` is
+/// bounded at 10 s so that the product fits a u64 before an RTT sample.
 pub fn startup_cwnd_growth_lines() -> String {
     let g = STARTUP_CWND_GAIN_PER_MILLE;
     format!(
@@ -276,6 +284,7 @@ pub fn startup_cwnd_growth_lines() -> String {
     (:= xr (|| (< sg {STARTUP_SG_FULL}) (< fcw xe)))
     (:= xe 0)
     (:= xe (if xr Ack.bytes_acked))
+    (:= xe (if (&& xr (> sg 0)) (* (+ Ack.packets_acked Ack.packets_misordered) smss)))
 "
     )
 }
@@ -1129,7 +1138,8 @@ impl Controller for Bbr {
         let budget = self.quantization_budget();
         let cap = 2.0 * self.cwnd + budget;
         let sq = (budget * f64::from(self.params.mss_bytes)).round() as u32;
-        vec![("fcw", self.params.to_bytes(self.cwnd)), ("cap", self.params.to_bytes(cap)), ("sg", 1), ("sq", sq)]
+        let mss = self.params.mss_bytes;
+        vec![("fcw", self.params.to_bytes(self.cwnd)), ("cap", self.params.to_bytes(cap)), ("sg", 1), ("sq", sq), ("smss", mss)]
     }
 
     /// With each command: BtlBw for the fold's ACK-aggregation block (`xbw`,
@@ -1151,6 +1161,7 @@ impl Controller for Bbr {
         if self.startup_cwnd_in_fold_now() {
             let budget = self.quantization_budget() * f64::from(self.params.mss_bytes);
             regs.push(("sq", budget.round().clamp(0.0, f64::from(u32::MAX)) as u32));
+            regs.push(("smss", self.params.mss_bytes));
         }
         if let Some(jump) = self.restore_jump_pkts() {
             let cap = self.cap.unwrap_or(self.cwnd);
@@ -1271,7 +1282,7 @@ mod tests {
         // past the initial window (fcw = the initial cwnd: not a new cap).
         let init = Controller::initial_fold_registers(&b);
         assert_eq!(&init[..3], &[("fcw", 10 * MSS), ("cap", 26 * MSS), ("sg", 1)], "2 x 10 + 6 packets of budget");
-        assert_eq!(init[3], ("sq", 6 * MSS));
+        assert_eq!(&init[3..], &[("sq", 6 * MSS), ("smss", MSS)]);
         // First report, 3 packets delivered: on (sg = 1 + 3), the budget in bytes, a loose cap.
         b.on_report(&dp(report(10_000, 3, 9, 0, RTT), 12));
         let budget = b.quantization_budget();
@@ -1289,6 +1300,7 @@ mod tests {
             if b.mode() == Mode::Startup {
                 assert_eq!(reg(&b, "sg"), None, "report {reports}");
                 assert!(reg(&b, "sq").is_some());
+                assert_eq!(reg(&b, "smss"), Some(MSS));
                 let target = b.bdp_pkts(HIGH_GAIN) + b.quantization_budget();
                 let loose = (2.0 * b.cwnd_pkts() + b.quantization_budget()).max(target);
                 assert!((b.cap_pkts().unwrap() - loose).abs() < 1e-9, "{:?} vs {loose}", b.cap_pkts());
@@ -1302,7 +1314,7 @@ mod tests {
         // kernel's target (Drain's, or ProbeBW's if Drain ended in it too).
         assert!(ended_at.is_some());
         assert_eq!(reg(&b, "sg"), Some(0));
-        assert_eq!(reg(&b, "sq"), None);
+        assert_eq!((reg(&b, "sq"), reg(&b, "smss")), (None, None));
         let target = b.bdp_pkts(b.cwnd_gain) + b.ack_aggregation_cwnd_pkts() + b.quantization_budget();
         assert!((b.cap_pkts().unwrap() - target).abs() < 1e-9);
         // and nothing after that.

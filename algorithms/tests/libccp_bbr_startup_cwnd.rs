@@ -22,10 +22,17 @@ const RTT_US: u64 = 20_000;
 /// One ACK of `acked` packets with delivery-rate sample `rate` bytes/s and
 /// RTT sample `rtt_us` (0 = none); the cwnd (bytes) after it.
 fn ack(conn: &mut libccp::Connection<'_, Conn>, acked: u32, rate: u64, rtt_us: u64) -> u32 {
+    ack_bytes(conn, acked, acked * MSS, rate, rtt_us)
+}
+
+/// One ACK that newly delivers `acked` packets but acknowledges `bytes`
+/// cumulatively (the ACK that ends a loss recovery covers packets SACKed
+/// before it); the cwnd (bytes) after it.
+fn ack_bytes(conn: &mut libccp::Connection<'_, Conn>, acked: u32, bytes: u32, rate: u64, rtt_us: u64) -> u32 {
     let cwnd = conn.cwnd;
     conn.load_primitives(
         libccp::Primitives::default()
-            .with_bytes_acked(acked * MSS)
+            .with_bytes_acked(bytes)
             .with_packets_acked(acked)
             .with_rtt_sample_us(rtt_us)
             .with_rate_outgoing(rate)
@@ -52,7 +59,7 @@ fn startup_grows_per_ack_below_the_per_ack_target_or_before_ten_delivered_packet
     // Before any command the initial 10 packets are the cap (the rule is off).
     assert_eq!(ack(&mut f, 2, 0, RTT_US), 10 * MSS);
     // User space turns the rule on (1 + the 2 packets delivered) with a loose cap of 200 packets.
-    command_with_registers(&dp, &sc, sid, 200 * MSS, &[("sg", 3), ("sq", sq)]);
+    command_with_registers(&dp, &sc, sid, 200 * MSS, &[("sg", 3), ("sq", sq), ("smss", MSS)]);
     // A tiny bandwidth sample: target = 2.885 x 10 kB/s x 20 ms + 6 packets,
     // about 6.4 packets, below cwnd; still each ACK grows cwnd while fewer than
     // 10 packets have been delivered (tcp_bbr.c `tp->delivered < TCP_INIT_CWND`,
@@ -88,13 +95,20 @@ fn startup_grows_per_ack_below_the_per_ack_target_or_before_ten_delivered_packet
     // The RTprop is the smallest sample: a later, larger RTT does not raise the target.
     let held = cwnd_of(&f);
     assert_eq!(ack(&mut f, 2, bw, 4 * RTT_US), held);
+    // The cumulative ACK that ends a recovery acknowledges 100 packets' bytes
+    // but delivers 2 new ones: cwnd grows by 2 packets (tcp_bbr.c `acked_sacked`).
+    let below = cwnd_of(&f);
+    command_with_registers(&dp, &sc, sid, 200 * MSS, &[("sq", 40 * MSS)]);
+    assert_eq!(ack_bytes(&mut f, 2, 100 * MSS, bw, RTT_US), below + 2 * MSS);
+    command_with_registers(&dp, &sc, sid, 200 * MSS, &[("sq", sq)]);
     // A lower cap applies at once as before (a loss report, ProbeRTT).
     command_with_registers(&dp, &sc, sid, 30 * MSS, &[]);
     assert_eq!(ack(&mut f, 1, bw, RTT_US), 30 * MSS);
     // A larger budget raises the target: growth resumes up to the cap.
     command_with_registers(&dp, &sc, sid, 200 * MSS, &[("sq", 40 * MSS)]);
     assert_eq!(ack(&mut f, 2, bw, RTT_US), 32 * MSS);
-    // Startup over (sg = 0): plain growth toward the cap whatever the target.
+    // Startup over (sg = 0): plain growth toward the cap whatever the target,
+    // by the acknowledged bytes as before.
     command_with_registers(&dp, &sc, sid, 120 * MSS, &[("sg", 0), ("sq", 0)]);
     let mut last = 0;
     for _ in 0..60 {
@@ -116,7 +130,7 @@ fn the_rule_is_off_until_user_space_turns_it_on() {
     }
     assert_eq!(last, 60 * MSS, "sg starts at 0: growth toward the cap only");
     // Turned on with 10 packets already delivered (sg = 11): held at once below a low target.
-    command_with_registers(&dp, &sc, sid, 100 * MSS, &[("sg", STARTUP_SG_FULL), ("sq", 6 * MSS)]);
+    command_with_registers(&dp, &sc, sid, 100 * MSS, &[("sg", STARTUP_SG_FULL), ("sq", 6 * MSS), ("smss", MSS)]);
     assert_eq!(ack(&mut f, 2, 10_000, RTT_US), 60 * MSS);
     drop(f);
 }
