@@ -261,14 +261,14 @@ static __always_inline struct fold_flow *fold_ack_begin(struct sock *sk, const s
 	const struct tcp_sock *tp = (const struct tcp_sock *)sk;
 	struct fold_flow *ff = bpf_sk_storage_get(&fold_flows, sk, 0, 0);
 	struct fold_staged_entry *e = NULL;
-	struct fold_scratch_buf *scratch = fold_scratch_get();
+	struct fold_scratch_buf *scratch;
 	struct fold_staged *sg = NULL;
 	struct fold_ack a;
 	__u64 prims[FOLD_N_PRIM];
 	__u32 gen;
 
 	*prog = NULL;
-	if (!ff || !scratch)
+	if (!ff)
 		return NULL;
 	fold_fill_ack(&a, tp, rs, ecn_bytes, timeouts);
 	fold_prims(&a, &ff->base, prims);
@@ -289,8 +289,13 @@ static __always_inline struct fold_flow *fold_ack_begin(struct sock *sk, const s
 		ff->staged_seen = gen;
 		e = bpf_map_lookup_elem(&fold_staged, &flow_id);
 	}
-	if (e && fold_take_staged(e, &scratch->sg))
-		sg = &scratch->sg;
+	/* the per-CPU scratch only when something may be staged: on a paced
+	 * ACK every map value touched is a cache miss */
+	if (e) {
+		scratch = fold_scratch_get();
+		if (scratch && fold_take_staged(e, &scratch->sg))
+			sg = &scratch->sg;
+	}
 	*prog = fold_invoke_begin(&ff->st, &fold_progs, sg, prims, ff->pend.seed, ff->req_rate, now,
 				  fold_time_zero_ns, &ff->pend.res);
 	ff->st.regs[FOLD_OFF_JIT_NOW] = now;
