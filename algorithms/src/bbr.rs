@@ -133,16 +133,21 @@ pub struct BbrArgs {
     pub seed: u64,
     /// Leave Startup's pacing rate to the fold program, set per ACK
     /// ([`startup_rate_block`]; user space commands no Rate until Startup
-    /// ends). Off by default: measured NA 1.18 -> 1.13x but step0-12
-    /// retransmits 1.33 -> 4.2x (algorithms/README.md, "BBR after the full run").
-    #[arg(long)]
+    /// ends), as tcp_bbr.c's per-ACK `bbr_set_pacing_rate`. On by default
+    /// since 2026-11-23 together with `--startup-cwnd-in-fold`: alone it
+    /// measured NA 1.18 -> 1.13x and step0-12 retransmits 1.33 -> 4.2x; with
+    /// the per-ACK cwnd rule 11 of 12 targets on three links against 8
+    /// (algorithms/README.md, "BBR: Startup's cwnd and pacing rate per ACK in
+    /// the fold").
+    #[arg(long, default_value = "true", action = clap::ArgAction::Set, value_name = "BOOL")]
     pub startup_rate_in_fold: bool,
     /// Leave Startup's cwnd growth to the fold program's per-ACK rule
-    /// (tcp_bbr.c `bbr_set_cwnd` while the pipe is not full: grow by acked
-    /// while cwnd < 2.885 x BtlBw x RTprop + budget, both per ACK, or fewer
-    /// than 10 packets were delivered; [`startup_cwnd_block`]); user space
-    /// commands a loose cap (2 x cwnd + budget) until Startup ends.
-    #[arg(long)]
+    /// (tcp_bbr.c `bbr_set_cwnd` while the pipe is not full: grow by the
+    /// newly delivered packets while cwnd < 2.885 x BtlBw x RTprop + budget,
+    /// both per ACK, or while fewer than 10 packets were delivered;
+    /// [`startup_cwnd_block`]); user space commands a loose cap (2 x cwnd +
+    /// budget) until Startup ends. On by default (see `--startup-rate-in-fold`).
+    #[arg(long, default_value = "true", action = clap::ArgAction::Set, value_name = "BOOL")]
     pub startup_cwnd_in_fold: bool,
     /// Add tcp_bbr.c's ACK-aggregation allowance to the cwnd target after
     /// Startup (`bbr_ack_aggregation_cwnd`: the 5-10-round max of the per-ACK
@@ -1269,6 +1274,22 @@ mod tests {
         assert!(other.on_report(&report(RTT, 12, 12, 125_000, RTT)).rate_bytes_per_sec.is_some());
         // The fold's gain is high_gain x 99 % in thousandths.
         assert_eq!(STARTUP_RATE_PER_MILLE, (HIGH_GAIN * 990.0).round() as u64);
+    }
+
+    #[test]
+    fn startup_rules_in_the_fold_are_on_by_default_and_can_be_turned_off() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            a: BbrArgs,
+        }
+        let on = <Cli as clap::Parser>::parse_from(["bbr"]).a;
+        assert!(on.startup_cwnd_in_fold && on.startup_rate_in_fold);
+        let b = Bbr::new(bbr().params, on).with_fold_growth(true);
+        assert!(b.fold_startup_cwnd && b.fold_startup_rate);
+        let off = ["bbr", "--startup-cwnd-in-fold", "false", "--startup-rate-in-fold", "false"];
+        let off = <Cli as clap::Parser>::parse_from(off).a;
+        assert!(!off.startup_cwnd_in_fold && !off.startup_rate_in_fold);
     }
 
     #[test]
