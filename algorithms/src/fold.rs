@@ -242,7 +242,7 @@ const PRR_PER_ACK: &str = "\
 const PRR_AT_REPORT: &str = "    (:= nrep (+ nrep 1))\n";
 
 /// The control registers of cwnd growth toward a cap in the fold (see
-/// [`toward_cap`]): `fcw` the fold's cwnd in bytes, `cap` the last Cwnd user
+/// `toward_cap`): `fcw` the fold's cwnd in bytes, `cap` the last Cwnd user
 /// space commanded. Its scratch (the Cwnd seen at this ACK, whether it is a
 /// command, the bytes to grow by) are bbr's `xn`, `xr` and `xe`
 /// ([`crate::bbr::ACK_AGG_DEFS`]; that block runs earlier on the same ACK and
@@ -281,7 +281,7 @@ fn toward_cap() -> String {
     )
 }
 
-/// The programs that grow cwnd toward a cap in the fold ([`toward_cap`]);
+/// The programs that grow cwnd toward a cap in the fold (`toward_cap`);
 /// their algorithms command caps ([`crate::bbr::Bbr::with_fold_growth`]).
 pub const CAP_IN_FOLD: [&str; 1] = [crate::bbr::PROGRAM.name];
 
