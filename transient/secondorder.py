@@ -114,9 +114,13 @@ def fit_second_order(t: np.ndarray, u: np.ndarray, bin_s: float) -> tuple[float,
     # 1.8 / omega_n for moderate damping), damping low, critical and high.
     rise = _first_crossing(t, u, 0.9) - _first_crossing(t, u, 0.1)
     wn_est = 1.8 / rise if math.isfinite(rise) and rise > 0 else 4.0 / span
+    # A lightly damped or sustained oscillation: its dominant frequency (the
+    # spectrum's peak; omega_d ~ omega_n at low damping) is a far better start
+    # than the rise time, which a square-ish oscillation makes one bin long.
+    starts = [(0.3, wn_est), (1.0, 1.5 * wn_est), (2.5, 3.0 * wn_est), (0.05, _dominant_omega(u, bin_s))]
     best = None
-    for zeta0, wn_scale in ((0.3, 1.0), (1.0, 1.5), (2.5, 3.0)):
-        wn0 = min(max(wn_est * wn_scale, wn_min * 1.01), wn_max * 0.99)
+    for zeta0, wn_start in starts:
+        wn0 = min(max(wn_start, wn_min * 1.01), wn_max * 0.99)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", OptimizeWarning)
@@ -145,6 +149,14 @@ def classify(zeta: float, r2: float) -> str:
     if zeta <= CRITICAL_BAND[1]:
         return "critically damped"
     return "overdamped"
+
+
+def _dominant_omega(u: np.ndarray, bin_s: float) -> float:
+    """Angular frequency (rad/s) of the largest non-zero bin of the spectrum of ``u`` (samples
+    ``bin_s`` apart; numpy's real FFT of the deviations from the mean)."""
+    spectrum = np.abs(np.fft.rfft(u - u.mean()))
+    freqs = np.fft.rfftfreq(u.size, d=bin_s)
+    return float(2 * math.pi * freqs[1 + int(np.argmax(spectrum[1:]))])
 
 
 def _first_crossing(t: np.ndarray, u: np.ndarray, level: float) -> float:
