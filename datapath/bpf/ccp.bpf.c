@@ -121,6 +121,7 @@ struct ccp_priv {
 	__u32 timeouts;
 	__u32 last_snd_una;
 	__u32 flags;
+	__u32 fold_slot;	/* --fold kernel: the flow's slot in fold_flows (fold_ccp.h's) */
 };
 _Static_assert(sizeof(struct bictcp) <= CUBIC_PRIV_BYTES, "bictcp fits before ccp_priv");
 _Static_assert(CUBIC_PRIV_BYTES + sizeof(struct ccp_priv) <=
@@ -182,27 +183,13 @@ __u32 ctl_epoch = 0;
 __u32 next_flow_id = 0;
 __u64 last_wake_ns = 0;
 
-/* Statistics, read by user space (summed over CPUs): per CPU, as fold_ccp.h's. */
-struct dp_counters {
-	__u64 dropped_events;
-	__u64 fallback_acks;
-	__u64 command_acks;
+/* Statistics, read by user space (summed over CPUs): per CPU, in
+ * fold_ccp.h's fold_counters value, after its own (one line per ACK). */
+#define FOLD_INCLUDER_COUNTERS \
+	__u64 dropped_events;	\
+	__u64 fallback_acks;	\
+	__u64 command_acks;	\
 	__u64 stale_command_acks;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct dp_counters);
-} dp_counters SEC(".maps");
-
-static __always_inline struct dp_counters *counters(void)
-{
-	__u32 zero = 0;
-
-	return bpf_map_lookup_elem(&dp_counters, &zero);
-}
 
 /* tcp_input.c's FLAG_ECE (a #define, not in BTF): the ACK carried ECE. */
 #define TCP_ACK_FLAG_ECE 0x40
@@ -258,14 +245,22 @@ static __always_inline __u64 wake_flag(__u64 now)
  * Reports after a loss or timeout still wake it at once. */
 #define FOLD_REPORT_WAKE_FLAGS(now) BPF_RB_NO_WAKEUP
 #define FOLD_CTL_EPOCH ctl_epoch
+#define FOLD_SLOT_PRIV_OFFSET (CUBIC_PRIV_BYTES + __builtin_offsetof(struct ccp_priv, fold_slot))
 #include "fold_ccp.h"
+
+static __always_inline struct fold_counters *counters(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&fold_counters, &zero);
+}
 
 static __always_inline struct ccp_event *reserve_event(__u32 kind, __u32 flow_id, __u64 now)
 {
 	struct ccp_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
 
 	if (!ev) {
-		struct dp_counters *c = counters();
+		struct fold_counters *c = counters();
 
 		if (c)
 			c->dropped_events++;
@@ -315,6 +310,7 @@ void BPF_PROG(ccp_init, struct sock *sk)
 	ca->timeouts = 0;
 	ca->last_snd_una = tp->snd_una;
 	ca->flags = 0;
+	ca->fold_slot = FOLD_NO_SLOT;
 	cubictcp_init(sk);	/* the fallback's state, ready whenever it is needed */
 	/* A CA set before us (e.g. bbr, the namespace default, before iperf3's
 	 * TCP_CONGESTION) may have left TCP-internal pacing on. The kernel keeps
@@ -369,7 +365,7 @@ void BPF_PROG(ccp_release, struct sock *sk)
 
 	bpf_map_delete_elem(&commands, &id);
 	bpf_map_delete_elem(&flows, &id);
-	fold_flow_end(id);
+	fold_flow_end(sk, id);
 	ev = reserve_event(EV_RELEASE, id, bpf_ktime_get_ns());
 	if (ev)
 		bpf_ringbuf_submit(ev, BPF_RB_FORCE_WAKEUP);
@@ -625,7 +621,7 @@ static __always_inline void fold_cong_control_end(struct sock *sk, struct tcp_so
 						  __u32 ack, const struct rate_sample *rs,
 						  struct fold_flow *ff, int err, int compiled)
 {
-	struct dp_counters *c = counters();
+	struct fold_counters *c = counters();
 	struct ccp_cmd cmd = {};
 	__u64 now, hb;
 
@@ -650,7 +646,7 @@ static __always_inline void fold_cong_control_end(struct sock *sk, struct tcp_so
 SEC("struct_ops")
 void BPF_PROG(ccp_fold_post, struct sock *sk, __u32 ack, int flag, const struct rate_sample *rs)
 {
-	struct fold_flow *ff = bpf_sk_storage_get(&fold_flows, sk, 0, 0);
+	struct fold_flow *ff = fold_flow_of(sk);
 
 	fold_cong_control_end(sk, tcp_sk(sk), ca_priv(sk), ack, rs, ff,
 			      ff ? (int)ff->st.regs[FOLD_OFF_JIT_RET] : 0, 1);
@@ -664,7 +660,7 @@ void BPF_PROG(ccp_cong_control, struct sock *sk, __u32 ack, int flag, const stru
 	__u64 now = bpf_ktime_get_ns();
 	__u64 hb = heartbeat_ns;
 	struct ccp_cmd *cmd = NULL;
-	struct dp_counters *c;
+	struct fold_counters *c;
 	__u32 id = ca->flow_id;
 
 	account_ecn(tp, ca, flag);

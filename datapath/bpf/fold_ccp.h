@@ -1,13 +1,15 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * fold_ccp.h: the struct_ops side of `--fold kernel`: per-flow fold state in
- * socket storage, the program table, staged updates, report records, and
+ * a preallocated array (one slot per flow, its index in icsk_ca_priv), the program table, staged updates, report records, and
  * one call per ACK (fold_on_ack, or its two halves) that does what the user-space libccp path
  * does with an ACK event (src/fold.rs on_ack + src/primitives.rs), without
  * leaving the kernel. Only reports (and create/release events) reach user
  * space.
  *
- * Include after vmlinux.h, bpf_helpers.h and fold_vm.h, once per object.
+ * Include after vmlinux.h, bpf_helpers.h and fold_vm.h, once per object,
+ * with FOLD_SLOT_PRIV_OFFSET defined: the byte offset in icsk_ca_priv of a
+ * __u32 the includer leaves to fold_ccp.h (the flow's slot in fold_flows).
  * The includer calls:
  *   fold_flow_start(sk, flow_id, timeouts)        from init()
  *   ff = fold_ack_begin(sk, rs, flow_id, ecn_bytes, timeouts, now, hb, &prog)
@@ -19,15 +21,18 @@
  *                                                 (bytes) / rate (bytes/s) to
  *                                                 apply, 0 = no algorithm yet:
  *                                                 fall back
- *   fold_flow_end(flow_id)                        from release()
+ *   fold_flow_end(sk, flow_id)                    from release()
  * User space (src/fold_kernel.rs KernelFold) writes `fold_progs`, stages
  * updates by running the `fold_stage` syscall program with
  * BPF_PROG_TEST_RUN (context: struct fold_stage_in), reads `fold_reports`,
- * and sets `fold_time_zero_ns` (origin of Ack.now, libccp's datapath
- * time_zero) before load.
+ * sets `fold_time_zero_ns` (origin of Ack.now, libccp's datapath
+ * time_zero) before load, and runs `fold_layout` once after it (the slot's
+ * offset in the socket, for compiled sections).
  */
 #ifndef CCP_FOLD_CCP_H
 #define CCP_FOLD_CCP_H
+
+#include <bpf/bpf_core_read.h>	/* bpf_core_field_offset */
 
 /* The includer's control epoch (a global user space bumps when the algorithm
  * went away or a new one started): a flow that sees it change forgets what
@@ -39,6 +44,13 @@
 /* Origin of Ack.now (CLOCK_MONOTONIC ns), set by user space before load. */
 const volatile __u64 fold_time_zero_ns = 0;
 
+/* The includer's own per-CPU counters (u64 fields), kept after ours in one
+ * value: one cache line per ACK for all counters (on a paced ACK every line
+ * touched is a miss). */
+#ifndef FOLD_INCLUDER_COUNTERS
+#define FOLD_INCLUDER_COUNTERS
+#endif
+
 /* Counters read by user space (summed over CPUs). Per CPU: a shared
  * counter bumped atomically on every ACK bounces its cache line between the
  * cores (and shared the line with the daemon's heartbeat). */
@@ -48,6 +60,8 @@ struct fold_counters {
 	__u64 reports_sent;
 	__u64 reports_dropped;	/* report ring buffer full */
 	__u64 compiled_runs;	/* invocations whose main section ran compiled (fold_jit) */
+	__u64 no_state_flows;	/* flows that found no free fold_flows slot: fallback only */
+	FOLD_INCLUDER_COUNTERS
 };
 
 struct {
@@ -80,31 +94,75 @@ struct fold_flow {
 	__u32 awaiting;		/* after an RTO or a change of algorithm: it has not answered yet */
 	__u32 ctl_epoch;	/* FOLD_CTL_EPOCH when req_* were set */
 	__u32 _pad;
-	__u32 staged_seen;	/* its fold_staged_gens entry when it last looked at fold_staged */
+	__u32 owner;		/* flow id of the flow holding this slot, 0: free */
+	__u32 staged_gen;	/* bumped by fold_stage after each merge for this flow */
+	__u32 staged_seen;	/* staged_gen when it last looked at fold_staged */
 	__u32 _pad2;
 };
+/* tests/fold_slots.rs reads these from the end of a slot's value */
+_Static_assert(__builtin_offsetof(struct fold_flow, req_cwnd) == sizeof(struct fold_flow) - 32, "fold_flow tail");
+_Static_assert(__builtin_offsetof(struct fold_flow, owner) == sizeof(struct fold_flow) - 16, "fold_flow tail");
 
-/* Staging generations: fold_stage bumps entry flow_id % FOLD_STAGED_GENS
- * after every merge for that flow. A flow looks its fold_staged entry up
- * only when its generation moved since its last look: most ACKs find
- * nothing staged, and the hash lookup of a cold entry is a sizeable part of
- * a paced ACK's BPF time (docs/NOTES.md). Per flow (flow ids are sequential;
- * ids sharing an entry only cost a lookup more), so one flow's commands do
- * not send every other flow to the hash map. */
-#define FOLD_STAGED_GENS 4096
-__u32 fold_staged_gens[FOLD_STAGED_GENS] = {};
-
-static __always_inline __u32 *fold_staged_gen(__u32 flow_id)
-{
-	return &fold_staged_gens[flow_id & (FOLD_STAGED_GENS - 1)];
-}
+/* Slots of fold_flows. libccp keeps 1024 connections, fold_staged 4096:
+ * a flow beyond this runs the fallback (counted: no_state_flows). */
+#define FOLD_MAX_FLOWS 4096
+#define FOLD_NO_SLOT 0xffffffffu
 
 struct {
-	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, FOLD_MAX_FLOWS);
+	__type(key, __u32);
 	__type(value, struct fold_flow);
 } fold_flows SEC(".maps");
+
+static __always_inline __u32 *fold_slot_of(const struct sock *sk)
+{
+	return (void *)((char *)((struct inet_connection_sock *)sk)->icsk_ca_priv + FOLD_SLOT_PRIV_OFFSET);
+}
+
+/* The flow's state, NULL when it has none (no slot was free at init, or
+ * the fold does not run in the kernel). */
+static __always_inline struct fold_flow *fold_flow_of(const struct sock *sk)
+{
+	__u32 slot = *fold_slot_of(sk);
+
+	return bpf_map_lookup_elem(&fold_flows, &slot);
+}
+
+/* A flow's home slot: the one it gets unless a flow FOLD_MAX_FLOWS ids
+ * older still holds it (fold_alloc_slot). */
+static __always_inline __u32 fold_home_slot(__u32 flow_id)
+{
+	return flow_id & (FOLD_MAX_FLOWS - 1);
+}
+
+/* Staging generations: fold_stage bumps the staged_gen of the flow's home
+ * slot when the flow holds it, after every merge. The flow looks its
+ * fold_staged entry up only when the generation moved since its last look
+ * (a flow away from home looks on every ACK): most ACKs find nothing staged,
+ * and the hash lookup of a cold entry is a sizeable part of a paced ACK's
+ * BPF time (docs/NOTES.md). Kept in the flow's own state, next to what the
+ * ACK reads anyway, rather than in a table of its own: one cache line less. */
+static __always_inline __u32 fold_staged_gen_now(const struct fold_flow *ff, __u32 slot, __u32 flow_id)
+{
+	if (slot != fold_home_slot(flow_id))
+		return ff->staged_seen + 1;
+	return *(volatile const __u32 *)&ff->staged_gen;
+}
+
+/* Byte offset of the slot index from the socket (struct sock / tcp_sock)
+ * pointer, for compiled sections (src/fold_jit.rs), which find the state
+ * as fold_flow_of does. Set by fold_layout with the running kernel's
+ * layout (CO-RE), not the build host's. */
+__u32 fold_slot_sk_offset = 0;
+
+SEC("syscall")
+int fold_layout(void *ctx)
+{
+	fold_slot_sk_offset = bpf_core_field_offset(struct inet_connection_sock, icsk_ca_priv) +
+			      FOLD_SLOT_PRIV_OFFSET;
+	return 0;
+}
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -146,33 +204,109 @@ static __always_inline struct fold_scratch_buf *fold_scratch_get(void)
 	return bpf_map_lookup_elem(&fold_scratch, &zero);
 }
 
-/* A new flow: state zeroed, counters' baseline as the kernel has them now
- * (libccp: registers zero, Micros from the datapath's time zero). */
+struct fold_claim {
+	__u32 first;		/* where the search starts */
+	__u32 flow_id;
+	__u32 slot;		/* out: the slot claimed, FOLD_NO_SLOT: none free */
+};
+
+static int fold_claim_slot(__u32 i, struct fold_claim *c)
+{
+	__u32 slot = (c->first + i) & (FOLD_MAX_FLOWS - 1);
+	struct fold_flow *ff = bpf_map_lookup_elem(&fold_flows, &slot);
+
+	if (ff && __sync_val_compare_and_swap(&ff->owner, 0, c->flow_id) == 0) {
+		c->slot = slot;
+		return 1;
+	}
+	return 0;
+}
+
+/* bpf_loop's context must be on the stack: the slot, not its state */
+static int fold_zero_reg(__u32 i, __u32 *slot)
+{
+	struct fold_flow *ff = bpf_map_lookup_elem(&fold_flows, slot);
+
+	if (!ff)
+		return 1;
+	ff->st.regs[i & FOLD_REG_MASK] = 0;
+	return 0;
+}
+
+/* A free slot for flow_id (> 0), FOLD_NO_SLOT when all are taken. Flow ids
+ * are sequential, so the first probe (flow_id's own index) is free unless
+ * a flow FOLD_MAX_FLOWS ids older still lives. */
+static __always_inline __u32 fold_alloc_slot(__u32 flow_id)
+{
+	struct fold_claim c = { .first = fold_home_slot(flow_id), .flow_id = flow_id, .slot = FOLD_NO_SLOT };
+
+	bpf_loop(FOLD_MAX_FLOWS, fold_claim_slot, &c, 0);
+	return c.slot;
+}
+
+/* A slot for flow_id with its state zeroed but for the staging
+ * generation (a slot's earlier flow left its registers behind; libccp
+ * starts a connection's zeroed, as socket storage did). FOLD_NO_SLOT,
+ * counted in no_state_flows, when every slot is taken. */
+static __always_inline __u32 fold_flow_claim(__u32 flow_id)
+{
+	__u32 slot = fold_alloc_slot(flow_id);
+	struct fold_flow *ff = bpf_map_lookup_elem(&fold_flows, &slot);
+
+	if (!ff) {
+		__u32 zero = 0;
+		struct fold_counters *cnt = bpf_map_lookup_elem(&fold_counters, &zero);
+
+		if (cnt)
+			cnt->no_state_flows++;
+		return FOLD_NO_SLOT;
+	}
+	bpf_loop(FOLD_NREGS, fold_zero_reg, &slot, 0);
+	__builtin_memset(&ff->pend, 0, sizeof(ff->pend));
+	__builtin_memset(&ff->base, 0, sizeof(ff->base));
+	ff->req_rate = 0;
+	ff->req_cwnd = 0;
+	ff->awaiting = 0;
+	ff->ctl_epoch = 0;
+	/* differs from the flow's generation: its first ACK looks */
+	ff->staged_seen = *(volatile __u32 *)&ff->staged_gen - 1;
+	return slot;
+}
+
+/* Give the slot back (FOLD_NO_SLOT: nothing to do). */
+static __always_inline void fold_flow_release(__u32 slot)
+{
+	struct fold_flow *ff = bpf_map_lookup_elem(&fold_flows, &slot);
+
+	if (ff)
+		__sync_lock_test_and_set(&ff->owner, 0);
+}
+
+/* A new flow: a slot claimed (without one the flow runs the fallback),
+ * counters' baseline as the kernel has them now (libccp: registers zero,
+ * Micros from the datapath's time zero). */
 static __always_inline void fold_flow_start(struct sock *sk, __u32 flow_id, __u32 timeouts)
 {
 	const struct tcp_sock *tp = (const struct tcp_sock *)sk;
-	struct fold_flow *ff = bpf_sk_storage_get(&fold_flows, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	__u32 slot = fold_flow_claim(flow_id);
+	struct fold_flow *ff = bpf_map_lookup_elem(&fold_flows, &slot);
 
+	*fold_slot_of(sk) = slot;
 	if (!ff)
 		return;
-	__builtin_memset(&ff->base, 0, sizeof(ff->base));
-	ff->st.slot = 0;
 	ff->st.time_zero_ns = fold_time_zero_ns;
 	ff->base.bytes_acked = tp->bytes_acked;
 	ff->base.lost = tp->lost;
 	ff->base.timeouts = timeouts;
-	ff->req_cwnd = 0;
-	ff->req_rate = 0;
-	ff->awaiting = 0;
 	ff->ctl_epoch = FOLD_CTL_EPOCH;
-	/* differs from the flow's generation: its first ACK looks */
-	ff->staged_seen = *(volatile __u32 *)fold_staged_gen(flow_id) - 1;
 }
 
-/* The flow is gone: drop what user space staged for it. */
-static __always_inline void fold_flow_end(__u32 flow_id)
+/* The flow is gone: drop what user space staged for it, free its slot. */
+static __always_inline void fold_flow_end(struct sock *sk, __u32 flow_id)
 {
 	bpf_map_delete_elem(&fold_staged, &flow_id);
+	fold_flow_release(*fold_slot_of(sk));
+	*fold_slot_of(sk) = FOLD_NO_SLOT;
 }
 
 static __always_inline void fold_fill_ack(struct fold_ack *a, const struct tcp_sock *tp,
@@ -259,7 +393,8 @@ static __always_inline struct fold_flow *fold_ack_begin(struct sock *sk, const s
 							__u64 now, __u64 hb, struct fold_prog **prog)
 {
 	const struct tcp_sock *tp = (const struct tcp_sock *)sk;
-	struct fold_flow *ff = bpf_sk_storage_get(&fold_flows, sk, 0, 0);
+	__u32 slot = *fold_slot_of(sk);
+	struct fold_flow *ff = bpf_map_lookup_elem(&fold_flows, &slot);
 	struct fold_staged_entry *e = NULL;
 	struct fold_scratch_buf *scratch;
 	struct fold_staged *sg = NULL;
@@ -282,7 +417,7 @@ static __always_inline struct fold_flow *fold_ack_begin(struct sock *sk, const s
 	ff->pend.hb = hb;
 	ff->pend.urgent = prims[4] || prims[14];	/* lost_pkts_sample, was_timeout */
 	ff->pend.seed = ff->req_cwnd ? ff->req_cwnd : fold_sat_mul(tp->snd_cwnd, a.mss ? a.mss : 1);
-	gen = *(volatile __u32 *)fold_staged_gen(flow_id);
+	gen = fold_staged_gen_now(ff, slot, flow_id);
 	if (gen != ff->staged_seen) {
 		/* read before the lookup: a merge after it bumps the generation
 		 * again, so the next ACK looks once more */
@@ -377,8 +512,9 @@ struct fold_stage_in {
 SEC("syscall")
 int fold_stage(struct fold_stage_in *in)
 {
-	__u32 flow_id = in->flow_id;
+	__u32 flow_id = in->flow_id, home = fold_home_slot(flow_id);
 	struct fold_scratch_buf *scratch = fold_scratch_get();
+	struct fold_flow *ff = bpf_map_lookup_elem(&fold_flows, &home);
 	struct fold_staged_entry *e;
 
 	if (!scratch)
@@ -395,7 +531,8 @@ int fold_stage(struct fold_stage_in *in)
 	fold_stage_merge(e, &scratch->sg);
 	/* after the merge (a full barrier): a flow that sees the new
 	 * generation finds the merged updates */
-	__sync_fetch_and_add(fold_staged_gen(flow_id), 1);
+	if (ff && *(volatile __u32 *)&ff->owner == flow_id)
+		__sync_fetch_and_add(&ff->staged_gen, 1);
 	return 0;
 }
 

@@ -11,13 +11,14 @@
  *   fold_progs, fold_staged, fold_scratch: fold_ccp.h's (the production
  *               maps; staged updates go through its fold_stage program,
  *               keyed here by flow index)
- *   fold_states [FOLD_TEST_FLOWS] struct fold_state (sk_storage in production)
+ *   fold_states [FOLD_TEST_FLOWS] struct fold_state (fold_flows in production)
  *   fold_out    [FOLD_TEST_FLOWS] struct fold_test_out
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include "fold_vm.h"
+#define FOLD_SLOT_PRIV_OFFSET 0	/* fold_check's icsk_ca_priv holds the slot only */
 #include "fold_ccp.h"
 
 char LICENSE[] SEC("license") = "GPL";
@@ -164,7 +165,7 @@ void BPF_PROG(fold_check_cong_control, struct sock *sk, __u32 ack, int flag, con
 SEC("struct_ops")
 void BPF_PROG(fold_check_release, struct sock *sk)
 {
-	fold_flow_end(1);
+	fold_flow_end(sk, 1);
 }
 
 SEC("struct_ops")
@@ -188,6 +189,30 @@ struct tcp_congestion_ops fold_check = {
 	.undo_cwnd = (void *)fold_check_undo_cwnd,
 	.name = "ccp_fold_check",
 };
+
+/* ---- per-flow slots (tests/fold_slots.rs) ---- */
+
+/* Test-run context of fold_test_claim / fold_test_release. */
+struct fold_test_slot_io {
+	__u32 flow_id;	/* in (claim) */
+	__u32 slot;	/* out (claim), in (release) */
+};
+
+/* fold_flow_claim as init() runs it, without a socket. */
+SEC("syscall")
+int fold_test_claim(struct fold_test_slot_io *io)
+{
+	io->slot = fold_flow_claim(io->flow_id);
+	return 0;
+}
+
+/* fold_flow_release as release() runs it. */
+SEC("syscall")
+int fold_test_release(struct fold_test_slot_io *io)
+{
+	fold_flow_release(io->slot);
+	return 0;
+}
 
 /* ---- fold JIT reference (tests/fold_jit.rs) ---- */
 

@@ -76,6 +76,8 @@ pub struct BpfStats {
     pub fold_reports_dropped: u64,
     /// Of the invocations, those whose main section ran compiled.
     pub fold_compiled_runs: u64,
+    /// Flows that found every fold_flows slot taken: they ran the fallback.
+    pub fold_no_state_flows: u64,
 }
 
 /// The loaded BPF object; the congestion control is registered while
@@ -93,6 +95,9 @@ pub struct BpfDatapath {
     /// Compiled main sections by program slot (`--fold kernel` with
     /// `fold_jit`); None when programs are interpreted.
     jit: Option<JitSlots>,
+    /// Byte offset of a flow's fold_flows slot from its socket pointer
+    /// (bpf/fold_ccp.h `fold_layout`), for compiled sections.
+    slot_sk_offset: u32,
 }
 
 /// The compiled main sections the `fold_jit` program array points at: the
@@ -155,6 +160,7 @@ impl BpfDatapath {
             .fold_jit
             .update(&FOLD_JIT_POST.to_ne_bytes(), &post.to_ne_bytes(), MapFlags::ANY)
             .context("putting ccp_fold_post into the fold_jit program array")?;
+        let slot_sk_offset = fold_slot_sk_offset(&skel, bss)?;
         Ok(BpfDatapath {
             link: None,
             bss,
@@ -162,6 +168,7 @@ impl BpfDatapath {
             last_heartbeat_ns: Cell::new(0),
             heartbeat_refresh_ns: heartbeat_refresh_ns(cfg.stale_after),
             jit: (cfg.fold_in_kernel && cfg.fold_jit).then(JitSlots::default),
+            slot_sk_offset,
         })
     }
 
@@ -283,6 +290,7 @@ impl BpfDatapath {
     fn compile_slot(&mut self, slot: u32, prog: &FoldProg) -> std::result::Result<(), String> {
         let target = JitTarget::StructOps {
             flows_map_fd: self.skel.maps.fold_flows.as_fd().as_raw_fd(),
+            slot_sk_offset: self.slot_sk_offset,
             jit_map_fd: self.skel.maps.fold_jit.as_fd().as_raw_fd(),
             post_index: FOLD_JIT_POST,
         };
@@ -318,10 +326,10 @@ impl BpfDatapath {
         let bss = self.bss;
         // SAFETY: as in heartbeat().
         let flows = unsafe { std::ptr::addr_of!((*bss).next_flow_id).read_volatile() };
-        // struct dp_counters and struct fold_counters: u64 fields in order
-        let [dropped_events, fallback_acks, command_acks, _stale] = sum_per_cpu::<4>(&self.skel.maps.dp_counters);
-        let [fold_invocations, fold_aborts, fold_reports, fold_reports_dropped, fold_compiled_runs] =
-            sum_per_cpu::<5>(&self.skel.maps.fold_counters);
+        // struct fold_counters: its u64 fields in order, then ccp.bpf.c's
+        // (FOLD_INCLUDER_COUNTERS)
+        let [fold_invocations, fold_aborts, fold_reports, fold_reports_dropped, fold_compiled_runs, fold_no_state_flows, dropped_events, fallback_acks, command_acks, _stale] =
+            sum_per_cpu::<10>(&self.skel.maps.fold_counters);
         BpfStats {
             dropped_events,
             fallback_acks,
@@ -332,8 +340,26 @@ impl BpfDatapath {
             fold_reports,
             fold_reports_dropped,
             fold_compiled_runs,
+            fold_no_state_flows,
         }
     }
+}
+
+/// Run bpf/fold_ccp.h's `fold_layout` (it writes the running kernel's
+/// offset of the flow's slot, CO-RE) and read the offset from `.bss`.
+/// Errors: the program does not run, or leaves 0 (no offset can be 0:
+/// icsk_ca_priv is deep inside the socket).
+fn fold_slot_sk_offset(skel: &CcpSkel<'static>, bss: *mut skel::types::bss) -> Result<u32> {
+    skel.progs
+        .fold_layout
+        .test_run(libbpf_rs::ProgramInput::default())
+        .context("running fold_layout (BPF_PROG_TEST_RUN)")?;
+    // SAFETY: bss points into the object's mmaped .bss for the life of skel.
+    let off = unsafe { std::ptr::addr_of!((*bss).fold_slot_sk_offset).read_volatile() };
+    if off == 0 {
+        bail!("fold_layout left the slot offset at 0");
+    }
+    Ok(off)
 }
 
 /// The `N` u64 fields of a one-entry per-CPU array map, summed over CPUs

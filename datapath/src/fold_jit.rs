@@ -35,10 +35,11 @@
 //!   copies the context back, result code included.
 //! - `StructOps`: a `tcp_congestion_ops.cong_control` struct_ops program,
 //!   entered by tail call from the `ccp` struct_ops: it finds the flow's
-//!   registers with `bpf_sk_storage_get(flows_map, sk)` (the value starts
-//!   with `struct fold_state`), runs the section and tail-calls
-//!   `jit_map[post_index]` (the rest of the ACK's work). No storage: straight
-//!   to the tail call.
+//!   registers at `flows_map[slot]`, where `slot` is the u32 at
+//!   `slot_sk_offset` bytes from the socket (bpf/fold_ccp.h `fold_flow_of`;
+//!   the value starts with `struct fold_state`), runs the section and
+//!   tail-calls `jit_map[post_index]` (the rest of the ACK's work). No state
+//!   (no slot): straight to the tail call.
 
 use std::ffi::CString;
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -73,10 +74,11 @@ pub enum JitTarget {
     #[allow(dead_code)]
     TestRun,
     /// BPF_PROG_TYPE_STRUCT_OPS `cong_control`: registers from
-    /// `bpf_sk_storage_get(flows_map_fd, sk)`, then a tail call into
-    /// `jit_map_fd[post_index]` (a BPF_MAP_TYPE_PROG_ARRAY).
+    /// `flows_map_fd[*(u32 *)(sk + slot_sk_offset)]` (an array map), then a
+    /// tail call into `jit_map_fd[post_index]` (a BPF_MAP_TYPE_PROG_ARRAY).
     StructOps {
         flows_map_fd: i32,
+        slot_sk_offset: u32,
         jit_map_fd: i32,
         post_index: u32,
     },
@@ -117,6 +119,7 @@ const BPF_STX: u8 = 0x03;
 const BPF_ALU: u8 = 0x04;
 const BPF_JMP: u8 = 0x05;
 const BPF_ALU64: u8 = 0x07;
+const BPF_W: u8 = 0x00;
 const BPF_DW: u8 = 0x18;
 const BPF_IMM: u8 = 0x00;
 const BPF_MEM: u8 = 0x60;
@@ -146,6 +149,8 @@ const R5: u8 = 5;
 const R6: u8 = 6;
 /// Program context (StructOps: the tail call's ctx).
 const R7: u8 = 7;
+/// Frame pointer (read-only): the stack below it.
+const R10: u8 = 10;
 
 fn raw(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> bpf_insn {
     let mut i = bpf_insn {
@@ -297,13 +302,22 @@ pub fn compile_main(prog: &FoldProg, target: &JitTarget) -> Result<Vec<bpf_insn>
 
     match *target {
         JitTarget::TestRun => a.mov64(R6, R1),
-        JitTarget::StructOps { flows_map_fd, .. } => {
+        JitTarget::StructOps {
+            flows_map_fd,
+            slot_sk_offset,
+            ..
+        } => {
+            let off = i16::try_from(slot_sk_offset).map_err(|_| {
+                JitError::Program(format!("slot offset {slot_sk_offset} in the socket does not fit a load"))
+            })?;
             a.mov64(R7, R1);
-            a.emit(raw(BPF_LDX | BPF_MEM | BPF_DW, R2, R1, 0, 0)); // sk: the first argument
+            a.emit(raw(BPF_LDX | BPF_MEM | BPF_DW, R1, R1, 0, 0)); // sk: the first argument
+            a.emit(raw(BPF_LDX | BPF_MEM | BPF_W, R1, R1, off, 0)); // the flow's slot
+            a.emit(raw(BPF_STX | BPF_MEM | BPF_W, R10, R1, -4, 0)); // the key on the stack
+            a.mov64(R2, R10);
+            a.alu64_imm(ADD, R2, -4);
             a.ld_map_fd(R1, flows_map_fd);
-            a.mov64_imm(R3, 0);
-            a.mov64_imm(R4, 0);
-            a.call(libbpf_sys::BPF_FUNC_sk_storage_get);
+            a.call(libbpf_sys::BPF_FUNC_map_lookup_elem);
             a.jmp_imm(JEQ, R0, 0, tail);
             a.mov64(R6, R0);
         }

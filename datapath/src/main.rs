@@ -524,7 +524,7 @@ impl Loop {
             "flows={} (bpf ids {}) active={} resynced={} invokes={} commands={} skipped_invalid={} unknown_flow_acks={} \
              bpf: command_acks={} fallback_acks={} dropped_events={} bad_records={} refused_msgs={} untrusted_msgs={} \
              per-ACK user cost us: mean={} p50={} p99={}; event->command us: p50={} p99={} (n={}) \
-             kernel fold: invocations={} compiled_runs={} aborted={} reports={} reports_dropped={} installs={} compiled={} interpreted={} \
+             kernel fold: invocations={} compiled_runs={} aborted={} reports={} reports_dropped={} no_state_flows={} installs={} compiled={} interpreted={} \
              staged={} refused={} report->cwnd us: p50={} p99={} (n={})",
             f.flows_created,
             b.flows,
@@ -551,6 +551,7 @@ impl Loop {
             b.fold_aborts,
             b.fold_reports,
             b.fold_reports_dropped,
+            b.fold_no_state_flows,
             k.installs,
             jit_compiled,
             jit_declined,

@@ -792,8 +792,16 @@ fn suite_programs_match_interpreter() {
 #[test]
 fn struct_ops_target_loads() {
     let k = Kernel::load();
+    k.skel
+        .progs
+        .fold_layout
+        .test_run(libbpf_rs::ProgramInput::default())
+        .expect("running fold_layout");
+    let slot_sk_offset = k.skel.maps.bss_data.as_deref().expect("fold_test has a .bss").fold_slot_sk_offset;
+    assert!(slot_sk_offset > 0, "fold_layout left the slot offset at 0");
     let target = JitTarget::StructOps {
         flows_map_fd: k.skel.maps.fold_flows.as_fd().as_raw_fd(),
+        slot_sk_offset,
         jit_map_fd: k.skel.maps.fold_jit_test.as_fd().as_raw_fd(),
         post_index: 0,
     };
