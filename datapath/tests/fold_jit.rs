@@ -787,8 +787,8 @@ fn suite_programs_match_interpreter() {
 }
 
 /// The production target: every suite program and a longest random one,
-/// compiled for the struct_ops `cong_control` (sk_storage lookup, tail
-/// call), pass the verifier.
+/// compiled for the struct_ops `cong_control` (the flow's slot read from the
+/// socket, array lookup, tail call), pass the verifier.
 #[test]
 fn struct_ops_target_loads() {
     let k = Kernel::load();
