@@ -39,21 +39,12 @@ mod primitives;
 #[path = "../src/wire.rs"]
 mod wire;
 
-mod skel {
-    #![allow(
-        clippy::all,
-        unused_imports,
-        dead_code,
-        non_camel_case_types,
-        non_upper_case_globals
-    )]
-    include!(concat!(env!("OUT_DIR"), "/fold_test.skel.rs"));
-}
+mod fold_harness;
+use fold_harness::skel;
 
 mod common;
 use common::{edge_u64, env_u64, Rng};
 
-use std::mem::MaybeUninit;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -63,8 +54,7 @@ use fold_kernel::{
     FoldMaps, FoldMsgError, FoldProg, FoldReport, FoldStaged, FoldState, KernelFold,
     LIBCCP_MAX_PROGRAMS, MAX_SLOTS,
 };
-use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{MapCore, MapFlags, OpenObject, ProgramInput};
+use libbpf_rs::{MapCore, MapFlags, ProgramInput};
 use libccp::{
     CongestionOps, Connection, Datapath, DatapathBuilder, DatapathOps, FlowInfo, LibccpError,
     Primitives,
@@ -314,30 +304,9 @@ impl FoldMaps for HarnessMaps<'_> {
     }
 }
 
-fn require_root() {
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
-    assert_eq!(
-        euid, 0,
-        "the fold differential test needs root (CAP_BPF + CAP_SYS_ADMIN) to load BPF programs"
-    );
-}
-
 impl Kernel {
     fn load() -> Kernel {
-        require_root();
-        let storage: &'static mut MaybeUninit<OpenObject> =
-            Box::leak(Box::new(MaybeUninit::uninit()));
-        let open = skel::FoldTestSkelBuilder::default()
-            .open(storage)
-            .unwrap_or_else(|e| panic!("opening bpf/fold_test.bpf.c (libbpf): {e:#}"));
-        let skel = open.load().unwrap_or_else(|e| {
-            panic!(
-                "loading bpf/fold_test.bpf.c failed: {e:#}; needs BPF syscall programs, bpf_loop \
-                 (Linux >= 5.17) and a verifier accepting the fold interpreter"
-            )
-        });
-        Kernel { skel }
+        Kernel { skel: fold_harness::load("the fold differential test") }
     }
 
     fn put<M: MapCore>(map: &M, key: u32, val: &[u8]) {
@@ -742,8 +711,6 @@ fn portus_install(src: &str, uid: u32) -> Vec<u8> {
 }
 
 // ------------------------------------------------------------ randomness
-
-
 
 fn edge_u32(r: &mut Rng) -> u64 {
     edge_u64(r) & u64::from(u32::MAX)

@@ -28,21 +28,12 @@ mod fold_kernel;
 #[path = "../src/fold_jit.rs"]
 mod fold_jit;
 
-mod skel {
-    #![allow(
-        clippy::all,
-        unused_imports,
-        dead_code,
-        non_camel_case_types,
-        non_upper_case_globals
-    )]
-    include!(concat!(env!("OUT_DIR"), "/fold_test.skel.rs"));
-}
+mod fold_harness;
+use fold_harness::skel;
 
 mod common;
 use common::{edge_u64, env_u64, Rng};
 
-use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::process::Command;
@@ -54,8 +45,7 @@ use fold_kernel::{
     OFF_EXPR_FLAG, OFF_FALLTHROUGH, OFF_IMPLICIT, OFF_JIT_NOW, OFF_JIT_RET, OFF_REPORT,
     OFF_TIME_ZERO, OP_BRK, OP_EWMA, OP_JZ,
 };
-use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{MapCore, MapFlags, OpenObject, ProgramInput};
+use libbpf_rs::{MapCore, MapFlags, ProgramInput};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 const OFF_MICROS: u32 = OFF_IMPLICIT + 3;
@@ -63,15 +53,6 @@ const OFF_MICROS: u32 = OFF_IMPLICIT + 3;
 const SLOT: u32 = 1;
 
 // ------------------------------------------------------------ harness
-
-fn require_root() {
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
-    assert_eq!(
-        euid, 0,
-        "the fold JIT test needs root (CAP_BPF + CAP_SYS_ADMIN) to load BPF programs"
-    );
-}
 
 /// The BPF side: the interpreter's harness (fold_test.bpf.c) and the
 /// compiled programs.
@@ -81,19 +62,7 @@ struct Kernel {
 
 impl Kernel {
     fn load() -> Kernel {
-        require_root();
-        let storage: &'static mut MaybeUninit<OpenObject> =
-            Box::leak(Box::new(MaybeUninit::uninit()));
-        let open = skel::FoldTestSkelBuilder::default()
-            .open(storage)
-            .unwrap_or_else(|e| panic!("opening bpf/fold_test.bpf.c (libbpf): {e:#}"));
-        let skel = open.load().unwrap_or_else(|e| {
-            panic!(
-                "loading bpf/fold_test.bpf.c failed: {e:#}; needs BPF syscall programs, bpf_loop \
-                 (Linux >= 5.17) and a verifier accepting the fold interpreter"
-            )
-        });
-        Kernel { skel }
+        Kernel { skel: fold_harness::load("the fold JIT test") }
     }
 
     /// The program under test into fold_progs[SLOT] (for the interpreter).
@@ -202,8 +171,6 @@ fn check_same(k: &Kernel, fd: &OwnedFd, st: &FoldState, t: &mut Tally, what: &dy
 }
 
 // ------------------------------------------------------------ randomness
-
-
 
 fn edge_u32(r: &mut Rng) -> u32 {
     match r.below(6) {

@@ -13,21 +13,10 @@
 //!
 //! Needs root (loading BPF). Registers no struct_ops: no host lock.
 
-mod skel {
-    #![allow(
-        clippy::all,
-        unused_imports,
-        dead_code,
-        non_camel_case_types,
-        non_upper_case_globals
-    )]
-    include!(concat!(env!("OUT_DIR"), "/fold_test.skel.rs"));
-}
+mod fold_harness;
+use fold_harness::skel;
 
-use std::mem::MaybeUninit;
-
-use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{MapCore, MapFlags, OpenObject, ProgramInput};
+use libbpf_rs::{MapCore, MapFlags, ProgramInput};
 
 /// bpf/fold_ccp.h FOLD_MAX_FLOWS and FOLD_NO_SLOT.
 const MAX_FLOWS: u32 = 4096;
@@ -46,16 +35,7 @@ struct Kernel {
 
 impl Kernel {
     fn load() -> Kernel {
-        // SAFETY: geteuid has no preconditions.
-        assert_eq!(unsafe { libc::geteuid() }, 0, "fold_slots needs root to load BPF programs");
-        let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
-        let open = skel::FoldTestSkelBuilder::default()
-            .open(storage)
-            .unwrap_or_else(|e| panic!("opening bpf/fold_test.bpf.c (libbpf): {e:#}"));
-        let skel = open
-            .load()
-            .unwrap_or_else(|e| panic!("loading bpf/fold_test.bpf.c failed: {e:#}"));
-        Kernel { skel }
+        Kernel { skel: fold_harness::load("fold_slots") }
     }
 
     /// Run fold_test_claim (`claim`) or fold_test_release on a
