@@ -82,26 +82,41 @@ struct fold_pending {
 	__u32 urgent;		/* a loss or timeout: a report wakes user space */
 };
 
-/* Per-flow state: the interpreter's registers plus the datapath's own
- * bookkeeping (what src/fold.rs keeps per libccp connection). The registers
- * come first: a compiled main section finds them at offset 0. */
+/* Per-flow state: the interpreter's registers, which come first (a
+ * compiled main section finds them at offset 0), and the datapath's own
+ * bookkeeping (what src/fold.rs keeps per libccp connection) in the top
+ * registers of the file, which no program uses (the compiler maps nothing
+ * above the report registers). So a flow's whole state is one 4 KiB value,
+ * and the map, mmapable, starts its values on a page boundary: a slot is
+ * one page, and an ACK takes one TLB entry for it (on a paced ACK every
+ * page touched is a TLB miss, docs/NOTES.md). */
+#define FOLD_OFF_BOOK 493	/* register where the bookkeeping starts */
+
 struct fold_flow {
-	struct fold_state st;
-	struct fold_pending pend;
-	struct fold_baseline base;
-	__u64 req_rate;		/* last set_rate (bytes/s), 0: none */
-	__u32 req_cwnd;		/* last set_cwnd (bytes), 0: none */
-	__u32 awaiting;		/* after an RTO or a change of algorithm: it has not answered yet */
-	__u32 ctl_epoch;	/* FOLD_CTL_EPOCH when req_* were set */
-	__u32 _pad;
-	__u32 owner;		/* flow id of the flow holding this slot, 0: free */
-	__u32 staged_gen;	/* bumped by fold_stage after each merge for this flow */
-	__u32 staged_seen;	/* staged_gen when it last looked at fold_staged */
-	__u32 _pad2;
+	union {
+		struct fold_state st;
+		struct {
+			__u64 _regs_in_use[FOLD_OFF_BOOK];
+			struct fold_pending pend;
+			struct fold_baseline base;
+			__u64 req_rate;		/* last set_rate (bytes/s), 0: none */
+			__u32 req_cwnd;		/* last set_cwnd (bytes), 0: none */
+			__u32 awaiting;		/* after an RTO or a change of algorithm: it has not answered yet */
+			__u32 ctl_epoch;	/* FOLD_CTL_EPOCH when req_* were set */
+			__u32 _pad;
+			__u32 owner;		/* flow id of the flow holding this slot, 0: free */
+			__u32 staged_gen;	/* bumped by fold_stage after each merge for this flow */
+			__u32 staged_seen;	/* staged_gen when it last looked at fold_staged */
+			__u32 _pad2;
+		};
+	};
 };
+_Static_assert(sizeof(struct fold_flow) == 8 * FOLD_NREGS, "one page per slot: the bookkeeping fits the top registers");
+_Static_assert(FOLD_OFF_BOOK >= FOLD_OFF_REPORT + FOLD_MAX_REPORT, "bookkeeping above every register in use");
 /* tests/fold_slots.rs reads these from the end of a slot's value */
 _Static_assert(__builtin_offsetof(struct fold_flow, req_cwnd) == sizeof(struct fold_flow) - 32, "fold_flow tail");
 _Static_assert(__builtin_offsetof(struct fold_flow, owner) == sizeof(struct fold_flow) - 16, "fold_flow tail");
+_Static_assert(__builtin_offsetof(struct fold_flow, pend) == 8 * FOLD_OFF_BOOK, "bookkeeping start");
 
 /* Slots of fold_flows. libccp keeps 1024 connections, fold_staged 4096:
  * a flow beyond this runs the fallback (counted: no_state_flows). */
@@ -111,6 +126,7 @@ _Static_assert(__builtin_offsetof(struct fold_flow, owner) == sizeof(struct fold
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, FOLD_MAX_FLOWS);
+	__uint(map_flags, BPF_F_MMAPABLE);	/* page-aligned values (see FOLD_OFF_BOOK) */
 	__type(key, __u32);
 	__type(value, struct fold_flow);
 } fold_flows SEC(".maps");
@@ -261,7 +277,7 @@ static __always_inline __u32 fold_flow_claim(__u32 flow_id)
 			cnt->no_state_flows++;
 		return FOLD_NO_SLOT;
 	}
-	bpf_loop(FOLD_NREGS, fold_zero_reg, &slot, 0);
+	bpf_loop(FOLD_OFF_BOOK, fold_zero_reg, &slot, 0);
 	__builtin_memset(&ff->pend, 0, sizeof(ff->pend));
 	__builtin_memset(&ff->base, 0, sizeof(ff->base));
 	ff->req_rate = 0;

@@ -21,9 +21,12 @@ use libbpf_rs::{MapCore, MapFlags, ProgramInput};
 /// bpf/fold_ccp.h FOLD_MAX_FLOWS and FOLD_NO_SLOT.
 const MAX_FLOWS: u32 = 4096;
 const NO_SLOT: u32 = u32::MAX;
-/// bpf/fold_vm.h FOLD_NREGS: the register file opens the value.
+/// bpf/fold_vm.h FOLD_NREGS: a slot's value is the register file, one page.
 const NREGS: usize = 512;
 /// Byte offsets from the end of a `struct fold_flow` (asserted in fold_ccp.h).
+/// claim() zeroes everything before TAIL_RESET (the registers and the
+/// pending and baseline records) and sets the fields from req_rate on one by one.
+const TAIL_RESET: usize = 40;
 const TAIL_REQ_CWND: usize = 32;
 const TAIL_OWNER: usize = 16;
 const TAIL_STAGED_GEN: usize = 12;
@@ -134,7 +137,9 @@ fn a_flow_away_from_home_gets_a_free_slot_with_its_state_zeroed() {
     k.release(5);
     let mut left = k.slot_value(5);
     assert_eq!(tail_u32(&left, TAIL_OWNER), 0, "a released slot is free");
-    for (i, b) in left[..8 * NREGS].iter_mut().enumerate() {
+    assert_eq!(left.len(), 8 * NREGS, "one page per slot");
+    let reset = left.len() - TAIL_RESET;
+    for (i, b) in left[..reset].iter_mut().enumerate() {
         *b = (i % 251) as u8 + 1;
     }
     set_tail_u32(&mut left, TAIL_REQ_CWND, 123_456);
@@ -145,7 +150,7 @@ fn a_flow_away_from_home_gets_a_free_slot_with_its_state_zeroed() {
     assert_eq!(slot, 5);
     let v = k.slot_value(slot);
     assert_eq!(tail_u32(&v, TAIL_OWNER), MAX_FLOWS + 1);
-    assert!(v[..8 * NREGS].iter().all(|&b| b == 0), "registers zeroed for the new flow");
+    assert!(v[..reset].iter().all(|&b| b == 0), "registers and pending/baseline zeroed for the new flow");
     assert_eq!(tail_u32(&v, TAIL_REQ_CWND), 0, "no cwnd request carried over");
     assert_eq!(
         tail_u32(&v, TAIL_STAGED_SEEN),
