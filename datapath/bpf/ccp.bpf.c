@@ -614,6 +614,24 @@ struct {
 	__type(value, __u32);
 } fold_jit SEC(".maps");
 
+/* Tail call into the flow's compiled main section, with a constant index
+ * per program slot: the JIT turns a constant-index tail call into a direct
+ * jump, which the kernel re-patches whenever the slot's entry changes, where
+ * a computed index reads the program array and the target's bpf_prog first
+ * (two cold lines and a page on a paced ACK). Returns only when the slot
+ * has no compiled section. */
+#define FOLD_JIT_CASE(n) case n: bpf_tail_call_static(ctx, &fold_jit, n); break
+static __always_inline void fold_enter_compiled(void *ctx, __u32 slot)
+{
+	switch (slot) {
+	FOLD_JIT_CASE(1); FOLD_JIT_CASE(2); FOLD_JIT_CASE(3); FOLD_JIT_CASE(4); FOLD_JIT_CASE(5);
+	FOLD_JIT_CASE(6); FOLD_JIT_CASE(7); FOLD_JIT_CASE(8); FOLD_JIT_CASE(9); FOLD_JIT_CASE(10);
+	FOLD_JIT_CASE(11); FOLD_JIT_CASE(12); FOLD_JIT_CASE(13); FOLD_JIT_CASE(14); FOLD_JIT_CASE(15);
+	}
+}
+#undef FOLD_JIT_CASE
+_Static_assert(FOLD_MAX_SLOTS == 16, "fold_enter_compiled has a case for every program slot");
+
 /* --fold kernel, after the flow's main section returned `err`: what the
  * algorithm set is applied while the daemon's heartbeat (read before the
  * section) is fresh (it forwards the reports), else the fallback runs. */
@@ -678,7 +696,7 @@ void BPF_PROG(ccp_cong_control, struct sock *sk, __u32 ack, int flag, const stru
 		if (ff && p) {
 			/* the compiled main section, which goes on in ccp_fold_post;
 			 * returns only if the slot has none */
-			bpf_tail_call(ctx, &fold_jit, ff->st.slot & (FOLD_MAX_SLOTS - 1));
+			fold_enter_compiled(ctx, ff->st.slot);
 			err = fold_run_section(&ff->st, p, 0, p->n_main, now, &ff->pend.res.steps);
 		}
 		fold_cong_control_end(sk, tp, ca, ack, rs, ff, err, 0);
