@@ -52,6 +52,7 @@ char LICENSE[] SEC("license") = "GPL";
 #define PRIV_CMD_SEEN 2  /* a command has been applied at least once */
 #define PRIV_FALLBACK 4  /* the last ACK ran the fallback (kernel cubic) */
 #define PRIV_KERNEL_PACING 8 /* the socket came with TCP-internal pacing on: keep it, at the kernel's rate */
+#define PRIV_IDLE 16     /* the fallback's last ACK left nothing in flight (ccp_priv.idle_lsndtime) */
 #define USEC_PER_SEC_X8 8000000ULL /* us per s, times 8 (srtt_us is SRTT << 3) */
 
 /* Event record, one layout for all kinds (unused fields are zero).
@@ -122,6 +123,7 @@ struct ccp_priv {
 	__u32 last_snd_una;
 	__u32 flags;
 	__u32 fold_slot;	/* --fold kernel: the flow's slot in fold_flows (fold_ccp.h's) */
+	__u32 idle_lsndtime;	/* PRIV_IDLE: tp->lsndtime (jiffies) when the pipe emptied */
 };
 _Static_assert(sizeof(struct bictcp) <= CUBIC_PRIV_BYTES, "bictcp fits before ccp_priv");
 _Static_assert(CUBIC_PRIV_BYTES + sizeof(struct ccp_priv) <=
@@ -199,7 +201,6 @@ extern void cubictcp_init(struct sock *sk) __ksym;
 extern __u32 cubictcp_recalc_ssthresh(struct sock *sk) __ksym;
 extern void cubictcp_cong_avoid(struct sock *sk, __u32 ack, __u32 acked) __ksym;
 extern void cubictcp_state(struct sock *sk, __u8 new_state) __ksym;
-extern void cubictcp_cwnd_event(struct sock *sk, enum tcp_ca_event event) __ksym;
 extern void cubictcp_acked(struct sock *sk, const struct ack_sample *sample) __ksym;
 
 static __always_inline struct tcp_sock *tcp_sk(const struct sock *sk)
@@ -386,16 +387,6 @@ __u32 BPF_PROG(ccp_ssthresh, struct sock *sk)
 }
 
 
-/* cubic restarts its epoch after idle (CA_EVENT_TX_START), which a paced
- * flow meets on almost every send. Only the fallback's cubic needs it: taking
- * over from the algorithm, fallback() starts a fresh epoch anyway. */
-SEC("struct_ops")
-void BPF_PROG(ccp_cwnd_event, struct sock *sk, enum tcp_ca_event event)
-{
-	if (ca_priv(sk)->flags & PRIV_FALLBACK)
-		cubictcp_cwnd_event(sk, event);
-}
-
 /* Undo a spurious reduction: back to the cwnd before it (as tcp_reno_undo_cwnd). */
 SEC("struct_ops")
 __u32 BPF_PROG(ccp_undo_cwnd, struct sock *sk)
@@ -568,6 +559,60 @@ static __always_inline void feed_cubic_delay(struct sock *sk, const struct rate_
 	cubictcp_acked(sk, &sample);
 }
 
+/* CONFIG_HZ (jiffies per second), 0 when libbpf finds no kernel config. */
+extern unsigned int CONFIG_HZ __kconfig __weak;
+
+static __always_inline __u32 tcp_packets_in_flight(const struct tcp_sock *tp)
+{
+	return tp->packets_out - (tp->sacked_out + tp->lost_out) + tp->retrans_out;
+}
+
+/*
+ * cubic's idle restart, without a cwnd_event op: an op costs every call a
+ * trampoline (docs/NOTES.md), and a paced flow empties its pipe, and so
+ * restarts, on many of its ACKs (the op cost 60-160 ns per ACK).
+ * tcp_cubic.c (cubictcp_cwnd_event) moves the epoch on by the idle time
+ * when the first packet after it is sent (CA_EVENT_TX_START: delta =
+ * jiffies - lsndtime, the last send before the idle). Here the ACK that
+ * leaves nothing in flight notes lsndtime, and the next ACK, which acks
+ * what the restart sent, moves the epoch before cubic grows the window.
+ * The restart is no later than either of two times this ACK knows: the
+ * last send (lsndtime now) and the send time of the newest packet it acks
+ * (now - its RTT); the earlier is taken. A restart right after the
+ * emptying ACK, or an application's write of less than a window, makes it
+ * the restart to within a jiffy.
+ */
+static __always_inline void cubic_note_idle(const struct tcp_sock *tp, struct ccp_priv *ca)
+{
+	if (tcp_packets_in_flight(tp) == 0) {
+		ca->flags |= PRIV_IDLE;
+		ca->idle_lsndtime = tp->lsndtime;
+	}
+}
+
+static __always_inline void cubic_restart_after_idle(struct sock *sk, const struct tcp_sock *tp,
+						     struct ccp_priv *ca, const struct rate_sample *rs)
+{
+	struct bictcp *cubic = cubic_priv(sk);
+	__u32 now = (__u32)bpf_jiffies64();
+	__u32 restart = tp->lsndtime;
+	__s32 delta;
+
+	ca->flags &= ~PRIV_IDLE;
+	if (CONFIG_HZ && rs->rtt_us >= 0) {
+		__u32 newest_sent = now - (__u32)((__u64)rs->rtt_us * CONFIG_HZ / 1000000);
+
+		if ((__s32)(newest_sent - restart) < 0)
+			restart = newest_sent;
+	}
+	delta = (__s32)(restart - ca->idle_lsndtime);
+	if (cubic->epoch_start && delta > 0) {
+		cubic->epoch_start += delta;
+		if ((__s32)(cubic->epoch_start - now) > 0)	/* after(epoch_start, now) */
+			cubic->epoch_start = now;
+	}
+}
+
 /* The fallback: the kernel's own CUBIC. During a cwnd reduction
  * (Recovery/CWR) cwnd is held at ssthresh (the kernel's PRR is skipped when
  * cong_control is set), otherwise cubictcp_cong_avoid grows it, only while
@@ -579,6 +624,7 @@ static __always_inline void fallback(struct sock *sk, struct tcp_sock *tp, struc
 {
 	if (!(ca->flags & PRIV_FALLBACK)) {
 		ca->flags |= PRIV_FALLBACK;
+		ca->flags &= ~PRIV_IDLE;	/* noted by an earlier spell of the fallback */
 		if (ca->flags & PRIV_CMD_SEEN) {
 			cubic_priv(sk)->epoch_start = 0;
 			if (tp->snd_ssthresh > tp->snd_cwnd)
@@ -589,6 +635,8 @@ static __always_inline void fallback(struct sock *sk, struct tcp_sock *tp, struc
 		stop_commanded_pacing(sk, ca);
 	feed_cubic_delay(sk, rs);
 	kernel_like_pacing(sk, tp);
+	if (ca->flags & PRIV_IDLE)
+		cubic_restart_after_idle(sk, tp, ca, rs);
 	if (ca->ca_state == TCP_CA_Recovery || ca->ca_state == TCP_CA_CWR) {
 		__u32 target = tp->snd_ssthresh > 2 ? tp->snd_ssthresh : 2;
 
@@ -597,6 +645,7 @@ static __always_inline void fallback(struct sock *sk, struct tcp_sock *tp, struc
 	} else {
 		cubictcp_cong_avoid(sk, ack, rs->acked_sacked);
 	}
+	cubic_note_idle(tp, ca);
 	if (ca->flow_id)
 		refresh_flow_info(tp, ca->flow_id);	/* by value: a stack key */
 }
@@ -734,7 +783,6 @@ struct tcp_congestion_ops ccp = {
 	.undo_cwnd = (void *)ccp_undo_cwnd,
 	.set_state = (void *)ccp_set_state,
 	.cong_control = (void *)ccp_cong_control,
-	.cwnd_event = (void *)ccp_cwnd_event,
 	.name = "ccp",
 };
 

@@ -109,6 +109,8 @@ fn enter_netns(name: &str) {
 struct BulkFlow {
     stream: Arc<TcpStream>,
     stop: Arc<AtomicBool>,
+    /// While set the writer writes nothing (the application is idle).
+    paused: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -199,6 +201,8 @@ impl BulkFlow {
         let (stream_tx, stream_rx) = mpsc::channel();
         let a = net.a.clone();
         let stop_s = stop.clone();
+        let paused = Arc::new(AtomicBool::new(false));
+        let paused_s = paused.clone();
         let sender = std::thread::spawn(move || {
             enter_netns(&a);
             let s = Arc::new(connect_with(Ipv4Addr::new(10, 201, 0, 2), 5201, setup).expect("connect"));
@@ -206,6 +210,10 @@ impl BulkFlow {
             stream_tx.send(s.clone()).unwrap();
             let buf = vec![0x5au8; 1 << 16];
             while !stop_s.load(Ordering::SeqCst) {
+                if paused_s.load(Ordering::SeqCst) {
+                    std::thread::park(); // resume() and drop unpark
+                    continue;
+                }
                 match (&*s).write(&buf) {
                     Ok(_) => {}
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut => {}
@@ -215,7 +223,26 @@ impl BulkFlow {
             let _ = s.shutdown(std::net::Shutdown::Both);
         });
         let stream = stream_rx.recv_timeout(Duration::from_secs(5)).expect("sender connected");
-        BulkFlow { stream, stop, threads: vec![receiver, sender] }
+        BulkFlow { stream, stop, paused, threads: vec![receiver, sender] }
+    }
+
+    /// Stop writing: once the send queue drains the sender is idle.
+    fn pause(&self) {
+        self.paused.store(true, Ordering::SeqCst);
+    }
+
+    fn resume(&self) {
+        self.paused.store(false, Ordering::SeqCst);
+        self.threads[1].thread().unpark();
+    }
+
+    /// Bytes written and not yet acked, unsent ones included (SIOCOUTQ).
+    fn send_queue_bytes(&self) -> i32 {
+        let mut n: libc::c_int = 0;
+        // SAFETY: ioctl TIOCOUTQ (= SIOCOUTQ) writes one int.
+        let r = unsafe { libc::ioctl(self.stream.as_raw_fd(), libc::TIOCOUTQ, &mut n) };
+        assert_eq!(r, 0, "SIOCOUTQ");
+        n
     }
 
     fn info(&self) -> libc::tcp_info {
@@ -261,6 +288,7 @@ impl BulkFlow {
 impl Drop for BulkFlow {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
+        self.threads[1].thread().unpark();
         let _ = self.stream.shutdown(std::net::Shutdown::Both);
         for t in self.threads.drain(..) {
             let _ = t.join();
@@ -627,6 +655,58 @@ fn fallback_cubic_leaves_slow_start_by_hystart_before_any_loss() {
     );
     eprintln!("HyStart set ssthresh {} at cwnd {}, srtt {} us", ti.tcpi_snd_ssthresh, ti.tcpi_snd_cwnd, ti.tcpi_rtt);
     drop(flow);
+    assert!(dp.stop(libc::SIGTERM).expect("exits on SIGTERM").success());
+}
+
+/// How long the application stays idle in the idle-restart test.
+const IDLE: Duration = Duration::from_secs(10);
+
+/// cwnd growth of a cubic flow over an idle period: the flow reaches
+/// congestion avoidance (HyStart, no loss) and grows on the cubic curve for
+/// 2 s, its application stops writing until everything is acked, stays idle
+/// for IDLE, writes again; returns (cwnd when it went idle, cwnd 1 s after the
+/// restart). Slow start after idle is off in the sender's namespace, so the
+/// window survives the idle period.
+fn cwnd_growth_over_idle(cc: &'static str) -> (u32, u32) {
+    const INFINITE_SSTHRESH: u32 = 0x7fff_ffff;
+    let net = Net::new();
+    sh(&["ip", "netns", "exec", &net.a, "sysctl", "-qw", "net.ipv4.tcp_slow_start_after_idle=0"]);
+    let flow = BulkFlow::start_with(&net, SocketSetup { cc, ..SocketSetup::CCP });
+    assert_eq!(flow.congestion_control(), cc);
+    let ca = flow.wait_for(Duration::from_secs(10), |t| t.tcpi_snd_ssthresh < INFINITE_SSTHRESH);
+    assert!(ca.is_some(), "{cc}: slow start never ended");
+    std::thread::sleep(Duration::from_secs(2)); // growth on the cubic curve
+    flow.pause();
+    let drained = try_wait_until(Duration::from_secs(10), || (flow.send_queue_bytes() == 0).then_some(()));
+    assert!(drained.is_some(), "{cc}: send queue never drained ({} bytes left)", flow.send_queue_bytes());
+    let idle = flow.info();
+    std::thread::sleep(IDLE); // the idle period itself
+    assert_eq!(flow.info().tcpi_snd_cwnd, idle.tcpi_snd_cwnd, "{cc}: cwnd moved while idle");
+    flow.resume();
+    std::thread::sleep(Duration::from_secs(1)); // growth after the restart
+    let after = flow.info();
+    assert_eq!(after.tcpi_total_retrans, idle.tcpi_total_retrans, "{cc}: a loss in the measurement");
+    (idle.tcpi_snd_cwnd, after.tcpi_snd_cwnd)
+}
+
+/// The fallback's cubic restarts after idle as kernel cubic does (which
+/// shifts its epoch by the idle time on CA_EVENT_TX_START; the datapath has
+/// no cwnd_event op and shifts it at the first ACK after the restart).
+/// Without the shift the cubic curve's clock runs on through the idle 10 s,
+/// and the window jumps within an RTT or two of the restart (+69 packets in
+/// the first second against kernel cubic's +15, 2026-11-25); with it, it
+/// grows as kernel cubic's does (+19 against +18).
+#[test]
+fn fallback_cubic_grows_after_idle_as_kernel_cubic_does() {
+    let _l = lock();
+    let missing = PathBuf::from(format!("/tmp/ccp/{}", uniq("ccpdp-test-nobody-")));
+    let mut dp = DatapathProc::start(&missing, "reno");
+    let (k0, k1) = cwnd_growth_over_idle("cubic");
+    let (c0, c1) = cwnd_growth_over_idle("ccp");
+    let (kernel, ccp) = (k1 as i64 - k0 as i64, c1 as i64 - c0 as i64);
+    eprintln!("cwnd 1 s after a {IDLE:?} idle: kernel cubic {k0} -> {k1} ({kernel:+}), ccp fallback {c0} -> {c1} ({ccp:+})");
+    assert!(kernel >= 0 && ccp >= 0, "a window shrank over the restart: kernel {kernel:+}, ccp {ccp:+}");
+    assert!(ccp <= kernel * 3 / 2 + 5, "fallback grew {ccp:+} packets after the idle period, kernel cubic {kernel:+}");
     assert!(dp.stop(libc::SIGTERM).expect("exits on SIGTERM").success());
 }
 

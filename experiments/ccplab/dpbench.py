@@ -438,7 +438,7 @@ class Measurement:
     latency_p50_us: float | None = None
     latency_p99_us: float | None = None
     # ns per cong_control call of each ccp struct_ops program (bpftool names, 15 characters):
-    # where bpf_ns_per_ack goes (ccp_pkts_acked, ccp_cwnd_event ... beside ccp_cong_control)
+    # where bpf_ns_per_ack goes (ccp_set_state, ccp_init, ccp_release ... beside ccp_cong_control)
     bpf_ns_per_ack_by_prog: dict[str, float] | None = None
 
 
