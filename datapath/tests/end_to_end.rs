@@ -663,10 +663,12 @@ const IDLE: Duration = Duration::from_secs(10);
 
 /// cwnd growth of a cubic flow over an idle period: the flow reaches
 /// congestion avoidance (HyStart, no loss) and grows on the cubic curve for
-/// 2 s, its application stops writing until everything is acked, stays idle
-/// for IDLE, writes again; returns (cwnd when it went idle, cwnd 1 s after the
-/// restart). Slow start after idle is off in the sender's namespace, so the
-/// window survives the idle period.
+/// 2 s (to ~100 packets: a flow paused right after HyStart, at ~25 packets,
+/// grows as fast after the restart with the epoch moved as without), its
+/// application stops writing until everything is acked, the flow stays idle
+/// for IDLE and the application writes again. Returns (cwnd when it went
+/// idle, cwnd 1 s after the restart). Slow start after idle is off in the
+/// sender's namespace, so the window survives the idle period.
 fn cwnd_growth_over_idle(cc: &'static str) -> (u32, u32) {
     const INFINITE_SSTHRESH: u32 = 0x7fff_ffff;
     let net = Net::new();
@@ -706,7 +708,7 @@ fn fallback_cubic_grows_after_idle_as_kernel_cubic_does() {
     let (kernel, ccp) = (k1 as i64 - k0 as i64, c1 as i64 - c0 as i64);
     eprintln!("cwnd 1 s after a {IDLE:?} idle: kernel cubic {k0} -> {k1} ({kernel:+}), ccp fallback {c0} -> {c1} ({ccp:+})");
     assert!(kernel >= 0 && ccp >= 0, "a window shrank over the restart: kernel {kernel:+}, ccp {ccp:+}");
-    assert!(ccp <= kernel * 3 / 2 + 5, "fallback grew {ccp:+} packets after the idle period, kernel cubic {kernel:+}");
+    assert!(ccp <= kernel + 30, "fallback grew {ccp:+} packets after the idle period, kernel cubic {kernel:+}");
     assert!(dp.stop(libc::SIGTERM).expect("exits on SIGTERM").success());
 }
 
