@@ -15,7 +15,13 @@
 //!   connection and the receiver's sockets the `ccp` CA, flows that never
 //!   report, and they would keep the 1 ms poll for their whole life;
 //! - a flow whose next report is due at `last + interval`: until then + SLACK;
-//! - a report overdue (by up to [`OVERDUE_INTERVALS`] intervals): MIN_POLL;
+//! - a report overdue (by up to [`OVERDUE_INTERVALS`] intervals): every
+//!   interval / [`OVERDUE_POLLS_PER_INTERVAL`], at least MIN_POLL, so a late
+//!   report waits at most 1/64 of the flow's own report interval: every
+//!   millisecond for the per-RTT reports of paths up to 64 ms, every 16 ms
+//!   for an application-limited flow reporting once a second (whose late
+//!   reports kept a 1 ms poll for up to 3 s: most of the daemon's CPU in a
+//!   paced one-flow run, datapath/README.md "Performance");
 //! - a flow silent for longer (an idle sender): once per interval.
 //!
 //! The loop's timeout is the smallest over the flows, between MIN_POLL and
@@ -32,6 +38,8 @@ pub const MIN_POLL: Duration = Duration::from_millis(1);
 pub const SLACK: Duration = Duration::from_millis(1);
 /// After this many intervals without the report, the flow counts as idle.
 pub const OVERDUE_INTERVALS: u64 = 4;
+/// While a report is overdue, look this many times per report interval.
+pub const OVERDUE_POLLS_PER_INTERVAL: u64 = 64;
 /// How long a flow of unknown cadence is polled for every [`MIN_POLL`].
 pub const UNKNOWN_GRACE: Duration = Duration::from_millis(200);
 
@@ -85,7 +93,7 @@ impl ReportSchedule {
                     if now_ns < due {
                         due - now_ns
                     } else if now_ns < last + OVERDUE_INTERVALS * interval {
-                        min
+                        interval / OVERDUE_POLLS_PER_INTERVAL
                     } else {
                         interval
                     }
@@ -127,6 +135,22 @@ mod tests {
         assert_eq!(ms(s.timeout([1], 121 * MS, IDLE)), 20.0, "due at 140 ms, +1 ms slack, from 121 ms");
         assert_eq!(s.timeout([1], 141 * MS, IDLE), MIN_POLL, "overdue: look every millisecond");
         assert_eq!(ms(s.timeout([1], 200 * MS, IDLE)), 20.0, "silent for 4 intervals: once per interval");
+    }
+
+    #[test]
+    fn an_overdue_report_waits_at_most_a_64th_of_its_interval() {
+        let mut s = ReportSchedule::default();
+        s.report(1, 0);
+        s.report(1, 1000 * MS); // application-limited: once a second
+        let idle = Duration::from_millis(50);
+        assert_eq!(ms(s.timeout([1], 1001 * MS, idle)), 1000.0f64.min(50.0), "not due yet: the idle poll");
+        assert_eq!(ms(s.timeout([1], 2002 * MS, idle)), 15.625, "overdue: every 1000/64 ms, not every 1 ms");
+        s.report(2, 0);
+        s.report(2, 100 * MS); // per RTT on a 100 ms path
+        assert_eq!(ms(s.timeout([2], 202 * MS, idle)), 1.5625, "overdue: a 64th of 100 ms");
+        s.report(3, 0);
+        s.report(3, 40 * MS); // per RTT on a 40 ms path
+        assert_eq!(s.timeout([3], 82 * MS, idle), MIN_POLL, "never below the minimum poll");
     }
 
     #[test]
