@@ -562,6 +562,7 @@ static __always_inline void feed_cubic_delay(struct sock *sk, const struct rate_
 /* CONFIG_HZ (jiffies per second), 0 when libbpf finds no kernel config. */
 extern unsigned int CONFIG_HZ __kconfig __weak;
 
+/* Packets in flight, as include/net/tcp.h's tcp_packets_in_flight. */
 static __always_inline __u32 tcp_packets_in_flight(const struct tcp_sock *tp)
 {
 	return tp->packets_out - (tp->sacked_out + tp->lost_out) + tp->retrans_out;

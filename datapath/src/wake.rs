@@ -142,15 +142,14 @@ mod tests {
         let mut s = ReportSchedule::default();
         s.report(1, 0);
         s.report(1, 1000 * MS); // application-limited: once a second
-        let idle = Duration::from_millis(50);
-        assert_eq!(ms(s.timeout([1], 1001 * MS, idle)), 1000.0f64.min(50.0), "not due yet: the idle poll");
-        assert_eq!(ms(s.timeout([1], 2002 * MS, idle)), 15.625, "overdue: every 1000/64 ms, not every 1 ms");
+        assert_eq!(ms(s.timeout([1], 1001 * MS, IDLE)), 50.0, "not due yet: the idle poll");
+        assert_eq!(ms(s.timeout([1], 2002 * MS, IDLE)), 15.625, "overdue: every 1000/64 ms, not every 1 ms");
         s.report(2, 0);
         s.report(2, 100 * MS); // per RTT on a 100 ms path
-        assert_eq!(ms(s.timeout([2], 202 * MS, idle)), 1.5625, "overdue: a 64th of 100 ms");
+        assert_eq!(ms(s.timeout([2], 202 * MS, IDLE)), 1.5625, "overdue: a 64th of 100 ms");
         s.report(3, 0);
         s.report(3, 40 * MS); // per RTT on a 40 ms path
-        assert_eq!(s.timeout([3], 82 * MS, idle), MIN_POLL, "never below the minimum poll");
+        assert_eq!(s.timeout([3], 82 * MS, IDLE), MIN_POLL, "never below the minimum poll");
     }
 
     #[test]

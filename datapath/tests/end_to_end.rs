@@ -36,6 +36,8 @@ use portus::{CCPHandle, CongAlg, Datapath, DatapathInfo, DatapathTrait, Flow, Re
 const BIN: &str = env!("CARGO_BIN_EXE_ccp-datapath");
 /// Bottleneck rate on A's veth egress (TBF), bits/s.
 const LINK_BPS: u64 = 20_000_000;
+/// tcpi_snd_ssthresh while slow start has not ended (TCP_INFINITE_SSTHRESH).
+const INFINITE_SSTHRESH: u32 = 0x7fff_ffff;
 /// Bytes on the wire per full-size segment (1448 payload + TCP/IP/timestamps + Ethernet).
 const WIRE_BYTES_PER_SEG: u64 = 1514;
 
@@ -643,7 +645,6 @@ fn fallback_cubic_leaves_slow_start_by_hystart_before_any_loss() {
     let mut dp = DatapathProc::start(&missing, "reno");
     let flow = BulkFlow::start(&net);
     assert_eq!(flow.congestion_control(), "ccp");
-    const INFINITE_SSTHRESH: u32 = 0x7fff_ffff;
     let ti = flow.wait_for(Duration::from_secs(10), |t| t.tcpi_snd_ssthresh < INFINITE_SSTHRESH);
     let ti = ti.unwrap_or_else(|| panic!("slow start never ended: {:?}", flow.info().tcpi_snd_ssthresh));
     assert_eq!(
@@ -670,7 +671,6 @@ const IDLE: Duration = Duration::from_secs(10);
 /// idle, cwnd 1 s after the restart). Slow start after idle is off in the
 /// sender's namespace, so the window survives the idle period.
 fn cwnd_growth_over_idle(cc: &'static str) -> (u32, u32) {
-    const INFINITE_SSTHRESH: u32 = 0x7fff_ffff;
     let net = Net::new();
     sh(&["ip", "netns", "exec", &net.a, "sysctl", "-qw", "net.ipv4.tcp_slow_start_after_idle=0"]);
     let flow = BulkFlow::start_with(&net, SocketSetup { cc, ..SocketSetup::CCP });
