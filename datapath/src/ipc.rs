@@ -18,11 +18,14 @@
 //! - the Portus socket must be a socket owned by a trusted user before the
 //!   datapath sends to it ([`PortusSender::send`]).
 
+use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::io::ErrorKind;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -130,8 +133,15 @@ pub struct PortusIpc {
     dropped_untrusted: u64,
 }
 
-/// Send half handed to libccp (see [`crate::fold::MsgSink`]).
+/// Send half handed to libccp (see [`crate::fold::MsgSink`]). Clones share
+/// one socket and one [outbox](PortusSender::flush): the loop keeps a clone
+/// to flush while libccp owns another.
+#[derive(Clone)]
 pub struct PortusSender {
+    inner: Rc<RefCell<Outgoing>>,
+}
+
+struct Outgoing {
     sock: UnixDatagram,
     portus: PathBuf,
     trust: Trust,
@@ -139,10 +149,31 @@ pub struct PortusSender {
     /// When the Portus socket's owner was last found trusted (re-checked
     /// every [`OWNER_RECHECK`] and after a failed send).
     owner_checked: Option<Instant>,
+    /// Messages Portus's receive queue had no room for yet, oldest first.
+    outbox: VecDeque<Vec<u8>>,
+    outbox_cap: usize,
+    stats: OutboxStats,
+}
+
+/// What the outbox did so far (the datapath's exit summary prints it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OutboxStats {
+    /// Messages that found Portus's queue full and waited in the outbox.
+    pub deferred: u64,
+    /// The most messages waiting at once.
+    pub peak: usize,
+    /// Messages dropped: the outbox was full, or Portus went away while
+    /// they waited (a restarted algorithm is told every live flow again).
+    pub dropped: u64,
 }
 
 /// How long a verified Portus socket owner is trusted before an `lstat` again.
 const OWNER_RECHECK: Duration = Duration::from_secs(1);
+
+/// Messages the outbox holds at most (a report is 100-200 bytes): an
+/// algorithm stopped for seconds under thousands of flows. Beyond it new
+/// messages are dropped (and count as failed sends).
+pub const OUTBOX_CAP: usize = 65536;
 
 impl PortusIpc {
     /// Secure `bind_dir` ([`secure_dir`]), bind `<bind_dir>/ccp-datapath-<pid>`
@@ -192,15 +223,25 @@ impl PortusIpc {
     }
 
     /// A sender for outgoing libccp messages (a clone of the same socket, so
-    /// Portus sees our bound path as the source).
+    /// Portus sees our bound path as the source), with an outbox of
+    /// [`OUTBOX_CAP`] messages.
     pub fn sender(&self) -> Result<PortusSender> {
-        Ok(PortusSender {
+        self.sender_with_outbox(OUTBOX_CAP)
+    }
+
+    /// [`PortusIpc::sender`] with an outbox of `cap` messages.
+    pub fn sender_with_outbox(&self, cap: usize) -> Result<PortusSender> {
+        let out = Outgoing {
             sock: self.sock.try_clone()?,
             portus: self.portus.clone(),
             trust: self.trust,
             failures: 0,
             owner_checked: None,
-        })
+            outbox: VecDeque::new(),
+            outbox_cap: cap,
+            stats: OutboxStats::default(),
+        };
+        Ok(PortusSender { inner: Rc::new(RefCell::new(out)) })
     }
 
     /// Receive one datagram from a trusted sender into `buf` without
@@ -293,27 +334,99 @@ fn recv_with_creds(fd: RawFd, buf: &mut [u8]) -> std::io::Result<(usize, Option<
     Ok((n as usize, cred))
 }
 
+/// A send Portus's socket refused only because its receive queue is full
+/// (`net.unix.max_dgram_qlen` datagrams, 10 by default): Portus is there and
+/// will take the message once it has read the ones before.
+fn queue_full(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::ENOBUFS))
+}
+
 impl PortusSender {
-    /// Send one message to Portus. Returns false if it could not be sent
-    /// (Portus not running: ENOENT/ECONNREFUSED; its queue full: EAGAIN) or
-    /// the Portus socket is not a socket owned by a trusted user.
+    /// Send one message to Portus, in order after any still in the outbox.
+    /// Portus's receive queue holds only `net.unix.max_dgram_qlen` datagrams
+    /// (10 by default): a burst (100 flows created or released at once, the
+    /// reports of 100 flows read in one wakeup) overflows it, so a message
+    /// it has no room for waits in the outbox, and the loop
+    /// [flushes](PortusSender::flush) it while [`backlog`](PortusSender::backlog)
+    /// is not 0. Returns true when the message was sent or waits; false when
+    /// it cannot be sent (Portus not running: ENOENT/ECONNREFUSED; the
+    /// Portus socket not a socket owned by a trusted user; the outbox full).
     pub fn send(&mut self, msg: &[u8]) -> bool {
-        let fresh = self.owner_checked.is_some_and(|t| t.elapsed() < OWNER_RECHECK);
+        let mut out = self.inner.borrow_mut();
+        let fresh = out.owner_checked.is_some_and(|t| t.elapsed() < OWNER_RECHECK);
         if !fresh {
-            if let Err(why) = check_peer_socket(&self.portus, &self.trust) {
-                self.fail(&why);
+            if let Err(why) = check_peer_socket(&out.portus, &out.trust) {
+                out.fail(&why);
                 return false;
             }
-            self.owner_checked = Some(Instant::now());
+            out.owner_checked = Some(Instant::now());
         }
-        match self.sock.send_to(msg, &self.portus) {
-            Ok(_) => true,
-            Err(e) => {
-                self.owner_checked = None;
-                self.fail(&e.to_string());
-                false
+        if out.outbox.is_empty() || out.flush() {
+            if out.outbox.is_empty() {
+                match out.sock.send_to(msg, &out.portus) {
+                    Ok(_) => return true,
+                    Err(e) if queue_full(&e) => {}
+                    Err(e) => {
+                        out.owner_checked = None;
+                        out.fail(&e.to_string());
+                        return false;
+                    }
+                }
+            }
+            return out.defer(msg);
+        }
+        false
+    }
+
+    /// Send what waits in the outbox, oldest first, until Portus's queue is
+    /// full again. Returns false when Portus is gone: what waited is
+    /// dropped (counted in [`OutboxStats::dropped`]).
+    pub fn flush(&mut self) -> bool {
+        self.inner.borrow_mut().flush()
+    }
+
+    /// Messages waiting in the outbox.
+    pub fn backlog(&self) -> usize {
+        self.inner.borrow().outbox.len()
+    }
+
+    /// What the outbox did so far.
+    pub fn outbox_stats(&self) -> OutboxStats {
+        self.inner.borrow().stats
+    }
+}
+
+impl Outgoing {
+    fn flush(&mut self) -> bool {
+        while let Some(msg) = self.outbox.front() {
+            match self.sock.send_to(msg, &self.portus) {
+                Ok(_) => {
+                    self.outbox.pop_front();
+                }
+                Err(e) if queue_full(&e) => return true,
+                Err(e) => {
+                    self.stats.dropped += self.outbox.len() as u64;
+                    self.outbox.clear();
+                    self.owner_checked = None;
+                    self.fail(&e.to_string());
+                    return false;
+                }
             }
         }
+        true
+    }
+
+    /// Keep `msg` for the next flush; false (dropped) when the outbox is full.
+    fn defer(&mut self, msg: &[u8]) -> bool {
+        if self.outbox.len() >= self.outbox_cap {
+            self.stats.dropped += 1;
+            self.fail("outbox full (Portus reads too slowly)");
+            return false;
+        }
+        self.outbox.push_back(msg.to_vec());
+        self.stats.deferred += 1;
+        self.stats.peak = self.stats.peak.max(self.outbox.len());
+        true
     }
 
     fn fail(&mut self, why: &str) {
@@ -383,6 +496,89 @@ mod tests {
         let ipc = PortusIpc::bind(&dir, &portus_path, Trust::current(None)).unwrap();
         assert!(!ipc.sender().unwrap().send(b"x"));
         drop(ipc);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// How many datagrams a receiver's queue takes before senders get
+    /// EAGAIN: one more than net.unix.max_dgram_qlen (af_unix.c's
+    /// unix_recvq_full is a `>`).
+    fn max_dgram_qlen() -> usize {
+        let qlen: usize = std::fs::read_to_string("/proc/sys/net/unix/max_dgram_qlen").unwrap().trim().parse().unwrap();
+        qlen + 1
+    }
+
+    /// A fake Portus that reads nothing until told to, and a datapath socket.
+    fn burst_setup(tag: &str) -> (PathBuf, PathBuf, UnixDatagram, PortusIpc) {
+        let dir = std::env::temp_dir().join(format!("ccp-ipc-test-{tag}-{}", std::process::id()));
+        let portus_path = dir.join("fake-portus");
+        std::fs::create_dir_all(&dir).unwrap();
+        let _ = std::fs::remove_file(&portus_path);
+        let portus = UnixDatagram::bind(&portus_path).unwrap();
+        portus.set_nonblocking(true).unwrap();
+        let ipc = PortusIpc::bind(&dir, &portus_path, Trust::current(None)).unwrap();
+        (dir, portus_path, portus, ipc)
+    }
+
+    fn drain(portus: &UnixDatagram) -> Vec<u32> {
+        let mut got = vec![];
+        let mut buf = [0u8; 8];
+        while let Ok(n) = portus.recv(&mut buf) {
+            assert_eq!(n, 4);
+            got.push(u32::from_ne_bytes(buf[..4].try_into().unwrap()));
+        }
+        got
+    }
+
+    #[test]
+    fn a_burst_beyond_portus_queue_waits_in_the_outbox_and_arrives_in_order() {
+        let (dir, _, portus, ipc) = burst_setup("burst");
+        let qlen = max_dgram_qlen();
+        let n = (qlen * 5) as u32;
+        let mut tx = ipc.sender().unwrap();
+        let mut flusher = tx.clone();
+        for i in 0..n {
+            assert!(tx.send(&i.to_ne_bytes()), "message {i} refused though Portus is there");
+        }
+        assert!(flusher.backlog() >= n as usize - qlen, "backlog {} of {n} (queue {qlen})", flusher.backlog());
+        let mut got = vec![];
+        for _ in 0..n {
+            got.extend(drain(&portus));
+            assert!(flusher.flush());
+            if flusher.backlog() == 0 {
+                break;
+            }
+        }
+        got.extend(drain(&portus));
+        assert_eq!(got, (0..n).collect::<Vec<_>>(), "every message, once, in the order sent");
+        let st = flusher.outbox_stats();
+        assert_eq!(st.dropped, 0);
+        assert!(st.peak >= n as usize - qlen && st.deferred >= st.peak as u64, "{st:?}");
+        // with the backlog gone, a message goes straight out again
+        assert!(tx.send(&7u32.to_ne_bytes()));
+        assert_eq!(flusher.backlog(), 0);
+        assert_eq!(drain(&portus), vec![7]);
+        drop((tx, flusher, ipc));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn what_waits_for_a_portus_that_dies_is_dropped_and_the_outbox_cap_holds() {
+        let (dir, portus_path, portus, ipc) = burst_setup("dies");
+        let qlen = max_dgram_qlen();
+        let cap = 3;
+        let mut tx = ipc.sender_with_outbox(cap).unwrap();
+        let sent: Vec<bool> = (0..(qlen + cap + 2) as u32).map(|i| tx.send(&i.to_ne_bytes())).collect();
+        assert!(sent[..qlen + cap].iter().all(|&ok| ok), "{sent:?}");
+        assert!(!sent[qlen + cap] && !sent[qlen + cap + 1], "beyond the cap a send fails: {sent:?}");
+        assert_eq!(tx.backlog(), cap);
+        assert_eq!(tx.outbox_stats().dropped, 2);
+        // Portus dies (its socket file stays, as after SIGKILL)
+        drop(portus);
+        assert!(portus_path.exists());
+        assert!(!tx.flush(), "flushing to a dead Portus fails");
+        assert_eq!(tx.backlog(), 0, "nothing is kept for a dead algorithm");
+        assert_eq!(tx.outbox_stats().dropped, 2 + cap as u64);
+        drop((tx, ipc));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

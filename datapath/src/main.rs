@@ -264,6 +264,9 @@ struct Loop {
     /// `--fold userspace`: libccp; `--fold kernel`: None.
     fold: Option<FoldEngine>,
     kernel: Option<KernelMode>,
+    /// Shares the outbox of the sender libccp or KernelMode sends with:
+    /// messages Portus had no room for yet, flushed every loop.
+    outbox: PortusSender,
     /// Per-ACK user-space cost: decode-to-command, ns.
     ack_cost: Samples,
     /// Kernel event timestamp to command written into the map, ns.
@@ -328,6 +331,11 @@ impl Loop {
     /// `--fold userspace` every 1 ms (per-ACK events), in `--fold kernel`
     /// when the next report of a flow is due ([`ReportSchedule`]).
     fn poll_timeout_ms(&mut self, idle_ms: libc::c_int) -> libc::c_int {
+        if self.outbox.backlog() > 0 {
+            // Portus's queue was full: look again soon (an unconnected
+            // datagram socket cannot poll for room in another's queue)
+            return wake::MIN_POLL.as_millis() as libc::c_int;
+        }
         if self.known.is_empty() {
             return idle_ms;
         }
@@ -515,6 +523,7 @@ impl Loop {
         let active = self.fold.as_ref().map_or(0, |f| f.active_flows());
         let k = self.kernel.as_ref().map(|k| k.kf.stats()).unwrap_or_default();
         let (jit_compiled, jit_declined) = self.bpf.jit_counts();
+        let ob = self.outbox.outbox_stats();
         // integer formatting: µs with 3 decimals, no floats in this binary
         let us = |v: Option<u64>| match v {
             Some(ns) => format!("{}.{:03}", ns / 1000, ns % 1000),
@@ -523,6 +532,7 @@ impl Loop {
         let msg = format!(
             "flows={} (bpf ids {}) active={} resynced={} invokes={} commands={} skipped_invalid={} unknown_flow_acks={} \
              bpf: command_acks={} fallback_acks={} dropped_events={} bad_records={} refused_msgs={} untrusted_msgs={} \
+             outbox: deferred={} peak={} dropped={} \
              per-ACK user cost us: mean={} p50={} p99={}; event->command us: p50={} p99={} (n={}) \
              kernel fold: invocations={} compiled_runs={} aborted={} reports={} reports_dropped={} no_state_flows={} installs={} compiled={} interpreted={} \
              staged={} refused={} report->cwnd us: p50={} p99={} (n={})",
@@ -540,6 +550,9 @@ impl Loop {
             self.bad_records.borrow(),
             self.bad_msgs,
             self.ipc.dropped_untrusted(),
+            ob.deferred,
+            ob.peak,
+            ob.dropped,
             us(self.ack_cost.mean()),
             us(self.ack_cost.percentile(50)),
             us(self.ack_cost.percentile(99)),
@@ -583,8 +596,9 @@ fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
         fold_in_kernel: in_kernel,
         fold_jit: cli.fold_jit,
     })?;
+    let outbox = ipc.sender()?;
     let (fold, kernel, report_ring) = if in_kernel {
-        let mut sender = ipc.sender()?;
+        let mut sender = outbox.clone();
         if !sender.send(&fold_kernel::ready_msg(std::process::id())) {
             tracing::info!("Portus not reachable yet; flows will be announced when it is");
         }
@@ -600,7 +614,7 @@ fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
         };
         (None, Some(k), Some(ring))
     } else {
-        (Some(FoldEngine::new(Box::new(ipc.sender()?), std::process::id(), &cli.congalg)?), None, None)
+        (Some(FoldEngine::new(Box::new(outbox.clone()), std::process::id(), &cli.congalg)?), None, None)
     };
     let queue = Rc::new(RefCell::new(Vec::<Event>::new()));
     let bad_records = Rc::new(RefCell::new(0u64));
@@ -627,6 +641,7 @@ fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
         ipc,
         fold,
         kernel,
+        outbox,
         ack_cost: Samples::new(65536),
         cmd_latency: Samples::new(65536),
         bad_records,
@@ -659,6 +674,9 @@ fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
         // SAFETY: fds is a valid array of pollfd for the call's duration.
         unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
         lp.drain_ipc(&mut buf);
+        if !lp.outbox.flush() {
+            lp.watch.send_failed(Instant::now());
+        }
         if let Err(e) = ring.consume() {
             tracing::warn!(error = %e, "ring buffer consume");
         }

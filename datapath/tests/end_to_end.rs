@@ -307,6 +307,11 @@ struct FixedCwnd {
     target_pkts: Arc<AtomicU32>,
     reports: Arc<AtomicU64>,
     flows: Arc<AtomicU32>,
+    /// Flows Portus closed (on the datapath's close message).
+    closed: Arc<AtomicU32>,
+    /// Time Portus's thread spends on each create and close, ms: a slow
+    /// algorithm whose socket queue fills under a burst.
+    busy_ms: Arc<AtomicU64>,
 }
 
 const PROGRAM: &str = "
@@ -343,6 +348,7 @@ impl<I: Ipc> CongAlg<I> for FixedCwnd {
     fn new_flow(&self, mut control: Datapath<I>, info: DatapathInfo) -> FixedFlow<I> {
         let pkts = self.target_pkts.load(Ordering::SeqCst);
         let sc = control.set_program("fixed", Some(&[("Cwnd", pkts * info.mss)])).expect("set_program");
+        std::thread::sleep(Duration::from_millis(self.busy_ms.load(Ordering::SeqCst)));
         self.flows.fetch_add(1, Ordering::SeqCst);
         FixedFlow { control, sc, mss: info.mss, sent_pkts: pkts, alg: self.clone() }
     }
@@ -361,6 +367,14 @@ impl<I: Ipc> Flow for FixedFlow<I> {
     }
 }
 
+impl<I: Ipc> Drop for FixedFlow<I> {
+    /// Portus drops a flow when the datapath's close message arrives.
+    fn drop(&mut self) {
+        std::thread::sleep(Duration::from_millis(self.alg.busy_ms.load(Ordering::SeqCst)));
+        self.alg.closed.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
 /// In-process Portus on /tmp/ccp/<name>; stopped and unlinked on drop.
 struct Portus {
     handle: Option<CCPHandle>,
@@ -375,6 +389,8 @@ impl Portus {
             target_pkts: Arc::new(AtomicU32::new(target_pkts)),
             reports: Arc::new(AtomicU64::new(0)),
             flows: Arc::new(AtomicU32::new(0)),
+            closed: Arc::new(AtomicU32::new(0)),
+            busy_ms: Arc::new(AtomicU64::new(0)),
         };
         let sock = portus::ipc::unix::Socket::<Blocking>::new(&name).expect("bind Portus socket");
         let handle = RunBuilder::new(BackendBuilder { sock })
@@ -539,13 +555,7 @@ fn assert_held_at(flow: &BulkFlow, pkts: u32, window: Duration) -> libc::tcp_inf
 
 /// The counter `key=` of the datapath's last summary line (`kernel fold:` part).
 fn summary_count(log: &str, key: &str) -> u64 {
-    let line = log.lines().rev().find(|l| l.contains("kernel fold:")).unwrap_or_else(|| panic!("no summary line: {log}"));
-    let after = line.split("kernel fold:").nth(1).unwrap();
-    let v = after
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix(&format!("{key}=")))
-        .unwrap_or_else(|| panic!("summary has no {key}=: {line}"));
-    v.parse().unwrap_or_else(|e| panic!("{key}={v}: {e}"))
+    summary_field(log, "kernel fold:", key)
 }
 
 #[test]
@@ -609,6 +619,103 @@ fn fixed_cwnd_follows_portus(datapath_args: &[&str], programs: (u64, u64)) {
     assert!(!ccp_registered(), "ccp unregistered after exit");
     assert!(!dp.ready.exists(), "ready file removed on exit");
     assert!(!dp.socket.exists(), "socket file removed on exit");
+    drop(net);
+}
+
+/// `n` connections A -> B with congestion control `ccp`, opened back to
+/// back and held open (each sends a little, so the fold runs); closed
+/// together on drop.
+struct ConnectionBurst {
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl ConnectionBurst {
+    const PORT: u16 = 5202;
+
+    fn open(net: &Net, n: usize) -> ConnectionBurst {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let (b, stop_r) = (net.b.clone(), stop.clone());
+        let receiver = std::thread::spawn(move || {
+            enter_netns(&b);
+            let l = TcpListener::bind(("10.201.0.2", Self::PORT)).expect("listen in B");
+            ready_tx.send(()).unwrap();
+            let accepted: Vec<TcpStream> = (0..n).map(|_| l.accept().expect("accept").0).collect();
+            while !stop_r.load(Ordering::SeqCst) {
+                std::thread::park();
+            }
+            drop(accepted);
+        });
+        ready_rx.recv_timeout(Duration::from_secs(5)).expect("receiver ready");
+        let (opened_tx, opened_rx) = mpsc::channel();
+        let (a, stop_s) = (net.a.clone(), stop.clone());
+        let sender = std::thread::spawn(move || {
+            enter_netns(&a);
+            let mut conns = vec![];
+            for _ in 0..n {
+                let mut s = connect_with(Ipv4Addr::new(10, 201, 0, 2), Self::PORT, SocketSetup::CCP).expect("connect");
+                s.write_all(&[0x5a; 4096]).expect("write");
+                conns.push(s);
+            }
+            opened_tx.send(()).unwrap();
+            while !stop_s.load(Ordering::SeqCst) {
+                std::thread::park();
+            }
+            drop(conns); // all closed within microseconds
+        });
+        opened_rx.recv_timeout(Duration::from_secs(10)).expect("connections opened");
+        ConnectionBurst { stop, threads: vec![receiver, sender] }
+    }
+}
+
+impl Drop for ConnectionBurst {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        for t in self.threads.drain(..) {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+    }
+}
+
+/// The words `key=value` after `section` in the datapath's last summary.
+fn summary_field(log: &str, section: &str, key: &str) -> u64 {
+    let line = log.lines().rev().find(|l| l.contains(section)).unwrap_or_else(|| panic!("no {section} in a summary: {log}"));
+    let after = line.split(section).nth(1).unwrap();
+    let v = after
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("summary has no {key}= after {section}: {line}"));
+    v.parse().unwrap_or_else(|e| panic!("{key}={v}: {e}"))
+}
+
+/// Portus's socket queue holds net.unix.max_dgram_qlen (10) datagrams: a
+/// burst of creates or closes beyond it, faster than the algorithm reads,
+/// used to lose messages (EAGAIN): closes for good (Portus kept dead flows),
+/// creates until a retry a second later. Now they wait in the datapath's
+/// outbox and every one arrives.
+#[test]
+fn a_burst_of_creates_and_closes_reaches_a_slow_algorithm_whole() {
+    const N: u32 = 40;
+    let _l = lock();
+    let net = Net::new();
+    let portus = Portus::start(10);
+    portus.alg.busy_ms.store(5, Ordering::SeqCst);
+    let mut dp = DatapathProc::start(&portus.path, "ccpdp-test-fixed");
+    let burst = ConnectionBurst::open(&net, N as usize);
+    let created = try_wait_until(Duration::from_secs(10), || (portus.alg.flows.load(Ordering::SeqCst) >= N).then_some(()));
+    assert!(created.is_some(), "Portus saw {} of {N} creates: {}", portus.alg.flows.load(Ordering::SeqCst), dp.log_text());
+    drop(burst);
+    let closed = try_wait_until(Duration::from_secs(10), || (portus.alg.closed.load(Ordering::SeqCst) >= N).then_some(()));
+    assert!(closed.is_some(), "Portus saw {} of {N} closes: {}", portus.alg.closed.load(Ordering::SeqCst), dp.log_text());
+    assert_eq!(portus.alg.flows.load(Ordering::SeqCst), N, "each flow created once (no retry of a create that was deferred)");
+    let st = dp.stop(libc::SIGINT).expect("datapath exits on SIGINT");
+    assert!(st.success(), "exit status {st}");
+    let log = dp.log_text();
+    assert!(summary_field(&log, "outbox:", "deferred") > 0, "the burst outran the slow algorithm: {log}");
+    assert_eq!(summary_field(&log, "outbox:", "dropped"), 0, "{log}");
+    assert!(!log.contains("cannot send to Portus"), "{log}");
     drop(net);
 }
 
