@@ -239,12 +239,28 @@ static __always_inline __u64 wake_flag(__u64 now)
 	return BPF_RB_NO_WAKEUP;
 }
 
-/* --fold kernel (fold_ccp.h): non-urgent reports never force a wakeup: the
- * daemon polls every 1 ms anyway, and a forced wakeup costs 20-30 us of BPF
- * time here (measured: 16 us per cong_control on average with wake_flag at
- * ~8k ACKs/s, when a per-RTT report is a per-ACK report on a veth).
- * Reports after a loss or timeout still wake it at once. */
-#define FOLD_REPORT_WAKE_FLAGS(now) BPF_RB_NO_WAKEUP
+/* --fold kernel (fold_ccp.h): a non-urgent report wakes the daemon only
+ * when no report has woken it for report_wake_ns (--report-wake-ms): a
+ * forced wakeup costs 20-30 us of BPF time inside the ACK's program here
+ * (measured: 16 us per cong_control on average when every report forced
+ * one at ~8k ACKs/s, a per-RTT report being a per-ACK report on a veth), so
+ * at most 1 s / report_wake_ns of them a second; reports in between are
+ * picked up when the daemon's report schedule (src/wake.rs) looks. Reports
+ * after a loss or timeout always wake it. The stamp has a data section (a
+ * map) of its own: written up to 50 times a second, it must not share the
+ * cache line every ACK reads the heartbeat from. */
+const volatile __u64 report_wake_ns = 20000000;
+__u64 last_report_wake_ns SEC(".data.report_wake") = 0;
+
+static __always_inline __u64 report_wake_flag(__u64 now)
+{
+	if (now - last_report_wake_ns >= report_wake_ns) {
+		last_report_wake_ns = now;	/* racing CPUs may both wake it: harmless */
+		return BPF_RB_FORCE_WAKEUP;
+	}
+	return BPF_RB_NO_WAKEUP;
+}
+#define FOLD_REPORT_WAKE_FLAGS(now) report_wake_flag(now)
 #define FOLD_CTL_EPOCH ctl_epoch
 #define FOLD_SLOT_PRIV_OFFSET (CUBIC_PRIV_BYTES + __builtin_offsetof(struct ccp_priv, fold_slot))
 #include "fold_ccp.h"

@@ -108,6 +108,12 @@ struct Cli {
     /// events are picked up by the 1 ms poll or the next wakeup).
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     wake_us: u64,
+    /// With `--fold kernel`: a report wakes this daemon at once unless
+    /// another report did so less than this many ms ago (then it is picked
+    /// up when the next report of some flow is due). Bounds the forced
+    /// wakeups, 20-30 us of BPF time each, to 1000/N a second.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    report_wake_ms: u64,
     /// Where the algorithms' fold programs run: `kernel` (in BPF, per ACK;
     /// only reports reach user space) or `userspace` (every ACK goes to
     /// libccp in this daemon).
@@ -593,6 +599,7 @@ fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
     let mut bpf = BpfDatapath::load(BpfConfig {
         wake_interval: Duration::from_micros(cli.wake_us),
         stale_after: Duration::from_millis(cli.fallback_timeout_ms),
+        report_wake: Duration::from_millis(cli.report_wake_ms),
         fold_in_kernel: in_kernel,
         fold_jit: cli.fold_jit,
     })?;
@@ -718,11 +725,11 @@ fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
     Ok(())
 }
 
-/// Poll timeout while no flow is known, ms: the liveness probe's period, and
-/// short enough to refresh the heartbeat 10 times per fallback timeout.
+/// The idle poll timeout, ms: the liveness probe's period, and short enough
+/// to refresh the heartbeat 5 times per fallback timeout.
 fn idle_poll_ms(fallback_timeout_ms: u64) -> libc::c_int {
     let probe_ms = liveness::PROBE_EVERY.as_millis() as u64;
-    (fallback_timeout_ms / 10).clamp(1, probe_ms) as libc::c_int
+    (fallback_timeout_ms / 5).clamp(1, probe_ms) as libc::c_int
 }
 
 fn main() -> ExitCode {
@@ -750,9 +757,9 @@ mod tests {
 
     #[test]
     fn idle_poll_waits_for_the_probe_but_refreshes_the_heartbeat_in_time() {
-        assert_eq!(idle_poll_ms(500), 50, "default fallback timeout: the 50 ms probe period");
-        assert_eq!(idle_poll_ms(200), 20, "10 heartbeat refreshes per fallback timeout");
+        assert_eq!(idle_poll_ms(500), 100, "default fallback timeout: the 100 ms probe period");
+        assert_eq!(idle_poll_ms(200), 40, "5 heartbeat refreshes per fallback timeout");
         assert_eq!(idle_poll_ms(1), 1, "never a 0 ms (busy) poll");
-        assert_eq!(idle_poll_ms(60_000), 50);
+        assert_eq!(idle_poll_ms(60_000), 100);
     }
 }

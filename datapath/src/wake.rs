@@ -1,47 +1,38 @@
 //! When the main loop wakes up while it knows flows (`--fold kernel`).
 //!
-//! Non-urgent reports are submitted to the report ring without a wakeup (a
-//! forced ring-buffer wakeup costs about 25 us of BPF time per report here,
-//! inside the ACK's program), so the loop has to look for them itself. Each
-//! wakeup costs about 45 us of CPU in this VM (docs/NOTES.md), so a fixed
-//! 1 ms poll alone costs 4.5% of a core. Reports come at the cadence of the
-//! flow's fold program (`Cadence`, at least `--min-report-interval-us` of the
-//! algorithm apart), so the loop can sleep until the next report of any flow
-//! is due, plus [`SLACK`] for the ACK that triggers it:
+//! A report wakes the loop at once unless another report did so less than
+//! `--report-wake-ms` ago (BPF `report_wake_flag`, ccp.bpf.c): a forced
+//! ring-buffer wakeup costs 20-30 us of BPF time inside the ACK's program
+//! here, so there are at most 1000 / report-wake-ms of them a second. A
+//! flow reporting now and then (an application-limited flow, once a second)
+//! is heard at once without any polling. The reports submitted in between
+//! without a wakeup (many flows reporting) are looked for when they are due:
+//! reports come at the cadence of the flow's fold program (`Cadence`, at
+//! least `--min-report-interval-us` of the algorithm apart), so the loop
+//! sleeps until the next report of any flow is due, plus [`SLACK`] for the
+//! ACK that triggers it:
 //!
-//! - a flow with fewer than two reports seen (cadence unknown): [`MIN_POLL`],
-//!   as before this schedule, for [`UNKNOWN_GRACE`] after it was first seen
-//!   or last reported, then as idle: `iperf3 -C ccp` also gives its control
-//!   connection and the receiver's sockets the `ccp` CA, flows that never
-//!   report, and they would keep the 1 ms poll for their whole life;
 //! - a flow whose next report is due at `last + interval`: until then + SLACK;
-//! - a report overdue (by up to [`OVERDUE_INTERVALS`] intervals): every
-//!   interval / [`OVERDUE_POLLS_PER_INTERVAL`], at least MIN_POLL, so a late
-//!   report waits at most 1/64 of the flow's own report interval: every
-//!   millisecond for the per-RTT reports of paths up to 64 ms, every 16 ms
-//!   for an application-limited flow reporting once a second (whose late
-//!   reports kept a 1 ms poll for up to 3 s: most of the daemon's CPU in a
-//!   paced one-flow run, datapath/README.md "Performance");
-//! - a flow silent for longer (an idle sender): once per interval.
+//! - a flow past its due time (a late report, an idle sender) or with fewer
+//!   than two reports seen: nothing; its report wakes the loop itself, or
+//!   comes with the next look for another flow's, or with the idle poll.
 //!
-//! The loop's timeout is the smallest over the flows, between MIN_POLL and
-//! the idle poll (the liveness probe's period, which also keeps the heartbeat
-//! fresh). Urgent reports and flow events wake the loop at once anyway.
+//! The loop's timeout is the smallest over the flows, between [`MIN_POLL`]
+//! and the idle poll (the liveness probe's period, which also keeps the
+//! heartbeat fresh). Urgent reports and flow events wake the loop at once.
+//!
+//! Measured (datapath/README.md "Performance"): before the wakeups, with
+//! a look every 1/64 of the interval while a report was late, a paced
+//! one-flow run woke the daemon ~60 times a second for 1-4 reports.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-/// The shortest poll timeout (the timeout of the loop before this schedule).
+/// The shortest poll timeout.
 pub const MIN_POLL: Duration = Duration::from_millis(1);
 /// Wait this long past a report's due time: it is submitted by the first
 /// ACK after the interval, not at the interval itself.
 pub const SLACK: Duration = Duration::from_millis(1);
-/// After this many intervals without the report, the flow counts as idle.
-pub const OVERDUE_INTERVALS: u64 = 4;
-/// While a report is overdue, look this many times per report interval.
-pub const OVERDUE_POLLS_PER_INTERVAL: u64 = 64;
-/// How long a flow of unknown cadence is polled for every [`MIN_POLL`].
-pub const UNKNOWN_GRACE: Duration = Duration::from_millis(200);
 
 /// Per flow: CLOCK_MONOTONIC ns of its last report (the record's kernel
 /// timestamp; before its first report, when the schedule first saw the
@@ -76,31 +67,20 @@ impl ReportSchedule {
     }
 
     /// Poll timeout at `now_ns` for `known` flows (reports of flows in the
-    /// schedule but no longer known are ignored), at most `idle`. A known
-    /// flow the schedule has not seen yet is noted as first seen now.
-    pub fn timeout(&mut self, known: impl IntoIterator<Item = u32>, now_ns: u64, idle: Duration) -> Duration {
+    /// schedule but no longer known are ignored): until the earliest report
+    /// still to come is due, + SLACK, between MIN_POLL and `idle`.
+    pub fn timeout(&self, known: impl IntoIterator<Item = u32>, now_ns: u64, idle: Duration) -> Duration {
         let min = MIN_POLL.as_nanos() as u64;
         let idle_ns = (idle.as_nanos() as u64).max(min);
-        let grace = UNKNOWN_GRACE.as_nanos() as u64;
-        let mut t = idle_ns;
-        for flow in known {
-            let seen = Cadence { last_ns: now_ns, reported: false, interval_ns: None };
-            let wait = match *self.flows.entry(flow).or_insert(seen) {
-                Cadence { last_ns: last, interval_ns: None, .. } if now_ns < last + grace => min,
-                Cadence { interval_ns: None, .. } => idle_ns,
-                Cadence { last_ns: last, interval_ns: Some(interval), .. } => {
-                    let due = last + interval + SLACK.as_nanos() as u64;
-                    if now_ns < due {
-                        due - now_ns
-                    } else if now_ns < last + OVERDUE_INTERVALS * interval {
-                        interval / OVERDUE_POLLS_PER_INTERVAL
-                    } else {
-                        interval
-                    }
-                }
-            };
-            t = t.min(wait);
-        }
+        let slack = SLACK.as_nanos() as u64;
+        let t = known
+            .into_iter()
+            .filter_map(|flow| self.flows.get(&flow))
+            .filter_map(|c| Some(c.last_ns + c.interval_ns? + slack))
+            .filter(|&due| due > now_ns)
+            .map(|due| due - now_ns)
+            .min()
+            .unwrap_or(idle_ns);
         Duration::from_nanos(t.clamp(min, idle_ns))
     }
 }
@@ -117,14 +97,11 @@ mod tests {
     }
 
     #[test]
-    fn unknown_cadence_polls_every_millisecond_for_a_while() {
+    fn without_a_known_cadence_only_the_idle_poll() {
         let mut s = ReportSchedule::default();
-        assert_eq!(s.timeout([1], 100 * MS, IDLE), MIN_POLL, "no report yet");
-        assert_eq!(s.timeout([1], 299 * MS, IDLE), MIN_POLL, "no report, seen 199 ms ago");
-        assert_eq!(s.timeout([1], 300 * MS, IDLE), IDLE, "a flow that never reports: idle poll");
+        assert_eq!(s.timeout([1], 100 * MS, IDLE), IDLE, "no report yet: its first one wakes the loop");
         s.report(1, 350 * MS);
-        assert_eq!(s.timeout([1], 351 * MS, IDLE), MIN_POLL, "one report: no interval yet");
-        assert_eq!(s.timeout([1], 551 * MS, IDLE), IDLE, "and no second one for 200 ms");
+        assert_eq!(s.timeout([1], 351 * MS, IDLE), IDLE, "one report: no interval yet");
     }
 
     #[test]
@@ -133,23 +110,10 @@ mod tests {
         s.report(1, 100 * MS);
         s.report(1, 120 * MS); // every 20 ms
         assert_eq!(ms(s.timeout([1], 121 * MS, IDLE)), 20.0, "due at 140 ms, +1 ms slack, from 121 ms");
-        assert_eq!(s.timeout([1], 141 * MS, IDLE), MIN_POLL, "overdue: look every millisecond");
-        assert_eq!(ms(s.timeout([1], 200 * MS, IDLE)), 20.0, "silent for 4 intervals: once per interval");
-    }
-
-    #[test]
-    fn an_overdue_report_waits_at_most_a_64th_of_its_interval() {
-        let mut s = ReportSchedule::default();
-        s.report(1, 0);
-        s.report(1, 1000 * MS); // application-limited: once a second
-        assert_eq!(ms(s.timeout([1], 1001 * MS, IDLE)), 50.0, "not due yet: the idle poll");
-        assert_eq!(ms(s.timeout([1], 2002 * MS, IDLE)), 15.625, "overdue: every 1000/64 ms, not every 1 ms");
-        s.report(2, 0);
-        s.report(2, 100 * MS); // per RTT on a 100 ms path
-        assert_eq!(ms(s.timeout([2], 202 * MS, IDLE)), 1.5625, "overdue: a 64th of 100 ms");
-        s.report(3, 0);
-        s.report(3, 40 * MS); // per RTT on a 40 ms path
-        assert_eq!(s.timeout([3], 82 * MS, IDLE), MIN_POLL, "never below the minimum poll");
+        assert_eq!(ms(s.timeout([1], 140 * MS, IDLE)), 1.0, "just before due + slack");
+        assert_eq!(s.timeout([1], 141 * MS, IDLE), IDLE, "late: the report wakes the loop itself");
+        s.report(1, 1000 * MS); // application-limited: a second later
+        assert_eq!(s.timeout([1], 1001 * MS, IDLE), IDLE, "next due in 880 ms: the idle poll comes first");
     }
 
     #[test]
@@ -166,7 +130,7 @@ mod tests {
         s.report(3, 30 * MS + 50_000); // a report per ACK at a 50 us RTT
         assert_eq!(s.timeout([1, 3], 31 * MS, IDLE), MIN_POLL, "never below the minimum poll");
         s.released(2);
-        assert_eq!(s.timeout([2], 31 * MS, IDLE), MIN_POLL, "a released flow's cadence is forgotten");
+        assert_eq!(s.timeout([2], 31 * MS, IDLE), IDLE, "a released flow's cadence is forgotten");
     }
 
     #[test]
