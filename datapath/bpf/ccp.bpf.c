@@ -755,15 +755,14 @@ void BPF_PROG(ccp_cong_control, struct sock *sk, __u32 ack, int flag, const stru
 		return;
 	}
 	if (fold_in_kernel) {
-		struct fold_prog *p;
-		struct fold_flow *ff = fold_ack_begin(sk, rs, id, ca->ecn_bytes, ca->timeouts, now, hb, &p);
+		struct fold_flow *ff = fold_ack_begin(sk, rs, id, ca->ecn_bytes, ca->timeouts, now, hb);
 		int err = 0;
 
-		if (ff && p) {
+		if (ff && fold_flow_runs_program(ff)) {
 			/* the compiled main section, which goes on in ccp_fold_post;
 			 * returns only if the slot has none */
 			fold_enter_compiled(ctx, ff->st.slot);
-			err = fold_run_section(&ff->st, p, 0, p->n_main, now, &ff->pend.res.steps);
+			err = fold_interpret_main(ff);
 		}
 		fold_cong_control_end(sk, tp, ca, ack, rs, ff, err, 0);
 		return;

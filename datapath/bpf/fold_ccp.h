@@ -12,11 +12,12 @@
  * __u32 the includer leaves to fold_ccp.h (the flow's slot in fold_flows).
  * The includer calls:
  *   fold_flow_start(sk, flow_id, timeouts)        from init()
- *   ff = fold_ack_begin(sk, rs, flow_id, ecn_bytes, timeouts, now, hb, &prog)
- *                                                 from cong_control(), then the
- *                                                 main section of `prog` (if any:
- *                                                 fold_run_section, or a tail call
- *                                                 into its compiled form), then
+ *   ff = fold_ack_begin(sk, rs, flow_id, ecn_bytes, timeouts, now, hb)
+ *                                                 from cong_control(), then, if
+ *                                                 fold_flow_runs_program(ff), the
+ *                                                 main section (a tail call into
+ *                                                 its compiled form, or
+ *                                                 fold_interpret_main), then
  *   fold_ack_end(ff, flow_id, err, &cwnd, &rate)  1 = the algorithm's cwnd
  *                                                 (bytes) / rate (bytes/s) to
  *                                                 apply, 0 = no algorithm yet:
@@ -402,11 +403,11 @@ static __always_inline void fold_send_report(struct fold_flow *ff, __u32 flow_id
  */
 
 /* The first half: returns the flow's state (NULL: none, run the fallback)
- * with ff->pend filled and *prog the program whose main section is due
- * (NULL: none is installed; fold_ack_end still runs). */
+ * with ff->pend filled; fold_flow_runs_program(ff) tells whether a main
+ * section is due (fold_ack_end runs either way). */
 static __always_inline struct fold_flow *fold_ack_begin(struct sock *sk, const struct rate_sample *rs,
 							__u32 flow_id, __u32 ecn_bytes, __u32 timeouts,
-							__u64 now, __u64 hb, struct fold_prog **prog)
+							__u64 now, __u64 hb)
 {
 	const struct tcp_sock *tp = (const struct tcp_sock *)sk;
 	__u32 slot = *fold_slot_of(sk);
@@ -418,7 +419,6 @@ static __always_inline struct fold_flow *fold_ack_begin(struct sock *sk, const s
 	__u64 prims[FOLD_N_PRIM];
 	__u32 gen;
 
-	*prog = NULL;
 	if (!ff)
 		return NULL;
 	fold_fill_ack(&a, tp, rs, ecn_bytes, timeouts);
@@ -447,14 +447,33 @@ static __always_inline struct fold_flow *fold_ack_begin(struct sock *sk, const s
 		if (scratch && fold_take_staged(e, &scratch->sg))
 			sg = &scratch->sg;
 	}
-	*prog = fold_invoke_begin(&ff->st, &fold_progs, sg, prims, ff->pend.seed, ff->req_rate, now,
-				  fold_time_zero_ns, &ff->pend.res);
+	fold_invoke_begin(&ff->st, &fold_progs, sg, prims, ff->pend.seed, ff->req_rate, now,
+			  fold_time_zero_ns, &ff->pend.res);
 	ff->st.regs[FOLD_OFF_JIT_NOW] = now;
 	return ff;
 }
 
+/* Does the flow run a program (its main section is due after
+ * fold_ack_begin)? */
+static __always_inline int fold_flow_runs_program(const struct fold_flow *ff)
+{
+	return ff->pend.res.ret == FOLD_OK;
+}
+
+/* The main section, interpreted (a slot without a compiled one): its
+ * error, 0 also when the slot turned out to hold no program (then
+ * fold_flow_runs_program is false for fold_ack_end). */
+static __always_inline int fold_interpret_main(struct fold_flow *ff)
+{
+	struct fold_prog *p = fold_main_program(&ff->st, &fold_progs, &ff->pend.res);
+
+	if (!p)
+		return 0;
+	return fold_run_section(&ff->st, p, 0, p->n_main, ff->pend.now, &ff->pend.res.steps);
+}
+
 /* The second half, after the main section returned `err` (ignored when
- * begin found no program); `compiled`: it ran as compiled code. Returns 1 with *cwnd_bytes / *rate (0 = leave)
+ * no program ran); `compiled`: it ran as compiled code. Returns 1 with *cwnd_bytes / *rate (0 = leave)
  * when the algorithm controls the flow, 0 when the caller should run its
  * fallback. */
 static __always_inline int fold_ack_end(struct fold_flow *ff, __u32 flow_id, int err, int compiled,
@@ -468,7 +487,7 @@ static __always_inline int fold_ack_end(struct fold_flow *ff, __u32 flow_id, int
 	if (!cnt)
 		return 0;
 	if (res->ret == FOLD_OK)
-		fold_invoke_end(&ff->st, err, res);
+		fold_invoke_end(&ff->st, &fold_progs, err, res);
 	cnt->compiled_runs += compiled;
 	cnt->invocations++;	/* per CPU, not atomic: a softirq interrupting a process-context ACK can lose a count */
 	if (res->ret >= FOLD_ERR_SUB_UNDERFLOW && res->ret <= FOLD_ERR_ADD_OVERFLOW)
@@ -505,14 +524,13 @@ static __always_inline int fold_on_ack(struct sock *sk, const struct rate_sample
 				       __u32 ecn_bytes, __u32 timeouts, __u64 now, __u64 hb,
 				       __u32 *cwnd_bytes, __u64 *rate)
 {
-	struct fold_prog *p;
-	struct fold_flow *ff = fold_ack_begin(sk, rs, flow_id, ecn_bytes, timeouts, now, hb, &p);
+	struct fold_flow *ff = fold_ack_begin(sk, rs, flow_id, ecn_bytes, timeouts, now, hb);
 	int err = 0;
 
 	if (!ff)
 		return 0;
-	if (p)
-		err = fold_run_section(&ff->st, p, 0, p->n_main, now, &ff->pend.res.steps);
+	if (fold_flow_runs_program(ff))
+		err = fold_interpret_main(ff);
 	return fold_ack_end(ff, flow_id, err, 0, cwnd_bytes, rate);
 }
 

@@ -704,15 +704,18 @@ static __always_inline void fold_change_program(struct fold_state *st, void *pro
  * calls fold_finish_report.
  */
 
-/* Everything before the main section. Returns the program to run (its uid
- * and report size already in *out), or NULL with out->ret =
- * FOLD_ERR_PROG_IS_NULL: no main section, no fold_invoke_end. */
-static __always_inline struct fold_prog *fold_invoke_begin(struct fold_state *st, void *progs,
-							   struct fold_staged *sg, const __u64 *prims,
-							   __u32 snd_cwnd, __u64 snd_rate, __u64 now_ns,
-							   __u64 dp_time_zero_ns, struct fold_result *out)
+/* Everything before the main section. Returns 1 when the flow runs a
+ * program (its slot is set: the main section comes next), 0 with out->ret =
+ * FOLD_ERR_PROG_IS_NULL when it has none (no section, no fold_invoke_end).
+ * The program itself is not read: a compiled section needs nothing of it,
+ * and on a paced ACK its header is a cache line and a TLB entry of its own
+ * (docs/NOTES.md); the interpreter looks it up (fold_main_program), and
+ * what a report sends of it fold_invoke_end reads when a report is due. */
+static __always_inline int fold_invoke_begin(struct fold_state *st, void *progs,
+					     struct fold_staged *sg, const __u64 *prims,
+					     __u32 snd_cwnd, __u64 snd_rate, __u64 now_ns,
+					     __u64 dp_time_zero_ns, struct fold_result *out)
 {
-	struct fold_prog *p;
 	int k;
 
 	__builtin_memset(out, 0, sizeof(*out));
@@ -738,15 +741,10 @@ static __always_inline struct fold_prog *fold_invoke_begin(struct fold_state *st
 		}
 	}
 
-	p = fold_lookup(progs, st->slot);
-	if (!p) {
+	if (st->slot == 0) {
 		out->ret = FOLD_ERR_PROG_IS_NULL;
-		return NULL;
+		return 0;
 	}
-	/* read before the section, used after it: the same values (only a
-	 * report or a program change, both outside the section, move them) */
-	out->report_uid = p->uid;
-	out->n_fields = p->num_to_return_live;
 	st->regs[FOLD_R_EXPR_FLAG] = 0;
 	st->regs[FOLD_R_FALLTHROUGH] = 0;
 	st->regs[FOLD_R_REPORT] = 0;
@@ -756,28 +754,46 @@ static __always_inline struct fold_prog *fold_invoke_begin(struct fold_state *st
 	if (prims[FOLD_PRIM_RTT_SAMPLE_US] == 0)
 		st->regs[FOLD_OFF_PRIM + FOLD_PRIM_RTT_SAMPLE_US] = FOLD_INFINITY;
 	st->regs[FOLD_OFF_PRIM + FOLD_PRIM_ACK_NOW] = (now_ns - dp_time_zero_ns) / 1000;
+	return 1;
+}
+
+/* The program whose main section the interpreter runs after
+ * fold_invoke_begin returned 1; NULL, with out->ret = FOLD_ERR_PROG_IS_NULL
+ * (no section, no fold_invoke_end), when the slot holds none. */
+static __always_inline struct fold_prog *fold_main_program(struct fold_state *st, void *progs,
+							   struct fold_result *out)
+{
+	struct fold_prog *p = fold_lookup(progs, st->slot);
+
+	if (!p)
+		out->ret = FOLD_ERR_PROG_IS_NULL;
 	return p;
 }
 
 /* Everything after the main section, which returned `err`: the set_cwnd /
- * set_rate calls and whether a report is due. */
-static __always_inline void fold_invoke_end(struct fold_state *st, int err, struct fold_result *out)
+ * set_rate calls and whether a report is due, with the program's uid and
+ * report size (a program change or a report moves them, both outside the
+ * section, so they are what they were when the section ran). */
+static __always_inline void fold_invoke_end(struct fold_state *st, void *progs, int err,
+					    struct fold_result *out)
 {
+	struct fold_prog *p;
+
 	if (err) {
 		out->ret = err;
-		out->report_uid = 0;
-		out->n_fields = 0;
 		return;
 	}
 	if (st->regs[FOLD_R_CWND] > 0)
 		fold_called(&out->n_cwnd, out->cwnd, st->regs[FOLD_R_CWND]);
 	if (st->regs[FOLD_R_RATE] != 0)
 		fold_called(&out->n_rate, out->rate, st->regs[FOLD_R_RATE]);
-	if (st->regs[FOLD_R_REPORT]) {
+	if (!st->regs[FOLD_R_REPORT])
+		return;
+	p = fold_lookup(progs, st->slot);
+	if (p) {
 		out->report = 1;
-	} else {
-		out->report_uid = 0;
-		out->n_fields = 0;
+		out->report_uid = p->uid;
+		out->n_fields = p->num_to_return_live;
 	}
 }
 
@@ -785,12 +801,14 @@ static __always_inline void fold_invoke(struct fold_state *st, void *progs, stru
 					const __u64 *prims, __u32 snd_cwnd, __u64 snd_rate,
 					__u64 now_ns, __u64 dp_time_zero_ns, struct fold_result *out)
 {
-	struct fold_prog *p = fold_invoke_begin(st, progs, sg, prims, snd_cwnd, snd_rate, now_ns,
-						dp_time_zero_ns, out);
+	struct fold_prog *p;
 
+	if (!fold_invoke_begin(st, progs, sg, prims, snd_cwnd, snd_rate, now_ns, dp_time_zero_ns, out))
+		return;
+	p = fold_main_program(st, progs, out);
 	if (!p)
 		return;
-	fold_invoke_end(st, fold_run_section(st, p, 0, p->n_main, now_ns, &out->steps), out);
+	fold_invoke_end(st, progs, fold_run_section(st, p, 0, p->n_main, now_ns, &out->steps), out);
 }
 
 /* After a report was sent: reset the volatile registers (libccp reset_state). */
