@@ -240,22 +240,29 @@ static __always_inline __u64 wake_flag(__u64 now)
 }
 
 /* --fold kernel (fold_ccp.h): a non-urgent report wakes the daemon only
- * when no report has woken it for report_wake_ns (--report-wake-ms): a
- * forced wakeup costs 20-30 us of BPF time inside the ACK's program here
- * (measured: 16 us per cong_control on average when every report forced
- * one at ~8k ACKs/s, a per-RTT report being a per-ACK report on a veth), so
- * at most 1 s / report_wake_ns of them a second; reports in between are
- * picked up when the daemon's report schedule (src/wake.rs) looks. Reports
- * after a loss or timeout always wake it. The stamp has a data section (a
- * map) of its own: written up to 50 times a second, it must not share the
- * cache line every ACK reads the heartbeat from. */
+ * when the daemon has not promised to look anyway. A forced wakeup costs
+ * 20-30 us of BPF time inside the ACK's program here (measured: 16 us per
+ * cong_control on average when every report forced one at ~8k ACKs/s, a
+ * per-RTT report being a per-ACK report on a veth). last_report_look_ns is
+ * the promise "the daemon looks again by then + report_wake_ns"
+ * (--report-wake-ms, src/wake.rs): the daemon stamps it when a look found
+ * reports and zeroes it when one found none; a forced wakeup stamps it too,
+ * so the reports right after it wait for the look it brings. Reports after
+ * a loss or timeout always wake it. The stamp has a data section (a map) of
+ * its own: it must not share the cache line every ACK reads the heartbeat
+ * from. The read is an atomic add of 0, a full barrier: the daemon zeroes
+ * the stamp, then looks at the ring once more (src/main.rs); with the
+ * barrier on both sides a report either sees the zero or is seen by that
+ * look. */
 const volatile __u64 report_wake_ns = 20000000;
-__u64 last_report_wake_ns SEC(".data.report_wake") = 0;
+__u64 last_report_look_ns SEC(".data.report_wake") = 0;
 
 static __always_inline __u64 report_wake_flag(__u64 now)
 {
-	if (now - last_report_wake_ns >= report_wake_ns) {
-		last_report_wake_ns = now;	/* racing CPUs may both wake it: harmless */
+	__u64 promised = __sync_fetch_and_add(&last_report_look_ns, 0);
+
+	if (now - promised >= report_wake_ns) {
+		last_report_look_ns = now;	/* racing CPUs may both wake it: harmless */
 		return BPF_RB_FORCE_WAKEUP;
 	}
 	return BPF_RB_NO_WAKEUP;

@@ -42,8 +42,9 @@ pub struct BpfConfig {
     /// If the daemon's heartbeat is older than this, commands are ignored and
     /// flows run the fallback (kernel cubic).
     pub stale_after: Duration,
-    /// `--fold kernel`: a report forces a wakeup only when no report has
-    /// for this long (others wait for the daemon's report schedule).
+    /// `--fold kernel`: the daemon's report window: after a look that found
+    /// reports it looks again this much later, and a report forces a wakeup
+    /// only when no such look is promised (src/wake.rs).
     pub report_wake: Duration,
     /// Run the fold programs in the kernel (`--fold kernel`, bpf/fold_ccp.h)
     /// instead of sending every ACK to libccp in user space.
@@ -95,6 +96,8 @@ pub struct BpfDatapath {
     /// The skeleton's mmaped .bss (heartbeat and counters), shared with the
     /// kernel; valid as long as `skel` lives.
     bss: *mut skel::types::bss,
+    /// The mmaped `.data.report_wake` (the report-look promise), as `bss`.
+    report_wake: *mut skel::types::data_report_wake,
     skel: CcpSkel<'static>,
     /// The last heartbeat written, and how often it is refreshed.
     last_heartbeat_ns: Cell<u64>,
@@ -161,6 +164,10 @@ impl BpfDatapath {
             Some(b) => b,
             None => bail!("BPF object has no mmapable .bss"),
         };
+        let report_wake: *mut skel::types::data_report_wake = match skel.maps.data_report_wake_data.as_deref_mut() {
+            Some(d) => d,
+            None => bail!("BPF object has no mmapable .data.report_wake"),
+        };
         // Every compiled main section tail-calls the second half of
         // cong_control, at slot 0 of the program array.
         let post = skel.progs.ccp_fold_post.as_fd().as_raw_fd();
@@ -172,6 +179,7 @@ impl BpfDatapath {
         Ok(BpfDatapath {
             link: None,
             bss,
+            report_wake,
             skel,
             last_heartbeat_ns: Cell::new(0),
             heartbeat_refresh_ns: heartbeat_refresh_ns(cfg.stale_after),
@@ -237,6 +245,19 @@ impl BpfDatapath {
     /// Remove the command of a released flow (the BPF release hook also does).
     pub fn delete_command(&self, flow_id: u32) {
         let _ = self.skel.maps.commands.delete(&flow_id.to_ne_bytes());
+    }
+
+    /// `--fold kernel`: promise to look at the report ring again within the
+    /// report window from `now_ns` (CLOCK_MONOTONIC), or withdraw the
+    /// promise (0): reports then force a wakeup (src/wake.rs). A store into
+    /// the mmaped section, then a full fence: after withdrawing, the loop
+    /// looks at the ring once more, and a report submitted before the BPF
+    /// side could see the 0 must be seen by that look.
+    pub fn promise_report_look(&self, now_ns: u64) {
+        // SAFETY: report_wake points into the object's mmaped data section
+        // for the life of self; the kernel reads it concurrently, hence volatile.
+        unsafe { std::ptr::addr_of_mut!((*self.report_wake).last_report_look_ns).write_volatile(now_ns) };
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Stamp the heartbeat (CLOCK_MONOTONIC ns) the BPF side checks before

@@ -1657,12 +1657,6 @@ impl KernelFold {
         Ok((h.flow_id, measure_msg(h.flow_id, h.uid, &fields)))
     }
 
-    /// The flow and kernel timestamp (`ts_ns`, CLOCK_MONOTONIC) of a report
-    /// record; None if it is shorter than the header.
-    pub fn report_stamp(record: &[u8]) -> Option<(u32, u64)> {
-        FoldReportHeader::read_from_prefix(record).ok().map(|(h, _)| (h.flow_id, h.ts_ns))
-    }
-
     /// A cwnd or rate update for `flow` reached the kernel maps: one
     /// report-to-cwnd sample if a report of it is waiting for its answer.
     fn answered(&mut self, flow: u32) {

@@ -51,7 +51,7 @@ use crate::liveness::{AlgorithmWatch, Change};
 use crate::resync::FlowResync;
 use crate::rules::{FlowKeys, RuleTable};
 use crate::stats::Samples;
-use crate::wake::ReportSchedule;
+use crate::wake::ReportLooks;
 use crate::wire::{Event, FlowCreated};
 
 /// eBPF struct_ops datapath for CCP: registers the TCP congestion control
@@ -108,10 +108,11 @@ struct Cli {
     /// events are picked up by the 1 ms poll or the next wakeup).
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     wake_us: u64,
-    /// With `--fold kernel`: a report wakes this daemon at once unless
-    /// another report did so less than this many ms ago (then it is picked
-    /// up when the next report of some flow is due). Bounds the forced
-    /// wakeups, 20-30 us of BPF time each, to 1000/N a second.
+    /// With `--fold kernel`, the report window, ms: after a look that found
+    /// reports this daemon looks again N ms later, and a report wakes it
+    /// only when no such look is promised. A report waits at most about N
+    /// ms; looks and forced wakeups (20-30 us of BPF time each) come at most
+    /// 1000/N times a second each.
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     report_wake_ms: u64,
     /// Where the algorithms' fold programs run: `kernel` (in BPF, per ACK;
@@ -150,8 +151,9 @@ struct KernelMode {
     reports: Rc<RefCell<Vec<Vec<u8>>>>,
     /// A send to Portus failed since the loop last looked.
     send_failed: bool,
-    /// When each flow's next report is due (the loop's poll timeout).
-    schedule: ReportSchedule,
+    /// Whether the loop promised the BPF side to look again within the
+    /// report window (the loop's poll timeout).
+    looks: ReportLooks,
 }
 
 /// Re-send a create message Portus did not get this often.
@@ -183,25 +185,27 @@ impl KernelMode {
 
     fn released(&mut self, flow_id: u32) {
         self.unsent.retain(|(f, _, _)| *f != flow_id);
-        self.schedule.released(flow_id);
         let close = self.kf.flow_released(flow_id);
         self.send(&close);
     }
 
-    /// Forward the kernel's reports; re-announce flows Portus missed.
-    fn tick(&mut self) {
+    /// Forward the kernel's reports (collected by the report ring's
+    /// consumer) to Portus; returns how many.
+    fn forward_reports(&mut self) -> usize {
         let records = std::mem::take(&mut *self.reports.borrow_mut());
-        for rec in records {
-            if let Some((flow, ts_ns)) = KernelFold::report_stamp(&rec) {
-                self.schedule.report(flow, ts_ns);
-            }
-            match self.kf.report_msg(&rec) {
+        for rec in &records {
+            match self.kf.report_msg(rec) {
                 Ok((_, msg)) => {
                     self.send(&msg);
                 }
                 Err(e) => tracing::warn!(error = %e, "report record"),
             }
         }
+        records.len()
+    }
+
+    /// Re-announce flows whose create message Portus did not get.
+    fn retry_unsent(&mut self) {
         let sender = &mut self.sender;
         let send_failed = &mut self.send_failed;
         self.unsent.retain_mut(|(flow, msg, at)| {
@@ -331,11 +335,11 @@ impl Loop {
     }
 
     /// The loop's poll timeout, ms. Without flows nothing is submitted
-    /// without a wakeup (creates wake us), and each wakeup costs about 45 us
+    /// without a wakeup (creates wake us), and each wakeup costs 60-120 us
     /// of CPU in this VM: wait for the next liveness probe (`idle_ms`). With
     /// flows, ring records submitted without a wakeup must be picked up: in
     /// `--fold userspace` every 1 ms (per-ACK events), in `--fold kernel`
-    /// when the next report of a flow is due ([`ReportSchedule`]).
+    /// one report window after a look that found reports ([`ReportLooks`]).
     fn poll_timeout_ms(&mut self, idle_ms: libc::c_int) -> libc::c_int {
         if self.outbox.backlog() > 0 {
             // Portus's queue was full: look again soon (an unconnected
@@ -345,10 +349,9 @@ impl Loop {
         if self.known.is_empty() {
             return idle_ms;
         }
-        match &mut self.kernel {
+        match &self.kernel {
             Some(k) => {
-                let idle = Duration::from_millis(idle_ms as u64);
-                let t = k.schedule.timeout(self.known.iter().copied(), monotonic_ns(), idle);
+                let t = k.looks.timeout(Duration::from_millis(idle_ms as u64));
                 // poll() takes whole ms: round up, so the report is there when we look
                 t.as_micros().div_ceil(1000) as libc::c_int
             }
@@ -617,7 +620,7 @@ fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
             unsent: vec![],
             reports,
             send_failed: false,
-            schedule: ReportSchedule::default(),
+            looks: ReportLooks::new(Duration::from_millis(cli.report_wake_ms)),
         };
         (None, Some(k), Some(ring))
     } else {
@@ -696,13 +699,11 @@ fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
             }
             lp.handle(ev);
         }
-        if let Some(r) = &report_ring {
-            if let Err(e) = r.consume() {
-                tracing::warn!(error = %e, "report ring buffer consume");
-            }
+        if let (Some(k), Some(r)) = (&mut lp.kernel, &report_ring) {
+            look_for_reports(k, r, &lp.bpf);
         }
         if let Some(k) = &mut lp.kernel {
-            k.tick();
+            k.retry_unsent();
             if std::mem::take(&mut k.send_failed) {
                 lp.watch.send_failed(Instant::now());
             }
@@ -723,6 +724,28 @@ fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
     drop(report_ring);
     drop(lp); // closes maps, removes the socket file
     Ok(())
+}
+
+/// `--fold kernel`: forward the reports in the ring and keep or withdraw
+/// the promise of the next look (src/wake.rs): a look that finds none
+/// withdraws it, then looks once more, for a report submitted while the old
+/// promise still stood.
+fn look_for_reports(k: &mut KernelMode, ring: &libbpf_rs::RingBuffer<'_>, bpf: &BpfDatapath) {
+    let consume = || {
+        if let Err(e) = ring.consume() {
+            tracing::warn!(error = %e, "report ring buffer consume");
+        }
+    };
+    consume();
+    let mut found = k.forward_reports();
+    if found == 0 {
+        bpf.promise_report_look(0);
+        consume();
+        found = k.forward_reports();
+    }
+    if k.looks.looked(found) {
+        bpf.promise_report_look(monotonic_ns());
+    }
 }
 
 /// The idle poll timeout, ms: the liveness probe's period, and short enough

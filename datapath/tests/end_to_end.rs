@@ -312,6 +312,11 @@ struct FixedCwnd {
     /// Time Portus's thread spends on each create and close, ms: a slow
     /// algorithm whose socket queue fills under a burst.
     busy_ms: Arc<AtomicU64>,
+    /// New flows get SPARSE_PROGRAM (a report every 200 ms) instead of PROGRAM.
+    sparse: Arc<AtomicBool>,
+    /// Per SPARSE_PROGRAM report: (CLOCK_MONOTONIC us when Portus got it,
+    /// its Report.now, the ACK's us since the datapath's time zero).
+    sparse_reports: Arc<std::sync::Mutex<Vec<(u64, u64)>>>,
 }
 
 const PROGRAM: &str = "
@@ -325,6 +330,25 @@ const PROGRAM: &str = "
     (report)
     (:= Micros 0))
 ";
+
+/// PROGRAM's cwnd, reporting every 200 ms with the ACK's time (Ack.now).
+const SPARSE_PROGRAM: &str = "
+(def (Report (volatile acked 0) (volatile now 0)))
+(when true
+    (:= Report.acked (+ Report.acked Ack.bytes_acked))
+    (:= Report.now Ack.now)
+    (fallthrough))
+(when (> Micros 200000)
+    (report)
+    (:= Micros 0))
+";
+
+fn monotonic_us() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes the timespec we pass.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1000
+}
 
 struct FixedFlow<I: Ipc> {
     control: Datapath<I>,
@@ -342,12 +366,13 @@ impl<I: Ipc> CongAlg<I> for FixedCwnd {
     }
 
     fn datapath_programs(&self) -> HashMap<&'static str, String> {
-        HashMap::from([("fixed", PROGRAM.to_string())])
+        HashMap::from([("fixed", PROGRAM.to_string()), ("sparse", SPARSE_PROGRAM.to_string())])
     }
 
     fn new_flow(&self, mut control: Datapath<I>, info: DatapathInfo) -> FixedFlow<I> {
         let pkts = self.target_pkts.load(Ordering::SeqCst);
-        let sc = control.set_program("fixed", Some(&[("Cwnd", pkts * info.mss)])).expect("set_program");
+        let program = if self.sparse.load(Ordering::SeqCst) { "sparse" } else { "fixed" };
+        let sc = control.set_program(program, Some(&[("Cwnd", pkts * info.mss)])).expect("set_program");
         std::thread::sleep(Duration::from_millis(self.busy_ms.load(Ordering::SeqCst)));
         self.flows.fetch_add(1, Ordering::SeqCst);
         FixedFlow { control, sc, mss: info.mss, sent_pkts: pkts, alg: self.clone() }
@@ -358,6 +383,9 @@ impl<I: Ipc> Flow for FixedFlow<I> {
     fn on_report(&mut self, _sock_id: u32, m: Report) {
         if m.get_field("Report.acked", &self.sc).is_ok() {
             self.alg.reports.fetch_add(1, Ordering::SeqCst);
+        }
+        if let Ok(now) = m.get_field("Report.now", &self.sc) {
+            self.alg.sparse_reports.lock().unwrap().push((monotonic_us(), now));
         }
         let want = self.alg.target_pkts.load(Ordering::SeqCst);
         if want != self.sent_pkts {
@@ -391,6 +419,8 @@ impl Portus {
             flows: Arc::new(AtomicU32::new(0)),
             closed: Arc::new(AtomicU32::new(0)),
             busy_ms: Arc::new(AtomicU64::new(0)),
+            sparse: Arc::new(AtomicBool::new(false)),
+            sparse_reports: Arc::new(std::sync::Mutex::new(Vec::new())),
         };
         let sock = portus::ipc::unix::Socket::<Blocking>::new(&name).expect("bind Portus socket");
         let handle = RunBuilder::new(BackendBuilder { sock })
@@ -716,6 +746,33 @@ fn a_burst_of_creates_and_closes_reaches_a_slow_algorithm_whole() {
     assert!(summary_field(&log, "outbox:", "deferred") > 0, "the burst outran the slow algorithm: {log}");
     assert_eq!(summary_field(&log, "outbox:", "dropped"), 0, "{log}");
     assert!(!log.contains("cannot send to Portus"), "{log}");
+    drop(net);
+}
+
+/// A flow reporting now and then (every 200 ms) is heard at once: with no
+/// look promised, its report wakes the daemon (src/wake.rs) rather than
+/// waiting up to the 100 ms idle poll. The delay of each report, from its
+/// ACK (Report.now) to Portus, less the smallest seen (the clocks' offset).
+#[test]
+fn a_sparse_report_wakes_the_datapath_at_once() {
+    let _l = lock();
+    let net = Net::new();
+    let portus = Portus::start(10);
+    portus.alg.sparse.store(true, Ordering::SeqCst);
+    let mut dp = DatapathProc::start(&portus.path, "ccpdp-test-fixed");
+    let flow = BulkFlow::start(&net);
+    let enough = try_wait_until(Duration::from_secs(15), || (portus.alg.sparse_reports.lock().unwrap().len() >= 16).then_some(()));
+    assert!(enough.is_some(), "{} sparse reports in 15 s: {}", portus.alg.sparse_reports.lock().unwrap().len(), dp.log_text());
+    drop(flow);
+    let lags: Vec<i64> = portus.alg.sparse_reports.lock().unwrap().iter().skip(1).map(|&(at, now)| at as i64 - now as i64).collect();
+    let base = *lags.iter().min().unwrap();
+    let mut delays: Vec<i64> = lags.iter().map(|l| l - base).collect();
+    delays.sort_unstable();
+    let p50 = delays[delays.len() / 2];
+    eprintln!("sparse report delays beyond the smallest, us: {delays:?}");
+    assert!(p50 < 10_000, "median report delay {p50} us: reports waited for a poll instead of waking the daemon");
+    let st = dp.stop(libc::SIGINT).expect("datapath exits on SIGINT");
+    assert!(st.success(), "exit status {st}");
     drop(net);
 }
 
