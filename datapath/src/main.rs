@@ -51,7 +51,7 @@ use crate::liveness::{AlgorithmWatch, Change};
 use crate::resync::FlowResync;
 use crate::rules::{FlowKeys, RuleTable};
 use crate::stats::Samples;
-use crate::wake::ReportLooks;
+use crate::wake::{Promise, ReportLooks};
 use crate::wire::{Event, FlowCreated};
 
 /// eBPF struct_ops datapath for CCP: registers the TCP congestion control
@@ -351,7 +351,7 @@ impl Loop {
         }
         match &self.kernel {
             Some(k) => {
-                let t = k.looks.timeout(Duration::from_millis(idle_ms as u64));
+                let t = k.looks.timeout(monotonic_ns(), Duration::from_millis(idle_ms as u64));
                 // poll() takes whole ms: round up, so the report is there when we look
                 t.as_micros().div_ceil(1000) as libc::c_int
             }
@@ -726,10 +726,9 @@ fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
     Ok(())
 }
 
-/// `--fold kernel`: forward the reports in the ring and keep or withdraw
-/// the promise of the next look (src/wake.rs): a look that finds none
-/// withdraws it, then looks once more, for a report submitted while the old
-/// promise still stood.
+/// `--fold kernel`: forward the reports in the ring and renew, keep or
+/// withdraw the promise of the next look (src/wake.rs). Withdrawing, it
+/// looks once more, for a report submitted while the old promise stood.
 fn look_for_reports(k: &mut KernelMode, ring: &libbpf_rs::RingBuffer<'_>, bpf: &BpfDatapath) {
     let consume = || {
         if let Err(e) = ring.consume() {
@@ -737,14 +736,19 @@ fn look_for_reports(k: &mut KernelMode, ring: &libbpf_rs::RingBuffer<'_>, bpf: &
         }
     };
     consume();
-    let mut found = k.forward_reports();
-    if found == 0 {
-        bpf.promise_report_look(0);
-        consume();
-        found = k.forward_reports();
-    }
-    if k.looks.looked(found) {
-        bpf.promise_report_look(monotonic_ns());
+    let now = monotonic_ns();
+    let found = k.forward_reports();
+    match k.looks.looked(found, now) {
+        Promise::Renew => bpf.promise_report_look(now),
+        Promise::Keep => {}
+        Promise::Withdraw => {
+            bpf.promise_report_look(0);
+            consume();
+            let found = k.forward_reports();
+            if k.looks.looked(found, now) == Promise::Renew {
+                bpf.promise_report_look(now);
+            }
+        }
     }
 }
 

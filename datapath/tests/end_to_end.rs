@@ -590,7 +590,8 @@ fn summary_count(log: &str, key: &str) -> u64 {
 
 #[test]
 fn fixed_cwnd_from_portus_reaches_the_socket_and_follows_changes() {
-    fixed_cwnd_follows_portus(&[], (1, 0));
+    // both of FixedCwnd's programs (PROGRAM, SPARSE_PROGRAM) compiled
+    fixed_cwnd_follows_portus(&[], (2, 0));
 }
 
 #[test]
