@@ -268,6 +268,7 @@ static __always_inline __u64 report_wake_flag(__u64 now)
 	return BPF_RB_NO_WAKEUP;
 }
 #define FOLD_REPORT_WAKE_FLAGS(now) report_wake_flag(now)
+#define FOLD_FLUSH_INCLUDER(cnt, n) ((cnt)->command_acks += (n))
 #define FOLD_CTL_EPOCH ctl_epoch
 #define FOLD_SLOT_PRIV_OFFSET (CUBIC_PRIV_BYTES + __builtin_offsetof(struct ccp_priv, fold_slot))
 #include "fold_ccp.h"
@@ -712,7 +713,7 @@ static __always_inline void fold_cong_control_end(struct sock *sk, struct tcp_so
 						  __u32 ack, const struct rate_sample *rs,
 						  struct fold_flow *ff, int err, int compiled)
 {
-	struct fold_counters *c = counters();
+	struct fold_counters *c;
 	struct ccp_cmd cmd = {};
 	__u64 now, hb;
 
@@ -721,12 +722,12 @@ static __always_inline void fold_cong_control_end(struct sock *sk, struct tcp_so
 		hb = ff->pend.hb;
 		if (hb && (hb > now || now - hb < stale_after_ns)) {
 			apply_command(sk, tp, ca, &cmd);
-			if (c)
-				c->command_acks++;
+			ff->unflushed.includer++;	/* command_acks, flushed by fold_ccp.h */
 			return;
 		}
 	}
 	fallback(sk, tp, ca, ack, rs);
+	c = counters();
 	if (c)
 		c->fallback_acks++;
 }

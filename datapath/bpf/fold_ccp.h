@@ -52,6 +52,12 @@ const volatile __u64 fold_time_zero_ns = 0;
 #define FOLD_INCLUDER_COUNTERS
 #endif
 
+/* The includer's one per-ACK counter a flow keeps until a flush (see
+ * struct fold_unflushed): FOLD_FLUSH_INCLUDER(cnt, n) adds n to it. */
+#ifndef FOLD_FLUSH_INCLUDER
+#define FOLD_FLUSH_INCLUDER(cnt, n)
+#endif
+
 /* Counters read by user space (summed over CPUs). Per CPU: a shared
  * counter bumped atomically on every ACK bounces its cache line between the
  * cores (and shared the line with the daemon's heartbeat). */
@@ -91,13 +97,28 @@ struct fold_pending {
  * and the map, mmapable, starts its values on a page boundary: a slot is
  * one page, and an ACK takes one TLB entry for it (on a paced ACK every
  * page touched is a TLB miss, docs/NOTES.md). */
-#define FOLD_OFF_BOOK 493	/* register where the bookkeeping starts */
+#define FOLD_OFF_BOOK 491	/* register where the bookkeeping starts */
+
+/* Per-ACK counts a flow keeps in its own slot (a line the ACK touches
+ * anyway) and adds to the per-CPU fold_counters only every
+ * FOLD_FLUSH_EVERY invocations, with a report or an abort, and when the
+ * flow ends: on a paced ACK the per-CPU value is a cache line and a TLB
+ * entry of its own. The counters therefore lag by at most FOLD_FLUSH_EVERY
+ * invocations per live flow. */
+#define FOLD_FLUSH_EVERY 64
+struct fold_unflushed {
+	__u32 invocations;
+	__u32 compiled_runs;
+	__u32 includer;		/* the includer's counter (FOLD_FLUSH_INCLUDER) */
+	__u32 _pad;
+};
 
 struct fold_flow {
 	union {
 		struct fold_state st;
 		struct {
 			__u64 _regs_in_use[FOLD_OFF_BOOK];
+			struct fold_unflushed unflushed;
 			struct fold_pending pend;
 			struct fold_baseline base;
 			__u64 req_rate;		/* last set_rate (bytes/s), 0: none */
@@ -117,7 +138,8 @@ _Static_assert(FOLD_OFF_BOOK >= FOLD_OFF_REPORT + FOLD_MAX_REPORT, "bookkeeping 
 /* tests/fold_slots.rs reads these from the end of a slot's value */
 _Static_assert(__builtin_offsetof(struct fold_flow, req_cwnd) == sizeof(struct fold_flow) - 32, "fold_flow tail");
 _Static_assert(__builtin_offsetof(struct fold_flow, owner) == sizeof(struct fold_flow) - 16, "fold_flow tail");
-_Static_assert(__builtin_offsetof(struct fold_flow, pend) == 8 * FOLD_OFF_BOOK, "bookkeeping start");
+_Static_assert(__builtin_offsetof(struct fold_flow, unflushed) == 8 * FOLD_OFF_BOOK, "bookkeeping start");
+_Static_assert(__builtin_offsetof(struct fold_flow, unflushed) == sizeof(struct fold_flow) - 168, "fold_flow tail");
 
 /* Slots of fold_flows. libccp keeps 1024 connections, fold_staged 4096:
  * a flow beyond this runs the fallback (counted: no_state_flows). */
@@ -279,6 +301,7 @@ static __always_inline __u32 fold_flow_claim(__u32 flow_id)
 		return FOLD_NO_SLOT;
 	}
 	bpf_loop(FOLD_OFF_BOOK, fold_zero_reg, &slot, 0);
+	__builtin_memset(&ff->unflushed, 0, sizeof(ff->unflushed));
 	__builtin_memset(&ff->pend, 0, sizeof(ff->pend));
 	__builtin_memset(&ff->base, 0, sizeof(ff->base));
 	ff->req_rate = 0;
@@ -290,13 +313,28 @@ static __always_inline __u32 fold_flow_claim(__u32 flow_id)
 	return slot;
 }
 
+/* Add the flow's unflushed counts to this CPU's counters. */
+static __always_inline void fold_flush_counts(struct fold_flow *ff, struct fold_counters *cnt)
+{
+	cnt->invocations += ff->unflushed.invocations;
+	cnt->compiled_runs += ff->unflushed.compiled_runs;
+	FOLD_FLUSH_INCLUDER(cnt, ff->unflushed.includer);
+	__builtin_memset(&ff->unflushed, 0, sizeof(ff->unflushed));
+}
+
 /* Give the slot back (FOLD_NO_SLOT: nothing to do). */
 static __always_inline void fold_flow_release(__u32 slot)
 {
 	struct fold_flow *ff = bpf_map_lookup_elem(&fold_flows, &slot);
+	struct fold_counters *cnt;
+	__u32 zero = 0;
 
-	if (ff)
-		__sync_lock_test_and_set(&ff->owner, 0);
+	if (!ff)
+		return;
+	cnt = bpf_map_lookup_elem(&fold_counters, &zero);
+	if (cnt)
+		fold_flush_counts(ff, cnt);
+	__sync_lock_test_and_set(&ff->owner, 0);
 }
 
 /* A new flow: a slot claimed (without one the flow runs the fallback),
@@ -480,18 +518,28 @@ static __always_inline int fold_ack_end(struct fold_flow *ff, __u32 flow_id, int
 					__u32 *cwnd_bytes, __u64 *rate)
 {
 	struct fold_result *res = &ff->pend.res;
-	struct fold_counters *cnt;
-	__u32 last, zero = 0;
+	int aborted;
+	__u32 last;
 
-	cnt = bpf_map_lookup_elem(&fold_counters, &zero);
-	if (!cnt)
-		return 0;
 	if (res->ret == FOLD_OK)
 		fold_invoke_end(&ff->st, &fold_progs, err, res);
-	cnt->compiled_runs += compiled;
-	cnt->invocations++;	/* per CPU, not atomic: a softirq interrupting a process-context ACK can lose a count */
-	if (res->ret >= FOLD_ERR_SUB_UNDERFLOW && res->ret <= FOLD_ERR_ADD_OVERFLOW)
-		cnt->aborts++;
+	aborted = res->ret >= FOLD_ERR_SUB_UNDERFLOW && res->ret <= FOLD_ERR_ADD_OVERFLOW;
+	ff->unflushed.compiled_runs += compiled;
+	ff->unflushed.invocations++;
+	if (aborted || res->report || ff->unflushed.invocations >= FOLD_FLUSH_EVERY) {
+		__u32 zero = 0;
+		struct fold_counters *cnt = bpf_map_lookup_elem(&fold_counters, &zero);
+
+		if (cnt) {
+			fold_flush_counts(ff, cnt);
+			/* per CPU, not atomic: a softirq interrupting a
+			 * process-context ACK can lose a count */
+			if (aborted)
+				cnt->aborts++;
+			if (res->report)
+				fold_send_report(ff, flow_id, res, ff->pend.now, ff->pend.urgent, cnt);
+		}
+	}
 	if (res->n_cwnd) {
 		last = res->n_cwnd > 1 ? res->cwnd[1] : res->cwnd[0];
 		ff->req_cwnd = last;
@@ -500,8 +548,6 @@ static __always_inline int fold_ack_end(struct fold_flow *ff, __u32 flow_id, int
 		last = res->n_rate > 1 ? res->rate[1] : res->rate[0];
 		ff->req_rate = last;
 	}
-	if (res->report)
-		fold_send_report(ff, flow_id, res, ff->pend.now, ff->pend.urgent, cnt);
 	if (ff->awaiting) {
 		/* libccp echoes the seed on every invocation: only another cwnd
 		 * or a rate is the algorithm speaking again */

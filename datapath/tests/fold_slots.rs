@@ -31,6 +31,8 @@ const TAIL_REQ_CWND: usize = 32;
 const TAIL_OWNER: usize = 16;
 const TAIL_STAGED_GEN: usize = 12;
 const TAIL_STAGED_SEEN: usize = 8;
+/// struct fold_unflushed (invocations, compiled_runs, includer, pad).
+const TAIL_UNFLUSHED: usize = 168;
 
 struct Kernel {
     skel: skel::FoldTestSkel<'static>,
@@ -90,8 +92,8 @@ impl Kernel {
         assert_eq!(res.return_value, 0, "fold_stage for flow {flow_id}");
     }
 
-    /// fold_counters.no_state_flows (the sixth u64), summed over CPUs.
-    fn no_state_flows(&self) -> u64 {
+    /// fold_counters' u64 number `index`, summed over CPUs.
+    fn counter(&self, index: usize) -> u64 {
         self.skel
             .maps
             .fold_counters
@@ -99,8 +101,13 @@ impl Kernel {
             .expect("reading fold_counters")
             .expect("a per-CPU array always has a value")
             .iter()
-            .map(|v| u64::from_ne_bytes(v[40..48].try_into().unwrap()))
+            .map(|v| u64::from_ne_bytes(v[8 * index..8 * index + 8].try_into().unwrap()))
             .sum()
+    }
+
+    /// fold_counters.no_state_flows (the sixth u64).
+    fn no_state_flows(&self) -> u64 {
+        self.counter(5)
     }
 }
 
@@ -179,4 +186,21 @@ fn staging_bumps_the_generation_only_in_a_home_slot_its_flow_holds() {
     let before = gen(2);
     k.stage_nothing(2);
     assert_eq!(gen(2), before, "a released slot's generation stays");
+}
+
+#[test]
+fn a_released_flow_adds_its_unflushed_counts_to_the_counters() {
+    // fold_counters: invocations is the first u64, compiled_runs the fifth
+    let k = Kernel::load();
+    let slot = k.claim(7);
+    let mut v = k.slot_value(slot);
+    assert_eq!(tail_u32(&v, TAIL_UNFLUSHED), 0, "a claimed slot starts with nothing unflushed");
+    set_tail_u32(&mut v, TAIL_UNFLUSHED, 41);
+    set_tail_u32(&mut v, TAIL_UNFLUSHED - 4, 40);
+    k.put_slot_value(slot, &v);
+    let (inv, comp) = (k.counter(0), k.counter(4));
+    k.release(slot);
+    assert_eq!((k.counter(0) - inv, k.counter(4) - comp), (41, 40), "the ACKs the flow had not flushed are counted");
+    let v = k.slot_value(slot);
+    assert_eq!((tail_u32(&v, TAIL_UNFLUSHED), tail_u32(&v, TAIL_UNFLUSHED - 4)), (0, 0), "and not counted twice");
 }
