@@ -165,9 +165,9 @@ def test_iperf_figures():
 
 
 def _m(mode: str, flows: int, paced: bool, gbps: float, own: float, bpf: float | None = None,
-       per_rtt: float | None = None) -> d.Measurement:
+       per_rtt: float | None = None, rep: int = 1) -> d.Measurement:
     """A measurement whose host busy share (1.0: a loaded machine) differs from its own CPU share."""
-    return d.Measurement(mode, flows, paced, 1, gbps, 1.0, own, 100.0, bpf_ns_per_ack=bpf,
+    return d.Measurement(mode, flows, paced, rep, gbps, 1.0, own, 100.0, bpf_ns_per_ack=bpf,
                          msgs_per_rtt_per_flow=per_rtt, daemons_cpu=None if mode == "kernel" else own / 4)
 
 
@@ -194,6 +194,23 @@ def test_cpu_target_needs_equal_paced_throughput_and_missing_data_is_a_miss():
     assert cpu.verdict.startswith("MISS (throughput 0.900 vs 1.000")
     rows = d.evaluate_targets([], flows=[100])
     assert all(r.verdict == "MISS (no data)" for r in rows) and len(rows) == 4
+
+
+def test_targets_take_medians_so_one_outlier_repetition_does_not_decide():
+    # kernel cubic's own CPU came out 25% low in one of three repetitions: by the ratio of means
+    # ccp would miss the 1.05x bound (1.091x), by the median of per-repetition ratios it does not
+    kernel_own, ccp_own = [0.20, 0.20, 0.15], [0.20, 0.205, 0.20]
+    bpf = [1400, 1450, 3000]
+    ms = [m for rep in (1, 2, 3) for m in (
+        _m("kernel", 1, True, 1.0, kernel_own[rep - 1], rep=rep),
+        _m("ccp-kernel-fold", 1, True, 1.0, ccp_own[rep - 1], bpf[rep - 1], 1.0, rep=rep))]
+    cpu, bpf_row = [r for r in d.evaluate_targets(ms, flows=[1]) if r.config.endswith("paced") or "BPF" in r.what][:2]
+    assert (cpu.figure, cpu.verdict) == ("1.025x", "PASS"), "ratios 1.0, 1.025, 1.333"
+    assert (bpf_row.figure, bpf_row.verdict) == ("1.45 us", "PASS"), "the median repetition's BPF time"
+    ratio_of_means = sum(ccp_own) / sum(kernel_own)
+    assert ratio_of_means > d.MAX_CPU_RATIO, "the outlier would have decided a ratio of means"
+    # a ratio only pairs repetitions that have both modes
+    assert d._paired_ratio(ms[:3], 1, True, lambda m: m.own_cpu) == 1.0
 
 
 def test_run_plan_alternates_modes_within_each_configuration():
