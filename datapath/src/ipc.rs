@@ -361,21 +361,22 @@ impl PortusSender {
             }
             out.owner_checked = Some(Instant::now());
         }
-        if out.outbox.is_empty() || out.flush() {
-            if out.outbox.is_empty() {
-                match out.sock.send_to(msg, &out.portus) {
-                    Ok(_) => return true,
-                    Err(e) if queue_full(&e) => {}
-                    Err(e) => {
-                        out.owner_checked = None;
-                        out.fail(&e.to_string());
-                        return false;
-                    }
+        // what waits goes first (a no-op when nothing waits)
+        if !out.flush() {
+            return false;
+        }
+        if out.outbox.is_empty() {
+            match out.sock.send_to(msg, &out.portus) {
+                Ok(_) => return true,
+                Err(e) if queue_full(&e) => {}
+                Err(e) => {
+                    out.owner_checked = None;
+                    out.fail(&e.to_string());
+                    return false;
                 }
             }
-            return out.defer(msg);
         }
-        false
+        out.defer(msg)
     }
 
     /// Send what waits in the outbox, oldest first, until Portus's queue is
