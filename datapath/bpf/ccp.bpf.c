@@ -707,8 +707,8 @@ static __always_inline void fold_enter_compiled(void *ctx, __u32 slot)
 _Static_assert(FOLD_MAX_SLOTS == 16, "fold_enter_compiled has a case for every program slot");
 
 /* --fold kernel, after the flow's main section returned `err`: what the
- * algorithm set is applied while the daemon's heartbeat (read before the
- * section) is fresh (it forwards the reports), else the fallback runs. */
+ * algorithm set is applied while the daemon's heartbeat is fresh (it
+ * forwards the reports), else the fallback runs. */
 static __always_inline void fold_cong_control_end(struct sock *sk, struct tcp_sock *tp, struct ccp_priv *ca,
 						  __u32 ack, const struct rate_sample *rs,
 						  struct fold_flow *ff, int err, int compiled)
@@ -718,8 +718,8 @@ static __always_inline void fold_cong_control_end(struct sock *sk, struct tcp_so
 	__u64 now, hb;
 
 	if (ff && fold_ack_end(ff, ca->flow_id, err, compiled, &cmd.cwnd_bytes, &cmd.rate_bytes_per_sec)) {
-		now = ff->pend.now;
-		hb = ff->pend.hb;
+		now = fold_ack_now(ff);
+		hb = heartbeat_ns;
 		if (hb && (hb > now || now - hb < stale_after_ns)) {
 			apply_command(sk, tp, ca, &cmd);
 			ff->unflushed.includer++;	/* command_acks, flushed by fold_ccp.h */
@@ -763,7 +763,7 @@ void BPF_PROG(ccp_cong_control, struct sock *sk, __u32 ack, int flag, const stru
 		return;
 	}
 	if (fold_in_kernel) {
-		struct fold_flow *ff = fold_ack_begin(sk, rs, id, ca->ecn_bytes, ca->timeouts, now, hb);
+		struct fold_flow *ff = fold_ack_begin(sk, rs, id, ca->ecn_bytes, ca->timeouts, now);
 		int err = 0;
 
 		if (ff && fold_flow_runs_program(ff)) {

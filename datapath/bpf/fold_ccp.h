@@ -80,14 +80,29 @@ struct {
 
 /* What the first half of an ACK (fold_ack_begin) leaves for the second
  * (fold_ack_end): with a compiled main section the two halves are
- * different BPF programs, a tail call apart, so nothing stays on the stack. */
+ * different BPF programs, a tail call apart, so nothing stays on the stack.
+ * The ACK's time is the register FOLD_OFF_JIT_NOW, whether the report is
+ * urgent the primitives' registers, and the heartbeat is read again:
+ * nothing is kept twice (see struct fold_flow). */
 struct fold_pending {
 	struct fold_result res;
-	__u64 now;		/* the ACK's bpf_ktime_get_ns() */
-	__u64 hb;		/* the daemon's heartbeat as read at that time */
 	__u32 seed;		/* the cwnd Cwnd was seeded with (bytes) */
-	__u32 urgent;		/* a loss or timeout: a report wakes user space */
 };
+
+/* Per-ACK counts a flow keeps in its own slot (a line the ACK touches
+ * anyway) and adds to the per-CPU fold_counters only every
+ * FOLD_FLUSH_EVERY invocations, with a report or an abort, and when the
+ * flow ends: on a paced ACK the per-CPU value is a cache line and a TLB
+ * entry of its own. The counters therefore lag by at most FOLD_FLUSH_EVERY
+ * invocations per live flow. A byte each: none exceeds FOLD_FLUSH_EVERY. */
+#define FOLD_FLUSH_EVERY 64
+struct fold_unflushed {
+	__u8 invocations;
+	__u8 compiled_runs;
+	__u8 includer;		/* the includer's counter (FOLD_FLUSH_INCLUDER) */
+	__u8 _pad;
+};
+_Static_assert(FOLD_FLUSH_EVERY < 256, "fold_unflushed counts fit a byte");
 
 /* Per-flow state: the interpreter's registers, which come first (a
  * compiled main section finds them at offset 0), and the datapath's own
@@ -96,50 +111,45 @@ struct fold_pending {
  * above the report registers). So a flow's whole state is one 4 KiB value,
  * and the map, mmapable, starts its values on a page boundary: a slot is
  * one page, and an ACK takes one TLB entry for it (on a paced ACK every
- * page touched is a TLB miss, docs/NOTES.md). */
-#define FOLD_OFF_BOOK 491	/* register where the bookkeeping starts */
-
-/* Per-ACK counts a flow keeps in its own slot (a line the ACK touches
- * anyway) and adds to the per-CPU fold_counters only every
- * FOLD_FLUSH_EVERY invocations, with a report or an abort, and when the
- * flow ends: on a paced ACK the per-CPU value is a cache line and a TLB
- * entry of its own. The counters therefore lag by at most FOLD_FLUSH_EVERY
- * invocations per live flow. */
-#define FOLD_FLUSH_EVERY 64
-struct fold_unflushed {
-	__u32 invocations;
-	__u32 compiled_runs;
-	__u32 includer;		/* the includer's counter (FOLD_FLUSH_INCLUDER) */
-	__u32 _pad;
-};
+ * page touched is a TLB miss, docs/NOTES.md). What every ACK reads or
+ * writes of the bookkeeping fills exactly the page's last 128 bytes, one
+ * aligned pair of cache lines (x86 fetches a line's pair partner with it):
+ * 168 bytes over three lines cost a paced ACK one more cold fetch. The
+ * owner, which only claim, release and staging read, sits below it. */
+#define FOLD_OFF_BOOK 495	/* register where the bookkeeping starts */
+#define FOLD_HOT_BYTES 128
 
 struct fold_flow {
 	union {
 		struct fold_state st;
 		struct {
 			__u64 _regs_in_use[FOLD_OFF_BOOK];
-			struct fold_unflushed unflushed;
-			struct fold_pending pend;
+			__u32 owner;		/* flow id of the flow holding this slot, 0: free */
+			__u32 _pad;
+			/* per ACK, FOLD_HOT_BYTES: */
 			struct fold_baseline base;
 			__u64 req_rate;		/* last set_rate (bytes/s), 0: none */
+			struct fold_pending pend;
 			__u32 req_cwnd;		/* last set_cwnd (bytes), 0: none */
 			__u32 awaiting;		/* after an RTO or a change of algorithm: it has not answered yet */
 			__u32 ctl_epoch;	/* FOLD_CTL_EPOCH when req_* were set */
-			__u32 _pad;
-			__u32 owner;		/* flow id of the flow holding this slot, 0: free */
 			__u32 staged_gen;	/* bumped by fold_stage after each merge for this flow */
 			__u32 staged_seen;	/* staged_gen when it last looked at fold_staged */
-			__u32 _pad2;
+			struct fold_unflushed unflushed;
+			__u32 _pad2[2];
 		};
 	};
 };
 _Static_assert(sizeof(struct fold_flow) == 8 * FOLD_NREGS, "one page per slot: the bookkeeping fits the top registers");
 _Static_assert(FOLD_OFF_BOOK >= FOLD_OFF_REPORT + FOLD_MAX_REPORT, "bookkeeping above every register in use");
+_Static_assert(__builtin_offsetof(struct fold_flow, base) == sizeof(struct fold_flow) - FOLD_HOT_BYTES,
+	       "the per-ACK bookkeeping is the page's last 128 bytes");
 /* tests/fold_slots.rs reads these from the end of a slot's value */
+_Static_assert(__builtin_offsetof(struct fold_flow, owner) == sizeof(struct fold_flow) - 136, "fold_flow tail");
 _Static_assert(__builtin_offsetof(struct fold_flow, req_cwnd) == sizeof(struct fold_flow) - 32, "fold_flow tail");
-_Static_assert(__builtin_offsetof(struct fold_flow, owner) == sizeof(struct fold_flow) - 16, "fold_flow tail");
-_Static_assert(__builtin_offsetof(struct fold_flow, unflushed) == 8 * FOLD_OFF_BOOK, "bookkeeping start");
-_Static_assert(__builtin_offsetof(struct fold_flow, unflushed) == sizeof(struct fold_flow) - 168, "fold_flow tail");
+_Static_assert(__builtin_offsetof(struct fold_flow, staged_gen) == sizeof(struct fold_flow) - 20, "fold_flow tail");
+_Static_assert(__builtin_offsetof(struct fold_flow, staged_seen) == sizeof(struct fold_flow) - 16, "fold_flow tail");
+_Static_assert(__builtin_offsetof(struct fold_flow, unflushed) == sizeof(struct fold_flow) - 12, "fold_flow tail");
 
 /* Slots of fold_flows. libccp keeps 1024 connections, fold_staged 4096:
  * a flow beyond this runs the fallback (counted: no_state_flows). */
@@ -301,13 +311,15 @@ static __always_inline __u32 fold_flow_claim(__u32 flow_id)
 		return FOLD_NO_SLOT;
 	}
 	bpf_loop(FOLD_OFF_BOOK, fold_zero_reg, &slot, 0);
-	__builtin_memset(&ff->unflushed, 0, sizeof(ff->unflushed));
-	__builtin_memset(&ff->pend, 0, sizeof(ff->pend));
 	__builtin_memset(&ff->base, 0, sizeof(ff->base));
 	ff->req_rate = 0;
+	__builtin_memset(&ff->pend, 0, sizeof(ff->pend));
 	ff->req_cwnd = 0;
 	ff->awaiting = 0;
 	ff->ctl_epoch = 0;
+	__builtin_memset(&ff->unflushed, 0, sizeof(ff->unflushed));
+	ff->_pad = 0;
+	__builtin_memset(ff->_pad2, 0, sizeof(ff->_pad2));
 	/* differs from the flow's generation: its first ACK looks */
 	ff->staged_seen = *(volatile __u32 *)&ff->staged_gen - 1;
 	return slot;
@@ -445,7 +457,7 @@ static __always_inline void fold_send_report(struct fold_flow *ff, __u32 flow_id
  * section is due (fold_ack_end runs either way). */
 static __always_inline struct fold_flow *fold_ack_begin(struct sock *sk, const struct rate_sample *rs,
 							__u32 flow_id, __u32 ecn_bytes, __u32 timeouts,
-							__u64 now, __u64 hb)
+							__u64 now)
 {
 	const struct tcp_sock *tp = (const struct tcp_sock *)sk;
 	__u32 slot = *fold_slot_of(sk);
@@ -467,9 +479,6 @@ static __always_inline struct fold_flow *fold_ack_begin(struct sock *sk, const s
 		ff->req_cwnd = 0;
 		ff->req_rate = 0;
 	}
-	ff->pend.now = now;
-	ff->pend.hb = hb;
-	ff->pend.urgent = prims[4] || prims[14];	/* lost_pkts_sample, was_timeout */
 	ff->pend.seed = ff->req_cwnd ? ff->req_cwnd : fold_sat_mul(tp->snd_cwnd, a.mss ? a.mss : 1);
 	gen = fold_staged_gen_now(ff, slot, flow_id);
 	if (gen != ff->staged_seen) {
@@ -491,6 +500,21 @@ static __always_inline struct fold_flow *fold_ack_begin(struct sock *sk, const s
 	return ff;
 }
 
+/* The ACK's bpf_ktime_get_ns(), as fold_ack_begin left it for a compiled
+ * section's Micros writes. */
+static __always_inline __u64 fold_ack_now(const struct fold_flow *ff)
+{
+	return ff->st.regs[FOLD_OFF_JIT_NOW];
+}
+
+/* Does the ACK carry a loss or a timeout (its report wakes user space at
+ * once)? From the primitives' registers, which programs cannot write and
+ * fold_invoke_begin filled whenever a program ran (no report otherwise). */
+static __always_inline int fold_report_urgent(const struct fold_flow *ff)
+{
+	return ff->st.regs[FOLD_OFF_PRIM + 4] || ff->st.regs[FOLD_OFF_PRIM + 14];	/* lost_pkts_sample, was_timeout */
+}
+
 /* Does the flow run a program (its main section is due after
  * fold_ack_begin)? */
 static __always_inline int fold_flow_runs_program(const struct fold_flow *ff)
@@ -507,7 +531,7 @@ static __always_inline int fold_interpret_main(struct fold_flow *ff)
 
 	if (!p)
 		return 0;
-	return fold_run_section(&ff->st, p, 0, p->n_main, ff->pend.now, &ff->pend.res.steps);
+	return fold_run_section(&ff->st, p, 0, p->n_main, fold_ack_now(ff), &ff->pend.res.steps);
 }
 
 /* The second half, after the main section returned `err` (ignored when
@@ -537,7 +561,7 @@ static __always_inline int fold_ack_end(struct fold_flow *ff, __u32 flow_id, int
 			if (aborted)
 				cnt->aborts++;
 			if (res->report)
-				fold_send_report(ff, flow_id, res, ff->pend.now, ff->pend.urgent, cnt);
+				fold_send_report(ff, flow_id, res, fold_ack_now(ff), fold_report_urgent(ff), cnt);
 		}
 	}
 	if (res->n_cwnd) {
@@ -567,10 +591,10 @@ static __always_inline int fold_ack_end(struct fold_flow *ff, __u32 flow_id, int
 
 /* One ACK with the main section interpreted: both halves in one call. */
 static __always_inline int fold_on_ack(struct sock *sk, const struct rate_sample *rs, __u32 flow_id,
-				       __u32 ecn_bytes, __u32 timeouts, __u64 now, __u64 hb,
+				       __u32 ecn_bytes, __u32 timeouts, __u64 now,
 				       __u32 *cwnd_bytes, __u64 *rate)
 {
-	struct fold_flow *ff = fold_ack_begin(sk, rs, flow_id, ecn_bytes, timeouts, now, hb);
+	struct fold_flow *ff = fold_ack_begin(sk, rs, flow_id, ecn_bytes, timeouts, now);
 	int err = 0;
 
 	if (!ff)

@@ -158,7 +158,7 @@ void BPF_PROG(fold_check_cong_control, struct sock *sk, __u32 ack, int flag, con
 	__u32 cwnd = 0;
 	__u64 rate = 0;
 
-	if (fold_on_ack(sk, rs, 1, 0, 0, bpf_ktime_get_ns(), 0, &cwnd, &rate) && cwnd)
+	if (fold_on_ack(sk, rs, 1, 0, 0, bpf_ktime_get_ns(), &cwnd, &rate) && cwnd)
 		tp->snd_cwnd = cwnd / (tp->mss_cache ? tp->mss_cache : 1) ?: 1;
 }
 

@@ -23,16 +23,15 @@ const MAX_FLOWS: u32 = 4096;
 const NO_SLOT: u32 = u32::MAX;
 /// bpf/fold_vm.h FOLD_NREGS: a slot's value is the register file, one page.
 const NREGS: usize = 512;
-/// Byte offsets from the end of a `struct fold_flow` (asserted in fold_ccp.h).
-/// claim() zeroes everything before TAIL_RESET (the registers and the
-/// pending and baseline records) and sets the fields from req_rate on one by one.
-const TAIL_RESET: usize = 40;
+/// Byte offsets from the end of a `struct fold_flow` (asserted in fold_ccp.h):
+/// the owner, then the 128 bytes every ACK touches, which end with the
+/// staging generations and the unflushed counts (a byte each).
+const TAIL_OWNER: usize = 136;
 const TAIL_REQ_CWND: usize = 32;
-const TAIL_OWNER: usize = 16;
-const TAIL_STAGED_GEN: usize = 12;
-const TAIL_STAGED_SEEN: usize = 8;
-/// struct fold_unflushed (invocations, compiled_runs, includer, pad).
-const TAIL_UNFLUSHED: usize = 168;
+const TAIL_STAGED_GEN: usize = 20;
+const TAIL_STAGED_SEEN: usize = 16;
+/// struct fold_unflushed: invocations, compiled_runs, includer, pad (u8 each).
+const TAIL_UNFLUSHED: usize = 12;
 
 struct Kernel {
     skel: skel::FoldTestSkel<'static>,
@@ -140,14 +139,21 @@ fn a_flow_away_from_home_gets_a_free_slot_with_its_state_zeroed() {
     for flow in 1..=MAX_FLOWS {
         k.claim(flow);
     }
-    // flow 5 ends; its slot keeps what it left behind
+    // flow 5 ends; its slot keeps what it left behind (here: junk in every
+    // byte but the owner and the staging generations)
     k.release(5);
     let mut left = k.slot_value(5);
     assert_eq!(tail_u32(&left, TAIL_OWNER), 0, "a released slot is free");
     assert_eq!(left.len(), 8 * NREGS, "one page per slot");
-    let reset = left.len() - TAIL_RESET;
-    for (i, b) in left[..reset].iter_mut().enumerate() {
-        *b = (i % 251) as u8 + 1;
+    let len = left.len();
+    let kept = |i: usize| {
+        let from_end = len - i;
+        [TAIL_OWNER, TAIL_STAGED_GEN, TAIL_STAGED_SEEN].iter().any(|&t| from_end <= t && from_end > t - 4)
+    };
+    for (i, b) in left.iter_mut().enumerate() {
+        if !kept(i) {
+            *b = (i % 251) as u8 + 1;
+        }
     }
     set_tail_u32(&mut left, TAIL_REQ_CWND, 123_456);
     k.put_slot_value(5, &left);
@@ -157,7 +163,8 @@ fn a_flow_away_from_home_gets_a_free_slot_with_its_state_zeroed() {
     assert_eq!(slot, 5);
     let v = k.slot_value(slot);
     assert_eq!(tail_u32(&v, TAIL_OWNER), MAX_FLOWS + 1);
-    assert!(v[..reset].iter().all(|&b| b == 0), "registers and pending/baseline zeroed for the new flow");
+    let dirty: Vec<usize> = (0..v.len()).filter(|&i| !kept(i) && v[i] != 0).collect();
+    assert!(dirty.is_empty(), "registers and bookkeeping zeroed for the new flow; not at bytes {dirty:?}");
     assert_eq!(tail_u32(&v, TAIL_REQ_CWND), 0, "no cwnd request carried over");
     assert_eq!(
         tail_u32(&v, TAIL_STAGED_SEEN),
@@ -194,13 +201,14 @@ fn a_released_flow_adds_its_unflushed_counts_to_the_counters() {
     let k = Kernel::load();
     let slot = k.claim(7);
     let mut v = k.slot_value(slot);
-    assert_eq!(tail_u32(&v, TAIL_UNFLUSHED), 0, "a claimed slot starts with nothing unflushed");
-    set_tail_u32(&mut v, TAIL_UNFLUSHED, 41);
-    set_tail_u32(&mut v, TAIL_UNFLUSHED - 4, 40);
+    let unflushed = v.len() - TAIL_UNFLUSHED;
+    assert_eq!(v[unflushed..unflushed + 3], [0, 0, 0], "a claimed slot starts with nothing unflushed");
+    v[unflushed] = 41; // invocations
+    v[unflushed + 1] = 40; // compiled_runs
     k.put_slot_value(slot, &v);
     let (inv, comp) = (k.counter(0), k.counter(4));
     k.release(slot);
     assert_eq!((k.counter(0) - inv, k.counter(4) - comp), (41, 40), "the ACKs the flow had not flushed are counted");
     let v = k.slot_value(slot);
-    assert_eq!((tail_u32(&v, TAIL_UNFLUSHED), tail_u32(&v, TAIL_UNFLUSHED - 4)), (0, 0), "and not counted twice");
+    assert_eq!(v[unflushed..unflushed + 3], [0, 0, 0], "and not counted twice");
 }
