@@ -954,8 +954,11 @@ fn pacing_the_socket_came_with_stays_on_at_the_kernel_rate() {
     // a plain ccp socket comes without pacing, and is not paced
     let flow = BulkFlow::start(&net);
     assert!(flow.wait_for(Duration::from_secs(5), |t| t.tcpi_snd_cwnd == 40).is_some(), "{}", dp.log_text());
-    let log = dp.log_text();
-    let third = log.lines().filter(|l| l.contains("flow created")).nth(2).map(str::to_owned);
+    // the fallback's slow start can reach 40 packets before the daemon has
+    // logged the create: wait for the line, do not race it
+    let third = try_wait_until(Duration::from_secs(5), || {
+        dp.log_text().lines().filter(|l| l.contains("flow created")).nth(2).map(str::to_owned)
+    });
     assert!(third.as_deref().is_some_and(|l| l.contains("kernel_pacing=false")), "plain socket: {third:?}");
     drop(flow);
     drop(net);
