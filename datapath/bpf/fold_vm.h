@@ -420,45 +420,42 @@ static __always_inline __u32 fold_pending_control(__u32 w, __u64 m)
 	return (w << 6) | i;
 }
 
+/* Run `stmt` for each pending control register `i` (< FOLD_MAX_CONTROL)
+ * of `sg`'s control_mask, lowest first. `bpf_for` rather than a plain
+ * bounded loop: that one took ccp_cong_control past the verifier's limit
+ * (E2BIG). `stmt` must not break or continue. */
+#define fold_for_each_pending_control(sg, i, stmt)					\
+	do {										\
+		__u32 w_;								\
+		for (w_ = 0; w_ < 2; w_++) {						\
+			__u64 m_ = (sg)->control_mask[w_];				\
+			int n_;								\
+			bpf_for(n_, 0, 64) {						\
+				if (!m_)						\
+					break;						\
+				(i) = fold_pending_control(w_, m_);			\
+				if ((i) < FOLD_MAX_CONTROL)				\
+					stmt;						\
+				m_ &= m_ - 1;						\
+			}								\
+		}									\
+	} while (0)
+
 /* Copy the pending control registers of `from` (its control_mask) into
  * `to`; the other registers of `to` are left as they are (never read). */
 static __always_inline void fold_copy_pending_controls(struct fold_staged *to, const struct fold_staged *from)
 {
-	__u32 w, i;
-	__u64 m;
-	int n;
+	__u32 i;
 
-	for (w = 0; w < 2; w++) {
-		m = from->control_mask[w];
-		bpf_for(n, 0, 64) {
-			if (!m)
-				break;
-			i = fold_pending_control(w, m);
-			if (i < FOLD_MAX_CONTROL)
-				to->control[i] = from->control[i];
-			m &= m - 1;
-		}
-	}
+	fold_for_each_pending_control(from, i, to->control[i] = from->control[i]);
 }
 
 /* Write the pending control registers of `sg` into the register file. */
 static __always_inline void fold_apply_controls(struct fold_state *st, const struct fold_staged *sg)
 {
-	__u32 w, i;
-	__u64 m;
-	int n;
+	__u32 i;
 
-	for (w = 0; w < 2; w++) {
-		m = sg->control_mask[w];
-		bpf_for(n, 0, 64) {
-			if (!m)
-				break;
-			i = fold_pending_control(w, m);
-			if (i < FOLD_MAX_CONTROL)
-				st->regs[FOLD_CTL(i)] = sg->control[i];
-			m &= m - 1;
-		}
-	}
+	fold_for_each_pending_control(sg, i, st->regs[FOLD_CTL(i)] = sg->control[i]);
 }
 
 /* Merge one message's staged updates `d` into entry `e`. A program change
