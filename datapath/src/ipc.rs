@@ -520,6 +520,24 @@ mod tests {
         (dir, portus_path, portus, ipc)
     }
 
+    /// Wait (5 s at most) until the socket bound at `path` is released.
+    /// Closing our fd is not enough: a process another test forks in the
+    /// same test binary holds a copy of it until its exec, and meanwhile
+    /// the socket lives on (a send to it is refused with EAGAIN, its queue
+    /// being full, instead of ECONNREFUSED).
+    fn wait_released(path: &Path) {
+        let probe = UnixDatagram::unbound().unwrap();
+        probe.set_nonblocking(true).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            match probe.send_to(b"", path) {
+                Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => return,
+                other => assert!(Instant::now() < deadline, "{} still alive after 5 s: {other:?}", path.display()),
+            }
+            std::thread::yield_now();
+        }
+    }
+
     fn drain(portus: &UnixDatagram) -> Vec<u32> {
         let mut got = vec![];
         let mut buf = [0u8; 8];
@@ -576,6 +594,7 @@ mod tests {
         // Portus dies (its socket file stays, as after SIGKILL)
         drop(portus);
         assert!(portus_path.exists());
+        wait_released(&portus_path);
         assert!(!tx.flush(), "flushing to a dead Portus fails");
         assert_eq!(tx.backlog(), 0, "nothing is kept for a dead algorithm");
         assert_eq!(tx.outbox_stats().dropped, 2 + cap as u64);
