@@ -544,9 +544,12 @@ fn rtt_settled(ti: &libc::tcp_info, pkts: u32) -> bool {
 }
 
 /// Wait (at most 5 s) until the queue has settled at `pkts` segments: cwnd
-/// is `pkts` and the smoothed RTT is in the expected band.
+/// is `pkts`, what was sent under a larger cwnd before (the fallback's slow
+/// start) has been acked, and the smoothed RTT is in the expected band.
+/// (The smoothed RTT alone can enter the band while 13 segments are still
+/// out under a cwnd of 10.)
 fn wait_settled(flow: &BulkFlow, pkts: u32) {
-    let settled = flow.wait_for(Duration::from_secs(5), |t| t.tcpi_snd_cwnd == pkts && rtt_settled(t, pkts));
+    let settled = flow.wait_for(Duration::from_secs(5), |t| t.tcpi_snd_cwnd == pkts && t.tcpi_unacked <= pkts && rtt_settled(t, pkts));
     let now = flow.info();
     assert!(
         settled.is_some(),
