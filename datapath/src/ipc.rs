@@ -3,8 +3,9 @@
 //! Portus 0.9 (`portus::ipc::unix`) binds `/tmp/ccp/<name>` (default
 //! `/tmp/ccp/portus`) and answers every message to the sender's bound path,
 //! so the datapath binds its own filesystem path
-//! (`<bind-dir>/ccp-datapath-<pid>`). One datagram = one libccp message; no
-//! extra framing.
+//! (`<bind-dir>/ccp-datapath-<pid>`). Messages carry libccp's header (type,
+//! length, flow); Portus takes several in one datagram
+//! ([`PortusSender::send_packed`]), libccp one per datagram.
 //!
 //! Security (issue 8 item 5, "only root steers flows"): whoever can send to
 //! these sockets sets every `ccp` flow's cwnd and pacing rate. So
@@ -166,6 +167,12 @@ pub struct OutboxStats {
     /// they waited (a restarted algorithm is told every live flow again).
     pub dropped: u64,
 }
+
+/// The longest datagram Portus reads whole: portus 0.9 receives into a
+/// 1024-byte buffer (`run.rs`, `run_inner`) and parses the messages in it
+/// one after another by their headers' lengths (`ipc/mod.rs`,
+/// `Backend::next`), so a datagram up to this size may carry several.
+pub const PORTUS_RECV_BYTES: usize = 1024;
 
 /// How long a verified Portus socket owner is trusted before an `lstat` again.
 const OWNER_RECHECK: Duration = Duration::from_secs(1);
@@ -379,6 +386,35 @@ impl PortusSender {
         out.defer(msg)
     }
 
+    /// Send `msgs` in order, as many to a datagram as fit in
+    /// [`PORTUS_RECV_BYTES`] (a longer message goes alone): a burst of
+    /// reports or creates costs Portus one wakeup and one read per
+    /// datagram instead of one per message. Each datagram goes as
+    /// [`send`](PortusSender::send) sends it. Returns how many of `msgs`
+    /// (a prefix, in order) were sent or wait in the outbox; the rest could
+    /// not be sent (Portus gone, or the outbox full).
+    pub fn send_packed<'a>(&mut self, msgs: impl IntoIterator<Item = &'a [u8]>) -> usize {
+        let mut accepted = 0;
+        let mut dgram: Vec<u8> = Vec::with_capacity(PORTUS_RECV_BYTES);
+        let mut in_dgram = 0;
+        for msg in msgs {
+            if !dgram.is_empty() && dgram.len() + msg.len() > PORTUS_RECV_BYTES {
+                if !self.send(&dgram) {
+                    return accepted;
+                }
+                accepted += in_dgram;
+                dgram.clear();
+                in_dgram = 0;
+            }
+            dgram.extend_from_slice(msg);
+            in_dgram += 1;
+        }
+        if in_dgram > 0 && self.send(&dgram) {
+            accepted += in_dgram;
+        }
+        accepted
+    }
+
     /// Send what waits in the outbox, oldest first, until Portus's queue is
     /// full again. Returns false when Portus is gone: what waited is
     /// dropped (counted in [`OutboxStats::dropped`]).
@@ -577,6 +613,62 @@ mod tests {
         assert_eq!(flusher.backlog(), 0);
         assert_eq!(drain(&portus), vec![7]);
         drop((tx, flusher, ipc));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn packed_messages_fill_datagrams_up_to_portus_buffer_in_order() {
+        let (dir, portus_path, portus, ipc) = burst_setup("packed");
+        let mut tx = ipc.sender().unwrap();
+        // 40 messages of 90..=490 bytes, each filled with its index
+        let msgs: Vec<Vec<u8>> = (0..40u8).map(|i| vec![i; 90 + 10 * usize::from(i)]).collect();
+        assert_eq!(tx.send_packed(msgs.iter().map(|m| m.as_slice())), msgs.len());
+        let mut dgrams = vec![];
+        let mut buf = vec![0u8; 4 * PORTUS_RECV_BYTES];
+        loop {
+            // more datagrams than Portus's queue holds: some wait in the outbox
+            while let Ok(n) = portus.recv(&mut buf) {
+                dgrams.push(buf[..n].to_vec());
+            }
+            if tx.backlog() == 0 {
+                break;
+            }
+            assert!(tx.flush());
+        }
+        let lens: Vec<usize> = dgrams.iter().map(Vec::len).collect();
+        assert!(lens.iter().all(|&l| l <= PORTUS_RECV_BYTES), "datagram lengths {lens:?}");
+        assert!(dgrams.concat() == msgs.concat(), "every message, whole, in order (datagram lengths {lens:?})");
+        // greedy: a datagram ends only where the next message would not fit
+        let mut at = 0;
+        for d in &dgrams[..dgrams.len() - 1] {
+            let mut len = 0;
+            while len < d.len() {
+                len += msgs[at].len();
+                at += 1;
+            }
+            assert_eq!(len, d.len(), "datagrams end at message boundaries");
+            assert!(len + msgs[at].len() > PORTUS_RECV_BYTES, "message {at} would have fitted");
+        }
+        assert!(dgrams.len() < msgs.len() / 2, "{} datagrams for {} messages", dgrams.len(), msgs.len());
+        // Portus gone: nothing of a packed send is accepted
+        drop(portus);
+        wait_released(&portus_path);
+        assert_eq!(tx.send_packed(msgs.iter().map(|m| m.as_slice())), 0);
+        drop((tx, ipc));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_packed_send_beyond_the_outbox_cap_accepts_a_prefix() {
+        let (dir, _, portus, ipc) = burst_setup("packcap");
+        let qlen = max_dgram_qlen();
+        let cap = 2;
+        let mut tx = ipc.sender_with_outbox(cap).unwrap();
+        // one message per datagram (each more than half of Portus's buffer)
+        let msgs: Vec<Vec<u8>> = (0..(qlen + cap + 3) as u8).map(|i| vec![i; PORTUS_RECV_BYTES / 2 + 1]).collect();
+        assert_eq!(tx.send_packed(msgs.iter().map(|m| m.as_slice())), qlen + cap, "the queue, then the outbox");
+        assert_eq!(tx.backlog(), cap);
+        drop((tx, ipc, portus));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

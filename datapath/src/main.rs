@@ -149,6 +149,9 @@ struct KernelMode {
     unsent: Vec<(u32, Vec<u8>, Instant)>,
     /// Report records from the kernel, raw.
     reports: Rc<RefCell<Vec<Vec<u8>>>>,
+    /// Messages for Portus from this turn of the loop, in order, sent
+    /// together by [`KernelMode::flush`]; a create names its flow.
+    pending: Vec<(Option<u32>, Vec<u8>)>,
     /// A send to Portus failed since the loop last looked.
     send_failed: bool,
     /// Whether the loop promised the BPF side to look again within the
@@ -160,14 +163,28 @@ struct KernelMode {
 const CREATE_RETRY: Duration = Duration::from_secs(1);
 
 impl KernelMode {
-    fn send(&mut self, msg: &[u8]) -> bool {
-        let ok = self.sender.send(msg);
-        self.send_failed |= !ok;
-        ok
+    /// Send this turn's messages, several to a datagram. A create Portus
+    /// did not get is kept to be announced again ([`CREATE_RETRY`]).
+    fn flush(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let pending = std::mem::take(&mut self.pending);
+        let sent = self.sender.send_packed(pending.iter().map(|(_, m)| m.as_slice()));
+        if sent < pending.len() {
+            self.send_failed = true;
+            let now = Instant::now();
+            for (flow, msg) in pending.into_iter().skip(sent) {
+                if let Some(flow) = flow {
+                    self.unsent.push((flow, msg, now));
+                }
+            }
+        }
     }
 
     fn created(&mut self, c: &FlowCreated, alg: &str) {
         self.unsent.retain(|(f, _, _)| *f != c.flow_id);
+        self.pending.retain(|(f, _)| *f != Some(c.flow_id));
         let msg = self.kf.flow_created(
             c.flow_id,
             c.init_cwnd_pkts.saturating_mul(c.mss),
@@ -177,8 +194,7 @@ impl KernelMode {
             alg,
         );
         match msg {
-            Ok(m) if self.send(&m) => {}
-            Ok(m) => self.unsent.push((c.flow_id, m, Instant::now())),
+            Ok(m) => self.pending.push((Some(c.flow_id), m)),
             Err(e) => tracing::warn!(flow = c.flow_id, error = %e, "flow not announced (fallback)"),
         }
     }
@@ -186,18 +202,16 @@ impl KernelMode {
     fn released(&mut self, flow_id: u32) {
         self.unsent.retain(|(f, _, _)| *f != flow_id);
         let close = self.kf.flow_released(flow_id);
-        self.send(&close);
+        self.pending.push((None, close));
     }
 
-    /// Forward the kernel's reports (collected by the report ring's
-    /// consumer) to Portus; returns how many.
+    /// Queue the kernel's reports (collected by the report ring's
+    /// consumer) for Portus; returns how many.
     fn forward_reports(&mut self) -> usize {
         let records = std::mem::take(&mut *self.reports.borrow_mut());
         for rec in &records {
             match self.kf.report_msg(rec) {
-                Ok((_, msg)) => {
-                    self.send(&msg);
-                }
+                Ok((_, msg)) => self.pending.push((None, msg)),
                 Err(e) => tracing::warn!(error = %e, "report record"),
             }
         }
@@ -619,6 +633,7 @@ fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
             sender,
             unsent: vec![],
             reports,
+            pending: vec![],
             send_failed: false,
             looks: ReportLooks::new(Duration::from_millis(cli.report_wake_ms)),
         };
@@ -702,15 +717,18 @@ fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
         if let (Some(k), Some(r)) = (&mut lp.kernel, &report_ring) {
             look_for_reports(k, r, &lp.bpf);
         }
-        if let Some(k) = &mut lp.kernel {
-            k.retry_unsent();
-            if std::mem::take(&mut k.send_failed) {
-                lp.watch.send_failed(Instant::now());
-            }
-        }
         if last_resync.elapsed() >= RESYNC_EVERY {
             lp.resync();
             last_resync = Instant::now();
+        }
+        if let Some(k) = &mut lp.kernel {
+            k.retry_unsent();
+            // what this turn has for Portus (announcements, creates,
+            // reports, closes), in order, several to a datagram
+            k.flush();
+            if std::mem::take(&mut k.send_failed) {
+                lp.watch.send_failed(Instant::now());
+            }
         }
         if last_summary.elapsed() >= Duration::from_secs(10) {
             lp.summary(false);
