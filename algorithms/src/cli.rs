@@ -391,8 +391,7 @@ pub fn run<S: AlgorithmSpec>(cli: &Cli<S::Args>) -> anyhow::Result<()> {
         IpcKind::Unix => {
             let path = cli.common.unix_socket_path().map_err(anyhow::Error::msg)?;
             ensure_not_in_use(&path)?;
-            let sock = portus::ipc::unix::Socket::<Blocking>::new(&cli.common.ipc_name)
-                .map_err(|e| anyhow::anyhow!("cannot bind unix socket {}: {}", path.display(), e.0))?;
+            let sock = crate::portus_glue::UnixIpc::bind(&path).context("cannot bind the unix socket")?;
             let _cleanup = SocketFile::claim(&path);
             info!(target: "ccp", "ready alg={} ipc=unix socket={}{hosted}", S::NAME, path.display());
             hosting.run(sock, keep_running.clone())

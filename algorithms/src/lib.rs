@@ -39,6 +39,7 @@ pub mod rocinante;
 pub mod spoderman;
 pub mod sprout_ewma;
 pub mod suite;
+pub mod unix_ipc;
 pub mod vegas;
 pub mod window;
 

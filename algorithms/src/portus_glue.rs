@@ -217,8 +217,9 @@ impl<I: Ipc, W: Controller> portus::Flow for PortusFlow<I, W> {
 // the first one.
 // ---------------------------------------------------------------------------
 
-/// Portus's unix-socket IPC as the daemon uses it.
-pub type UnixIpc = portus::ipc::unix::Socket<portus::ipc::Blocking>;
+/// Portus's unix-socket IPC as the daemon uses it: Portus's socket, its
+/// sends batched until the next receive ([`crate::unix_ipc`]).
+pub type UnixIpc = crate::unix_ipc::BatchedUnixSocket;
 /// Portus's netlink IPC as the daemon uses it.
 pub type NetlinkIpc = portus::ipc::netlink::Socket<portus::ipc::Blocking>;
 
