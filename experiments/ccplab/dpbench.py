@@ -53,7 +53,11 @@ repetitions; a ratio is the median of the per-repetition ratios, see ``evaluate_
 throughput >= 0.97x kernel cubic at full speed at 1, 10 and 100 flows; own
 CPU <= 1.05x kernel cubic's when paced (and only when the paced throughputs
 are equal within 3%: otherwise MISS); BPF time per ACK (all programs) under
-1.5 us; at most 2 user-space messages per RTT per flow.
+1.5 us; at most 2 user-space messages per RTT per flow. Beside each median: its 95% bootstrap
+interval over the repetitions (``median_interval``, scipy.stats.bootstrap), and a verdict whose
+interval reaches across the bound says so: on a VM whose repetitions spread by +-15% such a
+PASS or MISS is the noise's to decide. ``--from JSON`` prints the tables of a run saved with
+``--json`` again (no root, nothing run).
 
 Needs root, kernel BTF, iperf3, ip, ss, bpftool, clang (``bpf-cubic``) and the built binaries
 (``cargo build --release -p ccp-datapath -p ccp-algorithms``). Runs under the
@@ -445,13 +449,47 @@ class Measurement:
 
 @dataclass(frozen=True)
 class TargetRow:
-    """One target check: what, the configuration, the figure, the bound, PASS or MISS (with why)."""
+    """One target check: what, the configuration, the figure, the bound, PASS or MISS (with why), and
+    the 95% bootstrap interval of the figure's median over repetitions ("" with fewer than 3)."""
 
     what: str
     config: str
     figure: str
     bound: str
     verdict: str
+    interval: str = ""
+
+
+INTERVAL_CONFIDENCE = 0.95
+"""Confidence level of the interval printed beside each target's median."""
+
+
+def median_interval(values: Sequence[float]) -> tuple[float, float] | None:
+    """The ``INTERVAL_CONFIDENCE`` percentile-bootstrap interval of the median of ``values``
+    (scipy.stats.bootstrap, 9999 resamples, a fixed seed so a saved run prints the same interval
+    again); None with fewer than 3 values. On this VM one repetition's ratio spreads by +-15%
+    (datapath/README.md), so a median a few percent from a bound decides nothing: the interval
+    says how far the repetitions let it move."""
+    if len(values) < 3:
+        return None
+    if min(values) == max(values):
+        return (values[0], values[0])
+    import numpy as np
+    from scipy.stats import bootstrap
+    res = bootstrap((np.asarray(values, dtype=float),), np.median, confidence_level=INTERVAL_CONFIDENCE,
+                    n_resamples=9999, method="percentile", rng=np.random.default_rng(0))
+    return (float(res.confidence_interval.low), float(res.confidence_interval.high))
+
+
+def _with_interval(verdict: str, interval: tuple[float, float] | None, bound: float) -> str:
+    """``verdict``, noting when the median's interval reaches across ``bound``."""
+    if interval is None or not interval[0] <= bound <= interval[1] or verdict.startswith("MISS ("):
+        return verdict
+    return f"{verdict} (the 95% interval spans the bound)"
+
+
+def _interval_text(interval: tuple[float, float] | None, fmt: Callable[[float], str]) -> str:
+    return "" if interval is None else f"{fmt(interval[0])}-{fmt(interval[1])}"
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
@@ -483,25 +521,38 @@ def evaluate_targets(ms: Sequence[Measurement], flows: Sequence[int] = FLOWS) ->
     the 5% the CPU target allows.
     """
     rows: list[TargetRow] = []
+    ratio_text = lambda v: f"{v:.3f}x"  # noqa: E731
     for n in flows:
-        ratio = _paired_ratio(ms, n, False, lambda m: m.gbps)
+        ratios = _paired_ratios(ms, n, False, lambda m: m.gbps)
+        ratio, ci = _median(ratios), median_interval(ratios)
         rows.append(TargetRow("throughput vs kernel cubic", f"{n} flows, full", _x(ratio),
                               f">= {MIN_THROUGHPUT_RATIO:.2f}x",
-                              _verdict(None if ratio is None else ratio >= MIN_THROUGHPUT_RATIO)))
+                              _with_interval(_verdict(None if ratio is None else ratio >= MIN_THROUGHPUT_RATIO),
+                                             ci, MIN_THROUGHPUT_RATIO),
+                              _interval_text(ci, ratio_text)))
     for n in flows:
         kp, cp = _of(ms, "kernel", n, True), _of(ms, TARGET_MODE, n, True)
         kg, cg = _median([m.gbps for m in kp]), _median([m.gbps for m in cp])
-        ratio = _paired_ratio(ms, n, True, lambda m: m.own_cpu)
+        ratios = _paired_ratios(ms, n, True, lambda m: m.own_cpu)
+        ratio, ci = _median(ratios), median_interval(ratios)
         equal = kg is not None and cg is not None and kg > 0 and abs(cg / kg - 1) <= EQUAL_THROUGHPUT_TOLERANCE
         why = "" if equal or ratio is None else f"throughput {cg:.3f} vs {kg:.3f} Gbit/s, not equal"
         ok = None if ratio is None else (ratio <= MAX_CPU_RATIO and equal)
         rows.append(TargetRow("own CPU vs kernel cubic", f"{n} flows, paced", _x(ratio),
-                              f"<= {MAX_CPU_RATIO:.2f}x", _verdict(ok, why)))
+                              f"<= {MAX_CPU_RATIO:.2f}x", _with_interval(_verdict(ok, why), ci, MAX_CPU_RATIO),
+                              _interval_text(ci, ratio_text)))
     for n in flows:
-        worst = _worst([_median([m.bpf_ns_per_ack for m in _of(ms, TARGET_MODE, n, p)]) for p in (False, True)])
+        # the worse of full speed and paced, by median; its interval
+        per_load = [[m.bpf_ns_per_ack for m in _of(ms, TARGET_MODE, n, p) if m.bpf_ns_per_ack is not None]
+                    for p in (False, True)]
+        per_load = [v for v in per_load if v]
+        worst_values = max(per_load, key=statistics.median) if per_load else []
+        worst, ci = _median(worst_values), median_interval(worst_values)
         rows.append(TargetRow("BPF time per ACK", f"{n} flows", "n/a" if worst is None else f"{worst / 1000:.2f} us",
                               f"< {MAX_BPF_NS_PER_ACK / 1000:.1f} us",
-                              _verdict(None if worst is None else worst < MAX_BPF_NS_PER_ACK)))
+                              _with_interval(_verdict(None if worst is None else worst < MAX_BPF_NS_PER_ACK),
+                                             ci, MAX_BPF_NS_PER_ACK),
+                              _interval_text(ci, lambda v: f"{v / 1000:.2f}")))
     for n in flows:
         worst = _worst([_median([m.msgs_per_rtt_per_flow for m in _of(ms, TARGET_MODE, n, p)]) for p in (False, True)])
         rows.append(TargetRow("user-space msgs per RTT per flow", f"{n} flows",
@@ -515,14 +566,19 @@ def _median(values: Sequence[float | None]) -> float | None:
     return statistics.median(present) if present else None
 
 
-def _paired_ratio(ms: Sequence[Measurement], flows: int, paced: bool,
-                  figure: Callable[[Measurement], float]) -> float | None:
-    """Median over repetitions of ``figure`` of ccp-kernel-fold over kernel cubic's in the same
-    repetition; None without a repetition that has both (or kernel cubic's figure is 0)."""
+def _paired_ratios(ms: Sequence[Measurement], flows: int, paced: bool,
+                   figure: Callable[[Measurement], float]) -> list[float]:
+    """Per repetition, ``figure`` of ccp-kernel-fold over kernel cubic's in the same repetition
+    (repetitions without both, or with kernel cubic's figure 0, left out), in repetition order."""
     kernel = {m.rep: figure(m) for m in _of(ms, "kernel", flows, paced)}
     ccp = {m.rep: figure(m) for m in _of(ms, TARGET_MODE, flows, paced)}
-    ratios = [ccp[r] / kernel[r] for r in sorted(kernel.keys() & ccp.keys()) if kernel[r]]
-    return statistics.median(ratios) if ratios else None
+    return [ccp[r] / kernel[r] for r in sorted(kernel.keys() & ccp.keys()) if kernel[r]]
+
+
+def _paired_ratio(ms: Sequence[Measurement], flows: int, paced: bool,
+                  figure: Callable[[Measurement], float]) -> float | None:
+    """Median of :func:`_paired_ratios`; None without a repetition that has both."""
+    return _median(_paired_ratios(ms, flows, paced, figure))
 
 
 def _worst(values: Sequence[float | None]) -> float | None:
@@ -570,10 +626,12 @@ def results_table(ms: Sequence[Measurement], flows: Sequence[int] = FLOWS) -> st
 
 
 def targets_table(rows: Sequence[TargetRow]) -> str:
-    """The targets of ``--fold kernel`` as a table: what, configuration, figure, bound, PASS/MISS."""
-    head = f"{'target (--fold kernel)':<34} {'config':<16} {'figure':>10} {'bound':>10}  verdict"
+    """The targets of ``--fold kernel`` as a table: what, configuration, figure, its 95% interval
+    (:func:`median_interval`), bound, PASS/MISS."""
+    head = f"{'target (--fold kernel)':<34} {'config':<16} {'figure':>10} {'95% interval':>15} {'bound':>10}  verdict"
     return "\n".join([head, "-" * len(head)] +
-                     [f"{r.what:<34} {r.config:<16} {r.figure:>10} {r.bound:>10}  {r.verdict}" for r in rows])
+                     [f"{r.what:<34} {r.config:<16} {r.figure:>10} {r.interval:>15} {r.bound:>10}  {r.verdict}"
+                      for r in rows])
 
 
 LOADS = {"full": False, "paced": True}
@@ -1051,12 +1109,53 @@ def build_parser() -> argparse.ArgumentParser:
                         f"{ALGORITHM_PARAMS}; repeatable; printed in the header")
     p.add_argument("--json", type=Path, help="also write every measurement to this JSON file")
     p.add_argument("--keep-logs", type=Path, metavar="DIR", help="copy the daemons' logs into DIR")
+    p.add_argument("--from", dest="from_json", type=Path, metavar="JSON",
+                   help="run nothing: print the tables and targets of a run saved with --json")
     return p
+
+
+def load_measurements(path: Path) -> list[Measurement]:
+    """The measurements a run wrote with ``--json`` (a list of :class:`Measurement` fields).
+
+    Raises CcplabError naming ``path`` when it cannot be read, is not JSON, or an entry is not a
+    measurement."""
+    try:
+        raw = json.loads(path.read_text())
+    except OSError as exc:
+        raise CcplabError(f"--from {path}: cannot read it: {exc.strerror}") from exc
+    except json.JSONDecodeError as exc:
+        raise CcplabError(f"--from {path}: not JSON ({exc.msg} at line {exc.lineno})") from exc
+    if not isinstance(raw, list):
+        raise CcplabError(f"--from {path}: expected a list of measurements (a --json file), got {type(raw).__name__}")
+    out = []
+    for i, entry in enumerate(raw):
+        try:
+            out.append(Measurement(**entry))
+        except TypeError as exc:
+            raise CcplabError(f"--from {path}: entry {i} is not a measurement ({exc})") from exc
+    return out
+
+
+def print_saved(path: Path) -> int:
+    """Print the results and targets tables of a saved run (``--from``); no root, no network."""
+    ms = load_measurements(path)
+    flows = sorted({m.flows for m in ms})
+    print(f"saved run {path}: {len(ms)} measurements, {max((m.rep for m in ms), default=0)} repetitions")
+    print(results_table(ms, flows))
+    print()
+    print(targets_table(evaluate_targets(ms, flows)))
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (see the module doc)."""
     args = build_parser().parse_args(argv)
+    if args.from_json is not None:
+        try:
+            return print_saved(args.from_json)
+        except CcplabError as exc:
+            print(f"dpbench: error: {exc}", file=sys.stderr)
+            return 2
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _raise_on_signal)
     try:

@@ -3,7 +3,9 @@ iperf3 JSON, per-flow message rates, the target verdicts and the run order (no r
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import statistics
 
 import pytest
 
@@ -205,8 +207,11 @@ def test_targets_take_medians_so_one_outlier_repetition_does_not_decide():
         _m("kernel", 1, True, 1.0, kernel_own[rep - 1], rep=rep),
         _m("ccp-kernel-fold", 1, True, 1.0, ccp_own[rep - 1], bpf[rep - 1], 1.0, rep=rep))]
     cpu, bpf_row = [r for r in d.evaluate_targets(ms, flows=[1]) if r.config.endswith("paced") or "BPF" in r.what][:2]
-    assert (cpu.figure, cpu.verdict) == ("1.025x", "PASS"), "ratios 1.0, 1.025, 1.333"
-    assert (bpf_row.figure, bpf_row.verdict) == ("1.45 us", "PASS"), "the median repetition's BPF time"
+    assert (cpu.figure, cpu.verdict) == ("1.025x", "PASS (the 95% interval spans the bound)"), \
+        "ratios 1.0, 1.025, 1.333: the median passes, the repetitions would let it miss"
+    assert cpu.interval == "1.000x-1.333x"
+    assert bpf_row.figure == "1.45 us", "the median repetition's BPF time"
+    assert bpf_row.verdict.startswith("PASS (the 95% interval spans"), "1400-3000 ns reaches across 1500"
     ratio_of_means = sum(ccp_own) / sum(kernel_own)
     assert ratio_of_means > d.MAX_CPU_RATIO, "the outlier would have decided a ratio of means"
     # a ratio only pairs repetitions that have both modes
@@ -281,3 +286,45 @@ def test_reference_mode_runs_by_default_before_the_ccp_modes():
     assert d.REFERENCE_SOURCE.is_file(), "the reference CCA's source ships with the repository"
     plan = d.run_plan([1], 1, ["kernel", "bpf-cubic", "ccp-kernel-fold"], ["paced"])
     assert [mode for *_, mode in plan] == ["kernel", "bpf-cubic", "ccp-kernel-fold"]
+
+
+def test_median_interval_is_reproducible_and_narrows_with_agreeing_repetitions():
+    assert d.median_interval([1.0, 1.1]) is None, "fewer than 3 repetitions: no interval"
+    assert d.median_interval([1.02] * 5) == (1.02, 1.02)
+    spread = [0.98, 1.10, 0.92, 0.79, 0.88, 0.92, 0.90, 1.11]  # throughput ratios of one real run
+    lo, hi = d.median_interval(spread)
+    assert lo <= statistics.median(spread) <= hi and 0.79 <= lo < 0.97 < hi <= 1.11
+    assert d.median_interval(spread) == (lo, hi), "a fixed seed: a saved run prints the same interval"
+    tight = [1.01, 1.012, 1.009, 1.011, 1.010, 1.013, 1.008, 1.012]
+    tlo, thi = d.median_interval(tight)
+    assert thi - tlo < (hi - lo) / 10
+
+
+def test_a_clear_pass_is_not_flagged_and_a_borderline_one_is():
+    ms = [m for rep in range(1, 6) for m in (
+        _m("kernel", 1, True, 1.0, 0.20, rep=rep), _m("ccp-kernel-fold", 1, True, 1.0, 0.20 * (1.0 + rep / 1000), 900, 0.5, rep=rep))]
+    cpu = [r for r in d.evaluate_targets(ms, flows=[1]) if r.what.startswith("own CPU")][0]
+    assert cpu.verdict == "PASS" and cpu.interval.endswith("x")
+    ms = [m for rep in range(1, 6) for m in (
+        _m("kernel", 1, True, 1.0, 0.20, rep=rep), _m("ccp-kernel-fold", 1, True, 1.0, 0.20 * (0.98 + rep / 50), 900, 0.5, rep=rep))]
+    cpu = [r for r in d.evaluate_targets(ms, flows=[1]) if r.what.startswith("own CPU")][0]
+    assert cpu.verdict == "PASS (the 95% interval spans the bound)", cpu
+    assert "95% interval" in d.targets_table([cpu])
+
+
+def test_a_saved_run_prints_again_and_bad_files_are_named(tmp_path, capsys):
+    ms = [m for rep in (1, 2, 3) for m in (_m("kernel", 1, False, 20.0, 0.8, rep=rep),
+                                           _m("ccp-kernel-fold", 1, False, 19.0 + rep, 0.8, 1000, 0.5, rep=rep))]
+    saved = tmp_path / "run.json"
+    saved.write_text(json.dumps([dataclasses.asdict(m) for m in ms]))
+    assert d.load_measurements(saved) == ms
+    assert d.main(["--from", str(saved)]) == 0
+    out = capsys.readouterr().out
+    assert "6 measurements, 3 repetitions" in out and "throughput vs kernel cubic" in out and "1.000x" in out
+    for text, why in (("{", "not JSON"), ('{"mode": 1}', "expected a list"), ('[{"nope": 1}]', "entry 0 is not a measurement")):
+        saved.write_text(text)
+        assert d.main(["--from", str(saved)]) == 2
+        err = capsys.readouterr().err
+        assert str(saved) in err and why in err, err
+    assert d.main(["--from", str(tmp_path / "missing.json")]) == 2
+    assert "cannot read it" in capsys.readouterr().err
