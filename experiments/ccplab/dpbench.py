@@ -521,7 +521,6 @@ def evaluate_targets(ms: Sequence[Measurement], flows: Sequence[int] = FLOWS) ->
     the 5% the CPU target allows.
     """
     rows: list[TargetRow] = []
-    ratio_text = lambda v: f"{v:.3f}x"  # noqa: E731
     for n in flows:
         ratios = _paired_ratios(ms, n, False, lambda m: m.gbps)
         ratio, ci = _median(ratios), median_interval(ratios)
@@ -529,7 +528,7 @@ def evaluate_targets(ms: Sequence[Measurement], flows: Sequence[int] = FLOWS) ->
                               f">= {MIN_THROUGHPUT_RATIO:.2f}x",
                               _with_interval(_verdict(None if ratio is None else ratio >= MIN_THROUGHPUT_RATIO),
                                              ci, MIN_THROUGHPUT_RATIO),
-                              _interval_text(ci, ratio_text)))
+                              _interval_text(ci, _x)))
     for n in flows:
         kp, cp = _of(ms, "kernel", n, True), _of(ms, TARGET_MODE, n, True)
         kg, cg = _median([m.gbps for m in kp]), _median([m.gbps for m in cp])
@@ -540,7 +539,7 @@ def evaluate_targets(ms: Sequence[Measurement], flows: Sequence[int] = FLOWS) ->
         ok = None if ratio is None else (ratio <= MAX_CPU_RATIO and equal)
         rows.append(TargetRow("own CPU vs kernel cubic", f"{n} flows, paced", _x(ratio),
                               f"<= {MAX_CPU_RATIO:.2f}x", _with_interval(_verdict(ok, why), ci, MAX_CPU_RATIO),
-                              _interval_text(ci, ratio_text)))
+                              _interval_text(ci, _x)))
     for n in flows:
         # the worse of full speed and paced, by median; its interval
         per_load = [[m.bpf_ns_per_ack for m in _of(ms, TARGET_MODE, n, p) if m.bpf_ns_per_ack is not None]
