@@ -536,11 +536,11 @@ fn queueing_rtt_us(cwnd_pkts: u64) -> u64 {
     cwnd_pkts * WIRE_BYTES_PER_SEG * 8 * 1_000_000 / LINK_BPS
 }
 
-/// Whether the smoothed RTT is within [0.6, 1.6] x the queueing delay of
-/// `pkts` segments at the bottleneck (the band [`assert_held_at`] checks).
-fn rtt_settled(ti: &libc::tcp_info, pkts: u32) -> bool {
-    let (want, rtt) = (queueing_rtt_us(pkts as u64), ti.tcpi_rtt as u64);
-    rtt * 10 >= want * 6 && rtt * 10 <= want * 16
+/// Whether an RTT (us) is within [0.6, 1.6] x the queueing delay of `pkts`
+/// segments at the bottleneck.
+fn rtt_in_band(rtt_us: u64, pkts: u32) -> bool {
+    let want = queueing_rtt_us(pkts as u64);
+    rtt_us * 10 >= want * 6 && rtt_us * 10 <= want * 16
 }
 
 /// Wait (at most 5 s) until the queue has settled at `pkts` segments: cwnd
@@ -549,7 +549,7 @@ fn rtt_settled(ti: &libc::tcp_info, pkts: u32) -> bool {
 /// (The smoothed RTT alone can enter the band while 13 segments are still
 /// out under a cwnd of 10.)
 fn wait_settled(flow: &BulkFlow, pkts: u32) {
-    let settled = flow.wait_for(Duration::from_secs(5), |t| t.tcpi_snd_cwnd == pkts && t.tcpi_unacked <= pkts && rtt_settled(t, pkts));
+    let settled = flow.wait_for(Duration::from_secs(5), |t| t.tcpi_snd_cwnd == pkts && t.tcpi_unacked <= pkts && rtt_in_band(t.tcpi_rtt as u64, pkts));
     let now = flow.info();
     assert!(
         settled.is_some(),
@@ -562,26 +562,30 @@ fn wait_settled(flow: &BulkFlow, pkts: u32) {
 
 /// Check over `window` that the sender's cwnd stays at `pkts`, the flow is
 /// cwnd-limited (in flight reaches cwnd) and the RTT is the queueing delay
-/// of `pkts` segments at the bottleneck (so cwnd/RTT ~= link rate).
-fn assert_held_at(flow: &BulkFlow, pkts: u32, window: Duration) -> libc::tcp_info {
+/// of `pkts` segments at the bottleneck (so cwnd/RTT ~= link rate). Returns
+/// the median smoothed RTT (us) over the window's samples: one sample can
+/// carry a transient (CI saw 7.9 ms at cwnd 10, where 4.8-5.1 ms is usual).
+fn assert_held_at(flow: &BulkFlow, pkts: u32, window: Duration) -> u64 {
     let end = Instant::now() + window;
     let mut saw_full = false;
-    let mut last = flow.info();
+    let mut srtts = vec![];
     while Instant::now() < end {
-        last = flow.info();
-        assert_eq!(last.tcpi_snd_cwnd, pkts, "cwnd drifted from the algorithm's value");
-        assert!(last.tcpi_unacked <= pkts, "more in flight ({}) than cwnd {pkts}", last.tcpi_unacked);
-        saw_full |= last.tcpi_unacked + 1 >= pkts;
+        let now = flow.info();
+        assert_eq!(now.tcpi_snd_cwnd, pkts, "cwnd drifted from the algorithm's value");
+        assert!(now.tcpi_unacked <= pkts, "more in flight ({}) than cwnd {pkts}", now.tcpi_unacked);
+        saw_full |= now.tcpi_unacked + 1 >= pkts;
+        srtts.push(now.tcpi_rtt as u64);
         std::thread::sleep(Duration::from_millis(25)); // sampling period, not a wait
     }
     assert!(saw_full, "flow never filled its cwnd of {pkts}");
+    srtts.sort_unstable();
+    let median = srtts[srtts.len() / 2];
     assert!(
-        rtt_settled(&last, pkts),
-        "srtt {} us, expected about {} us for {pkts} packets queued at {LINK_BPS} bit/s",
-        last.tcpi_rtt,
+        rtt_in_band(median, pkts),
+        "median srtt {median} us, expected about {} us for {pkts} packets queued at {LINK_BPS} bit/s",
         queueing_rtt_us(pkts as u64)
     );
-    last
+    median
 }
 
 // ---------------------------------------------------------------- tests
@@ -629,8 +633,11 @@ fn fixed_cwnd_follows_portus(datapath_args: &[&str], programs: (u64, u64)) {
     eprintln!("cwnd 10 -> 40 visible in TCP_INFO after {:?}", t0.elapsed());
     wait_settled(&flow, 40);
     let at40 = assert_held_at(&flow, 40, Duration::from_secs(2));
-    eprintln!("srtt at cwnd 10: {} us, at cwnd 40: {} us (expected {} / {})", at10.tcpi_rtt, at40.tcpi_rtt, queueing_rtt_us(10), queueing_rtt_us(40));
-    assert!(at40.tcpi_rtt > at10.tcpi_rtt * 3, "RTT should grow ~4x with 4x the queued packets");
+    eprintln!("median srtt at cwnd 10: {at10} us, at cwnd 40: {at40} us (expected {} / {})", queueing_rtt_us(10), queueing_rtt_us(40));
+    // 4x the queue, ~4x the RTT (3.8-4.0x measured); 2.5x leaves room for a
+    // few ms of scheduling delay on a busy machine, while a cwnd that did
+    // not reach the socket would leave the ratio near 1
+    assert!(at40 * 2 > at10 * 5, "RTT should grow ~4x with 4x the queued packets");
 
     drop(flow);
     let st = dp.stop(libc::SIGINT).expect("datapath exits on SIGINT");
