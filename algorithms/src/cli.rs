@@ -70,6 +70,12 @@ pub struct CommonArgs {
     #[arg(long, default_value = "0", value_name = "US",
           value_parser = clap::value_parser!(u64).range(0..=MAX_REPORT_FLOOR_US))]
     pub min_report_interval_us: u64,
+    /// Do not send an answer that repeats the last one sent, to a report without loss or
+    /// timeout whose cwnd is the answer's (reno and cubic; every 8th repeat still goes).
+    /// An application-limited flow's answers mostly repeat; each costs both daemons a
+    /// wakeup (algorithms/src/repeats.rs).
+    #[arg(long, default_value = "true", action = ArgAction::Set, value_name = "BOOL")]
+    pub skip_repeated_answers: bool,
     /// More logging: -v debug, -vv trace (RUST_LOG overrides). Default: info.
     #[arg(short, long, action = ArgAction::Count)]
     pub verbose: u8,
@@ -113,6 +119,7 @@ impl CommonArgs {
             min_cwnd_pkts: self.min_cwnd_pkts,
             max_cwnd_pkts: self.max_cwnd_pkts,
             min_report_interval_us: self.min_report_interval_us,
+            skip_repeated_answers: self.skip_repeated_answers,
         })
     }
 

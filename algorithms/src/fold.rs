@@ -294,6 +294,14 @@ pub const PRR_IN_FOLD: [&str; 2] = [crate::reno::PROGRAM.name, crate::cubic::PRO
 /// ([`crate::window::FoldSlowStart`]).
 pub const SLOW_START_IN_FOLD: [&str; 2] = [crate::reno::PROGRAM.name, crate::cubic::PROGRAM.name];
 
+/// The programs whose fold writes the control registers their algorithms
+/// send only at a loss ACK or a timeout (`PRR_PER_ACK`'s `pm`), and otherwise
+/// only Cwnd (slow start, PRR): an answer that repeats the last one sent,
+/// to a report without loss or timeout whose cwnd is the answer's, changes
+/// nothing in the datapath and is not sent ([`crate::repeats`]). A test
+/// checks the claim on each program's text.
+pub const SKIPS_REPEATED_ANSWERS: [&str; 2] = [crate::reno::PROGRAM.name, crate::cubic::PROGRAM.name];
+
 /// The programs whose regular reports back off while the flow is far from
 /// cwnd-limited (`APP_LIMITED_TRACK`): their algorithms grow cwnd only when
 /// cwnd-limited ([`crate::window::cwnd_limited`], as Linux's
@@ -364,6 +372,11 @@ impl FoldProgram {
     /// Whether this program runs PRR per ACK in the fold ([`PRR_IN_FOLD`]).
     pub fn prr_in_fold(&self) -> bool {
         PRR_IN_FOLD.contains(&self.name)
+    }
+
+    /// Whether its algorithm's repeated answers may be skipped ([`SKIPS_REPEATED_ANSWERS`]).
+    pub fn skips_repeated_answers(&self) -> bool {
+        SKIPS_REPEATED_ANSWERS.contains(&self.name)
     }
 
     /// Whether this program's regular reports back off while its flow is far
@@ -522,6 +535,45 @@ pub fn read_measurement(report: &Report, sc: &Scope, now_us: u64) -> portus::Res
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The assignments `(:= NAME` in a program's text, each with the
+    /// condition of the `(when COND` block it sits in.
+    fn assignments_by_condition(text: &str) -> Vec<(String, String)> {
+        let mut cond = String::new();
+        let mut found = vec![];
+        for line in text.lines().map(str::trim) {
+            if let Some(c) = line.strip_prefix("(when ") {
+                cond = c.to_string();
+            } else if let Some(rest) = line.strip_prefix("(:= ") {
+                let name = rest.split_whitespace().next().unwrap_or_default();
+                found.push((name.to_string(), cond.clone()));
+            }
+        }
+        found
+    }
+
+    #[test]
+    fn programs_that_skip_repeated_answers_write_what_user_space_sends_only_at_loss_or_timeout() {
+        // what reno's and cubic's algorithms send besides Cwnd: the PRR registers
+        let guard = crate::window::LossGuard::default();
+        let sent: Vec<&str> =
+            crate::window::FoldPrr::new(true).registers(None, &guard, 1448).iter().map(|(n, _)| *n).collect();
+        assert!(sent.contains(&"pm"), "{sent:?}");
+        for prog in [crate::reno::PROGRAM, crate::cubic::PROGRAM] {
+            assert!(prog.skips_repeated_answers(), "{}", prog.name);
+            let writes = assignments_by_condition(&prog.text());
+            assert!(writes.iter().any(|(n, _)| n == "pm"), "{}: the parser finds the fold's writes", prog.name);
+            for (name, cond) in writes.iter().filter(|(n, _)| sent.contains(&n.as_str()) || n == "Rate") {
+                assert!(
+                    cond.contains("Ack.lost_pkts_sample") || cond.contains("Flow.was_timeout"),
+                    "{}: {name} is written under {cond:?}, not only at a loss or a timeout",
+                    prog.name
+                );
+            }
+        }
+        // bbr's fold grows cwnd toward a cap and writes Rate per ACK: every answer goes
+        assert!(!crate::bbr::PROGRAM.skips_repeated_answers());
+    }
 
     fn programs() -> Vec<FoldProgram> {
         let p = |cadence, urgent| FoldProgram { name: "t", cadence, urgent_on_loss: urgent };

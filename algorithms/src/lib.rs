@@ -35,6 +35,7 @@ pub mod mixture;
 pub mod pid;
 pub mod portus_glue;
 pub mod reno;
+pub mod repeats;
 pub mod rocinante;
 pub mod spoderman;
 pub mod sprout_ewma;

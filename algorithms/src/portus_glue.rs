@@ -11,9 +11,10 @@
 //!    dp_cwnd=<bytes> -> cwnd=<bytes|-> bytes rate=<bytes/s|-> <algorithm state, key=value>`
 //!   (reno/cubic/vegas state: `cwnd_pkts=<f64> ssthresh_pkts=<f64|inf>
 //!   phase=<slow_start|cong_avoid|recovery|rto_recovery>`; bbr: `mode=`, copa: `mode=`, `velocity=`)
-//! - `flow closed sid=<u32>`
+//! - `flow closed sid=<u32> repeats_skipped=<answers not sent, crate::repeats>`
 
-use crate::window::WindowParams;
+use crate::repeats::RepeatFilter;
+use crate::window::{Measurement, WindowParams};
 use crate::{AlgorithmSpec, Control, Controller};
 use portus::ipc::Ipc;
 use portus::lang::Scope;
@@ -38,6 +39,9 @@ pub struct WindowBounds {
     /// Floor of the fold program's regular report interval, us (0 = none;
     /// `--min-report-interval-us`, see [`crate::fold::FoldProgram::text_with_report_floor`]).
     pub min_report_interval_us: u64,
+    /// Skip answers that repeat what the datapath holds ([`crate::repeats`];
+    /// `--skip-repeated-answers`), for the programs that allow it.
+    pub skip_repeated_answers: bool,
 }
 
 impl WindowBounds {
@@ -88,7 +92,9 @@ impl<I: Ipc, S: AlgorithmSpec> CongAlg<I> for PortusAlg<S> {
             info.mss
         };
         let window = S::new_flow(&self.args, self.bounds.params(mss));
-        let program = S::program(&self.args).name;
+        let program = S::program(&self.args);
+        let repeats = RepeatFilter::new(self.bounds.skip_repeated_answers && program.skips_repeated_answers(), mss);
+        let program = program.name;
         let sc = match control.set_program(program, None) {
             Ok(sc) => Some(sc),
             Err(e) => {
@@ -96,7 +102,7 @@ impl<I: Ipc, S: AlgorithmSpec> CongAlg<I> for PortusAlg<S> {
                 None
             }
         };
-        let flow = PortusFlow { control, sc, window, clock: self.clock };
+        let mut flow = PortusFlow { control, sc, window, clock: self.clock, repeats };
         let initial = flow.window.initial();
         info!(
             target: "ccp",
@@ -107,7 +113,8 @@ impl<I: Ipc, S: AlgorithmSpec> CongAlg<I> for PortusAlg<S> {
             info.init_cwnd,
             initial.cwnd_bytes.unwrap_or(0)
         );
-        flow.apply(info.sock_id, initial, &flow.window.initial_fold_registers());
+        let regs = flow.window.initial_fold_registers();
+        flow.apply(info.sock_id, initial, &regs, None);
         flow
     }
 }
@@ -118,6 +125,7 @@ pub struct PortusFlow<I: Ipc, W: Controller> {
     sc: Option<Scope>,
     window: W,
     clock: Instant,
+    repeats: RepeatFilter,
 }
 
 impl<I: Ipc, W: Controller> PortusFlow<I, W> {
@@ -127,10 +135,12 @@ impl<I: Ipc, W: Controller> PortusFlow<I, W> {
     }
 
     /// Send `ctl` to the datapath in one update (Cwnd and/or Rate, and the
-    /// algorithm's fold registers `regs`, [`Controller::fold_registers`]).
-    fn apply(&self, sid: u32, ctl: Control, regs: &[(&'static str, u32)]) {
+    /// algorithm's fold registers `regs`, [`Controller::fold_registers`]),
+    /// unless it only repeats the last one ([`crate::repeats`]); `report` is
+    /// the report it answers, None for the initial command.
+    fn apply(&mut self, sid: u32, ctl: Control, regs: &[(&'static str, u32)], report: Option<&Measurement>) {
         let Some(sc) = &self.sc else { return };
-        let mut fields: Vec<(&str, u32)> = Vec::with_capacity(2 + regs.len());
+        let mut fields: Vec<(&'static str, u32)> = Vec::with_capacity(2 + regs.len());
         if let Some(bytes) = ctl.cwnd_bytes {
             fields.push(("Cwnd", bytes));
         }
@@ -142,6 +152,9 @@ impl<I: Ipc, W: Controller> PortusFlow<I, W> {
             return;
         }
         fields.extend_from_slice(regs);
+        if !self.repeats.should_send(&fields, report) {
+            return;
+        }
         if let Err(e) = self.control.update_field(sc, &fields) {
             warn!(target: "ccp", "flow sid={sid}: control update failed: {}", e.0);
         }
@@ -191,11 +204,12 @@ impl<I: Ipc, W: Controller> portus::Flow for PortusFlow<I, W> {
             shown(ctl.rate_bytes_per_sec),
             self.window.state()
         );
-        self.apply(sid, ctl, &self.window.fold_registers());
+        let regs = self.window.fold_registers();
+        self.apply(sid, ctl, &regs, Some(&m));
     }
 
     fn close(&mut self) {
-        info!(target: "ccp", "flow closed sid={}", self.control.get_sock_id());
+        info!(target: "ccp", "flow closed sid={} repeats_skipped={}", self.control.get_sock_id(), self.repeats.skipped());
     }
 }
 

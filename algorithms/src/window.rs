@@ -524,7 +524,9 @@ impl FoldPrr {
 
     /// The fold's control registers after a report: `pm` (2 = PRR in
     /// recovery; otherwise 1 = hold cwnd at the next loss ACK, when not in
-    /// recovery or after an RTO, else 0), `pn` (the reports seen), `pa`
+    /// recovery or after an RTO, else 0), `pn` (the reports seen while `pm` is
+    /// 2, else 0: only the PRR block reads it, and a constant lets an answer
+    /// outside recovery repeat the last one, [`crate::repeats`]), `pa`
     /// ([`Prr::keep`], packets, at least 0), `pf` (share x 1024), `pss`
     /// (ssthresh, packets) and `pmss` (bytes). None when off. Values saturate
     /// at u32::MAX.
@@ -540,7 +542,7 @@ impl FoldPrr {
         };
         vec![
             ("pm", pm),
-            ("pn", (self.reports % (1 << 32)) as u32),
+            ("pn", if pm == 2 { (self.reports % (1 << 32)) as u32 } else { 0 }),
             ("pa", pa),
             ("pf", pf),
             ("pss", pss),
@@ -984,7 +986,8 @@ mod tests {
         fp.count(&m(500, 0, 0));
         let open = fp.registers(None, &guard, 1448);
         assert_eq!(FoldPrr::fold_window(&open, 3, 0), None);
-        assert!(open.contains(&("pm", 1)) && open.contains(&("pn", 1)) && open.contains(&("pmss", 1448)), "{open:?}");
+        // pn is read only in recovery (pm 2): 0 outside it, so such answers can repeat
+        assert!(open.contains(&("pm", 1)) && open.contains(&("pn", 0)) && open.contains(&("pmss", 1448)), "{open:?}");
         // Recovery from 100 outstanding to ssthresh 70 (cubic's beta): the entry
         // report, then three more; after each, the fold's window at any later ACK
         // equals what Prr says once that ACK's counts arrive as a report.

@@ -117,7 +117,7 @@ fn reno_recovery_follows_prr_per_ack(prog: FoldProgram) {
     let go_on = reno.on_report(&report(&ss, 20 * MSS));
     assert_eq!(go_on, 0, "slow start in the fold: Cwnd 0 (go on)");
     let regs = reno.fold_registers();
-    assert!(regs.contains(&("pm", 1)) && regs.contains(&("pn", 1)), "open: no PRR, the hold armed: {regs:?}");
+    assert!(regs.contains(&("pm", 1)) && regs.contains(&("pn", 0)), "open: no PRR, the hold armed: {regs:?}");
     common::command_with_registers(&dp, &sc, sid, go_on, &regs);
 
     // The loss ACK: 3 packets SACKed, 2 marked lost, 15 in flight (20 sent,
