@@ -15,7 +15,10 @@
 //! - the report carries no loss and no timeout (the ACKs at which the fold
 //!   writes those registers, and after which the answer always goes);
 //! - the report's cwnd (`Report.cwnd`) is the answer's Cwnd in whole packets
-//!   (the datapath applies `bytes / mss`): the fold did not move it;
+//!   (the datapath applies `bytes / mss`): the fold did not move it; or the
+//!   answer's Cwnd is 0, "leave it" while slow start runs in the fold
+//!   ([`crate::window::FoldSlowStart`]): the fold owns cwnd then, and a 0 sent
+//!   again would change nothing (its slow start takes a Cwnd of 0 as its own);
 //! - the answer equals the last one sent, field for field;
 //! - fewer than [`MAX_SKIPPED_IN_A_ROW`] answers in a row were skipped, so
 //!   an answer lost on the way (the datapath's queue was full) is sent again
@@ -71,7 +74,7 @@ impl RepeatFilter {
         self.on
             && m.lost_pkts == 0
             && !m.timeout
-            && cwnd_bytes.is_some_and(|c| c > 0 && pkts(c) == pkts(m.dp_cwnd_bytes))
+            && cwnd_bytes.is_some_and(|c| c == 0 || pkts(c) == pkts(m.dp_cwnd_bytes))
             && self.last_sent.as_deref() == Some(answer)
     }
 }
@@ -132,11 +135,20 @@ mod tests {
         let m = quiet_report(20 * u64::from(MSS));
         let mut off = RepeatFilter::new(false, MSS);
         assert!((0..3).all(|_| off.should_send(&answer(20), Some(&m))));
-        // Cwnd 0 ("leave it", slow start in the fold) or a rate-only answer: the fold owns cwnd
         let mut on = RepeatFilter::new(true, MSS);
-        let leave = vec![("Cwnd", 0), ("pm", 1)];
-        assert!((0..3).all(|_| on.should_send(&leave, Some(&quiet_report(0)))));
         let rate_only = vec![("Rate", 125_000)];
         assert!((0..3).all(|_| on.should_send(&rate_only, Some(&m))));
+    }
+
+    #[test]
+    fn leave_it_repeats_while_the_fold_grows_cwnd() {
+        // slow start in the fold: Cwnd 0 ("leave it"), the report's cwnd the fold's own
+        let leave = vec![("Cwnd", 0), ("pm", 1), ("pn", 0)];
+        let mut f = RepeatFilter::new(true, MSS);
+        assert!(f.should_send(&leave, Some(&quiet_report(12 * u64::from(MSS)))));
+        assert!(!f.should_send(&leave, Some(&quiet_report(14 * u64::from(MSS)))));
+        let loss = Measurement { lost_pkts: 2, ..quiet_report(16 * u64::from(MSS)) };
+        assert!(f.should_send(&leave, Some(&loss)), "a loss ends the fold's slow start: the answer goes");
+        assert!(f.should_send(&answer(11), Some(&quiet_report(11 * u64::from(MSS)))), "user space takes over");
     }
 }

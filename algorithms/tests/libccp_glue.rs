@@ -121,6 +121,16 @@ impl Glue {
         self.ack_with(conn, lost, None, true)
     }
 
+    /// One ACK as [`Glue::ack_with`], then whatever answers have come are
+    /// applied (one not sent never comes); returns (reported, answers applied).
+    fn ack_applying_what_came(&self, conn: &mut libccp::Connection<'_, Conn>, lost: u32, in_flight: Option<u32>) -> (bool, usize) {
+        let reported = self.ack_with(conn, lost, in_flight, false);
+        let answers: Vec<Vec<u8>> = self.from_ccp.try_iter().collect();
+        let n = answers.len();
+        answers.into_iter().for_each(|m| send(&self.dp, m));
+        (reported, n)
+    }
+
     fn stop(self) {
         self.handle.kill();
         self.handle.wait().expect("portus stops cleanly");
@@ -130,8 +140,10 @@ impl Glue {
 #[test]
 fn cubic_glue_drives_libccp_cwnd() {
     // HyStart off: the scripted ACKs (1 ms apart) form one long ACK train, which
-    // would end slow start; this test is about the glue.
-    let glue = Glue::start(&["ccp-cubic", "--hystart", "false"]);
+    // would end slow start; this test is about the glue. Every report answered
+    // (slow start's answers repeat), so each answer is applied before the next
+    // ACK; skipping repeats is repeated_answers_of_an_app_limited_flow_are_not_sent's.
+    let glue = Glue::start(&["ccp-cubic", "--hystart", "false", "--skip-repeated-answers", "false"]);
     let mut conn = glue.connect();
 
     // The first invoke applies the program and the initial cwnd (--init-cwnd-pkts 10).
@@ -189,28 +201,26 @@ fn answered_cwnd(msg: &[u8]) -> u64 {
 /// The flow leaves slow start at a loss and recovers with cwnd-limited ACKs,
 /// then sends `quiet` reports with in flight at 60 % of cwnd (below cubic's
 /// cwnd-limited test, above the fold's app-limited back-off), then one loss.
-/// Answers are applied as they come (an answer not sent never comes), and
-/// counted up to the one that cuts the window for that loss.
+/// Answers are applied as they come (an answer not sent never comes, so none
+/// is waited for), and counted up to the one that cuts the window for that loss.
 fn answers_of_an_app_limited_flow(args: &[&str], quiet: usize) -> (usize, usize, u32, u64) {
     let glue = Glue::start(args);
     let mut conn = glue.connect();
     while conn.cwnd < 30 * MSS {
-        glue.ack(&mut conn, 0); // slow start in the fold
+        glue.ack_applying_what_came(&mut conn, 0, None); // slow start in the fold
     }
-    assert!(glue.ack(&mut conn, 1), "loss is reported at once");
+    assert!(glue.ack_applying_what_came(&mut conn, 1, None).0, "loss is reported at once");
     let start = Instant::now();
     while start.elapsed() < Duration::from_millis(400) {
-        glue.ack(&mut conn, 0); // recovery ends, growth resumes
+        glue.ack_applying_what_came(&mut conn, 0, None); // recovery ends, growth resumes
     }
     let held = conn.cwnd;
     let app_limited = Some(held / MSS * 6 / 10);
     let (mut reports, mut answers) = (0, 0);
     while reports < quiet {
-        reports += usize::from(glue.ack_with(&mut conn, 0, app_limited, false));
-        for m in glue.from_ccp.try_iter() {
-            send(&glue.dp, m);
-            answers += 1;
-        }
+        let (reported, applied) = glue.ack_applying_what_came(&mut conn, 0, app_limited);
+        reports += usize::from(reported);
+        answers += applied;
     }
     assert!(glue.ack_with(&mut conn, 1, app_limited, false), "loss is reported at once");
     let cut = loop {
