@@ -220,17 +220,19 @@ def own_fraction(before: CpuCounters, after: CpuCounters, process_ticks: float) 
     return process_ticks / total
 
 
-def process_ticks(proc_pid_stat: str) -> int:
-    """utime + stime (clock ticks) of a /proc/PID/stat line (proc(5) fields 14 and 15; the command
-    name, field 2, may hold spaces and parentheses, so fields are counted after its last ')').
+def run_time_ns(schedstat: str) -> int:
+    """Time on CPU (ns) of a /proc/PID/task/TID/schedstat line: its first field, the task's
+    sum_exec_runtime (the kernel's Documentation/scheduler/sched-stats.rst).
 
     Raises CcplabError when the line is not of that form.
     """
-    rest = proc_pid_stat[proc_pid_stat.rfind(")") + 1:].split()
+    fields = schedstat.split()
     try:
-        return int(rest[11]) + int(rest[12])
-    except (IndexError, ValueError):
-        raise CcplabError(f"not a /proc/PID/stat line: {proc_pid_stat[:80]!r}") from None
+        if len(fields) != 3:
+            raise ValueError
+        return int(fields[0])
+    except ValueError:
+        raise CcplabError(f"not a /proc/PID/task/TID/schedstat line: {schedstat[:80]!r}") from None
 
 
 @dataclass(frozen=True)
@@ -899,7 +901,7 @@ class Bench:
         limit_s = self.duration_s + CLIENT_GRACE_S
         self._wait_server_idle()
         pids = [self.server_pid, *self.ksoftirqd_pids]
-        before, pids_before, daemons_before = cpu_counters(PROC_STAT.read_text()), _ticks_of(pids), _ticks_of(daemon_pids)
+        before, pids_before, daemons_before = cpu_counters(PROC_STAT.read_text()), _cpu_ticks_of(pids), _cpu_ticks_of(daemon_pids)
         child_before = _children_ticks()
         try:
             done = subprocess.run(supervised(argv), capture_output=True, text=True, timeout=limit_s,
@@ -907,7 +909,7 @@ class Bench:
         except subprocess.TimeoutExpired:
             raise CcplabError(f"iperf3 client ({flows} flows, {cc}) did not finish within {limit_s:.0f} s") from None
         client = _children_ticks() - child_before
-        after, pids_after, daemons_after = cpu_counters(PROC_STAT.read_text()), _ticks_of(pids), _ticks_of(daemon_pids)
+        after, pids_after, daemons_after = cpu_counters(PROC_STAT.read_text()), _cpu_ticks_of(pids), _cpu_ticks_of(daemon_pids)
         daemons = daemons_after - daemons_before
         cpu = RunCpu(busy=busy_fraction(before, after),
                      own=own_fraction(before, after, client + pids_after - pids_before + daemons),
@@ -939,15 +941,20 @@ class Bench:
         return fig
 
 
-def _ticks_of(pids: Sequence[int]) -> int:
-    """utime + stime (clock ticks) of the live processes ``pids``; CcplabError if one has gone."""
-    total = 0
+def _cpu_ticks_of(pids: Sequence[int]) -> float:
+    """CPU time of the live processes ``pids``, all their threads, in clock ticks (the scale of
+    /proc/stat) at nanosecond resolution (/proc/PID/task/*/schedstat). /proc/PID/stat's utime +
+    stime come in whole ticks (10 ms): the daemons use 2-8 ticks in a paced run, so a whole tick
+    was 12-50 % of their figure. CcplabError if a process has gone."""
+    ns = 0
     for pid in pids:
         try:
-            total += process_ticks(Path(f"/proc/{pid}/stat").read_text())
+            ns += sum(run_time_ns(t.read_text()) for t in Path(f"/proc/{pid}/task").glob("*/schedstat"))
         except OSError:
             raise CcplabError(f"process {pid} (a daemon of the benchmark) exited during a run") from None
-    return total
+        if not Path(f"/proc/{pid}").exists():
+            raise CcplabError(f"process {pid} (a daemon of the benchmark) exited during a run")
+    return ns * os.sysconf("SC_CLK_TCK") / 1e9
 
 
 def ksoftirqd_pids() -> list[int]:

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import statistics
+import subprocess
+import time
 
 import pytest
 
@@ -47,12 +50,25 @@ def test_own_fraction_is_the_processes_ticks_over_all_ticks():
         d.own_fraction(after, after, 1)
 
 
-def test_process_ticks_counts_fields_after_the_command_name():
-    # pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime ...
-    line = "4242 (ip (netns) x) S 1 4242 4242 0 -1 4194560 500 0 0 0 731 269 0 0 20 0 3 0 100 0 0\n"
-    assert d.process_ticks(line) == 1000
-    with pytest.raises(CcplabError, match="not a /proc/PID/stat"):
-        d.process_ticks("4242 (short) S 1 2")
+def test_run_time_ns_is_the_first_schedstat_field():
+    # sum_exec_runtime (ns) run_delay (ns) timeslices
+    assert d.run_time_ns("924001 35000 17\n") == 924001
+    for bad in ("", "924001 0", "x 0 1", "1 2 3 4"):
+        with pytest.raises(CcplabError, match="not a /proc/PID/task/TID/schedstat"):
+            d.run_time_ns(bad)
+
+
+def test_cpu_ticks_of_a_live_process_grow_with_its_threads_work_and_a_gone_one_is_an_error():
+    before = d._cpu_ticks_of([os.getpid()])
+    start = time.thread_time()
+    while time.thread_time() - start < 0.05:  # 50 ms of CPU in this thread: 5 ticks at 100 Hz
+        pass
+    grown = d._cpu_ticks_of([os.getpid()]) - before
+    assert 0.05 * os.sysconf("SC_CLK_TCK") <= grown <= 0.5 * os.sysconf("SC_CLK_TCK")
+    child = subprocess.Popen(["true"])
+    child.wait()
+    with pytest.raises(CcplabError, match=f"process {child.pid} .* exited"):
+        d._cpu_ticks_of([child.pid])
 
 
 def test_busy_fraction_of_two_samples():
