@@ -92,9 +92,9 @@ impl<I: Ipc, S: AlgorithmSpec> CongAlg<I> for PortusAlg<S> {
             info.mss
         };
         let window = S::new_flow(&self.args, self.bounds.params(mss));
-        let program = S::program(&self.args);
-        let repeats = RepeatFilter::new(self.bounds.skip_repeated_answers && program.skips_repeated_answers(), mss);
-        let program = program.name;
+        let fold = S::program(&self.args);
+        let repeats = RepeatFilter::new(self.bounds.skip_repeated_answers && fold.skips_repeated_answers(), mss);
+        let program = fold.name;
         let sc = match control.set_program(program, None) {
             Ok(sc) => Some(sc),
             Err(e) => {

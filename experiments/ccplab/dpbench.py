@@ -26,9 +26,10 @@ host's cores over the client's lifetime (/proc/stat: everything but idle and
 iowait, as a fraction of all cores, 1.0 = both cores busy) and, since the
 machine may be shared, the part of it the run itself used ("own": CPU time of
 the iperf3 client (getrusage of the reaped child) and server, ccp-datapath,
-the algorithm and the ksoftirqd threads (/proc/PID/stat utime+stime) over the
-same window and on the same scale; ccp-datapath + algorithm alone as "dmn").
-A task's utime+stime add up to its scheduler run time (exact, ns), while
+the algorithm and the ksoftirqd threads (/proc/PID/task/*/schedstat, ns; not
+/proc/PID/stat's utime+stime, which come in whole 10 ms ticks) over the same
+window and on the same scale; ccp-datapath + algorithm alone as "dmn").
+schedstat gives a task's scheduler run time (exact, ns), while
 /proc/stat's busy share is sampled by the tick (HZ 250 here): a paced, 1 ms
 periodic load can alias with the tick, so "own" can exceed "busy". Without
 CONFIG_IRQ_TIME_ACCOUNTING (this kernel) a softirq runs on the time of the
