@@ -634,10 +634,11 @@ fn fixed_cwnd_follows_portus(datapath_args: &[&str], programs: (u64, u64)) {
     wait_settled(&flow, 40);
     let at40 = assert_held_at(&flow, 40, Duration::from_secs(2));
     eprintln!("median srtt at cwnd 10: {at10} us, at cwnd 40: {at40} us (expected {} / {})", queueing_rtt_us(10), queueing_rtt_us(40));
-    // 4x the queue, ~4x the RTT (3.8-4.0x measured); 2.5x leaves room for a
-    // few ms of scheduling delay on a busy machine, while a cwnd that did
-    // not reach the socket would leave the ratio near 1
-    assert!(at40 * 2 > at10 * 5, "RTT should grow ~4x with 4x the queued packets");
+    // 4x the queue, ~4x the RTT (3.8-4.0x measured); CI once saw 2.42x (single
+    // samples of 7.9 ms at cwnd 10 and 19.0 ms at cwnd 40, each inside its own
+    // band above). 2x leaves room for a few ms of scheduling delay on a busy
+    // machine, while a cwnd that did not reach the socket leaves the ratio near 1
+    assert!(at40 > at10 * 2, "RTT should grow ~4x with 4x the queued packets");
 
     drop(flow);
     let st = dp.stop(libc::SIGINT).expect("datapath exits on SIGINT");
