@@ -132,6 +132,9 @@ pub struct PortusIpc {
     trust: Trust,
     /// Datagrams dropped because their sender was not trusted.
     dropped_untrusted: u64,
+    /// Pid of the process that last sent a trusted datagram from the Portus
+    /// socket's own path (the algorithm daemon bound there).
+    portus_pid: Option<i32>,
 }
 
 /// Send half handed to libccp (see [`crate::fold::MsgSink`]). Clones share
@@ -211,7 +214,7 @@ impl PortusIpc {
         setsockopt_int(&sock, libc::SO_PASSCRED, 1).context("SO_PASSCRED on the datapath socket")?;
         let _ = setsockopt_int(&sock, libc::SO_RCVBUF, 4 << 20);
         let _ = setsockopt_int(&sock, libc::SO_SNDBUF, 4 << 20);
-        Ok(PortusIpc { sock, path, portus: portus.to_path_buf(), trust, dropped_untrusted: 0 })
+        Ok(PortusIpc { sock, path, portus: portus.to_path_buf(), trust, dropped_untrusted: 0, portus_pid: None })
     }
 
     /// The path this datapath is bound to (Portus replies here).
@@ -227,6 +230,13 @@ impl PortusIpc {
     /// Datagrams dropped so far because their sender was not trusted.
     pub fn dropped_untrusted(&self) -> u64 {
         self.dropped_untrusted
+    }
+
+    /// Pid of the process bound at the Portus socket, as the kernel reported
+    /// it (SCM_CREDENTIALS) with the last trusted datagram sent from that
+    /// socket's path; None until one came. [`crate::liveness`] watches it.
+    pub fn portus_pid(&self) -> Option<i32> {
+        self.portus_pid
     }
 
     /// A sender for outgoing libccp messages (a clone of the same socket, so
@@ -259,14 +269,19 @@ impl PortusIpc {
     /// was truncated (the caller drops it as oversized).
     pub fn try_recv(&mut self, buf: &mut [u8]) -> std::io::Result<Option<usize>> {
         loop {
-            let (n, cred) = match recv_with_creds(self.sock.as_raw_fd(), buf) {
+            let (n, cred, from) = match recv_with_creds(self.sock.as_raw_fd(), buf) {
                 Ok(v) => v,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(None),
                 Err(e) if e.kind() == ErrorKind::Interrupted => return Ok(None),
                 Err(e) => return Err(e),
             };
             match cred {
-                Some(c) if self.trust.admits(c.uid, c.gid) => return Ok(Some(n)),
+                Some(c) if self.trust.admits(c.uid, c.gid) => {
+                    if from.as_deref() == Some(self.portus.as_path()) {
+                        self.portus_pid = Some(c.pid);
+                    }
+                    return Ok(Some(n));
+                }
                 _ => {
                     self.dropped_untrusted += 1;
                     if self.dropped_untrusted % 1000 == 1 {
@@ -310,13 +325,18 @@ fn setsockopt_int(sock: &UnixDatagram, opt: libc::c_int, val: libc::c_int) -> st
 }
 
 /// recvmsg(MSG_DONTWAIT | MSG_TRUNC) with room for one SCM_CREDENTIALS: the
-/// datagram's full length and the sender's credentials (None if absent).
-fn recv_with_creds(fd: RawFd, buf: &mut [u8]) -> std::io::Result<(usize, Option<libc::ucred>)> {
+/// datagram's full length, the sender's credentials (None if absent) and the
+/// path the sender is bound to (None for an unbound or abstract sender).
+fn recv_with_creds(fd: RawFd, buf: &mut [u8]) -> std::io::Result<(usize, Option<libc::ucred>, Option<PathBuf>)> {
     // u64 array: cmsg buffers must be aligned for cmsghdr
     let mut cbuf = [0u64; 8];
     let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    // SAFETY: sockaddr_un is plain data; zeroed is an empty address.
+    let mut from: libc::sockaddr_un = unsafe { std::mem::zeroed() };
     // SAFETY: msghdr is plain data; zeroed is a valid empty header.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = (&mut from as *mut libc::sockaddr_un).cast();
+    msg.msg_namelen = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
     msg.msg_iov = &mut iov;
     msg.msg_iovlen = 1;
     msg.msg_control = cbuf.as_mut_ptr().cast();
@@ -338,7 +358,20 @@ fn recv_with_creds(fd: RawFd, buf: &mut [u8]) -> std::io::Result<(usize, Option<
             c = libc::CMSG_NXTHDR(&msg, c);
         }
     }
-    Ok((n as usize, cred))
+    Ok((n as usize, cred, sender_path(&from, msg.msg_namelen)))
+}
+
+/// The filesystem path of a unix socket address `len` bytes long (unix(7):
+/// `sun_path` may or may not end in a NUL); None for an unbound sender (no
+/// path) or an abstract one (leading NUL).
+fn sender_path(addr: &libc::sockaddr_un, len: libc::socklen_t) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    let path_offset = std::mem::size_of::<libc::sa_family_t>();
+    let n = (len as usize).checked_sub(path_offset)?.min(addr.sun_path.len());
+    // SAFETY: sun_path is a c_char array; viewing n <= its length bytes as u8.
+    let bytes: &[u8] = unsafe { std::slice::from_raw_parts(addr.sun_path.as_ptr().cast(), n) };
+    let bytes = bytes.split(|b| *b == 0).next().unwrap_or_default();
+    (!bytes.is_empty()).then(|| PathBuf::from(std::ffi::OsStr::from_bytes(bytes)))
 }
 
 /// A send Portus's socket refused only because its receive queue is full
@@ -490,7 +523,7 @@ pub fn deliver_to_libccp(fold: &mut crate::fold::FoldEngine, msg: &mut [u8]) -> 
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -512,17 +545,25 @@ mod tests {
         let (n, from) = portus.recv_from(&mut buf).unwrap();
         assert_eq!(&buf[..n], b"hello");
         assert_eq!(from.as_pathname().unwrap(), bound.as_path());
+        // a trusted datagram from elsewhere than the Portus socket names no algorithm
+        UnixDatagram::unbound().unwrap().send_to(b"other", &bound).unwrap();
+        let mut recv = |ipc: &mut PortusIpc, buf: &mut [u8]| {
+            for _ in 0..100 {
+                if let Some(n) = ipc.try_recv(buf).unwrap() {
+                    return n;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            panic!("nothing received");
+        };
+        let n = recv(&mut ipc, &mut buf);
+        assert_eq!(&buf[..n], b"other");
+        assert_eq!(ipc.portus_pid(), None, "sender not bound at the Portus socket");
         // Portus-style reply to the sender's path
         portus.send_to(b"reply", &bound).unwrap();
-        let mut got = None;
-        for _ in 0..100 {
-            got = ipc.try_recv(&mut buf).unwrap();
-            if got.is_some() {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-        assert_eq!(&buf[..got.unwrap()], b"reply");
+        let n = recv(&mut ipc, &mut buf);
+        assert_eq!(&buf[..n], b"reply");
+        assert_eq!(ipc.portus_pid(), Some(std::process::id() as i32), "the Portus socket's owner, by SCM_CREDENTIALS");
         assert_eq!(ipc.try_recv(&mut buf).unwrap(), None);
         drop(tx);
         drop(ipc);
@@ -561,7 +602,7 @@ mod tests {
     /// same test binary holds a copy of it until its exec, and meanwhile
     /// the socket lives on (a send to it is refused with EAGAIN, its queue
     /// being full, instead of ECONNREFUSED).
-    fn wait_released(path: &Path) {
+    pub(crate) fn wait_released(path: &Path) {
         let probe = UnixDatagram::unbound().unwrap();
         probe.set_nonblocking(true).unwrap();
         let deadline = Instant::now() + Duration::from_secs(5);

@@ -5,6 +5,11 @@
 //! (a datagram socket whose owner died refuses with ECONNREFUSED; Portus
 //! binds a fresh socket file when it starts). The watch probes that every
 //! [`PROBE_EVERY`] and also takes the datapath's failed sends as a sign.
+//! Once the algorithm has sent a message from that socket, its process is
+//! known (the kernel's SCM_CREDENTIALS pid) and watched through a pidfd,
+//! whose exit wakes the datapath at once ([`ProcessExit`]); the socket is
+//! then probed only every [`PROBE_EVERY_WATCHED`], for another process
+//! taking the path over. A probe and its wakeup cost ~100 us of CPU here.
 //!
 //! - Absent for longer than the fallback timeout: [`Change::Away`]; the
 //!   datapath stops stamping the BPF heartbeat, so every flow runs the
@@ -18,6 +23,7 @@
 //! A stopped but living algorithm (SIGSTOP) still accepts connects and is
 //! not detected; its flows keep the last cwnd it set.
 
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
@@ -28,6 +34,49 @@ use std::time::{Duration, Instant};
 /// daemon's CPU; a dead algorithm is still noticed within a fifth of the
 /// default fallback timeout (and at once by a failed send).
 pub const PROBE_EVERY: Duration = Duration::from_millis(100);
+
+/// How often the socket is probed while the algorithm's process is watched
+/// by its pidfd: its exit is seen at once, so the probe only has to notice
+/// another process binding the path (a restart that did not exit first).
+pub const PROBE_EVERY_WATCHED: Duration = Duration::from_secs(1);
+
+/// A process's exit as a file descriptor (pidfd_open(2), Linux 5.3): it
+/// polls readable once the process has exited.
+#[derive(Debug)]
+pub struct ProcessExit {
+    fd: OwnedFd,
+    pid: i32,
+}
+
+impl ProcessExit {
+    /// Watch process `pid`. Errors: pidfd_open's (ESRCH: no such process).
+    pub fn open(pid: i32) -> std::io::Result<Self> {
+        // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: the kernel just handed us this fd; we own it alone.
+        Ok(ProcessExit { fd: unsafe { OwnedFd::from_raw_fd(fd as RawFd) }, pid })
+    }
+
+    /// The pid watched.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// The pidfd, to poll for POLLIN (exit).
+    pub fn fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    /// Whether the process has exited (a non-blocking poll of the pidfd).
+    pub fn exited(&self) -> bool {
+        let mut p = libc::pollfd { fd: self.fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd, no wait.
+        unsafe { libc::poll(&mut p, 1, 0) > 0 && p.revents != 0 }
+    }
+}
 
 /// (device, inode, change time in ns) of a socket file: tells one bound
 /// socket from the next (a filesystem may hand the freed inode to the next
@@ -81,6 +130,8 @@ pub struct AlgorithmWatch {
     absent_since: Option<Instant>,
     heard: bool,
     away: bool,
+    /// The present algorithm's process, once known (it sent from its socket).
+    process: Option<ProcessExit>,
 }
 
 impl AlgorithmWatch {
@@ -96,6 +147,7 @@ impl AlgorithmWatch {
             absent_since: None,
             heard: false,
             away: false,
+            process: None,
         }
     }
 
@@ -109,6 +161,38 @@ impl AlgorithmWatch {
         self.heard = true;
     }
 
+    /// A message came from the algorithm, sent from its socket by process
+    /// `pid` (None: not known): watch that process's exit from now on.
+    pub fn heard_from(&mut self, pid: Option<i32>) {
+        self.heard();
+        let Some(pid) = pid else { return };
+        if self.away || self.identity.is_none() || self.process.as_ref().is_some_and(|p| p.pid() == pid) {
+            return;
+        }
+        match ProcessExit::open(pid) {
+            Ok(p) => {
+                tracing::info!(pid, "watching the algorithm's process");
+                self.process = Some(p);
+            }
+            Err(e) => tracing::debug!(pid, error = %e, "cannot watch the algorithm's process; probing its socket"),
+        }
+    }
+
+    /// The pidfd to poll for the algorithm process's exit, while one is watched.
+    pub fn exit_fd(&self) -> Option<RawFd> {
+        self.process.as_ref().map(ProcessExit::fd)
+    }
+
+    /// How long the loop may sleep before [`AlgorithmWatch::poll`] wants to
+    /// probe again.
+    pub fn probe_period(&self) -> Duration {
+        if self.process.is_some() {
+            PROBE_EVERY_WATCHED
+        } else {
+            PROBE_EVERY
+        }
+    }
+
     /// A send to the algorithm failed: it may be gone (the next probe decides
     /// whether it is back; the fallback timeout runs from now).
     pub fn send_failed(&mut self, now: Instant) {
@@ -120,9 +204,17 @@ impl AlgorithmWatch {
         self.heard && !self.away
     }
 
-    /// Probe (at most every [`PROBE_EVERY`]) and report a change.
+    /// Probe (at most every [`AlgorithmWatch::probe_period`]; at once when
+    /// the watched process has exited) and report a change.
     pub fn poll(&mut self, now: Instant) -> Change {
-        if self.last_probe.is_some_and(|t| now.duration_since(t) < PROBE_EVERY) {
+        if let Some(p) = self.process.as_ref().filter(|p| p.exited()) {
+            // gone now, whatever the socket file still says
+            tracing::info!(pid = p.pid(), "the algorithm's process exited");
+            self.process = None;
+            self.absent_since.get_or_insert(now);
+            self.last_probe = None;
+        }
+        if self.last_probe.is_some_and(|t| now.duration_since(t) < self.probe_period()) {
             return self.check_timeout(now);
         }
         self.last_probe = Some(now);
@@ -135,6 +227,7 @@ impl AlgorithmWatch {
         match seen {
             None => {
                 self.absent_since.get_or_insert(now);
+                self.process = None;
                 self.check_timeout(now)
             }
             Some(id) => {
@@ -142,6 +235,7 @@ impl AlgorithmWatch {
                 if self.identity == Some(id) && !self.away {
                     return Change::None;
                 }
+                self.process = None;
                 // a new socket, or the one we gave up on is back: either way
                 // it may not know the flows
                 self.identity = Some(id);
@@ -222,6 +316,45 @@ mod tests {
     }
 
     #[test]
+    fn a_watched_process_is_probed_seldom_and_its_exit_starts_the_timeout_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("portus");
+        let sock = UnixDatagram::bind(&path).unwrap();
+        let mut w = AlgorithmWatch::new(&path, TIMEOUT);
+        let t0 = Instant::now();
+        assert_eq!(w.poll(t0), Change::NewAlgorithm);
+        assert_eq!(w.probe_period(), PROBE_EVERY, "no process known yet");
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        w.heard_from(Some(child.id() as i32));
+        assert!(w.controls());
+        assert!(w.exit_fd().is_some());
+        assert_eq!(w.probe_period(), PROBE_EVERY_WATCHED);
+        drop(sock); // the socket is dead, but no probe is due yet: nothing noticed
+        crate::ipc::tests::wait_released(&path); // (a test's fork may hold it until its exec)
+        assert_eq!(w.poll(t0 + PROBE_EVERY * 2), Change::None);
+        assert!(w.controls());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let died = t0 + PROBE_EVERY * 3;
+        assert_eq!(w.poll(died), Change::None, "the timeout starts at the exit");
+        assert!(w.exit_fd().is_none(), "a dead process is not watched");
+        assert_eq!(w.probe_period(), PROBE_EVERY);
+        assert_eq!(w.poll(died + TIMEOUT - Duration::from_millis(1)), Change::None);
+        assert_eq!(w.poll(died + TIMEOUT), Change::Away);
+    }
+
+    #[test]
+    fn process_exit_is_seen_through_the_pidfd() {
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let p = ProcessExit::open(child.id() as i32).unwrap();
+        assert!(!p.exited());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(p.exited());
+        assert!(ProcessExit::open(p.pid()).is_err(), "a reaped pid cannot be watched");
+    }
+
+    #[test]
     fn probe_tells_a_live_socket_from_a_dead_one() {
         // one prober throughout: its socket re-connects from a live socket
         // to a dead one to a rebound one
@@ -234,6 +367,7 @@ mod tests {
         let id = probe(&path).expect("bound socket is present");
         drop(sock); // the file stays, nobody owns it
         assert!(path.exists());
+        crate::ipc::tests::wait_released(&path); // (a test's fork may hold it until its exec)
         assert_eq!(probe(&path), None, "a socket file without its owner is absent");
         std::fs::remove_file(&path).unwrap();
         let _again = UnixDatagram::bind(&path).unwrap();

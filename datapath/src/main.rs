@@ -516,7 +516,7 @@ impl Loop {
                     }
                 }
                 Ok(Some(n)) => {
-                    self.watch.heard();
+                    self.watch.heard_from(self.ipc.portus_pid());
                     let r = match (&mut self.kernel, &mut self.fold) {
                         (Some(k), _) => k.kf.on_portus_msg(&buf[..n], &mut self.bpf).map_err(anyhow::Error::from),
                         (None, Some(fold)) => crate::ipc::deliver_to_libccp(fold, &mut buf[..n]),
@@ -686,16 +686,20 @@ fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
         libc::pollfd { fd: lp.ipc.fd(), events: libc::POLLIN, revents: 0 },
         // readable once SIGINT/SIGTERM arrived: wakes the poll at once
         libc::pollfd { fd: stop.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+        // the algorithm process's pidfd (readable once it exited), -1 (not
+        // polled) until its process is known
+        libc::pollfd { fd: -1, events: libc::POLLIN, revents: 0 },
     ];
+    const ALGORITHM_EXIT: usize = 3;
     if let Some(r) = &report_ring {
         fds.push(libc::pollfd { fd: r.epoll_fd(), events: libc::POLLIN, revents: 0 });
     }
     let mut last_summary = Instant::now();
     let mut last_resync = Instant::now();
-    let idle_poll_ms = idle_poll_ms(cli.fallback_timeout_ms);
     while stop.received().is_none() {
         lp.watch_algorithm();
-        let timeout_ms = lp.poll_timeout_ms(idle_poll_ms);
+        fds[ALGORITHM_EXIT].fd = lp.watch.exit_fd().unwrap_or(-1);
+        let timeout_ms = lp.poll_timeout_ms(idle_poll_ms(cli.fallback_timeout_ms, lp.watch.probe_period()));
         // SAFETY: fds is a valid array of pollfd for the call's duration.
         unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
         lp.drain_ipc(&mut buf);
@@ -770,11 +774,18 @@ fn look_for_reports(k: &mut KernelMode, ring: &libbpf_rs::RingBuffer<'_>, bpf: &
     }
 }
 
-/// The idle poll timeout, ms: the liveness probe's period, and short enough
-/// to refresh the heartbeat 5 times per fallback timeout.
-fn idle_poll_ms(fallback_timeout_ms: u64) -> libc::c_int {
-    let probe_ms = liveness::PROBE_EVERY.as_millis() as u64;
-    (fallback_timeout_ms / 5).clamp(1, probe_ms) as libc::c_int
+/// Heartbeats the loop stamps per fallback timeout while idle: the BPF side
+/// falls back when the stamp is a whole timeout old, so a loop held up for
+/// two thirds of the timeout (333 ms at the default) still keeps the flows.
+const HEARTBEATS_PER_TIMEOUT: u64 = 3;
+
+/// The idle poll timeout, ms: the liveness probe's period (`probe_period`,
+/// [`liveness::AlgorithmWatch::probe_period`]) and short enough to refresh
+/// the heartbeat [`HEARTBEATS_PER_TIMEOUT`] times per fallback timeout.
+/// Each idle wakeup costs 60-120 us of CPU here (docs/NOTES.md).
+fn idle_poll_ms(fallback_timeout_ms: u64, probe_period: Duration) -> libc::c_int {
+    let probe_ms = probe_period.as_millis() as u64;
+    (fallback_timeout_ms / HEARTBEATS_PER_TIMEOUT).clamp(1, probe_ms.max(1)) as libc::c_int
 }
 
 fn main() -> ExitCode {
@@ -799,12 +810,15 @@ fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::idle_poll_ms;
+    use crate::liveness::{PROBE_EVERY, PROBE_EVERY_WATCHED};
 
     #[test]
     fn idle_poll_waits_for_the_probe_but_refreshes_the_heartbeat_in_time() {
-        assert_eq!(idle_poll_ms(500), 100, "default fallback timeout: the 100 ms probe period");
-        assert_eq!(idle_poll_ms(200), 40, "5 heartbeat refreshes per fallback timeout");
-        assert_eq!(idle_poll_ms(1), 1, "never a 0 ms (busy) poll");
-        assert_eq!(idle_poll_ms(60_000), 100);
+        assert_eq!(idle_poll_ms(500, PROBE_EVERY), 100, "default fallback timeout: the 100 ms probe period");
+        assert_eq!(idle_poll_ms(500, PROBE_EVERY_WATCHED), 166, "process watched: 3 heartbeats per timeout");
+        assert_eq!(idle_poll_ms(200, PROBE_EVERY), 66, "3 heartbeat refreshes per fallback timeout");
+        assert_eq!(idle_poll_ms(1, PROBE_EVERY), 1, "never a 0 ms (busy) poll");
+        assert_eq!(idle_poll_ms(60_000, PROBE_EVERY), 100);
+        assert_eq!(idle_poll_ms(60_000, PROBE_EVERY_WATCHED), 1000);
     }
 }

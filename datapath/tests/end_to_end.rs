@@ -1115,6 +1115,11 @@ fn no_phase_freezes_the_flow(datapath_args: &[&str]) {
     assert!(seen.len() >= 3, "cwnd not moving under the fallback: {seen:?}");
     assert!(acked > moving, "flow stalled under the fallback: {acked} bytes in 1 s");
     assert!(dp.log_text().contains("algorithm away"), "datapath did not log the algorithm's absence: {}", dp.log_text());
+    assert!(
+        dp.log_text().contains("the algorithm's process exited"),
+        "the exit was not seen through the algorithm's pidfd: {}",
+        dp.log_text()
+    );
 
     // 3. the algorithm restarts (another window): the datapath announces the
     //    flow to it again and it takes the flow back
