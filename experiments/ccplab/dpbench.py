@@ -22,13 +22,19 @@ What it measures, on this host, in one run:
   congestion control, which "equal paced throughput" needs.
 
 Per run it records: throughput (iperf3 receiver, Gbit/s); busy CPU of the
-host's cores over the client's lifetime (/proc/stat: everything but idle and
-iowait, as a fraction of all cores, 1.0 = both cores busy) and, since the
-machine may be shared, the part of it the run itself used ("own": CPU time of
-the iperf3 client (getrusage of the reaped child) and server, ccp-datapath,
-the algorithm and the ksoftirqd threads (/proc/PID/task/*/schedstat, ns; not
-/proc/PID/stat's utime+stime, which come in whole 10 ms ticks) over the same
-window and on the same scale; ccp-datapath + algorithm alone as "dmn").
+host's cores over the run's steady window (``--omit-s`` seconds after the
+client starts, 2 by default, to 1 s before its end: connection setup, flow
+creation and slow start left out, as iperf3's ``--omit`` leaves them out of
+its own figures; /proc/stat: everything but idle and iowait, as a fraction of
+all cores, 1.0 = both cores busy) and, since the machine may be shared, the
+part of it the run itself used ("own": CPU time of the iperf3 client and
+server, ccp-datapath, the algorithm and the ksoftirqd threads
+(/proc/PID/task/*/schedstat, ns; not /proc/PID/stat's utime+stime, which come
+in whole 10 ms ticks) over the same window and on the same scale;
+ccp-datapath + algorithm alone as "dmn"); "own" and "dmn" over the client's
+whole lifetime too (``own_cpu_run``, ``daemons_cpu_run``; the client's part
+from getrusage of the reaped child), which counts what each flow's setup and
+teardown cost.
 schedstat gives a task's scheduler run time (exact, ns), while
 /proc/stat's busy share is sampled by the tick (HZ 250 here): a paced, 1 ms
 periodic load can alias with the tick, so "own" can exceed "busy". Without
@@ -448,6 +454,11 @@ class Measurement:
     # ns per cong_control call of each ccp struct_ops program (bpftool names, 15 characters):
     # where bpf_ns_per_ack goes (ccp_set_state, ccp_init, ccp_release ... beside ccp_cong_control)
     bpf_ns_per_ack_by_prog: dict[str, float] | None = None
+    # own_cpu and daemons_cpu over the client's whole lifetime, setup and teardown included (the
+    # two above cover its steady window, see OMIT_S; runs saved before 2026-11-27 have only
+    # whole-lifetime figures, in own_cpu and daemons_cpu, and None here)
+    own_cpu_run: float | None = None
+    daemons_cpu_run: float | None = None
 
 
 @dataclass(frozen=True)
@@ -599,7 +610,7 @@ def _fmt(v: float | None, spec: str) -> str:
 def results_table(ms: Sequence[Measurement], flows: Sequence[int] = FLOWS) -> str:
     """The per-configuration table: one row per flow count x load x mode, figures as means over
     repetitions except Gbit/s, which lists each repetition in run order, then the mean."""
-    head = (f"{'flows':>5} {'load':<6} {'mode':<19} {'Gbit/s (each run)':<24} {'mean':>6} {'busy%':>6} {'own%':>6} {'dmn%':>5} "
+    head = (f"{'flows':>5} {'load':<6} {'mode':<19} {'Gbit/s (each run)':<24} {'mean':>6} {'busy%':>6} {'own%':>6} {'dmn%':>5} {'run%':>5} "
             f"{'cc ns':>6} {'bpf ns/ACK':>10} {'msg/s/flow':>11} {'msg/RTT':>8} {'RTT us':>8} "
             f"{'cmd lat p50/p99 us':>19}")
     lines = [head, "-" * len(head)]
@@ -612,6 +623,7 @@ def results_table(ms: Sequence[Measurement], flows: Sequence[int] = FLOWS) -> st
                 runs = " ".join(f"{m.gbps:.2f}" for m in rs)
                 busy, own = _mean([m.busy for m in rs]), _mean([m.own_cpu for m in rs])
                 dmn = _mean([m.daemons_cpu for m in rs])
+                run = _mean([m.own_cpu_run for m in rs])
                 lat = (f"{_fmt(_mean([m.latency_p50_us for m in rs]), '.0f')}/"
                        f"{_fmt(_mean([m.latency_p99_us for m in rs]), '.0f')}") if mode in FOLD_OF_MODE else "-"
                 lines.append(
@@ -619,6 +631,7 @@ def results_table(ms: Sequence[Measurement], flows: Sequence[int] = FLOWS) -> st
                     f"{_fmt(_mean([m.gbps for m in rs]), '.2f'):>6} {_fmt(None if busy is None else 100 * busy, '.1f'):>6} "
                     f"{_fmt(None if own is None else 100 * own, '.1f'):>6} "
                     f"{'-' if dmn is None else f'{100 * dmn:.1f}':>5} "
+                    f"{'-' if run is None else f'{100 * run:.1f}':>5} "
                     f"{_fmt(_mean([m.cong_control_ns for m in rs]), '.0f'):>6} "
                     f"{_fmt(_mean([m.bpf_ns_per_ack for m in rs]), '.0f'):>10} "
                     f"{_fmt(_mean([m.msgs_per_s_per_flow for m in rs]), '.0f'):>11} "
@@ -828,20 +841,56 @@ def _bpftool_progs() -> str:
 
 @dataclass(frozen=True)
 class RunCpu:
-    """CPU shares of all cores over one client run: host busy, the run's own, its daemons' part of own."""
+    """CPU shares of all cores over one client run's steady window: host busy, the run's own, its
+    daemons' part of own; and the last two over the client's whole lifetime (``_run``)."""
 
     busy: float
     own: float
     daemons: float | None
+    own_run: float
+    daemons_run: float | None
+
+
+@dataclass(frozen=True)
+class WindowSample:
+    """CPU counters at one edge of the steady window: /proc/stat, and in clock ticks (ns resolution)
+    the run's own processes (client, server, ksoftirqd, daemons) and the daemons alone."""
+
+    counters: CpuCounters
+    own_ticks: float
+    daemon_ticks: float
+
+
+OMIT_S = 2
+"""Default seconds at the start of each client run left out of its CPU figures (as iperf3's
+``--omit`` leaves them out of its own): the connections' setup (at 100 flows, 200 flow creations
+for ccp: iperf3 -C sets the receiver's sockets too) and slow start. Over whole 8 s runs kernel
+cubic's own CPU at 100 paced flows varied by 9.5 % (coefficient of variation, 6 runs), over the
+window 2-7 s of the same runs by 5.4 %, and by 1.9 % over whole 20 s runs: the noise sits in the
+start (2026-11-27, docs/NOTES.md)."""
+WINDOW_TAIL_S = 1
+"""Seconds before the client's end where the steady window closes (the streams' teardown)."""
+
+
+def steady_window(duration_s: float, omit_s: float) -> tuple[float, float]:
+    """(start, end) of the CPU window in seconds after the client starts: ``omit_s`` to
+    ``duration_s - WINDOW_TAIL_S``. Raises CcplabError when that leaves less than a second."""
+    end = duration_s - WINDOW_TAIL_S
+    if end - omit_s < 1:
+        raise CcplabError(f"--duration-s {duration_s:g} with --omit-s {omit_s:g} leaves a CPU window of "
+                          f"{end - omit_s:g} s; it needs at least 1 s (duration >= omit + {WINDOW_TAIL_S + 1})")
+    return float(omit_s), float(end)
 
 
 class Bench:
     """The host side of one benchmark: namespaces, a persistent iperf3 server, and per run the
     Portus algorithm and ccp-datapath (fresh per run, so their counters cover that run only)."""
 
-    def __init__(self, stack: ExitStack, workdir: Path, duration_s: int, algorithm_params: dict[str, str]):
+    def __init__(self, stack: ExitStack, workdir: Path, duration_s: int, algorithm_params: dict[str, str],
+                 omit_s: int = OMIT_S):
         self.workdir = workdir
         self.duration_s = duration_s
+        self.omit_s = omit_s
         self.algorithm_params = algorithm_params
         self.snd, self.rcv = stack.enter_context(veth_namespaces())
         server = Daemon("iperf3 server", _netns_exec(self.rcv, "iperf3", "-s", "-B", RECEIVER_IP, "-p", IPERF_PORT),
@@ -862,11 +911,12 @@ class Bench:
                 ns = reference_ns_per_ack(reference_costs(_bpftool_progs(), first_id))
             fig = self._checked(result, REFERENCE_CA, flows)
             return Measurement(mode, flows, paced, rep, fig.gbps, cpu.busy, cpu.own, fig.mean_rtt_us,
-                               bpf_ns_per_ack=ns)
+                               bpf_ns_per_ack=ns, own_cpu_run=cpu.own_run)
         if fold is None:
             result, cpu = self._client("cubic", flows, paced, [])
             fig = self._checked(result, "cubic", flows)
-            return Measurement(mode, flows, paced, rep, fig.gbps, cpu.busy, cpu.own, fig.mean_rtt_us)
+            return Measurement(mode, flows, paced, rep, fig.gbps, cpu.busy, cpu.own, fig.mean_rtt_us,
+                               own_cpu_run=cpu.own_run)
         log = self.workdir / f"run{self.runs:02d}-{mode}-{flows}-{'paced' if paced else 'full'}-datapath.log"
         with ExitStack() as stack:
             algo = registry.lookup(ALGORITHM)
@@ -893,32 +943,66 @@ class Bench:
         per_s, per_rtt = per_flow_rates(crossing_messages(line, fold), fig.seconds, flows, fig.mean_rtt_us)
         p50, p99 = command_latency_us(line, fold)
         return Measurement(mode, flows, paced, rep, fig.gbps, cpu.busy, cpu.own, fig.mean_rtt_us, cpu.daemons,
-                           cc_ns, all_ns, per_s, per_rtt, p50, p99, by_prog)
+                           cc_ns, all_ns, per_s, per_rtt, p50, p99, by_prog,
+                           own_cpu_run=cpu.own_run, daemons_cpu_run=cpu.daemons_run)
 
     def _client(self, cc: str, flows: int, paced: bool, daemon_pids: list[int]) -> tuple[dict, "RunCpu"]:
-        """Run the iperf3 client; its JSON result and the CPU shares over its lifetime."""
+        """Run the iperf3 client; its JSON result and the CPU shares over the steady window (from
+        ``omit_s`` after its start to ``WINDOW_TAIL_S`` before its end, :func:`steady_window`) and
+        over its whole lifetime."""
         argv = _netns_exec(self.snd, "iperf3", "-c", RECEIVER_IP, "-p", IPERF_PORT, "-t", self.duration_s,
                            "-P", flows, "-C", cc, "-J", *(["-b", paced_stream_rate(flows)] if paced else []))
         limit_s = self.duration_s + CLIENT_GRACE_S
+        window_start_s, window_end_s = steady_window(self.duration_s, self.omit_s)
         self._wait_server_idle()
         pids = [self.server_pid, *self.ksoftirqd_pids]
         before, pids_before, daemons_before = cpu_counters(PROC_STAT.read_text()), _cpu_ticks_of(pids), _cpu_ticks_of(daemon_pids)
         child_before = _children_ticks()
-        try:
-            done = subprocess.run(supervised(argv), capture_output=True, text=True, timeout=limit_s,
+        started = time.monotonic()
+        client = subprocess.Popen(supervised(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                   env=child_env())
+        try:
+            # setpriv and `ip netns exec` exec iperf3: the child's pid is the client's
+            time.sleep(window_start_s)  # a measurement window, not a synchronisation
+            w0 = self._window_sample(client, pids, daemon_pids)
+            time.sleep(max(0.0, started + window_end_s - time.monotonic()))
+            w1 = self._window_sample(client, pids, daemon_pids)
+            out, err = client.communicate(timeout=max(1.0, started + limit_s - time.monotonic()))
         except subprocess.TimeoutExpired:
             raise CcplabError(f"iperf3 client ({flows} flows, {cc}) did not finish within {limit_s:.0f} s") from None
-        client = _children_ticks() - child_before
+        finally:
+            if client.poll() is None:
+                client.kill()
+                client.wait()
+        whole_client = _children_ticks() - child_before
         after, pids_after, daemons_after = cpu_counters(PROC_STAT.read_text()), _cpu_ticks_of(pids), _cpu_ticks_of(daemon_pids)
+        if w0 is None or w1 is None:
+            raise CcplabError(f"iperf3 client ({flows} flows, {cc}) ended before its steady window "
+                              f"({window_start_s:g}-{window_end_s:g} s), status {client.returncode}: {err.strip()[-500:]}")
         daemons = daemons_after - daemons_before
-        cpu = RunCpu(busy=busy_fraction(before, after),
-                     own=own_fraction(before, after, client + pids_after - pids_before + daemons),
-                     daemons=own_fraction(before, after, daemons) if daemon_pids else None)
+        cpu = RunCpu(busy=busy_fraction(w0.counters, w1.counters),
+                     own=own_fraction(w0.counters, w1.counters, w1.own_ticks - w0.own_ticks),
+                     daemons=own_fraction(w0.counters, w1.counters, w1.daemon_ticks - w0.daemon_ticks)
+                     if daemon_pids else None,
+                     own_run=own_fraction(before, after, whole_client + pids_after - pids_before + daemons),
+                     daemons_run=own_fraction(before, after, daemons) if daemon_pids else None)
         try:
-            return json.loads(done.stdout), cpu
+            return json.loads(out), cpu
         except ValueError:
-            raise CcplabError(f"iperf3 client failed (status {done.returncode}): {done.stderr.strip()}") from None
+            raise CcplabError(f"iperf3 client failed (status {client.returncode}): {err.strip()}") from None
+
+    @staticmethod
+    def _window_sample(client: subprocess.Popen, pids: Sequence[int], daemon_pids: Sequence[int]) -> "WindowSample | None":
+        """CPU counters at one edge of the steady window; None when the client has already exited."""
+        if client.poll() is not None:
+            return None
+        try:
+            client_ticks = _cpu_ticks_of([client.pid])
+        except CcplabError:  # exited between the poll and the read
+            return None
+        daemon_ticks = _cpu_ticks_of(daemon_pids)
+        return WindowSample(cpu_counters(PROC_STAT.read_text()),
+                            own_ticks=client_ticks + _cpu_ticks_of(pids) + daemon_ticks, daemon_ticks=daemon_ticks)
 
     def _wait_server_idle(self) -> None:
         """Until the server has no established connection left from the previous run (iperf3 3.x
@@ -997,6 +1081,7 @@ def _raise_on_signal(signum, _frame):
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    window = steady_window(args.duration_s, args.omit_s)  # a bad pair fails before anything runs
     preflight(args.modes)
     plan = run_plan(args.flows, args.reps, args.modes, args.loads)
     params = {**ALGORITHM_PARAMS, **dict(args.algorithm_param)}
@@ -1013,11 +1098,12 @@ def run_bench(args: argparse.Namespace) -> int:
         if args.keep_logs:
             stack.callback(_copy_logs, workdir, args.keep_logs)
         stack.enter_context(bpf_stats_enabled())
-        bench = Bench(stack, workdir, args.duration_s, params)
+        bench = Bench(stack, workdir, args.duration_s, params, args.omit_s)
         idle = background_busy()
         print(f"datapath benchmark: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, commit {_commit()}"
               f"{'' if bin_dir() == REPO_ROOT / 'target' / 'release' else f' (binaries from {bin_dir()})'}, "
-              f"{os.cpu_count()} cores, veth MTU {MTU} ({offloads(bench.snd)}), iperf3 -t {args.duration_s}, "
+              f"{os.cpu_count()} cores, veth MTU {MTU} ({offloads(bench.snd)}), iperf3 -t {args.duration_s} "
+              f"(CPU over {window[0]:g}-{window[1]:g} s of each run), "
               f"algorithm ccp-algorithms {ALGORITHM} {params} (RUST_LOG={ALGORITHM_LOG_FILTER}); "
               f"paced = iperf3 -b per stream, "
               f"{PACED_TOTAL_MBPS / 1000:g} Gbit/s in total; background busy {100 * idle:.1f}% before the runs",
@@ -1032,9 +1118,10 @@ def run_bench(args: argparse.Namespace) -> int:
     print(results_table(measurements, args.flows))
     print()
     print(targets_table(evaluate_targets(measurements, args.flows)))
-    print("\nbusy% = share of both cores (/proc/stat) while iperf3 ran; own% = the part of it used by iperf3 "
-          "client and server, ccp-datapath, the algorithm and ksoftirqd (scheduler run time; busy% is "
-          "tick-sampled), dmn% = ccp-datapath + algorithm; cc ns = BPF ns per ccp_cong_control call "
+    print("\nbusy% = share of both cores (/proc/stat) over the steady window of each run; own% = the part of it "
+          "used by iperf3 client and server, ccp-datapath, the algorithm and ksoftirqd (scheduler run time; busy% is "
+          "tick-sampled), dmn% = ccp-datapath + algorithm; run% = own% over the whole run, setup and teardown "
+          "included; cc ns = BPF ns per ccp_cong_control call "
           "(what it tail-calls included); bpf ns/ACK = BPF ns of the ccp programs that run per ACK (all but "
           "init and release) per cong_control call; msg = kernel-to-user records "
           "(userspace fold: per-ACK snapshots; kernel fold: reports); cmd lat = report->cwnd (kernel fold) or "
@@ -1083,6 +1170,16 @@ def _param(text: str) -> tuple[str, str]:
     return flag, value
 
 
+def _non_negative(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        v = -1
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seconds >= 0")
+    return v
+
+
 def _positive(text: str) -> int:
     try:
         v = int(text)
@@ -1101,6 +1198,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "cost per ACK, user-space messages per flow, command latency and the issue's targets. "
                     "Needs root; runs under the netlab lock.")
     p.add_argument("--duration-s", type=_positive, default=8, help="seconds per iperf3 run (default %(default)s)")
+    p.add_argument("--omit-s", type=_non_negative, default=OMIT_S,
+                   help="seconds at the start of each run left out of the CPU figures (connection setup, slow "
+                        f"start; as iperf3 --omit); the window closes {WINDOW_TAIL_S} s before the run's end "
+                        "(default %(default)s)")
     p.add_argument("--reps", type=_positive, default=4,
                    help="repetitions of the alternation (default %(default)s; the targets take medians over them)")
     p.add_argument("--flows", type=_flow_counts, default=list(FLOWS),
