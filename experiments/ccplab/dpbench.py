@@ -527,8 +527,8 @@ def evaluate_targets(ms: Sequence[Measurement], flows: Sequence[int] = FLOWS) ->
     Throughput at full speed per flow count; CPU when paced per flow count (MISS when the paced
     throughputs differ by more than 3%, since the CPU ratio then compares unequal work); BPF time per
     ACK and messages per RTT per flow per flow count, the worse of full speed and paced. CPU is the
-    run's own CPU (``Measurement.own_cpu``): on a shared machine the host's busy share also counts
-    whatever else runs. A ratio is the median over repetitions of ccp's figure over kernel cubic's in
+    run's own CPU over its steady window (``Measurement.own_cpu``, :func:`steady_window`): on a
+    shared machine the host's busy share also counts whatever else runs. A ratio is the median over repetitions of ccp's figure over kernel cubic's in
     the same repetition (run back to back, so drift hits both), other figures the median over
     repetitions: one repetition's outlier (kernel cubic's own CPU at one paced flow ran 0.050 and
     0.062 of both cores in two repetitions of one run) moves a mean of few repetitions by more than

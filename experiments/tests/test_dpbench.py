@@ -344,3 +344,33 @@ def test_a_saved_run_prints_again_and_bad_files_are_named(tmp_path, capsys):
         assert str(saved) in err and why in err, err
     assert d.main(["--from", str(tmp_path / "missing.json")]) == 2
     assert "cannot read it" in capsys.readouterr().err
+
+
+def test_steady_window_leaves_out_the_start_and_the_last_second():
+    assert d.steady_window(8, 2) == (2.0, 7.0)
+    assert d.steady_window(8, 0) == (0.0, 7.0)
+    with pytest.raises(CcplabError, match=r"--duration-s 3 with --omit-s 2 leaves a CPU window of 0 s"):
+        d.steady_window(3, 2)
+
+
+def test_cli_omit_takes_whole_seconds_and_a_window_too_short_fails_before_anything_runs(capsys):
+    assert d.build_parser().parse_args([]).omit_s == d.OMIT_S
+    assert d.build_parser().parse_args(["--omit-s", "0"]).omit_s == 0
+    for bad in ("-1", "x"):
+        with pytest.raises(SystemExit):
+            d.build_parser().parse_args(["--omit-s", bad])
+    # checked before the preflight (root, binaries): exit 2 naming both flags, nothing started
+    assert d.main(["--duration-s", "4", "--omit-s", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "--duration-s 4 with --omit-s 3" in err and "at least 1 s" in err
+
+
+def test_a_run_saved_before_the_steady_window_loads_with_no_whole_run_figure(tmp_path, capsys):
+    old = dataclasses.asdict(_m("kernel", 1, True, 1.0, 0.05, rep=1))
+    del old["own_cpu_run"], old["daemons_cpu_run"]
+    saved = tmp_path / "old.json"
+    saved.write_text(json.dumps([old]))
+    (m,) = d.load_measurements(saved)
+    assert m.own_cpu_run is None and m.own_cpu == 0.05
+    assert d.main(["--from", str(saved)]) == 0
+    assert "run%" in capsys.readouterr().out
