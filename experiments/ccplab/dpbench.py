@@ -5,7 +5,8 @@ What it measures, on this host, in one run:
 * a veth pair (MTU 1500, the kernel's default offloads: TSO/GSO on) between
   two network namespaces it creates, iperf3 flows from one to the other;
 * four modes ALTERNATING back to back for every configuration (so drift of a
-  shared machine hits all of them alike): ``kernel`` (the kernel's cubic),
+  shared machine hits all of them alike; every second repetition in reverse
+  order, so no mode always follows the same one, ``run_plan``): ``kernel`` (the kernel's cubic),
   ``bpf-cubic`` (the kernel's cubic behind the smallest BPF struct_ops,
   datapath/bench/kfunc_cubic.bpf.c, compiled with clang and registered with
   bpftool for each run: the floor of BPF time per ACK, its programs' time per
@@ -656,9 +657,13 @@ LOADS = {"full": False, "paced": True}
 def run_plan(flows: Sequence[int], reps: int, modes: Sequence[str] = DEFAULT_MODES,
              loads: Sequence[str] = tuple(LOADS)) -> list[tuple[int, bool, int, str]]:
     """The order of runs: (flows, paced, rep, mode) for each flow count and load (``LOADS`` names,
-    full before paced); per configuration the modes alternate, ``reps`` times."""
+    full before paced); per configuration the modes alternate, ``reps`` times, every second
+    repetition in reverse order (A B, B A, A B, ...): a mode that always ran right after another
+    would carry whatever that one leaves behind (its teardown, a warm or cold server) into every
+    ratio, in one direction."""
+    ordered = [mode for mode in MODES if mode in modes]
     return [(n, paced, rep, mode) for n in flows for paced in (False, True) if paced in {LOADS[x] for x in loads}
-            for rep in range(1, reps + 1) for mode in MODES if mode in modes]
+            for rep in range(1, reps + 1) for mode in (ordered if rep % 2 else ordered[::-1])]
 
 
 def paced_stream_rate(flows: int, total_mbps: float = PACED_TOTAL_MBPS) -> str:

@@ -238,7 +238,8 @@ def test_run_plan_alternates_modes_within_each_configuration():
     plan = d.run_plan([1, 10], reps=2)
     assert len(plan) == 2 * 2 * 2 * len(d.DEFAULT_MODES)
     n = len(d.DEFAULT_MODES)
-    assert [m for *_, m in plan[:2 * n]] == list(d.DEFAULT_MODES) * 2
+    assert [m for *_, m in plan[:2 * n]] == list(d.DEFAULT_MODES) + list(d.DEFAULT_MODES)[::-1], \
+        "every second repetition in reverse order"
     every = d.run_plan([1], reps=1, modes=d.MODES)
     assert [m for *_, m in every[:5]] == ["kernel", "bpf-cubic", "ccp-kernel-fold", "ccp-kernel-interp",
                                           "ccp-userspace-fold"]
