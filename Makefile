@@ -58,7 +58,8 @@ bench: build
 	$(CARGO) test --release -p ccp-datapath --test fold_jit -- --ignored --nocapture
 	$(NETLAB_LOCK) $(VENV)/bin/ccplab fidelity --runs 5 --duration-s 20 \
 	    --out results/bench-fidelity-$$(date +%Y%m%d-%H%M%S)
-	$(NETLAB_LOCK) $(PY) -m ccplab.dpbench --json results/bench-datapath-$$(date +%Y%m%d-%H%M%S).json
+	# eight repetitions (about 30 minutes): one repetition's ratio spreads by +-15 % here
+	$(NETLAB_LOCK) $(PY) -m ccplab.dpbench --reps 8 --json results/bench-datapath-$$(date +%Y%m%d-%H%M%S).json
 
 clean:
 	rm -rf target $(VENV)
