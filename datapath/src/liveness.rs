@@ -70,7 +70,9 @@ impl ProcessExit {
         self.fd.as_raw_fd()
     }
 
-    /// Whether the process has exited (a non-blocking poll of the pidfd).
+    /// Whether the process has exited (a non-blocking poll of the pidfd; the
+    /// datapath's loop polls [`ProcessExit::fd`] with its sockets instead).
+    #[cfg(test)]
     pub fn exited(&self) -> bool {
         let mut p = libc::pollfd { fd: self.fd(), events: libc::POLLIN, revents: 0 };
         // SAFETY: one valid pollfd, no wait.
@@ -204,16 +206,21 @@ impl AlgorithmWatch {
         self.heard && !self.away
     }
 
-    /// Probe (at most every [`AlgorithmWatch::probe_period`]; at once when
-    /// the watched process has exited) and report a change.
-    pub fn poll(&mut self, now: Instant) -> Change {
-        if let Some(p) = self.process.as_ref().filter(|p| p.exited()) {
-            // gone now, whatever the socket file still says
+    /// The watched process's pidfd ([`AlgorithmWatch::exit_fd`]) polled
+    /// readable: the algorithm is gone now, whatever its socket file still
+    /// says. The fallback timeout runs from `now`, and the next
+    /// [`AlgorithmWatch::poll`] probes at once.
+    pub fn process_exited(&mut self, now: Instant) {
+        if let Some(p) = self.process.take() {
             tracing::info!(pid = p.pid(), "the algorithm's process exited");
-            self.process = None;
             self.absent_since.get_or_insert(now);
             self.last_probe = None;
         }
+    }
+
+    /// Probe (at most every [`AlgorithmWatch::probe_period`]) and report a
+    /// change.
+    pub fn poll(&mut self, now: Instant) -> Change {
         if self.last_probe.is_some_and(|t| now.duration_since(t) < self.probe_period()) {
             return self.check_timeout(now);
         }
@@ -335,7 +342,10 @@ mod tests {
         assert!(w.controls());
         child.kill().unwrap();
         child.wait().unwrap();
+        let exit_fd = ProcessExit { fd: w.process.as_ref().unwrap().fd.try_clone().unwrap(), pid: 0 };
+        assert!(exit_fd.exited(), "the pidfd the loop polls is readable");
         let died = t0 + PROBE_EVERY * 3;
+        w.process_exited(died);
         assert_eq!(w.poll(died), Change::None, "the timeout starts at the exit");
         assert!(w.exit_fd().is_none(), "a dead process is not watched");
         assert_eq!(w.probe_period(), PROBE_EVERY);

@@ -702,6 +702,9 @@ fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
         let timeout_ms = lp.poll_timeout_ms(idle_poll_ms(cli.fallback_timeout_ms, lp.watch.probe_period()));
         // SAFETY: fds is a valid array of pollfd for the call's duration.
         unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+        if fds[ALGORITHM_EXIT].fd >= 0 && fds[ALGORITHM_EXIT].revents != 0 {
+            lp.watch.process_exited(Instant::now());
+        }
         lp.drain_ipc(&mut buf);
         if !lp.outbox.flush() {
             lp.watch.send_failed(Instant::now());
