@@ -60,6 +60,9 @@ bench: build
 	    --out results/bench-fidelity-$$(date +%Y%m%d-%H%M%S)
 	# eight repetitions (about 30 minutes): one repetition's ratio spreads by +-15 % here
 	$(NETLAB_LOCK) $(PY) -m ccplab.dpbench --reps 8 --json results/bench-datapath-$$(date +%Y%m%d-%H%M%S).json
+	# the noisiest cell, own CPU at one paced flow (+-20 % a repetition), again with 24 (8 minutes)
+	$(NETLAB_LOCK) $(PY) -m ccplab.dpbench --loads paced --flows 1 --modes kernel,ccp-kernel-fold --reps 24 \
+	    --json results/bench-datapath-1paced-$$(date +%Y%m%d-%H%M%S).json
 
 clean:
 	rm -rf target $(VENV)
