@@ -895,7 +895,7 @@ class Bench:
                  omit_s: int = OMIT_S):
         self.workdir = workdir
         self.duration_s = duration_s
-        self.omit_s = omit_s
+        self.window = steady_window(duration_s, omit_s)
         self.algorithm_params = algorithm_params
         self.snd, self.rcv = stack.enter_context(veth_namespaces())
         server = Daemon("iperf3 server", _netns_exec(self.rcv, "iperf3", "-s", "-B", RECEIVER_IP, "-p", IPERF_PORT),
@@ -958,7 +958,7 @@ class Bench:
         argv = _netns_exec(self.snd, "iperf3", "-c", RECEIVER_IP, "-p", IPERF_PORT, "-t", self.duration_s,
                            "-P", flows, "-C", cc, "-J", *(["-b", paced_stream_rate(flows)] if paced else []))
         limit_s = self.duration_s + CLIENT_GRACE_S
-        window_start_s, window_end_s = steady_window(self.duration_s, self.omit_s)
+        window_start_s, window_end_s = self.window
         self._wait_server_idle()
         pids = [self.server_pid, *self.ksoftirqd_pids]
         before, pids_before, daemons_before = cpu_counters(PROC_STAT.read_text()), _cpu_ticks_of(pids), _cpu_ticks_of(daemon_pids)
@@ -1175,24 +1175,21 @@ def _param(text: str) -> tuple[str, str]:
     return flag, value
 
 
-def _non_negative(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        v = -1
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seconds >= 0")
-    return v
+def _whole_number(minimum: int, what: str) -> Callable[[str], int]:
+    """argparse type: an integer >= ``minimum``, refused as not being ``what``."""
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            v = minimum - 1
+        if v < minimum:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+        return v
+    return parse
 
 
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        v = 0
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
-    return v
+_positive = _whole_number(1, "a positive integer")
+_non_negative = _whole_number(0, "a whole number of seconds >= 0")
 
 
 def build_parser() -> argparse.ArgumentParser:
