@@ -27,6 +27,7 @@ use rattan_core::{
 use tokio::{sync::mpsc, time::Instant};
 
 use crate::{
+    flowkey::{flow_key, PortSide},
     mmlog::{unix_ms_now, MmLog},
     queue::{Delivered, LinkQueue, NullSink, QueueLimit, OPPORTUNITY_BYTES},
 };
@@ -69,6 +70,8 @@ pub struct LinkCellConfig {
     /// Whether this cell's first IPv4 packet sets time 0.
     pub sets_clock0: bool,
     pub log: Option<MmLog>,
+    /// Which port of a packet names its flow in this direction.
+    pub key_side: PortSide,
     /// Test hook: panic on the first packet (CCPLAB_LINK_FAULT=panic-on-packet).
     pub inject_panic: bool,
 }
@@ -95,6 +98,7 @@ pub struct LinkCellEgress<P: Packet> {
     log: Option<MmLog>,
     timer: Timer,
     stats: Arc<LinkStats>,
+    key_side: PortSide,
     inject_panic: bool,
 }
 
@@ -168,10 +172,11 @@ impl<P: Packet + Send + Sync> LinkCellEgress<P> {
         }
         self.stats.arrivals.fetch_add(1, Ordering::Relaxed);
         let now_ms = Self::ms_since_0(base, arrived);
+        let key = flow_key(p.as_slice(), self.key_side);
         let mut delivered = VecDeque::new();
         let queue = &mut self.queue;
         let accepted = Self::with_sink(&self.log, |s| {
-            queue.arrive(now_ms, p, size, s, &mut delivered)
+            queue.arrive(now_ms, p, size, key, s, &mut delivered)
         });
         if !accepted {
             self.stats.drops.fetch_add(1, Ordering::Relaxed);
@@ -259,6 +264,7 @@ impl<P: Packet + Send + Sync> LinkCell<P> {
                 log: config.log,
                 timer: Timer::new()?,
                 stats,
+                key_side: config.key_side,
                 inject_panic: config.inject_panic,
             },
             control: Arc::new(LinkCellControl),

@@ -11,6 +11,8 @@
 //! mahimahi's mm-link format (see `mmlog`).
 
 mod cell;
+mod flowdelay;
+mod flowkey;
 mod mmlog;
 mod netns;
 mod queue;
@@ -38,6 +40,8 @@ use rattan_core::{
 
 use crate::{
     cell::{Clock0, LinkCell, LinkCellConfig, LinkStats},
+    flowdelay::{parse_ack_delay, FlowDelayCell},
+    flowkey::PortSide,
     mmlog::{display_path, LogBase, LogHeader, MmLog},
     netns::{CleanupGuard, Namespaces},
     queue::QueueLimit,
@@ -100,6 +104,18 @@ struct Args {
     /// Where to write the uplink mm-link log (moved into place at exit).
     #[arg(long, value_name = "FILE")]
     uplink_log: PathBuf,
+    /// Per-flow attribution of the uplink log: one line per packet event of
+    /// --uplink-log (`+`, `-`, `d` lines, same order), each the packet's
+    /// receiver-side TCP/UDP port (its destination port; 0: none). The
+    /// mahimahi log itself stays stock. Moved into place at exit.
+    #[arg(long, value_name = "FILE")]
+    flow_log: Option<PathBuf>,
+    /// Extra one-way delay for one flow, on its ACK path: packets from
+    /// receiver port PORT wait MS more ms (0..=10000) after the common
+    /// --one-way-delay-ms, so that flow's RTT is 2 x one-way delay + MS.
+    /// Repeatable, one per port.
+    #[arg(long, value_name = "PORT=MS", value_parser = parse_ack_delay)]
+    ack_delay: Vec<(u16, Duration)>,
     /// mm-link log of the downlink (only with --downlink-trace).
     #[arg(long, value_name = "FILE", requires = "downlink_trace")]
     downlink_log: Option<PathBuf>,
@@ -182,19 +198,30 @@ fn run(args: Args) -> Result<()> {
         None => None,
     };
     let command_line = std::env::args().collect::<Vec<_>>().join(" ");
-    let make_log = |trace: &PathBuf, path: &PathBuf, queue: String| {
+    let mut ports = args.ack_delay.iter().map(|(p, _)| *p).collect::<Vec<_>>();
+    ports.sort_unstable();
+    if let Some(w) = ports.windows(2).find(|w| w[0] == w[1]) {
+        bail!("--ack-delay: port {} given twice", w[0]);
+    }
+    let make_log = |trace: &PathBuf, path: &PathBuf, queue: String, flow_log: Option<PathBuf>| {
         MmLog::create(LogHeader {
             trace_path: display_path(trace),
             log_path: path.clone(),
             command_line: command_line.clone(),
             queue,
             base: args.log_base,
+            flow_log_path: flow_log,
         })
         .with_context(|| format!("cannot create log {}", path.display()))
     };
-    let up_log = make_log(&args.uplink_trace, &args.uplink_log, limit.describe())?;
+    let up_log = make_log(
+        &args.uplink_trace,
+        &args.uplink_log,
+        limit.describe(),
+        args.flow_log.clone(),
+    )?;
     let down_log = match (&args.downlink_trace, &args.downlink_log) {
-        (Some(t), Some(p)) => match make_log(t, p, QueueLimit::Infinite.describe()) {
+        (Some(t), Some(p)) => match make_log(t, p, QueueLimit::Infinite.describe(), None) {
             Ok(l) => Some(l),
             Err(e) => {
                 up_log.abandon();
@@ -295,6 +322,7 @@ fn serve(
         limit,
         sets_clock0: args.trace_start == TraceStart::FirstPacket,
         log: Some(up_log.clone()),
+        key_side: PortSide::Destination,
         // Fault injection used by the cleanup test only.
         inject_panic: std::env::var_os("CCPLAB_LINK_FAULT").is_some_and(|v| v == "panic-on-packet"),
     };
@@ -320,12 +348,26 @@ fn serve(
     radix.link_cell("left".into(), "up".into());
     radix.link_cell("up".into(), "up_delay".into());
     radix.link_cell("up_delay".into(), "right".into());
+    // The ACK path: right -> down_delay [-> ack_delay] [-> down] -> left.
+    let mut down_tail = "down_delay".to_string();
+    if !args.ack_delay.is_empty() {
+        let extra = args.ack_delay.clone();
+        radix
+            .build_cell("ack_delay".into(), move |rt| {
+                let _g = rt.enter();
+                FlowDelayCell::<StdPacket>::new(&extra)
+            })
+            .map_err(err)?;
+        radix.link_cell("down_delay".into(), "ack_delay".into());
+        down_tail = "ack_delay".to_string();
+    }
     if let Some(down) = downlink {
         let cfg = LinkCellConfig {
             schedule: down.timestamps().into(),
             limit: QueueLimit::Infinite,
             sets_clock0: false,
             log: down_log.clone(),
+            key_side: PortSide::Source,
             inject_panic: false,
         };
         let c0 = clock0.clone();
@@ -336,11 +378,11 @@ fn serve(
             })
             .map_err(err)?;
         radix.link_cell("right".into(), "down_delay".into());
-        radix.link_cell("down_delay".into(), "down".into());
+        radix.link_cell(down_tail, "down".into());
         radix.link_cell("down".into(), "left".into());
     } else {
         radix.link_cell("right".into(), "down_delay".into());
-        radix.link_cell("down_delay".into(), "left".into());
+        radix.link_cell(down_tail, "left".into());
     }
     radix.spawn_rattan().map_err(err)?;
     radix.start_rattan().map_err(err)?;

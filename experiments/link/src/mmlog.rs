@@ -17,6 +17,13 @@
 //! IP packet length + 4, mahimahi's TUN header, so a full-MTU packet and an
 //! opportunity are both 1504 bytes.
 //!
+//! Per-flow attribution (`--flow-log`): beside the stock log, a file with
+//! one line per packet event of the log (`+`, `-` and `d` lines, in the same
+//! order; no header, no `#` lines): the decimal flow key of that packet
+//! (`flowkey`: the receiver-side port, 0 for none). The mahimahi log itself
+//! stays byte-for-byte stock, so mahimahi's tools read it unchanged, and the
+//! k-th line of the flow log belongs to the k-th packet event of the log.
+//!
 //! The log is written to a hidden temporary file next to the target
 //! ([`ccplab_util::fs::temp_beside`]) and renamed into place by
 //! [`MmLog::finish`] ([`ccplab_util::fs::persist_synced`]), so the target
@@ -31,7 +38,7 @@ use std::{
 use ccplab_util::fs::{persist_synced, temp_beside};
 use tempfile::NamedTempFile;
 
-use crate::queue::EventSink;
+use crate::queue::{EventSink, FlowKey};
 
 /// Size logged for one delivery opportunity (1500 B + 4 B TUN header).
 pub const OPPORTUNITY_LOG_BYTES: u32 = 1504;
@@ -56,11 +63,15 @@ pub struct LogHeader {
     pub command_line: String,
     pub queue: String,
     pub base: LogBase,
+    /// Where to write the per-flow attribution, if anywhere.
+    pub flow_log_path: Option<PathBuf>,
 }
 
 struct Inner {
     /// The temporary file (deleted if dropped without being persisted).
     writer: Option<BufWriter<NamedTempFile>>,
+    /// The flow log's temporary file, with `--flow-log`.
+    flows: Option<BufWriter<NamedTempFile>>,
     header: LogHeader,
     started: bool,
     error: Option<std::io::Error>,
@@ -80,9 +91,14 @@ impl MmLog {
     /// before any namespace exists, if the directory is not writable).
     pub fn create(header: LogHeader) -> std::io::Result<Self> {
         let file = temp_beside(&header.log_path)?;
+        let flows = match &header.flow_log_path {
+            Some(p) => Some(BufWriter::with_capacity(1 << 18, temp_beside(p)?)),
+            None => None,
+        };
         Ok(Self {
             inner: Arc::new(Mutex::new(Inner {
                 writer: Some(BufWriter::with_capacity(1 << 20, file)),
+                flows,
                 header,
                 started: false,
                 error: None,
@@ -143,6 +159,10 @@ impl MmLog {
             return Err(e); // dropping `w` deletes the temporary file
         }
         let file = w.into_inner().map_err(|e| e.into_error())?;
+        if let (Some(flows), Some(path)) = (g.flows.take(), g.header.flow_log_path.clone()) {
+            let flows = flows.into_inner().map_err(|e| e.into_error())?;
+            persist_synced(flows, &path)?;
+        }
         persist_synced(file, &g.header.log_path)
     }
 
@@ -150,7 +170,9 @@ impl MmLog {
     /// fails before the link came up).
     pub fn abandon(&self) {
         // Dropping the NamedTempFile deletes it.
-        self.lock_inner().writer.take();
+        let mut g = self.lock_inner();
+        g.writer.take();
+        g.flows.take();
     }
 
     /// The final path of the log.
@@ -170,6 +192,18 @@ impl Inner {
             }
         }
     }
+
+    fn write_key(&mut self, key: FlowKey) {
+        let Some(w) = self.flows.as_mut() else {
+            return;
+        };
+        if let Err(e) = writeln!(w, "{key}") {
+            if self.error.is_none() {
+                tracing::error!("writing the flow log failed: {e}");
+                self.error = Some(e);
+            }
+        }
+    }
 }
 
 impl MmLogGuard<'_> {
@@ -181,17 +215,20 @@ impl MmLogGuard<'_> {
 }
 
 impl EventSink for MmLogGuard<'_> {
-    fn arrival(&mut self, t_ms: u64, size: u32) {
+    fn arrival(&mut self, t_ms: u64, size: u32, key: FlowKey) {
         self.line(format_args!("{t_ms} + {size}\n"));
+        self.0.write_key(key);
     }
-    fn departure(&mut self, t_ms: u64, size: u32, delay_ms: u64) {
+    fn departure(&mut self, t_ms: u64, size: u32, delay_ms: u64, key: FlowKey) {
         self.line(format_args!("{t_ms} - {size} {delay_ms}\n"));
+        self.0.write_key(key);
     }
     fn opportunity(&mut self, t_ms: u64) {
         self.line(format_args!("{t_ms} # {OPPORTUNITY_LOG_BYTES}\n"));
     }
-    fn drop(&mut self, t_ms: u64, packets: u32, bytes: u64) {
+    fn drop(&mut self, t_ms: u64, packets: u32, bytes: u64, key: FlowKey) {
         self.line(format_args!("{t_ms} d {packets} {bytes}\n"));
+        self.0.write_key(key);
     }
 }
 

@@ -25,22 +25,27 @@ use std::sync::Arc;
 /// Bytes one delivery opportunity carries (mahimahi's PACKET_SIZE).
 pub const OPPORTUNITY_BYTES: u32 = 1504;
 
-/// Receives every link event; times are ms since time 0.
+/// A packet's flow key for per-flow accounting: the TCP/UDP port that
+/// names its flow (see `flowkey`), 0 when it has none.
+pub type FlowKey = u16;
+
+/// Receives every link event; times are ms since time 0. Packet events carry
+/// the packet's [`FlowKey`], so a sink can attribute each to its flow.
 pub trait EventSink {
-    fn arrival(&mut self, t_ms: u64, size: u32);
-    fn departure(&mut self, t_ms: u64, size: u32, delay_ms: u64);
+    fn arrival(&mut self, t_ms: u64, size: u32, key: FlowKey);
+    fn departure(&mut self, t_ms: u64, size: u32, delay_ms: u64, key: FlowKey);
     fn opportunity(&mut self, t_ms: u64);
-    fn drop(&mut self, t_ms: u64, packets: u32, bytes: u64);
+    fn drop(&mut self, t_ms: u64, packets: u32, bytes: u64, key: FlowKey);
 }
 
 /// Discards events (links without a log).
 pub struct NullSink;
 
 impl EventSink for NullSink {
-    fn arrival(&mut self, _: u64, _: u32) {}
-    fn departure(&mut self, _: u64, _: u32, _: u64) {}
+    fn arrival(&mut self, _: u64, _: u32, _: FlowKey) {}
+    fn departure(&mut self, _: u64, _: u32, _: u64, _: FlowKey) {}
     fn opportunity(&mut self, _: u64) {}
-    fn drop(&mut self, _: u64, _: u32, _: u64) {}
+    fn drop(&mut self, _: u64, _: u32, _: u64, _: FlowKey) {}
 }
 
 /// Droptail limit, counting only packets waiting (not the one in transit).
@@ -74,6 +79,7 @@ struct Queued<T> {
     item: T,
     size: u32,
     arrival_ms: u64,
+    key: FlowKey,
 }
 
 /// A delivered item and its departure time (ms since time 0).
@@ -162,7 +168,7 @@ impl<T> LinkQueue<T> {
                 left -= used;
                 if *remaining == 0 {
                     let (p, _) = self.in_transit.take().expect("set above");
-                    sink.departure(t, p.size, t - p.arrival_ms);
+                    sink.departure(t, p.size, t - p.arrival_ms, p.key);
                     out.push_back(Delivered {
                         item: p.item,
                         departure_ms: t,
@@ -172,32 +178,34 @@ impl<T> LinkQueue<T> {
         }
     }
 
-    /// A packet of `size` bytes (IP length + 4) arrives at `now_ms`.
-    /// Opportunities up to `now_ms` are used first; the arrival is logged,
-    /// then the packet is queued or dropped (droptail). Times earlier than
-    /// the last processed ms are raised to it, so the log never goes back.
-    /// Returns false if dropped.
+    /// A packet of `size` bytes (IP length + 4) of flow `key` arrives at
+    /// `now_ms`. Opportunities up to `now_ms` are used first; the arrival is
+    /// logged, then the packet is queued or dropped (droptail). Times earlier
+    /// than the last processed ms are raised to it, so the log never goes
+    /// back. Returns false if dropped.
     pub fn arrive(
         &mut self,
         now_ms: u64,
         item: T,
         size: u32,
+        key: FlowKey,
         sink: &mut dyn EventSink,
         out: &mut VecDeque<Delivered<T>>,
     ) -> bool {
         let now_ms = now_ms.max(self.last_ms);
         self.rationalize(now_ms, sink, out);
-        sink.arrival(now_ms, size);
+        sink.arrival(now_ms, size, key);
         if self.limit.admits(self.queue.len(), self.queued_bytes, size) {
             self.queued_bytes += size as u64;
             self.queue.push_back(Queued {
                 item,
                 size,
                 arrival_ms: now_ms,
+                key,
             });
             true
         } else {
-            sink.drop(now_ms, 1, size as u64);
+            sink.drop(now_ms, 1, size as u64, key);
             false
         }
     }
@@ -208,19 +216,22 @@ mod tests {
     use super::*;
 
     #[derive(Default)]
-    struct Rec(Vec<String>);
+    struct Rec(Vec<String>, Vec<FlowKey>);
     impl EventSink for Rec {
-        fn arrival(&mut self, t: u64, s: u32) {
+        fn arrival(&mut self, t: u64, s: u32, k: FlowKey) {
             self.0.push(format!("{t} + {s}"));
+            self.1.push(k);
         }
-        fn departure(&mut self, t: u64, s: u32, d: u64) {
+        fn departure(&mut self, t: u64, s: u32, d: u64, k: FlowKey) {
             self.0.push(format!("{t} - {s} {d}"));
+            self.1.push(k);
         }
         fn opportunity(&mut self, t: u64) {
             self.0.push(format!("{t} # 1504"));
         }
-        fn drop(&mut self, t: u64, n: u32, b: u64) {
+        fn drop(&mut self, t: u64, n: u32, b: u64, k: FlowKey) {
             self.0.push(format!("{t} d {n} {b}"));
+            self.1.push(k);
         }
     }
 
@@ -232,8 +243,8 @@ mod tests {
     fn constant_link_one_packet_per_ms() {
         let mut l = q(&[1], QueueLimit::Infinite);
         let (mut s, mut out) = (Rec::default(), VecDeque::new());
-        l.arrive(0, 1, 1504, &mut s, &mut out);
-        l.arrive(0, 2, 1504, &mut s, &mut out);
+        l.arrive(0, 1, 1504, 0, &mut s, &mut out);
+        l.arrive(0, 2, 1504, 0, &mut s, &mut out);
         l.rationalize(3, &mut s, &mut out);
         assert_eq!(
             s.0,
@@ -255,7 +266,7 @@ mod tests {
     fn arrival_waits_for_next_opportunity_after_its_ms() {
         let mut l = q(&[1], QueueLimit::Infinite);
         let (mut s, mut out) = (Rec::default(), VecDeque::new());
-        l.arrive(5, 1, 100, &mut s, &mut out);
+        l.arrive(5, 1, 100, 0, &mut s, &mut out);
         l.rationalize(6, &mut s, &mut out);
         assert_eq!(out[0].departure_ms, 6);
         assert!(s.0.contains(&"6 - 100 1".to_string()));
@@ -266,9 +277,9 @@ mod tests {
         let mut l = q(&[10], QueueLimit::Infinite);
         let (mut s, mut out) = (Rec::default(), VecDeque::new());
         for i in 0..3 {
-            l.arrive(0, i, 500, &mut s, &mut out); // 3 x 500 <= 1504
+            l.arrive(0, i, 500, 0, &mut s, &mut out); // 3 x 500 <= 1504
         }
-        l.arrive(0, 9, 1504, &mut s, &mut out); // needs 1500 of the next + 4 of this
+        l.arrive(0, 9, 1504, 0, &mut s, &mut out); // needs 1500 of the next + 4 of this
         l.rationalize(10, &mut s, &mut out);
         assert_eq!(out.len(), 3);
         l.rationalize(20, &mut s, &mut out);
@@ -281,7 +292,7 @@ mod tests {
         // No opportunity until 2000 ms, period 2000: nothing leaves before.
         let mut l = q(&[2000], QueueLimit::Infinite);
         let (mut s, mut out) = (Rec::default(), VecDeque::new());
-        l.arrive(3, 7, 1504, &mut s, &mut out);
+        l.arrive(3, 7, 1504, 0, &mut s, &mut out);
         l.rationalize(1999, &mut s, &mut out);
         assert!(out.is_empty());
         l.rationalize(2000, &mut s, &mut out);
@@ -293,21 +304,21 @@ mod tests {
     fn droptail_packets_and_bytes() {
         let mut l = q(&[1000], QueueLimit::Packets(2));
         let (mut s, mut out) = (Rec::default(), VecDeque::new());
-        assert!(l.arrive(0, 1, 1504, &mut s, &mut out));
-        assert!(l.arrive(0, 2, 1504, &mut s, &mut out));
+        assert!(l.arrive(0, 1, 1504, 0, &mut s, &mut out));
+        assert!(l.arrive(0, 2, 1504, 0, &mut s, &mut out));
         assert!(
-            !l.arrive(1, 3, 1504, &mut s, &mut out),
+            !l.arrive(1, 3, 1504, 0, &mut s, &mut out),
             "droptail packet limit broken: a 3rd packet was admitted to a full 2-packet queue"
         );
         assert_eq!(s.0.last().unwrap(), "1 d 1 1504", "the drop is logged");
         let mut l = q(&[1000], QueueLimit::Bytes(3000));
-        assert!(l.arrive(0, 1, 1504, &mut s, &mut out));
+        assert!(l.arrive(0, 1, 1504, 0, &mut s, &mut out));
         assert!(
-            !l.arrive(0, 2, 1504, &mut s, &mut out),
+            !l.arrive(0, 2, 1504, 0, &mut s, &mut out),
             "droptail byte limit broken: 3008 bytes admitted to a 3000-byte queue"
         );
         assert!(
-            l.arrive(0, 3, 1000, &mut s, &mut out),
+            l.arrive(0, 3, 1000, 0, &mut s, &mut out),
             "a packet that fits the byte limit is admitted"
         );
     }
@@ -316,19 +327,35 @@ mod tests {
     fn in_transit_packet_is_outside_the_queue() {
         let mut l = q(&[1, 1000], QueueLimit::Packets(1));
         let (mut s, mut out) = (Rec::default(), VecDeque::new());
-        l.arrive(0, 1, 1504, &mut s, &mut out);
+        l.arrive(0, 1, 1504, 0, &mut s, &mut out);
         assert!(
-            !l.arrive(0, 2, 3000, &mut s, &mut out),
+            !l.arrive(0, 2, 3000, 0, &mut s, &mut out),
             "droptail packet limit broken: a 2nd packet was admitted to a full 1-packet queue"
         );
         l.rationalize(1, &mut s, &mut out); // 1 leaves
-        assert!(l.arrive(1, 3, 3000, &mut s, &mut out));
+        assert!(l.arrive(1, 3, 3000, 0, &mut s, &mut out));
         l.rationalize(1000, &mut s, &mut out); // 3 in transit (1504 of 3000)
         assert_eq!(l.queued_packets(), 0);
         assert!(
-            l.arrive(1000, 4, 100, &mut s, &mut out),
+            l.arrive(1000, 4, 100, 0, &mut s, &mut out),
             "queue is free while 3 is in transit"
         );
+    }
+
+    #[test]
+    fn every_packet_event_carries_its_flow_key() {
+        let mut l = q(&[1, 1000], QueueLimit::Packets(2));
+        let (mut s, mut out) = (Rec::default(), VecDeque::new());
+        l.arrive(0, 1, 1504, 5201, &mut s, &mut out); // leaves at 1
+        l.arrive(0, 2, 1504, 5202, &mut s, &mut out); // queued
+        l.arrive(0, 3, 1504, 5203, &mut s, &mut out); // dropped: queue full
+        l.rationalize(1000, &mut s, &mut out);
+        let packet_events: Vec<&String> = s.0.iter().filter(|e| !e.contains('#')).collect();
+        assert_eq!(
+            packet_events,
+            ["0 + 1504", "0 + 1504", "0 + 1504", "0 d 1 1504", "1 - 1504 1", "1000 - 1504 1000"]
+        );
+        assert_eq!(s.1, [5201, 5202, 5203, 5203, 5201, 5202], "keys follow their packets");
     }
 
     #[test]
@@ -336,7 +363,7 @@ mod tests {
         let mut l = q(&[1], QueueLimit::Infinite);
         let (mut s, mut out) = (Rec::default(), VecDeque::new());
         l.rationalize(10, &mut s, &mut out);
-        l.arrive(8, 1, 100, &mut s, &mut out);
+        l.arrive(8, 1, 100, 0, &mut s, &mut out);
         assert!(s.0.contains(&"10 + 100".to_string()));
     }
 }

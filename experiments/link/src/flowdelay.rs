@@ -1,0 +1,194 @@
+//! Extra one-way delay per flow on the ACK path (`--ack-delay PORT=MS`), for
+//! RTT-fairness experiments: flows that share the bottleneck but not the
+//! base RTT (RFC 5166 s. 2.3.2; flent's rtt_fair tests).
+//!
+//! The delay is added on the downlink, after the link's common one-way
+//! delay, to the packets coming back from receiver port PORT (the flow's
+//! ACKs; `flowkey`), so the uplink log keeps the times at which the senders
+//! offered their packets. Packets of one delay class leave in order; classes
+//! overtake each other as their delays dictate. Packets of ports without an
+//! extra delay pass at once.
+
+use std::{collections::VecDeque, sync::Arc, time::Duration};
+
+use async_trait::async_trait;
+use rattan_core::{
+    cells::{Cell, Egress, Ingress, Packet},
+    error::Error,
+    metal::timer::Timer,
+};
+use tokio::{sync::mpsc, time::Instant};
+
+use crate::{
+    cell::LinkCellControl,
+    flowkey::{flow_key, PortSide},
+    queue::FlowKey,
+};
+
+/// One FIFO of packets that share an extra delay: (due time, packet).
+struct DelayClass<P> {
+    extra: Duration,
+    waiting: VecDeque<(Instant, P)>,
+}
+
+pub struct FlowDelayIngress<P: Packet> {
+    tx: mpsc::UnboundedSender<P>,
+}
+
+impl<P: Packet + Send + Sync> Ingress<P> for FlowDelayIngress<P> {
+    fn enqueue(&self, packet: P) -> Result<(), Error> {
+        self.tx
+            .send(packet)
+            .map_err(|_| Error::ChannelError("flow delay cell closed".to_string()))
+    }
+}
+
+pub struct FlowDelayEgress<P: Packet> {
+    rx: mpsc::UnboundedReceiver<P>,
+    /// Class 0 has no extra delay.
+    classes: Vec<DelayClass<P>>,
+    /// (port, class index) of every port with an extra delay.
+    class_of: Vec<(FlowKey, usize)>,
+    timer: Timer,
+}
+
+impl<P: Packet + Send + Sync> FlowDelayEgress<P> {
+    fn classify(&self, p: &P) -> usize {
+        let key = flow_key(p.as_slice(), PortSide::Source);
+        self.class_of
+            .iter()
+            .find(|(port, _)| *port == key)
+            .map_or(0, |(_, class)| *class)
+    }
+
+    fn admit(&mut self, p: P) {
+        let class = self.classify(&p);
+        let due = p.get_timestamp() + self.classes[class].extra;
+        self.classes[class].waiting.push_back((due, p));
+    }
+
+    /// The class whose head is due first, and when.
+    fn earliest(&self) -> Option<(usize, Instant)> {
+        self.classes
+            .iter()
+            .enumerate()
+            .filter_map(|(k, c)| c.waiting.front().map(|(due, _)| (k, *due)))
+            .min_by_key(|(_, due)| *due)
+    }
+}
+
+#[async_trait]
+impl<P: Packet + Send + Sync> Egress<P> for FlowDelayEgress<P> {
+    async fn dequeue(&mut self) -> Option<P> {
+        loop {
+            let next = self.earliest();
+            if let Some((class, due)) = next {
+                if due <= Instant::now() {
+                    let (due, mut p) = self.classes[class].waiting.pop_front()?;
+                    p.delay_until(due);
+                    return Some(p);
+                }
+            }
+            tokio::select! {
+                biased;
+                p = self.rx.recv() => self.admit(p?),
+                _ = self.timer.sleep_until(next.map_or_else(Instant::now, |(_, due)| due)), if next.is_some() => {}
+            }
+        }
+    }
+}
+
+pub struct FlowDelayCell<P: Packet> {
+    ingress: Arc<FlowDelayIngress<P>>,
+    egress: FlowDelayEgress<P>,
+    control: Arc<LinkCellControl>,
+}
+
+impl<P: Packet + Send + Sync> FlowDelayCell<P> {
+    /// `extra`: (receiver port, extra one-way delay) pairs, ports distinct.
+    /// Must be called inside the rattan runtime (the timer registers with
+    /// its reactor).
+    pub fn new(extra: &[(FlowKey, Duration)]) -> Result<Self, Error> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut classes = vec![DelayClass {
+            extra: Duration::ZERO,
+            waiting: VecDeque::new(),
+        }];
+        let mut class_of = Vec::new();
+        for &(port, delay) in extra {
+            let class = match classes.iter().position(|c| c.extra == delay) {
+                Some(k) => k,
+                None => {
+                    classes.push(DelayClass {
+                        extra: delay,
+                        waiting: VecDeque::new(),
+                    });
+                    classes.len() - 1
+                }
+            };
+            class_of.push((port, class));
+        }
+        Ok(Self {
+            ingress: Arc::new(FlowDelayIngress { tx }),
+            egress: FlowDelayEgress {
+                rx,
+                classes,
+                class_of,
+                timer: Timer::new()?,
+            },
+            control: Arc::new(LinkCellControl),
+        })
+    }
+}
+
+impl<P: Packet + Send + Sync> Cell<P> for FlowDelayCell<P> {
+    type IngressType = FlowDelayIngress<P>;
+    type EgressType = FlowDelayEgress<P>;
+    type ControlInterfaceType = LinkCellControl;
+
+    fn sender(&self) -> Arc<Self::IngressType> {
+        self.ingress.clone()
+    }
+    fn receiver(&mut self) -> &mut Self::EgressType {
+        &mut self.egress
+    }
+    fn into_receiver(self) -> Self::EgressType {
+        self.egress
+    }
+    fn control_interface(&self) -> Arc<Self::ControlInterfaceType> {
+        self.control.clone()
+    }
+}
+
+/// Parses one `--ack-delay PORT=MS` value.
+pub fn parse_ack_delay(text: &str) -> Result<(FlowKey, Duration), String> {
+    let (port, ms) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?}: expected PORT=MS, e.g. 5202=40"))?;
+    let port: FlowKey = port
+        .parse()
+        .ok()
+        .filter(|p| *p > 0)
+        .ok_or_else(|| format!("{text:?}: port {port:?} is not a number in 1..=65535"))?;
+    let ms: u64 = ms
+        .parse()
+        .ok()
+        .filter(|m| *m <= 10_000)
+        .ok_or_else(|| format!("{text:?}: delay {ms:?} is not a whole number of ms in 0..=10000"))?;
+    Ok((port, Duration::from_millis(ms)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ack_delay_values() {
+        assert_eq!(parse_ack_delay("5202=40"), Ok((5202, Duration::from_millis(40))));
+        assert!(parse_ack_delay("5202").unwrap_err().contains("PORT=MS"));
+        assert!(parse_ack_delay("0=4").unwrap_err().contains("port"));
+        assert!(parse_ack_delay("70000=4").unwrap_err().contains("port"));
+        assert!(parse_ack_delay("5202=-1").unwrap_err().contains("delay"));
+        assert!(parse_ack_delay("5202=20000").unwrap_err().contains("delay"));
+    }
+}
