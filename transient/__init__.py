@@ -47,7 +47,7 @@ from .report import write_report
 from .secondorder import SecondOrder, second_order_metrics, unit_step_response
 from .series import SERIES_COLUMNS, binned_series, rate_series
 from .steps import Step, parse_steps
-from .timezero import FLOW_START_MIN_BYTES, flow_start_s
+from .timezero import FLOW_START_MIN_BYTES, flow_bounds_s, flow_start_s
 from .tpcca import TPCCA_FAULTS, tpcca_analysis
 
 __all__ = [
@@ -57,6 +57,7 @@ __all__ = [
     "SecondOrder", "TransientError", "LogFormatError", "AnalysisError", "StepFormatError",
     "analyze_all", "analyze_log", "analyze_paths", "analyze_results", "analyze_run", "find_run_dirs",
     "load_metadata", "read_link_log", "parse_link_log", "link_metrics", "mahimahi_percentile",
-    "signal_delay_series", "binned_series", "rate_series", "parse_steps", "flow_start_s", "write_atomic",
+    "signal_delay_series", "binned_series", "rate_series", "parse_steps", "flow_start_s", "flow_bounds_s",
+    "write_atomic",
     "second_order_metrics", "unit_step_response", "tpcca_analysis", "write_report",
 ]

@@ -66,7 +66,7 @@ DEFAULT_RTT_MS = 50.0
 METHODS = ("ccplab", "tpcca")
 """Analysis methods: the corrected default and TPCCA's exact reference analysis."""
 
-SCHEMAS = (1, 2)
+SCHEMAS = (1, 2, 3)
 """metadata.json schemas this reader understands."""
 
 RUN_COLUMNS = [
@@ -211,7 +211,7 @@ def _number(value: Any, where: str, *, allow_none: bool = False) -> float:
 
 
 def load_metadata(run_dir: str | Path) -> dict[str, Any]:
-    """Read and check ``run_dir/metadata.json`` (schema 1 or 2); returns the parsed object.
+    """Read and check ``run_dir/metadata.json`` (schema 1, 2 or 3); returns the parsed object.
 
     Raises:
         AnalysisError: missing/unreadable file, invalid JSON, unsupported
@@ -487,8 +487,11 @@ def analyze_run(
     run = meta.get("run")
     cca = meta.get("cca")
     params = _cca_params(meta)
+    label = f"{cca} {params}".strip() if cca else None
+    if len(meta.get("flows") or []) > 1 and isinstance(meta.get("label"), str):
+        label = meta["label"]  # competing flows: the set of flows (e.g. "kernel:cubic vs ccp:bbr@10")
     info = {
-        "cca": cca, "cca_params": params, "label": f"{cca} {params}".strip() if cca else None,
+        "cca": cca, "cca_params": params, "label": label,
         "run": int(run) if isinstance(run, (int, float)) and not isinstance(run, bool) else None,
         "scenario": scenario.get("name"), "trace_kind": scenario.get("trace_kind"),
         "queue_packets": scenario.get("queue_packets"), "retransmits": _retransmits(run_dir, meta),

@@ -24,7 +24,7 @@ analysis uses that value when present and computes it otherwise.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, Sequence, Union
 
 import numpy as np
 import pandas as pd
@@ -97,3 +97,33 @@ def _data_arrival_ms(events: pd.DataFrame, name: str) -> np.ndarray:
             f"{name}: no data flow: no arrival ('+' line) of >= {FLOW_START_MIN_BYTES} bytes, "
             "so the flow's start (time zero) cannot be found")
     return events["time_ms"].to_numpy()[idx]
+
+
+def flow_bounds_s(log_path: Union[str, Path], flow_log_path: Union[str, Path],
+                  ports: Sequence[int]) -> list[tuple[float | None, float | None]]:
+    """Each flow's (start, end) on the log clock, s, by the rule of `flow_start_s` / `flow_end_s`.
+
+    Args:
+        log_path: the mm-link log; flow_log_path: its flow attribution
+            (`transient.attribution`); ports: the receiver port of each flow.
+
+    Returns:
+        one (start, end) per port, in order: the arrival of the flow's first
+        packet of >= `FLOW_START_MIN_BYTES` and 1 ms after its last one;
+        (None, None) for a flow with no such packet.
+
+    Raises:
+        AnalysisError: unreadable or mismatched flow log (names the files).
+    """
+    from .attribution import attribute, read_flow_keys
+    from .mahimahi import read_link_log
+
+    events = read_link_log(log_path).events
+    keys = attribute(events, read_flow_keys(flow_log_path), f"{log_path} and {flow_log_path}")
+    big = (events["kind"] == "arrival").to_numpy() & (events["bytes"].to_numpy() >= FLOW_START_MIN_BYTES)
+    t_ms = events["time_ms"].to_numpy()
+    out: list[tuple[float | None, float | None]] = []
+    for port in ports:
+        mine = t_ms[big & (keys == port)]
+        out.append((float(mine.min()) / 1000.0, (float(mine.max()) + 1.0) / 1000.0) if mine.size else (None, None))
+    return out

@@ -19,6 +19,12 @@ from .cca import parse_cca
 from .errors import CcplabError
 
 
+FLOW_METAVAR = "CCA[@START_S[:STOP_S]][+DELAY_MS]"
+FLOW_HELP = ("a flow of several sharing the link (repeat): its CCA, when it starts and stops (whole s after the "
+             "first flow's start; default 0 and the run's end) and an extra RTT in ms, e.g. --flow kernel:cubic "
+             "--flow ccp:bbr@10 --flow ccp:cubic:beta=0.8@20:40+30")
+
+
 def _link_args(p: argparse.ArgumentParser, defaults: bool) -> None:
     p.add_argument("--one-way-delay-ms", type=int, default=sc.DEMO_ONE_WAY_DELAY_MS if defaults else None,
                    required=not defaults, help="fixed one-way delay each way, ms (RTT = 2x)")
@@ -37,16 +43,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="one flow of one CCA through the emulated link")
-    run.add_argument("--cca", required=True, help="kernel:NAME or ccp:NAME")
+    run = sub.add_parser("run", help="one flow of one CCA (or several competing flows, --flow) through the "
+                         "emulated link")
+    who = run.add_mutually_exclusive_group(required=True)
+    who.add_argument("--cca", help="kernel:NAME or ccp:NAME: one flow for the whole run")
+    who.add_argument("--flow", action="append", metavar=FLOW_METAVAR, help=FLOW_HELP)
     run.add_argument("--trace", required=True, type=Path, help="mahimahi trace of the uplink (data direction)")
     run.add_argument("--step", action="append", default=[], metavar="AT_S:FROM_MBPS:TO_MBPS",
                      help="a capacity step in the trace, for the analysis (default: the trace's sidecar)")
     _link_args(run, defaults=False)
     run.add_argument("--out", required=True, type=Path, help="run directory to create (must not exist)")
 
-    cmp_ = sub.add_parser("compare", help="several CCAs x several runs of one scenario, then the report")
-    cmp_.add_argument("--cca", action="append", required=True, help="a CCA; repeat for each (or comma-separate)")
+    cmp_ = sub.add_parser("compare", help="several CCAs (or one set of competing flows) x several runs of one "
+                          "scenario, then the report")
+    who = cmp_.add_mutually_exclusive_group(required=True)
+    who.add_argument("--cca", action="append", help="a CCA; repeat for each (or comma-separate)")
+    who.add_argument("--flow", action="append", metavar=FLOW_METAVAR,
+                     help=FLOW_HELP + "; --runs repeats the whole set of flows")
     cmp_.add_argument("--runs", type=int, default=sc.DEMO_RUNS, help="runs per CCA (default %(default)s)")
     src = cmp_.add_mutually_exclusive_group()
     src.add_argument("--trace", type=Path, help="an existing mahimahi trace (e.g. a cellular one)")
@@ -117,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_analyze_arguments(ana)
     _add_report_parser(sub)
     _add_contest_parser(sub)
+    _add_coexist_parser(sub)
     return parser
 
 
@@ -141,16 +155,27 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-def cmd_run(args) -> int:
-    from .run import run_one
+def _flows_of(args):
+    """The flows of ``run``/``compare``: ``--flow`` values, or one flow of ``--cca``."""
+    from .flows import parse_flows, single_flow
 
-    cca = parse_cca(args.cca)
+    return parse_flows(args.flow) if args.flow else single_flow(parse_cca(args.cca))
+
+
+def cmd_run(args) -> int:
+    from .flows import check_flows, flows_label
+    from .run import run_flows
+
+    flows = _flows_of(args)
     steps = sc.parse_step_args(args.step)
     scenario = sc.scenario_for_trace(args.trace.stem, args.trace, args.one_way_delay_ms,
                                      args.queue_packets, args.duration_s, steps)
-    print(f"running {cca} for {scenario.duration_s} s through {scenario.trace.name} ...", file=sys.stderr, flush=True)
-    result = run_one(cca, scenario, args.out)
-    print(f"{cca}: {result.iperf3_mbps:.2f} Mbit/s (iperf3); run saved in {result.run_dir}")
+    scenario.validate()
+    check_flows(flows, scenario.duration_s)
+    print(f"running {flows_label(flows)} for {scenario.duration_s} s through {scenario.trace.name} ...",
+          file=sys.stderr, flush=True)
+    result = run_flows(flows, scenario, args.out)
+    print(f"{result.describe(flows)} (iperf3); run saved in {result.run_dir}")
     return 0
 
 
@@ -165,8 +190,10 @@ def _comparison(ccas, trace, steps, sigma, seed, owd, queue, duration, runs, out
 
 
 def cmd_compare(args) -> int:
-    names = [n.strip() for item in args.cca for n in item.split(",") if n.strip()]
-    ccas = [parse_cca(n) for n in names]
+    if args.flow:
+        ccas = [_flows_of(args)]
+    else:
+        ccas = [parse_cca(n.strip()) for item in args.cca for n in item.split(",") if n.strip()]
     steps = () if args.trace else sc.parse_step_args(args.step or ["0:0:12"])
     return _comparison(ccas, args.trace, steps, args.sigma_mbps, args.seed, args.one_way_delay_ms,
                        args.queue_packets, args.duration_s, args.runs, args.out, not args.no_analysis)
@@ -335,9 +362,53 @@ def cmd_contest(args) -> int:
     return 0
 
 
+def _add_coexist_parser(sub) -> None:
+    from . import coexist as cx
+
+    co = sub.add_parser(
+        "coexist", help="every ordered pair of the CCAs given (each against itself too) sharing one link, the "
+        "second flow arriving later, plus each CCA alone; a matrix of share, Jain's index and harm",
+        description="For CCAs A, B, ...: runs every ordered pair (a flow of the row CCA from 0, one of the column "
+        "CCA from --second-start-s) and each CCA alone on a constant-capacity link, --runs times each, then "
+        "writes coexist.csv (the row flow's share while both run, Jain's fairness index, throughput and delay "
+        "harm done to the row flow, Ware et al. HotNets 2019), heatmaps and the report.")
+    co.add_argument("--cca", action="append", required=True, help="a CCA (repeat, or comma-separate)")
+    co.add_argument("--runs", type=int, default=3, help="runs of each pair and each CCA alone (default %(default)s)")
+    co.add_argument("--second-start-s", type=int, default=cx.DEFAULT_SECOND_START_S,
+                    help="when the second flow starts, s after the first (default %(default)s)")
+    co.add_argument("--capacity-mbps", type=float, default=cx.DEFAULT_CAPACITY_MBPS,
+                    help="the link's constant capacity, Mbit/s (default %(default)s)")
+    co.add_argument("--one-way-delay-ms", type=int, default=cx.DEFAULT_ONE_WAY_DELAY_MS,
+                    help="one-way delay each way, ms (default %(default)s)")
+    queue = co.add_mutually_exclusive_group()
+    queue.add_argument("--queue-bdp", type=float, default=None,
+                       help="droptail queue in bandwidth-delay products of the link (default 1)")
+    queue.add_argument("--queue-packets", type=int, default=None, help="droptail queue, packets")
+    co.add_argument("--duration-s", type=int, default=cx.DEFAULT_DURATION_S, help="run length, s (default "
+                    "%(default)s)")
+    co.add_argument("--out", type=Path, required=True, help="results directory (new or empty)")
+
+
+def cmd_coexist(args) -> int:
+    import math
+
+    from . import coexist as cx
+
+    if not (math.isfinite(args.capacity_mbps) and args.capacity_mbps > 0):
+        raise CcplabError(f"--capacity-mbps must be a number > 0, got {args.capacity_mbps}")
+    ccas = [parse_cca(n.strip()) for item in args.cca for n in item.split(",") if n.strip()]
+    plan = cx.make_plan(ccas, args.second_start_s, args.duration_s)
+    queue = args.queue_packets if args.queue_packets is not None else cx.queue_packets_for(
+        1.0 if args.queue_bdp is None else args.queue_bdp, args.capacity_mbps, args.one_way_delay_ms)
+    report = cx.run_coexist(plan, args.runs, args.out, args.capacity_mbps, args.one_way_delay_ms, queue,
+                            args.duration_s)
+    print(f"coexistence matrix: {args.out / 'coexist.csv'}; report: {report}")
+    return 0
+
+
 COMMANDS = {"run": cmd_run, "compare": cmd_compare, "demo": cmd_demo, "clean": cmd_clean, "sweep": cmd_sweep,
             "algorithms": cmd_algorithms, "fidelity": cmd_fidelity, "analyze": cmd_analyze, "report": cmd_report,
-            "contest": cmd_contest}
+            "contest": cmd_contest, "coexist": cmd_coexist}
 
 if __name__ == "__main__":
     sys.exit(main())

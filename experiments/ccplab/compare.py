@@ -1,9 +1,13 @@
-"""Several CCAs x several runs of one scenario, then the transient analysis and report.
+"""Several CCAs (or sets of competing flows) x several runs of one scenario, then the analysis and report.
+
+Each entry of a comparison is a CCA (one flow for the whole run) or a set of
+flows sharing the bottleneck (``ccplab.flows``, ``--flow``).
 
 Layout of a comparison directory:
     scenario.json                   the shared scenario
     trace/<name>.trace(.meta.json)  the generated trace (all steps in one), when it was generated
-    runs/<kind>-<name>/run-<k>/     one run directory each (see ccplab.run)
+    runs/<entry>/run-<k>/           one run directory each (see ccplab.run); <entry> is the CCA's
+                                    slug (e.g. ccp-cubic) or the flows' (``ccplab.flows.flows_slug``)
     runs.csv, steps.csv, report.html, plots/   written by the analysis
 """
 
@@ -22,8 +26,17 @@ from transient.atomic import write_atomic
 from . import scenario as sc
 from .cca import Cca
 from .errors import CcplabError
-from .run import preflight, run_one
+from .flows import FlowSpec, check_flows, flows_label, flows_slug, single_flow
+from .run import preflight_flows, run_flows
 from .scenario import Scenario, Step
+
+Entry = Cca | Sequence[FlowSpec]
+"""One entry of a comparison: a CCA, or the flows of one multi-flow scenario."""
+
+
+def entry_flows(entry: Entry) -> tuple[FlowSpec, ...]:
+    """The flows of a comparison entry (a CCA is one flow of it for the whole run)."""
+    return single_flow(entry) if isinstance(entry, Cca) else tuple(entry)
 
 
 def check_out_dir(out: Path) -> Path:
@@ -46,7 +59,7 @@ def check_runs(runs: int) -> None:
         raise CcplabError(f"--runs must be >= 1, got {runs}")
 
 
-def setup_comparison(ccas: Sequence[Cca], runs: int, out: Path, one_way_delay_ms: int, queue_packets: int,
+def setup_comparison(ccas: Sequence[Entry], runs: int, out: Path, one_way_delay_ms: int, queue_packets: int,
                      duration_s: int, trace: Path | None = None, steps: Sequence[Step] = (),
                      sigma_mbps: float = 0.0, seed: int = 0) -> tuple[Path, Scenario]:
     """Check every input, then create ``out`` with its scenario; returns (out, scenario).
@@ -61,8 +74,9 @@ def setup_comparison(ccas: Sequence[Cca], runs: int, out: Path, one_way_delay_ms
     if not ccas:
         raise CcplabError("no CCA given: use --cca kernel:NAME or --cca ccp:NAME")
     Scenario("check", Path("."), one_way_delay_ms, queue_packets, duration_s, tuple(steps)).validate()
-    for cca in ccas:
-        preflight(cca)
+    for entry in ccas:
+        check_flows(entry_flows(entry), duration_s)
+        preflight_flows(entry_flows(entry))
     out = check_out_dir(out)
     if trace is not None:
         sc.check_trace(trace)
@@ -79,27 +93,32 @@ def setup_comparison(ccas: Sequence[Cca], runs: int, out: Path, one_way_delay_ms
     return out, sc.scenario_for_trace(name, path, one_way_delay_ms, queue_packets, duration_s)
 
 
-def compare(ccas: Sequence[Cca], scenario: Scenario, runs: int, out: Path, analyze: bool = True) -> Path:
-    """Run every CCA ``runs`` times on ``scenario`` into ``out``; returns the report path (or ``out``).
+def compare(ccas: Sequence[Entry], scenario: Scenario, runs: int, out: Path, analyze: bool = True) -> Path:
+    """Run every entry (a CCA or a set of flows) ``runs`` times on ``scenario`` into ``out``; returns the
+    report path (or ``out``).
 
     Progress goes to stderr, one line a run. The first failing run stops the
     comparison with a CcplabError; finished runs stay in place.
     """
     check_runs(runs)
-    for cca in ccas:
-        preflight(cca)
-    plan = {"scenario": scenario.to_json(), "ccas": [str(c) for c in ccas], "runs": runs}
+    entries = [entry_flows(e) for e in ccas]
+    for flows in entries:
+        check_flows(flows, scenario.duration_s)
+        preflight_flows(flows)
+    plan = {"scenario": scenario.to_json(), "ccas": [flows_label(f) for f in entries],
+            "flows": [[str(f) for f in flows] for flows in entries], "runs": runs}
     write_atomic(out / "scenario.json", json.dumps(plan, indent=2) + "\n")
-    total = len(ccas) * runs
+    total = len(entries) * runs
     done = 0
-    for cca in ccas:
+    for flows in entries:
+        label = flows_label(flows)
         for k in range(1, runs + 1):
             done += 1
             started = time.monotonic()
-            _progress(f"[{done}/{total}] {cca} run {k}/{runs} ({scenario.duration_s} s flow) ...")
-            result = run_one(cca, scenario, out / "runs" / cca.slug / f"run-{k}", run_index=k)
-            _progress(f"[{done}/{total}] {cca} run {k}/{runs}: {result.iperf3_mbps:.2f} Mbit/s (iperf3), "
-                      f"socket cc {result.socket_cc}, {time.monotonic() - started:.1f} s")
+            _progress(f"[{done}/{total}] {label} run {k}/{runs} ({scenario.duration_s} s) ...")
+            result = run_flows(flows, scenario, out / "runs" / flows_slug(flows) / f"run-{k}", run_index=k)
+            _progress(f"[{done}/{total}] {label} run {k}/{runs}: {result.describe(flows)}, "
+                      f"{time.monotonic() - started:.1f} s")
     if not analyze:
         return out
     from .analysis import analyze_and_report

@@ -1,14 +1,20 @@
-"""One flow through the emulated link: ``ccplab run``.
+"""One run through the emulated link: one flow (``--cca``) or several competing ones (``--flow``).
 
 Order (each step waits until the previous one is ready):
-    1. ccplab-link: namespaces + emulated bottleneck replaying the trace
-    2. for ccp:NAME: the Portus algorithm (binds /tmp/ccp/portus), then
-       ccp-datapath (registers the struct_ops congestion control ``ccp``)
-    3. iperf3 server in the receiver namespace, client in the sender namespace
+    1. ccplab-link: namespaces + emulated bottleneck replaying the trace, logging
+       every packet with its flow (``--flow-log``) and delaying flows' ACKs as asked
+    2. if any flow is ccp: one Portus algorithm daemon hosting every ccp algorithm
+       of the run (binds /tmp/ccp/portus), then ccp-datapath (registers the
+       struct_ops congestion control ``ccp``; a rule per ccp flow picks its
+       algorithm by the flow's port)
+    3. one iperf3 server per flow in the receiver namespace (port 5201 + flow
+       index); each flow's client starts in the sender namespace at its START_S
        with TCP_CONGESTION = NAME (kernel) or ``ccp``
-Then everything stops in reverse order. The run directory is assembled under
-a hidden partial name and renamed into place only when the run succeeded, so
-a failed or interrupted run leaves nothing half-written in the results.
+While the flows run, the runner watches its daemons: one that exits fails the
+run at once, naming it. Then everything stops in reverse order. The run
+directory is assembled under a hidden partial name and renamed into place only
+when the run succeeded, so a failed or interrupted run leaves nothing
+half-written in the results.
 
 A run killed outright (SIGKILL) still cleans up: its daemons die with it
 (``processes.supervised``) and the link always has a duration
@@ -17,20 +23,26 @@ a killed run left on the host, naming ``ccplab clean``, and removes stale
 partial directories beside its own output (see ``ccplab.cleanup``).
 
 Files of a run directory:
-    metadata.json   what ran (CCA, scenario, versions, times) - written last;
-                    ``flow_start_s``: arrival time (s on the link log's clock) of
-                    the first full-size packet of the measured data flow
-                    (``transient.flow_start_s`` on uplink.log). The trace and
-                    the log start at the link's time 0, before iperf3's control
-                    connection; the analysis measures transients from
-                    ``flow_start_s``, so the handshake is not counted as the
-                    CCA's transient (issue 6). Steps keep their trace times.
-    uplink.log      per-packet link log, mahimahi mm-link text format
-    iperf3.json     iperf3 client's JSON (-J)
+    metadata.json   what ran (schema 3: CCA, scenario, versions, times) - written
+                    last. ``flows``: one entry per flow (index, cca, cca_params,
+                    label, spec, port, start_s, stop_s, extra_delay_ms, iperf3,
+                    iperf3_receiver_mbps, socket_congestion_control, and on the
+                    link log's clock flow_start_s / flow_end_s: the arrival of
+                    its first full-size packet and 1 ms after its last). The
+                    top-level ``cca``, ``cca_params``, ``flow_start_s`` and
+                    ``files.iperf3`` are the first flow's (a one-flow run reads
+                    as before); ``label`` names the set of flows. The analysis
+                    measures transients from the data flow's own time zero,
+                    not from iperf3's control connection.
+    uplink.log      per-packet link log, mahimahi mm-link text format (stock)
+    uplink.flows    the flow of each packet event of uplink.log (its receiver
+                    port, one line per ``+``/``-``/``d`` line; transient.attribution)
+    iperf3.json     iperf3 client's JSON (-J); iperf3-flow<K>.json per flow when
+                    there are several
     link.log        ccplab-link's own log
     algorithm.log   the Portus algorithm's log (reports, cwnd updates), ccp only
     datapath.log    ccp-datapath's log, ccp only
-    iperf3-server.log
+    iperf3-server.log (iperf3-server-flow<K>.log per flow when there are several)
 """
 
 from __future__ import annotations
@@ -51,7 +63,10 @@ from transient.atomic import write_atomic
 
 from . import registry
 from .binaries import REPO_ROOT, project_binary, system_binary
+from typing import Sequence
+
 from .cca import Cca, DATAPATH_CA, kernel_ccs
+from .flows import BASE_PORT, FlowSpec, check_flows, flows_label, port_of, single_flow
 from .errors import CcplabError
 from .cleanup import find_leftovers, remove_stale_partials
 from .processes import Daemon, child_env, supervised
@@ -59,22 +74,45 @@ from .scenario import Scenario, check_trace
 
 PORTUS_SOCKET = Path("/tmp/ccp/portus")
 BTF_VMLINUX = Path("/sys/kernel/btf/vmlinux")  # struct_ops needs the kernel's BTF
-IPERF_PORT = 5201
+IPERF_PORT = BASE_PORT  # the first flow's server port
+FLOW_LOG = "uplink.flows"  # per-packet flow attribution beside uplink.log (ccplab-link --flow-log)
+WATCH_PERIOD_S = 0.1  # how often the runner looks at its clients and daemons while the flows run
 READY_TIMEOUT_S = 30.0
 CLIENT_GRACE_S = 60.0  # iperf3's client may take this long past the flow's duration before it is a failure
 
 
 @dataclass
 class RunResult:
-    """A finished run: its directory and iperf3's mean receiver throughput (Mbit/s)."""
+    """A finished run: its directory, iperf3's mean receiver throughput of each flow (Mbit/s, in flow
+    order) and each flow's sender congestion control."""
 
     run_dir: Path
-    iperf3_mbps: float
-    socket_cc: str
+    flow_mbps: list[float]
+    flow_socket_cc: list[str]
+
+    @property
+    def iperf3_mbps(self) -> float:
+        """The first flow's receiver throughput, Mbit/s (the only one of a single-flow run)."""
+        return self.flow_mbps[0]
+
+    @property
+    def socket_cc(self) -> str:
+        """The first flow's sender congestion control."""
+        return self.flow_socket_cc[0]
+
+    def describe(self, flows: Sequence[FlowSpec]) -> str:
+        """One line: each flow's throughput (iperf3) and congestion control."""
+        return ", ".join(f"{f.cca}: {mbps:.2f} Mbit/s ({cc})"
+                         for f, mbps, cc in zip(flows, self.flow_mbps, self.flow_socket_cc))
 
 
 def preflight(cca: Cca) -> None:
     """Check the machine can run ``cca``; CcplabError says what is missing."""
+    preflight_flows(single_flow(cca))
+
+
+def preflight_flows(flows: Sequence[FlowSpec]) -> None:
+    """Check the machine can run every flow of ``flows``; CcplabError says what is missing."""
     if os.geteuid() != 0:
         raise CcplabError("ccplab run needs root (network namespaces, BPF struct_ops): run it as root")
     left = find_leftovers().host_state()
@@ -85,7 +123,8 @@ def preflight(cca: Cca) -> None:
     system_binary("ip", "iproute2")
     system_binary("setpriv", "util-linux")  # daemons die with the runner (processes.supervised)
     project_binary("ccplab-link")
-    if cca.kind == "ccp":
+    ccp_names = [f.cca.name for f in flows if f.cca.kind == "ccp"]
+    if ccp_names:
         if not BTF_VMLINUX.exists():
             raise CcplabError(
                 f"no BPF: {BTF_VMLINUX} is missing, so the struct_ops datapath cannot "
@@ -96,18 +135,26 @@ def preflight(cca: Cca) -> None:
                 "the congestion control 'ccp' is already registered: another ccp-datapath is running; stop it first"
             )
         project_binary("ccp-datapath")
-        registry.lookup(cca.name).binary_path()
+        for name in ccp_names:
+            registry.lookup(name).binary_path()
 
 
 def run_one(cca: Cca, scenario: Scenario, out: Path, run_index: int = 1) -> RunResult:
-    """Run one flow of ``cca`` through ``scenario``'s link and save it in ``out``.
+    """Run one flow of ``cca`` through ``scenario``'s link and save it in ``out`` (see `run_flows`)."""
+    return run_flows(single_flow(cca), scenario, out, run_index)
+
+
+def run_flows(flows: Sequence[FlowSpec], scenario: Scenario, out: Path, run_index: int = 1) -> RunResult:
+    """Run ``flows`` (``ccplab.flows``) together through ``scenario``'s link and save the run in ``out``.
 
     ``out`` must not exist yet (nothing already written is overwritten).
-    Raises CcplabError on bad input or a failed daemon; KeyboardInterrupt
-    passes through after cleanup. Either way no partial directory remains.
+    Raises CcplabError on bad input, a flow that fails (named) or a daemon that
+    dies during the run; KeyboardInterrupt passes through after cleanup.
+    Either way no partial directory remains.
     """
     scenario.validate()
-    preflight(cca)
+    check_flows(flows, scenario.duration_s)
+    preflight_flows(flows)
     check_trace(scenario.trace)
     out = out.resolve()
     if out.exists():
@@ -117,15 +164,23 @@ def run_one(cca: Cca, scenario: Scenario, out: Path, run_index: int = 1) -> RunR
     partial.mkdir(parents=True)
     started = _now()
     try:
-        iperf = _run_flow(cca, scenario, partial)
-        mbps, socket_cc = _check_iperf(iperf, cca)
+        iperfs = _run_flows(flows, scenario, partial)
+        checked = [_check_iperf(r, f) for r, f in zip(iperfs, flows)]
+        entries = [{**f.as_json(k), "iperf3": _iperf3_file(k, len(flows)),
+                    "iperf3_receiver_mbps": mbps, "socket_congestion_control": cc}
+                   for k, (f, (mbps, cc)) in enumerate(zip(flows, checked))]
+        entries = _with_measured_times(entries, partial)
+        first = flows[0].cca
+        any_ccp = any(f.cca.kind == "ccp" for f in flows)
         metadata = {
-            "schema": 1, "cca": cca.base, "cca_params": cca.param_dict, "run": run_index, "scenario": scenario.to_json(),
-            "flow_start_s": _flow_start_s(partial / "uplink.log"),
-            "files": {"link_log": "uplink.log", "iperf3": "iperf3.json", "link": "link.log",
-                      "datapath_log": "datapath.log" if cca.kind == "ccp" else None,
-                      "algorithm_log": "algorithm.log" if cca.kind == "ccp" else None},
-            "socket_congestion_control": socket_cc, "iperf3_receiver_mbps": mbps,
+            "schema": 3, "cca": first.base, "cca_params": first.param_dict, "label": flows_label(flows),
+            "run": run_index, "scenario": scenario.to_json(), "flow_start_s": entries[0]["flow_start_s"],
+            "flows": entries,
+            "files": {"link_log": "uplink.log", "flow_log": FLOW_LOG, "iperf3": entries[0]["iperf3"],
+                      "link": "link.log",
+                      "datapath_log": "datapath.log" if any_ccp else None,
+                      "algorithm_log": "algorithm.log" if any_ccp else None},
+            "socket_congestion_control": checked[0][1], "iperf3_receiver_mbps": checked[0][0],
             "started_at": started, "finished_at": _now(), "host": _host_info(),
         }
         write_atomic(partial / "metadata.json", json.dumps(metadata, indent=2) + "\n")
@@ -133,19 +188,26 @@ def run_one(cca: Cca, scenario: Scenario, out: Path, run_index: int = 1) -> RunR
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
-    return RunResult(out, mbps, socket_cc)
+    return RunResult(out, [mbps for mbps, _ in checked], [cc for _, cc in checked])
 
 
-def _run_flow(cca: Cca, scenario: Scenario, rundir: Path) -> dict:
-    """Start the daemons in order, run the iperf3 client, stop all; returns iperf3's JSON."""
+def _iperf3_file(index: int, n_flows: int) -> str:
+    return "iperf3.json" if n_flows == 1 else f"iperf3-flow{index}.json"
+
+
+def _run_flows(flows: Sequence[FlowSpec], scenario: Scenario, rundir: Path) -> list[dict]:
+    """Start the daemons in order, run each flow's iperf3 client at its time, stop all; returns
+    each flow's iperf3 JSON, in flow order."""
     with ExitStack() as stack:
-        link = stack.enter_context(_start_link(scenario, rundir))
+        link = stack.enter_context(_start_link(flows, scenario, rundir))
         ready = json.loads((rundir / ".link-ready.json").read_text())
-        if cca.kind == "ccp":
-            stack.enter_context(_start_algorithm(cca, rundir))
-            stack.enter_context(_start_datapath(cca, rundir))
-        stack.enter_context(_start_iperf_server(ready, rundir))
-        result = _run_iperf_client(cca, scenario, ready, rundir)
+        watched = [link]
+        if any(f.cca.kind == "ccp" for f in flows):
+            watched.append(stack.enter_context(_start_algorithm(flows, rundir)))
+            watched.append(stack.enter_context(_start_datapath(flows, rundir)))
+        for k in range(len(flows)):
+            stack.enter_context(_start_iperf_server(ready, rundir, k, len(flows)))
+        results = _run_iperf_clients(flows, scenario, ready, rundir, watched)
         if not link.running():
             raise CcplabError(f"the emulated link died during the run:\n{link.log_tail()}")
         # Stop the link (and so its log) as the flow ends, as mm-link ends with its
@@ -154,15 +216,23 @@ def _run_flow(cca: Cca, scenario: Scenario, rundir: Path) -> dict:
             raise CcplabError(f"the emulated link failed while stopping:\n{link.log_tail()}")
     (rundir / ".link-ready.json").unlink(missing_ok=True)
     (rundir / ".datapath-ready.json").unlink(missing_ok=True)
-    return result
+    return results
 
 
-def _flow_start_s(uplink_log: Path) -> float:
-    """The data flow's time zero in the link log (s); CcplabError when the log shows no data flow."""
+def _with_measured_times(entries: list[dict], rundir: Path) -> list[dict]:
+    """Each flow's entry with ``flow_start_s`` and ``flow_end_s`` (s on the link log's clock): the
+    arrival of its first full-size packet and of its last packet. CcplabError naming the flow whose
+    data never reached the link."""
     try:
-        return transient.flow_start_s(uplink_log)
+        bounds = transient.flow_bounds_s(rundir / "uplink.log", rundir / FLOW_LOG, [e["port"] for e in entries])
     except (transient.TransientError, OSError) as exc:
-        raise CcplabError(f"the run's link log has no data flow: {exc}") from exc
+        raise CcplabError(f"the run's link log cannot be read: {exc}") from exc
+    out = []
+    for e, (start, end) in zip(entries, bounds):
+        if start is None:
+            raise CcplabError(f"flow {e['index']} ({e['spec']}): no data packet of it reached the link")
+        out.append({**e, "flow_start_s": start, "flow_end_s": end})
+    return out
 
 
 def _started(daemon: Daemon, is_ready) -> Daemon:
@@ -183,39 +253,74 @@ def link_duration_s(scenario: Scenario) -> float:
     return 3 * READY_TIMEOUT_S + scenario.duration_s + CLIENT_GRACE_S + 10.0
 
 
-def _start_link(scenario: Scenario, rundir: Path) -> Daemon:
+def _start_link(flows: Sequence[FlowSpec], scenario: Scenario, rundir: Path) -> Daemon:
     ready_file = rundir / ".link-ready.json"
+    ack_delays = [f"{port_of(k)}={f.extra_delay_ms}" for k, f in enumerate(flows) if f.extra_delay_ms]
     link = Daemon("ccplab-link", [
         project_binary("ccplab-link"), "--uplink-trace", scenario.trace,
         "--one-way-delay-ms", scenario.one_way_delay_ms, "--queue-packets", scenario.queue_packets,
-        "--uplink-log", rundir / "uplink.log", "--ready-file", ready_file,
+        "--uplink-log", rundir / "uplink.log", "--flow-log", rundir / FLOW_LOG, "--ready-file", ready_file,
         "--duration-s", link_duration_s(scenario),
+        *(arg for d in ack_delays for arg in ("--ack-delay", d)),
         *(["--downlink-trace", scenario.downlink_trace] if scenario.downlink_trace is not None else []),
     ], rundir / "link.log")
     return _started(link, ready_file.exists)
 
 
-def _start_algorithm(cca: Cca, rundir: Path) -> Daemon:
-    algo = registry.lookup(cca.name)
+def _ccp_algorithms(flows: Sequence[FlowSpec]) -> list[Cca]:
+    """The distinct ccp algorithms of ``flows``, in order of first use (`check_flows` made the names unique)."""
+    seen: dict[str, Cca] = {}
+    for f in flows:
+        if f.cca.kind == "ccp":
+            seen.setdefault(f.cca.name, f.cca)
+    return list(seen.values())
+
+
+def algorithm_argv(flows: Sequence[FlowSpec]) -> tuple[str, list[str]]:
+    """(name, argv) of the one Portus daemon serving every ccp flow: the first ccp algorithm with its
+    flags, hosting each further one with ``--also NAME[:FLAG=VALUE...]`` (the suite's binary)."""
+    first, *others = _ccp_algorithms(flows)
+    algo = registry.lookup(first.name)
+    if not others:
+        return algo.binary, [*algo.argv(first.param_dict), "--ipc", "unix"]
+    suite = registry.lookup(first.name)
+    argv = [str(project_binary(registry.SUITE_BINARY)), first.name,
+            *(a for k, v in first.params for a in (f"--{k}", v)), "--ipc", "unix"]
+    for cca in others:
+        argv += ["--also", ":".join([cca.name, *(f"{k}={v}" for k, v in cca.params)])]
+    return suite.binary, argv
+
+
+def _start_algorithm(flows: Sequence[FlowSpec], rundir: Path) -> Daemon:
+    name, argv = algorithm_argv(flows)
     PORTUS_SOCKET.unlink(missing_ok=True)  # so that its appearance means this daemon bound it
-    daemon = Daemon(algo.binary, [*algo.argv(cca.param_dict), "--ipc", "unix"], rundir / "algorithm.log")
+    daemon = Daemon(name, argv, rundir / "algorithm.log")
     return _started(daemon, PORTUS_SOCKET.exists)
 
 
-def _start_datapath(cca: Cca, rundir: Path) -> Daemon:
+def datapath_argv(flows: Sequence[FlowSpec], ready_file: Path) -> list[str]:
+    """ccp-datapath's command line: the first ccp algorithm by default and, per ccp flow, a rule
+    choosing its algorithm by the flow's receiver port."""
+    rules = [a for k, f in enumerate(flows) if f.cca.kind == "ccp"
+             for a in ("--rule", f"dport={port_of(k)}:{f.cca.name}")]
+    return [str(project_binary("ccp-datapath")), "--congalg", _ccp_algorithms(flows)[0].name, *rules,
+            "--ready-file", str(ready_file)]
+
+
+def _start_datapath(flows: Sequence[FlowSpec], rundir: Path) -> Daemon:
     ready_file = rundir / ".datapath-ready.json"
-    daemon = Daemon("ccp-datapath", [
-        project_binary("ccp-datapath"), "--congalg", cca.name, "--ready-file", ready_file,
-    ], rundir / "datapath.log")
+    daemon = Daemon("ccp-datapath", datapath_argv(flows, ready_file), rundir / "datapath.log")
     return _started(daemon, ready_file.exists)
 
 
-def _start_iperf_server(ready: dict, rundir: Path) -> Daemon:
-    server = Daemon("iperf3 server", [
+def _start_iperf_server(ready: dict, rundir: Path, index: int, n_flows: int) -> Daemon:
+    port = port_of(index)
+    log = "iperf3-server.log" if n_flows == 1 else f"iperf3-server-flow{index}.log"
+    server = Daemon(f"iperf3 server of flow {index}", [
         "ip", "netns", "exec", ready["receiver_netns"], "iperf3", "-s", "-1",
-        "-B", ready["receiver_ip"], "-p", IPERF_PORT,
-    ], rundir / "iperf3-server.log", stop_timeout_s=3)
-    return _started(server, lambda: _listening(ready["receiver_netns"], IPERF_PORT))
+        "-B", ready["receiver_ip"], "-p", port,
+    ], rundir / log, stop_timeout_s=3)
+    return _started(server, lambda: _listening(ready["receiver_netns"], port))
 
 
 def _listening(netns: str, port: int) -> bool:
@@ -224,30 +329,83 @@ def _listening(netns: str, port: int) -> bool:
     return bool(done.stdout.strip())
 
 
-def _run_iperf_client(cca: Cca, scenario: Scenario, ready: dict, rundir: Path) -> dict:
+@dataclass
+class _Client:
+    """One flow's iperf3 client while the run goes on."""
+
+    flow: FlowSpec
+    index: int
+    json_path: Path
+    limit_s: float
+    proc: subprocess.Popen | None = None
+    started_at: float = 0.0
+
+
+def _run_iperf_clients(flows: Sequence[FlowSpec], scenario: Scenario, ready: dict, rundir: Path,
+                       daemons: Sequence[Daemon]) -> list[dict]:
+    """Start each flow's client at its START_S after the first, wait for all, watching ``daemons``.
+
+    A daemon that exits while the flows run fails the run at once (CcplabError naming it, with its last
+    log lines), as does a client that fails or outlives its flow by `CLIENT_GRACE_S`.
+    """
+    clients = [_Client(f, k, rundir / _iperf3_file(k, len(flows)), f.length_s(scenario.duration_s) + CLIENT_GRACE_S)
+               for k, f in enumerate(flows)]
+    t0 = time.monotonic()
+    try:
+        while True:
+            now = time.monotonic()
+            for c in clients:
+                if c.proc is None and now - t0 >= c.flow.start_s:
+                    _start_client(c, scenario, ready)
+            for d in daemons:
+                if not d.running():
+                    raise CcplabError(f"{d.name} exited (status {d.proc.returncode}) while the flows ran:\n"
+                                      f"{d.log_tail()}")
+            if all(c.proc is not None and c.proc.poll() is not None for c in clients):
+                break
+            for c in clients:
+                if c.proc is not None and c.proc.poll() is None and now - c.started_at > c.limit_s:
+                    raise CcplabError(f"flow {c.index} ({c.flow}): its iperf3 client did not finish within "
+                                      f"{c.limit_s:.0f} s")
+            time.sleep(WATCH_PERIOD_S)
+    finally:
+        for c in clients:
+            if c.proc is not None and c.proc.poll() is None:
+                c.proc.kill()
+                c.proc.wait()
+    return [_client_result(c) for c in clients]
+
+
+def _start_client(c: _Client, scenario: Scenario, ready: dict) -> None:
     argv = ["ip", "netns", "exec", ready["sender_netns"], "iperf3", "-c", ready["receiver_ip"],
-            "-p", str(IPERF_PORT), "-t", str(scenario.duration_s), "-C", cca.socket_cc, "-J"]
-    limit_s = scenario.duration_s + CLIENT_GRACE_S
+            "-p", str(port_of(c.index)), "-t", str(c.flow.length_s(scenario.duration_s)),
+            "-C", c.flow.cca.socket_cc, "-J"]
+    with open(c.json_path, "wb") as out:
+        c.proc = subprocess.Popen(supervised(argv), stdout=out, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                  env=child_env())
+    c.started_at = time.monotonic()
+
+
+def _client_result(c: _Client) -> dict:
+    """The client's JSON; CcplabError naming the flow when it failed."""
+    stderr = c.proc.stderr.read().decode(errors="replace").strip() if c.proc.stderr else ""
+    text = c.json_path.read_text(errors="replace")
     try:
-        done = subprocess.run(supervised(argv), capture_output=True, text=True, timeout=limit_s, env=child_env())
-    except subprocess.TimeoutExpired:
-        raise CcplabError(f"iperf3 client did not finish within {limit_s:.0f} s") from None
-    (rundir / "iperf3.json").write_text(done.stdout)
-    try:
-        result = json.loads(done.stdout)
+        result = json.loads(text)
     except ValueError:
-        raise CcplabError(f"iperf3 client failed (status {done.returncode}): {done.stderr.strip()}") from None
+        raise CcplabError(f"flow {c.index} ({c.flow}): iperf3 client failed (status {c.proc.returncode}): "
+                          f"{stderr or text.strip()[:300]}") from None
     if "error" in result:
-        raise CcplabError(f"iperf3 client failed: {result['error']}")
+        raise CcplabError(f"flow {c.index} ({c.flow}): iperf3 client failed: {result['error']}")
     return result
 
 
-def _check_iperf(result: dict, cca: Cca) -> tuple[float, str]:
+def _check_iperf(result: dict, flow: FlowSpec) -> tuple[float, str]:
     """iperf3's receiver throughput (Mbit/s) and the sender's congestion control; checks it is the asked one."""
     end = result.get("end", {})
     socket_cc = end.get("sender_tcp_congestion", "")
-    if socket_cc and socket_cc != cca.socket_cc:
-        raise CcplabError(f"the flow used congestion control {socket_cc!r}, not {cca.socket_cc!r}")
+    if socket_cc and socket_cc != flow.cca.socket_cc:
+        raise CcplabError(f"flow {flow} used congestion control {socket_cc!r}, not {flow.cca.socket_cc!r}")
     mbps = end.get("sum_received", {}).get("bits_per_second", 0.0) / 1e6
     return mbps, socket_cc
 

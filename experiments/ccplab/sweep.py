@@ -40,7 +40,6 @@ import pandas as pd
 
 from . import scenario as sc
 from . import store
-from .cca import parse_cca
 from .errors import CcplabError
 from .sweepfile import RunSpec, ScenarioSpec, Sweep
 
@@ -87,7 +86,7 @@ def prepare(sweep: Sweep, out: Path) -> Path:
         if spec.trace is not None:
             sc.check_trace(spec.trace)
     for name in sweep.ccas:
-        parse_cca(name)
+        parse_entry(name)
     (out / "traces").mkdir(parents=True, exist_ok=True)
     if not copy.exists():
         from transient.atomic import write_atomic
@@ -144,10 +143,14 @@ def execute(sweep: Sweep, out: Path, *, scheduler: str | None = None, workers: i
     runs stay.
     """
     if run_fn is None and scheduler is None:  # real flows on this host: refuse now, not 2 x every run
-        from .run import preflight
+        from .flows import check_flows
+        from .run import preflight_flows
 
         for name in sweep.ccas:
-            preflight(parse_cca(name))
+            flows = parse_entry(name)
+            for spec in sweep.scenarios:
+                check_flows(flows, spec.duration_s)
+            preflight_flows(flows)
     out = prepare(sweep, out)
     todo, done = pending(sweep, out, retry_failed)
     summary = SweepSummary(planned=len(todo) + done, skipped=done)
@@ -253,10 +256,17 @@ class _Progress:
 def real_flow(p: dict, scenario: sc.Scenario, run_dir: Path) -> None:
     """The flow of a run: ``ccplab.run.run_one`` on this host (root, BPF, namespaces)."""
     from .cleanup import find_leftovers
-    from .run import run_one
+    from .run import run_flows
 
     _wait_for_clean_host(find_leftovers)
-    run_one(parse_cca(p["cca"]), scenario, run_dir, run_index=p["repetition"])
+    run_flows(parse_entry(p["cca"]), scenario, run_dir, run_index=p["repetition"])
+
+
+def parse_entry(text: str):
+    """A plan entry's flows: one CCA (``kernel:cubic``) or a set of flows joined by spaces."""
+    from .flows import parse_flows
+
+    return parse_flows(text.split())
 
 
 def run_task(p: dict, trace_bytes: bytes, flow: Callable[[dict, sc.Scenario, Path], None] = real_flow) -> dict:

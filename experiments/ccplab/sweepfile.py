@@ -6,6 +6,8 @@ Format (every key but ``name`` optional; see experiments/sweeps/*.toml)::
     seed = 2021               # seed of the run order (default 0)
     repetitions = 100         # runs of each CCA x scenario (default 1)
     ccas = ["ccp:reno", "ccp:cubic", "kernel:bbr"]   # a string or a list
+    flows = [["kernel:cubic", "ccp:bbr@10"]]  # sets of competing flows (``ccplab.flows``
+                              # syntax), each run like one CCA; with or instead of ccas
 
     [scenario]                # or [[scenario]] several times; lists give cross products
     one_way_delay_ms = 25     # ms each way (RTT = 2x)
@@ -46,7 +48,7 @@ from .errors import CcplabError
 NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 SCENARIO_KEYS = {"name", "one_way_delay_ms", "queue_packets", "duration_s", "steps", "sigma_mbps",
                  "trace_seed", "trace"}
-TOP_KEYS = {"name", "seed", "repetitions", "ccas", "scenario"}
+TOP_KEYS = {"name", "seed", "repetitions", "ccas", "flows", "scenario"}
 DEFAULTS = {"one_way_delay_ms": sc.DEMO_ONE_WAY_DELAY_MS, "queue_packets": sc.DEMO_QUEUE_PACKETS,
             "duration_s": sc.DEMO_DURATION_S, "sigma_mbps": sc.DEMO_SIGMA_MBPS, "trace_seed": sc.DEMO_SEED}
 RUN_OVERHEAD_S = 2.5
@@ -78,7 +80,9 @@ class ScenarioSpec:
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One run of the plan: ``run_id`` = ``<scenario>/<cca slug>/run-<repetition>`` (also its directory)."""
+    """One run of the plan: ``run_id`` = ``<scenario>/<cca slug>/run-<repetition>`` (also its directory).
+
+    ``cca`` is a CCA, or a set of competing flows as their ``--flow`` values joined by spaces."""
 
     scenario: ScenarioSpec
     cca: str
@@ -139,12 +143,16 @@ def load_sweep(path: Path) -> Sweep:
     name = _name(data.get("name"), f"{where}: name")
     seed = _int(data.get("seed", 0), f"{where}: seed", minimum=0)
     reps = _int(data.get("repetitions", 1), f"{where}: repetitions", minimum=1)
-    ccas = data.get("ccas")
+    ccas = data.get("ccas", [] if "flows" in data else None)
     ccas = [ccas] if isinstance(ccas, str) else ccas
-    if not isinstance(ccas, list) or not ccas or not all(isinstance(c, str) and ":" in c for c in ccas):
-        raise CcplabError(f"{where}: ccas must be a non-empty list of CCA names like \"kernel:cubic\", \"ccp:reno\"")
+    if not isinstance(ccas, list) or not all(isinstance(c, str) and ":" in c for c in ccas):
+        raise CcplabError(f"{where}: ccas must be a list of CCA names like \"kernel:cubic\", \"ccp:reno\"")
+    ccas = ccas + _flow_sets(data.get("flows", []), f"{where}: flows")
+    if not ccas:
+        raise CcplabError(f"{where}: ccas must be a non-empty list of CCA names like \"kernel:cubic\" "
+                          "(or give flows: sets of competing flows)")
     if len(set(ccas)) != len(ccas):
-        raise CcplabError(f"{where}: ccas lists a CCA twice")
+        raise CcplabError(f"{where}: ccas/flows list a CCA or a set of flows twice")
     tables = data.get("scenario", {})
     tables = [tables] if isinstance(tables, dict) else tables
     if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables) or not tables:
@@ -157,6 +165,16 @@ def load_sweep(path: Path) -> Sweep:
     if dup:
         raise CcplabError(f"{where}: two scenarios are both named {dup[0]!r}: give them distinct names")
     return Sweep(name, seed, reps, tuple(ccas), tuple(scenarios), path.resolve())
+
+
+def _flow_sets(value: Any, where: str) -> list[str]:
+    """``flows``: a list of flow sets, each a list of ``--flow`` values; each set as one space-joined string."""
+    if not isinstance(value, list) or not all(
+            isinstance(fs, list) and fs and all(isinstance(f, str) and ":" in f and " " not in f for f in fs)
+            for fs in value):
+        raise CcplabError(f"{where} must be a list of flow sets, each a non-empty list of flows like "
+                          "[\"kernel:cubic\", \"ccp:bbr@10\"]")
+    return [" ".join(fs) for fs in value]
 
 
 def _expand(table: dict[str, Any], where: str, base: Path) -> list[ScenarioSpec]:
