@@ -13,6 +13,8 @@ apart from a run that is alive:
     ``ccp`` CA   registered in the kernel while no ccp-datapath is alive.
     Portus socket  /tmp/ccp/portus while no ccp-* process is alive (harmless:
                  the next run replaces it; ``ccplab clean`` removes it).
+    datapath sockets  /tmp/ccp/ccp-datapath-<pid> of a datapath pid that is gone
+                 (harmless; ``ccplab clean`` removes them).
     partial dirs ``.<name>.partial-<pid>`` run directories of a dead runner pid.
 
 ``find_leftovers`` lists them; the run's preflight refuses to start on any of
@@ -40,6 +42,7 @@ PORTUS_SOCKET = Path("/tmp/ccp/portus")
 NETNS_DIR = Path("/var/run/netns")
 LINK_NETNS = re.compile(r"^ns-(left|rattan|right)-[A-Za-z0-9]{6}$")
 PARTIAL_DIR = re.compile(r"^\..+\.partial-(\d+)$")
+DATAPATH_SOCKET = re.compile(r"^ccp-datapath-(\d+)$")
 LINK_PROCESS = "ccplab-link"
 DATAPATH_PROCESS = "ccp-datapath"
 KILL_GRACE_S = 3.0
@@ -54,6 +57,7 @@ class Leftovers:
     ccp_registered: bool = False
     portus_socket: Path | None = None
     partial_dirs: list[Path] = field(default_factory=list)
+    datapath_sockets: list[Path] = field(default_factory=list)
 
     def host_state(self) -> list[str]:
         """One line per leftover that blocks the next run (everything but partial directories)."""
@@ -68,6 +72,7 @@ class Leftovers:
         lines = self.host_state()
         if self.portus_socket is not None:
             lines.append(f"Portus socket {self.portus_socket} with no ccp-* process running")
+        lines += [f"datapath socket {s} of a ccp-datapath that is gone" for s in self.datapath_sockets]
         return lines + [f"partial run directory {d}" for d in self.partial_dirs]
 
 
@@ -85,7 +90,17 @@ def find_leftovers(result_dirs: Iterable[Path] = ()) -> Leftovers:
     ccp_alive = any(n.startswith("ccp-") for n in names)  # an algorithm or datapath still owns the socket
     socket = PORTUS_SOCKET if PORTUS_SOCKET.exists() and not ccp_alive else None
     partials = [d for root in result_dirs for d in stale_partial_dirs(root)]
-    return Leftovers(orphans, namespaces, ccp, socket, partials)
+    return Leftovers(orphans, namespaces, ccp, socket, partials, stale_datapath_sockets())
+
+
+def stale_datapath_sockets(directory: Path = PORTUS_SOCKET.parent) -> list[Path]:
+    """``ccp-datapath-<pid>`` sockets in ``directory`` whose datapath process is gone."""
+    try:
+        entries = list(directory.iterdir())
+    except OSError:
+        return []
+    return sorted(p for p in entries if (m := DATAPATH_SOCKET.match(p.name)) and p.is_socket()
+                  and not psutil.pid_exists(int(m.group(1))))
 
 
 def stale_partial_dirs(root: Path) -> list[Path]:
@@ -133,6 +148,9 @@ def clean(leftovers: Leftovers) -> list[str]:
     if leftovers.portus_socket is not None:
         leftovers.portus_socket.unlink(missing_ok=True)
         done.append(f"removed {leftovers.portus_socket}")
+    for path in leftovers.datapath_sockets:
+        path.unlink(missing_ok=True)
+        done.append(f"removed {path}")
     for path in leftovers.partial_dirs:
         shutil.rmtree(path, ignore_errors=True)
         done.append(f"removed partial run directory {path}")

@@ -133,3 +133,25 @@ def _no_leftover_sleepers():
     for p in mine:
         p.kill()
     psutil.wait_procs(mine, timeout=5)
+
+
+def test_stale_datapath_sockets_are_found_and_removed(tmp_path):
+    """A datapath killed outright leaves its bound socket; clean removes it, a live one's stays."""
+    import socket
+
+    dead, alive = tmp_path / f"ccp-datapath-{_dead_pid()}", tmp_path / f"ccp-datapath-{os.getpid()}"
+    socks = []
+    for path in (dead, alive):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        s.bind(str(path))
+        socks.append(s)
+    (tmp_path / "ccp-datapath-notapid").write_text("")
+    try:
+        assert cleanup.stale_datapath_sockets(tmp_path) == [dead]
+        left = cleanup.Leftovers(datapath_sockets=[dead])
+        assert left.describe() == [f"datapath socket {dead} of a ccp-datapath that is gone"]
+        assert cleanup.clean(left) == [f"removed {dead}"]
+        assert not dead.exists() and alive.exists()
+    finally:
+        for s in socks:
+            s.close()
