@@ -82,7 +82,7 @@ STEP_COLUMNS = [
     "converged", "convergence_s", "convergence_point_s", "normalized_area", "area_mbit",
     "steady_throughput_mbps", "steady_utilization",
     "rise_time_s", "peak_time_s", "overshoot_pct", "settling_time_s", "settling_time_5pct_s",
-    "damping_ratio", "natural_frequency_rad_s", "fit_r2", "response_class",
+    "damping_ratio", "natural_frequency_rad_s", "fit_r2", "response_class", "dead_time_s",
     "peak_queueing_delay_ms", "standing_queue_packets", "standing_queue_ms", "drain_time_s", "drops",
     "tpcca_gave_up",
 ]
@@ -310,7 +310,9 @@ def _analysed_steps(steps: Sequence[Step], flow_start: float, nominal_now: float
 
 
 def _ccplab_step_row(arrays: LogArrays, kind: str, step: Step | None, at_s: float, end_s: float, bin_s: float,
-                     opts: AnalysisOptions) -> dict[str, Any]:
+                     opts: AnalysisOptions, input_s: float | None = None) -> dict[str, Any]:
+    """One step's row; ``input_s``: when the input step came (s on the log clock, <= at_s; default at_s),
+    the time origin of the second-order fit and of ``dead_time_s``."""
     series = binned_series(arrays, at_s, end_s, bin_s, opts.smooth_bins)
     x = series["throughput_mbps"].to_numpy()
     r = series["reference_mbps"].to_numpy()
@@ -329,7 +331,8 @@ def _ccplab_step_row(arrays: LogArrays, kind: str, step: Step | None, at_s: floa
     else:
         steady_t = steady_u = math.nan
     y = series["sending_mbps"].to_numpy() - (r - to_mbps)  # the trace's noise taken out
-    so = second_order_metrics(y, bin_s, from_mbps, to_mbps) if step else NAN_SECOND_ORDER
+    lead = max(at_s - input_s, 0.0) if input_s is not None else 0.0
+    so = second_order_metrics(y, bin_s, from_mbps, to_mbps, lead_s=lead) if step else NAN_SECOND_ORDER
     ds = delay_side(arrays, series, at_s, end_s, point)
     return {
         "kind": kind, "at_s": at_s, "end_s": end_s, "from_mbps": from_mbps, "to_mbps": to_mbps,
@@ -346,13 +349,16 @@ def _ccplab_rows(arrays: LogArrays, spec: _RunSpec, flow_start: float, run_end: 
     bin_s = spec.rtt_ms / 1000.0
     steps = list(spec.steps or ())
     analysed = _analysed_steps(steps, flow_start, opts.capacity_mbps)
+    # the flow's start responds to the capacity step in force then (its input), not to its own first packet
+    in_force = [s.at_s for s in steps if s.at_s <= flow_start + 1e-9]
     rows = []
     for k, (kind, step) in enumerate(analysed):
         at_s = flow_start if kind == "start" else step.at_s
         end_s = analysed[k + 1][1].at_s if k + 1 < len(analysed) else run_end
         if end_s <= at_s:
             continue
-        rows.append(_ccplab_step_row(arrays, kind, step, at_s, end_s, bin_s, opts))
+        input_s = (in_force[-1] if in_force else at_s) if kind == "start" else at_s
+        rows.append(_ccplab_step_row(arrays, kind, step, at_s, end_s, bin_s, opts, input_s))
     return rows
 
 

@@ -92,8 +92,9 @@ METRIC_NOTES = [
      "Ogata, Modern Control Engineering, 5th ed., 5.3; project FIELD-NOTES (transient performance); "
      "transient.secondorder"),
     ("damping ratio, natural frequency, fit R², response class",
-     "zeta and w_n (rad/s) of a second-order step response with gain and dead time fitted to u "
-     "(scipy.optimize.curve_fit); R² = 1 - SS_res / SS_tot of that fit. Class: not second-order when R² is too "
+     "zeta and w_n (rad/s) of a second-order-plus-dead-time step response (gain K, dead time theta: "
+     "u = K g(t - theta)) fitted to u with t counted from the input step, not from the first sample "
+     "(scipy.optimize.curve_fit); theta is the dead time column; R² = 1 - SS_res / SS_tot of that fit. Class: not second-order when R² is too "
      "low, undamped (limit cycle) when zeta < 0.05, underdamped below 0.9, critically damped 0.9-1.1, "
      "overdamped above. Logarithmic decrement: zeta = delta / sqrt(4 pi^2 + delta^2).",
      "Ogata 5.3; project FIELD-NOTES; transient.secondorder"),

@@ -61,6 +61,7 @@ STEP_METRICS: list[tuple[str, str]] = [
     ("damping_ratio", "damping ratio"),
     ("natural_frequency_rad_s", "natural frequency (rad/s)"),
     ("fit_r2", "second-order fit R²"),
+    ("dead_time_s", "dead time (s)"),
     ("peak_queueing_delay_ms", "peak queueing delay (ms)"),
     ("standing_queue_packets", "standing queue (packets)"),
     ("standing_queue_ms", "standing queue (ms)"),
