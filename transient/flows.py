@@ -277,7 +277,7 @@ def smoothness_cv(x: np.ndarray) -> float:
     x = x[np.isfinite(x)]
     if x.size < 2 or not x.mean() > 0:
         return math.nan
-    return float(x.std() / x.mean())
+    return round(float(x.std() / x.mean()), 9)  # a constant rate's std is float noise (~1e-16), not jitter
 
 
 def harm(flows: pd.DataFrame, runs: pd.DataFrame | None = None) -> pd.DataFrame:

@@ -156,7 +156,8 @@ def fit_second_order(t: np.ndarray, u: np.ndarray, bin_s: float) -> tuple[float,
     if best is None:
         return math.nan, math.nan, math.nan, math.nan
     ss_res, popt = best
-    return float(popt[2]), float(popt[3]), 1.0 - ss_res / ss_tot, float(popt[1])
+    # the dead time to the microsecond: below that it is the optimizer's noise around 0, not a delay
+    return float(popt[2]), float(popt[3]), 1.0 - ss_res / ss_tot, round(float(popt[1]), 6)
 
 
 def classify(zeta: float, r2: float) -> str:

@@ -225,3 +225,42 @@ def test_unknown_port_counts_in_no_flow(tmp_path):
     dep_total = sum(int(e[2]) for e in events if e[1] == "-")
     lost = int(events[5][2]) if events[5][1] == "-" else 0
     assert a.flows["delivered_bytes"].sum() == dep_total - lost
+
+
+# ------------------------------------------------------------------ report
+
+
+def test_report_writes_the_flow_tables_and_figures(two_flow, results_dir, tmp_path):
+    from transient.report import combine, flow_kwargs, write_report
+
+    out = tmp_path / "report"
+    write_report(out, two_flow.runs, two_flow.steps, two_flow.series, n_resamples=199, **flow_kwargs(two_flow))
+    for name in ("flows.csv", "fairness.csv", "flow_steps.csv", "summary_flows.csv", "harm.csv"):
+        assert (out / name).stat().st_size > 0, name
+    flows = pd.read_csv(out / "flows.csv")
+    assert flows["delivered_bytes"].tolist() == two_flow.flows["delivered_bytes"].tolist()
+    assert (out / "plots" / "flows-r1.png").exists() and (out / "plots" / "flows-r1.pdf").exists()
+    html = (out / "report.html").read_text()
+    assert "Competing flows" in html and "flows-r1.png" in html and "kernel:bbr + kernel:cubic" in html
+    # a single-flow results tree: no flow tables, no section (the report is as before)
+    single = analyze_all(results_dir)
+    out1 = tmp_path / "single"
+    write_report(out1, single.runs, single.steps, single.series, n_resamples=199, **flow_kwargs(single))
+    assert not (out1 / "flows.csv").exists() and "Competing flows" not in (out1 / "report.html").read_text()
+    # combining keeps each source's flow tables apart
+    both = combine([("x", two_flow), ("y", two_flow)])
+    assert sorted(both.flows["run_id"].unique()) == ["x/r1", "y/r1"] and set(both.flow_series) == {"x/r1", "y/r1"}
+    assert len(both.fairness) == 2 * len(two_flow.fairness)
+
+
+def test_coexistence_heatmap(tmp_path):
+    from transient.plots import plot_coexistence_heatmap
+
+    m = pd.DataFrame([[0.0, 0.4], [0.1, np.nan]], index=["kernel:cubic", "kernel:bbr"],
+                     columns=["kernel:cubic", "kernel:bbr"])
+    assert plot_coexistence_heatmap(m, tmp_path / "heat", "throughput harm", "harm (0-1)", vmin=0, vmax=1)
+    assert (tmp_path / "heat.png").stat().st_size > 0 and (tmp_path / "heat.pdf").stat().st_size > 0
+    assert not plot_coexistence_heatmap(m * np.nan, tmp_path / "none", "t", "m")
+    assert not (tmp_path / "none.png").exists()
+    with pytest.raises(ValueError):
+        plot_coexistence_heatmap(m.astype(object).where(m.notna(), "x"), tmp_path / "bad", "t", "m")
