@@ -136,9 +136,13 @@ class FlowSpec:
     flow_end_s: float
     extra_delay_ms: float
     iperf3: str | None
+    given_label: str | None = None
 
     @property
     def label(self) -> str | None:
+        """The grouping key of reports: metadata's ``label``, else cca and params as the runs table's."""
+        if self.given_label:
+            return self.given_label
         return f"{self.cca} {self.cca_params}".strip() if self.cca else None
 
 
@@ -196,11 +200,14 @@ def flows_from_metadata(meta: dict[str, Any], where: str) -> list[FlowSpec]:
         iperf3 = f.get("iperf3")
         if iperf3 is not None and not isinstance(iperf3, str):
             raise AnalysisError(f"{key}.iperf3: expected a file name, got {iperf3!r}")
+        label = f.get("label")
+        if label is not None and not isinstance(label, str):
+            raise AnalysisError(f"{key}.label: expected a string, got {label!r}")
         out.append(FlowSpec(
             k, cca, params_text(f.get("cca_params")), port,
             _num(f.get("start_s", 0.0), f"{key}.start_s"), _num(f.get("stop_s"), f"{key}.stop_s"),
             _num(f.get("flow_start_s"), f"{key}.flow_start_s"), _num(f.get("flow_end_s"), f"{key}.flow_end_s"),
-            _num(f.get("extra_delay_ms", 0.0), f"{key}.extra_delay_ms"), iperf3))
+            _num(f.get("extra_delay_ms", 0.0), f"{key}.extra_delay_ms"), iperf3, label))
     return out
 
 

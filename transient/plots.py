@@ -456,7 +456,8 @@ def plot_flow_throughput(flow_series: pd.DataFrame, flows: pd.DataFrame, base: P
 
 
 def plot_coexistence_heatmap(matrix: pd.DataFrame, base: Path, title: str, metric_label: str,
-                             vmin: float | None = None, vmax: float | None = None, cmap: str = "viridis") -> bool:
+                             vmin: float | None = None, vmax: float | None = None, cmap: str = "viridis",
+                             fmt: str = "{:.3g}") -> bool:
     """A coexistence matrix as a heatmap with the values written in the cells.
 
     Args:
@@ -466,7 +467,8 @@ def plot_coexistence_heatmap(matrix: pd.DataFrame, base: Path, title: str, metri
         base: output path without suffix; title: the figure's title;
         metric_label: the colorbar's label (with unit).
         vmin, vmax: color scale limits (default: the data's); cmap: a
-            matplotlib colormap (viridis: perceptually uniform, colorblind-safe).
+            matplotlib colormap (viridis: perceptually uniform, colorblind-safe);
+            fmt: how a cell's value is written (str.format).
 
     Returns:
         False (nothing written) when the matrix is empty or all NaN.
@@ -486,7 +488,7 @@ def plot_coexistence_heatmap(matrix: pd.DataFrame, base: Path, title: str, metri
         for (i, j), v in np.ndenumerate(values):
             if np.isfinite(v):
                 light = (v - lo) / (hi - lo) < 0.5 if hi > lo else True
-                ax.text(j, i, stats.format_estimate(v), ha="center", va="center", fontsize=7.5,
+                ax.text(j, i, fmt.format(v), ha="center", va="center", fontsize=7.5,
                         color="white" if light else "black")
             else:
                 ax.text(j, i, "n/a", ha="center", va="center", fontsize=7, color="dimgrey")
