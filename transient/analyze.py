@@ -555,13 +555,10 @@ def analyze_run(
         "queue_packets": scenario.get("queue_packets"), "retransmits": _retransmits(run_dir, meta),
     }
     dur = scenario.get("duration_s")
-    flows = flows_from_metadata(meta, where) if meta.get("flows") is not None else None
+    flows = flows_from_metadata(meta, where)  # without a 'flows' list: the one flow of the top-level keys
     flow_log = meta.get("files", {}).get("flow_log")
     if flow_log is not None and (not isinstance(flow_log, str) or not flow_log):
         raise AnalysisError(f"{where}: files.flow_log must be a file name, got {flow_log!r}")
-    if flows is None:  # a single-flow run: its one flow from the top-level keys (for the per-flow tables)
-        flows = flows_from_metadata(meta, where)
-        flows[0] = replace(flows[0], iperf3=meta.get("files", {}).get("iperf3", "iperf3.json"))
     spec = _RunSpec(run_dir / log_name, run_dir, run_id or run_dir.name, info, rtt,
                     tuple(steps_from_metadata(meta, where)) or None,
                     float(meta["flow_start_s"]) if meta.get("flow_start_s") is not None else None,

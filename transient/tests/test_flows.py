@@ -264,3 +264,46 @@ def test_coexistence_heatmap(tmp_path):
     assert not (tmp_path / "none.png").exists()
     with pytest.raises(ValueError):
         plot_coexistence_heatmap(m.astype(object).where(m.notna(), "x"), tmp_path / "bad", "t", "m")
+
+
+def test_per_flow_drops_and_p95_queueing_delay_from_the_log_text(tmp_path):
+    # Overload: flow 0 at the capacity, flow 1 at 0.3 of it from 2 s, a 50-packet queue: it fills and drops.
+    n = 5000
+    t = np.arange(n)
+    sends = [credit_sends(np.where(t >= 100, 1.0, 0.0)), credit_sends(np.where(t >= 2000, 0.3, 0.0))]
+    log, flows = simulate_flows(np.ones(n, int), sends, PORTS, queue_packets=50)
+    d = write_multiflow_run(tmp_path / "r", [{"cca": "kernel:cubic", "port": PORTS[0]},
+                                              {"cca": "kernel:bbr", "port": PORTS[1]}], log, flows)
+    a = analyze_all(d).flows.set_index("flow")
+    events = [ln.split() for ln in log.splitlines() if not ln.startswith("#") and ln.split()[1] != "#"]
+    ports = flows.split()
+    dep = [(int(e[3]), p) for e, p in zip(events, ports) if e[1] == "-"]
+    base = min(q for q, _ in dep)
+    for k, port in enumerate(PORTS):
+        q = sorted(x - base for x, p in dep if p == str(port))
+        assert a.loc[k, "p95_queueing_delay_ms"] == q[int(0.95 * len(q))]  # mahimahi's percentile
+        drops = sum(1 for e, p in zip(events, ports) if e[1] == "d" and p == str(port))
+        assert a.loc[k, "drops"] == drops
+    assert a["drops"].sum() > 0 and a.loc[1, "p95_queueing_delay_ms"] > 40  # the queue stood at ~50 ms
+
+
+def test_fair_delta_is_an_option(two_flow_dir):
+    from transient import AnalysisOptions
+
+    with pytest.raises(AnalysisError, match="fair_delta"):
+        AnalysisOptions(fair_delta=1.5)
+    wide = analyze_all(two_flow_dir, options=AnalysisOptions(fair_delta=0.3)).flow_steps
+    arrival = wide[(wide["event"] == 1) & (wide["flow"] == 1)].iloc[0]
+    # within +-30 % of the fair share: the ramp's average passes 0.35 C in bin 6 (0.07 + 0.05 k >= 0.35)
+    assert arrival["delta_fair_convergence_s"] == pytest.approx(0.3, abs=0.051)
+
+
+def test_cli_out_writes_the_flow_tables(two_flow_dir, tmp_path, capsys):
+    from transient.__main__ import main
+
+    out = tmp_path / "out"
+    assert main([str(two_flow_dir), "--out", str(out), "--fair-delta", "0.2"]) == 0
+    steps = pd.read_csv(out / "flow_steps.csv")
+    assert set(steps["flow"]) == {0, 1} and (out / "fairness.csv").exists() and (out / "flows.csv").exists()
+    assert main([str(two_flow_dir), "--fair-delta", "2"]) == 2
+    assert "fair_delta must be in (0, 1)" in capsys.readouterr().err
