@@ -454,9 +454,11 @@ def _analyze(spec: _RunSpec, opts: AnalysisOptions) -> RunResult:
     if opts.method == "ccplab":
         specs = spec.flows or (FlowSpec(0, info.get("cca"), info.get("cca_params") or "", None, 0.0, math.nan,
                                         start, math.nan, 0.0, None),)
+        in_force = [s.at_s for s in spec.steps or () if s.at_s <= start + 1e-9]  # as the steps table's start
         flow_tables = analyze_flows(arrays, flow, specs, run_id=spec.run_id, info=info, bin_s=bin_s,
                                     origin_s=origin, run_end=run_end, params=opts.params,
-                                    smooth_bins=opts.smooth_bins, fair_delta=opts.fair_delta, run_dir=spec.run_dir)
+                                    smooth_bins=opts.smooth_bins, fair_delta=opts.fair_delta, run_dir=spec.run_dir,
+                                    first_input_s=in_force[-1] if in_force else start)
     return RunResult(spec.run_id, spec.where, info, metrics, steps_df, series, flow_tables)
 
 

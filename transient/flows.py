@@ -403,7 +403,8 @@ def _intervals(spans: list[tuple[float, float]], run_start: float, run_end: floa
 def analyze_flows(arrays: LogArrays, flow: np.ndarray, specs: Sequence[FlowSpec], *, run_id: str,
                   info: dict[str, Any], bin_s: float, origin_s: float, run_end: float,
                   params: ConvergenceParams = ConvergenceParams(), smooth_bins: int = 1,
-                  fair_delta: float = DEFAULT_FAIR_DELTA, run_dir: Path | None = None) -> FlowTables:
+                  fair_delta: float = DEFAULT_FAIR_DELTA, run_dir: Path | None = None,
+                  first_input_s: float | None = None) -> FlowTables:
     """The per-flow tables of one run (see the module docstring for every definition).
 
     Args:
@@ -417,6 +418,12 @@ def analyze_flows(arrays: LogArrays, flow: np.ndarray, specs: Sequence[FlowSpec]
             capacity steps.
         fair_delta: delta of the delta-fair convergence time.
         run_dir: where the flows' iperf3 JSON files are (None: no iperf3).
+        first_input_s: the input of the first flow's start (the capacity
+            step in force then, as for the steps table's ``start``; default
+            its first full-size packet): the time origin of its second-order
+            fit.  A later flow's own start is timed from its scheduled start,
+            first flow's start + ``start_s``; a flow answering another's
+            arrival or departure from that event.
     """
     nf = len(specs)
     spans = _spans(arrays, flow, specs)
@@ -429,6 +436,7 @@ def analyze_flows(arrays: LogArrays, flow: np.ndarray, specs: Sequence[FlowSpec]
     jain = jain_index(np.where(active, dep, np.nan), axis=1) if n else np.zeros(0)
     intervals = _intervals(spans, origin_s, run_end)
     ident = {"run_id": run_id, "run": info.get("run"), "scenario": info.get("scenario")}
+    inputs = _start_inputs(specs, spans, first_input_s)
 
     fair_rows, step_rows = [], []
     prev: tuple[float, float, tuple] | None = None
@@ -444,7 +452,7 @@ def analyze_flows(arrays: LogArrays, flow: np.ndarray, specs: Sequence[FlowSpec]
             row[f"share_flow{k}"] = float(x[:, j].sum() / total) if total > 0 else math.nan
         fair_rows.append(row)
         step_rows += _event_rows(arrays, flow, specs, ident, i, prev, (a, b, act), bin_s, params, smooth_bins,
-                                 fair_delta, origin_s)
+                                 fair_delta, inputs)
         prev = (a, b, act)
 
     steps_df = pd.DataFrame(step_rows, columns=FLOW_STEP_COLUMNS)
@@ -461,7 +469,20 @@ def analyze_flows(arrays: LogArrays, flow: np.ndarray, specs: Sequence[FlowSpec]
     return FlowTables(flows_df, fairness, steps_df, series)
 
 
-def _event_rows(arrays, flow, specs, ident, i, prev, cur, bin_s, params, smooth_bins, fair_delta, origin_s) -> list[dict]:
+def _start_inputs(specs: Sequence[FlowSpec], spans: list[tuple[float, float]],
+                  first_input_s: float | None) -> list[float]:
+    """When each flow's own start was asked for, s on the log clock (never after its first full-size packet)."""
+    first = spans[0][0] if spans else math.nan
+    base = first_input_s if first_input_s is not None and math.isfinite(first_input_s) else first
+    out = []
+    for s, (start, _) in zip(specs, spans):
+        want = base if s.index == 0 else first + s.start_s
+        out.append(min(want, start) if math.isfinite(want) else start)
+    return out
+
+
+def _event_rows(arrays, flow, specs, ident, i, prev, cur, bin_s, params, smooth_bins, fair_delta,
+                inputs) -> list[dict]:
     """flow_steps rows of the event that opens interval ``cur`` (one per flow active in it)."""
     a, b, act = cur
     before = set(prev[2]) if prev is not None and abs(prev[1] - a) < 1e-9 else set()
@@ -493,7 +514,9 @@ def _event_rows(arrays, flow, specs, ident, i, prev, cur, bin_s, params, smooth_
         steady_t = float(steady.mean()) if conv.converged and steady.size else math.nan
         ref = float(r[conv.index:].mean()) if conv.converged and steady.size else math.nan
         y = arr[:, k] - (r - to)  # the trace's noise taken out, as for a capacity step
-        so = second_order_metrics(y, bin_s, frm, to) if math.isfinite(to) and to != frm else NAN_SECOND_ORDER
+        lead = max(a - inputs[k], 0.0) if k in arrived and math.isfinite(inputs[k]) else 0.0
+        so = second_order_metrics(y, bin_s, frm, to, lead_s=lead) if math.isfinite(to) and to != frm \
+            else NAN_SECOND_ORDER
         ds = delay_side(arrays, link, a, b, point)
         s = specs[k]
         rows.append({

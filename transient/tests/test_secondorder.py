@@ -106,3 +106,7 @@ def test_dead_time_on_a_synthetic_log_whose_first_full_size_packet_comes_0117_s_
     assert start["damping_ratio"] == pytest.approx(0.5, rel=0.05)
     assert start["natural_frequency_rad_s"] == pytest.approx(2.0, rel=0.05)
     assert 0.0 <= start["dead_time_s"] < start["at_s"]
+    # the lone flow's own start in the per-flow table is timed from the same input
+    flow_start = res.flow_tables.flow_steps.iloc[0]
+    assert flow_start["natural_frequency_rad_s"] == pytest.approx(start["natural_frequency_rad_s"], rel=1e-3)
+    assert flow_start["dead_time_s"] == pytest.approx(start["dead_time_s"], abs=1e-3)
