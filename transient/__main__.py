@@ -58,6 +58,24 @@ def print_summary(results: Sequence[RunResult]) -> None:
         print(steps[SUMMARY_COLUMNS].to_string(index=False))
 
 
+FLOW_SUMMARY_COLUMNS = ["run_id", "flow", "label", "flow_start_s", "throughput_mbps", "share",
+                        "p95_queueing_delay_ms", "drops", "smoothness_cv", "start_convergence_s"]
+FAIRNESS_SUMMARY_COLUMNS = ["run_id", "interval", "from_s", "to_s", "active_flows", "jain_median"]
+
+
+def print_flow_summary(results: Sequence[RunResult]) -> None:
+    """When a run has several flows: one line per flow and one per interval of a constant set of active flows."""
+    flows, fairness, _, _ = _flow_frames(list(results))
+    multi = set(flows.loc[pd.to_numeric(flows["n_flows"]) > 1, "run_id"]) if len(flows) else set()
+    if not multi:
+        return
+    with pd.option_context("display.width", 250, "display.max_columns", 30, "display.precision", 3):
+        print()
+        print(flows.loc[flows["run_id"].isin(multi), FLOW_SUMMARY_COLUMNS].to_string(index=False))
+        print()
+        print(fairness.loc[fairness["run_id"].isin(multi), FAIRNESS_SUMMARY_COLUMNS].to_string(index=False))
+
+
 def analyse_and_print(args: argparse.Namespace, out: str | None, source: str, error_prefix: str = "error") -> int:
     """Analyse every PATH of parsed ``args`` and print the step table (or, with --json, one JSON object per
     run per line); skipped runs are listed on stderr.  With ``out`` (a directory) runs.csv, steps.csv, plots
@@ -85,6 +103,7 @@ def analyse_and_print(args: argparse.Namespace, out: str | None, source: str, er
         print_json_lines(results)
     else:
         print_summary(results)
+        print_flow_summary(results)
     if out:
         print(f"report: {report}", file=sys.stderr)
     return 0

@@ -347,6 +347,40 @@ def harm(flows: pd.DataFrame, runs: pd.DataFrame | None = None) -> pd.DataFrame:
     return out.reindex(columns=cols)
 
 
+def coexistence_matrix(table: pd.DataFrame, metric: str, flow: int = 0) -> pd.DataFrame:
+    """A CCA x CCA matrix of one metric over two-flow runs (for `transient.plots.plot_coexistence_heatmap`).
+
+    Args:
+        table: a per-flow table with ``run_id``, ``flow``, ``label`` and
+            ``metric`` (the flows table, or `harm`'s output).
+        metric: the column to show, e.g. ``share`` or ``throughput_harm``.
+        flow: whose value a cell holds: 0 = the first flow's, 1 = the second's.
+
+    Returns:
+        rows = the first flow's label, columns = the second flow's, values =
+        the median of ``metric`` of flow ``flow`` over the runs with exactly
+        those two flows (NaN values dropped); runs with other than two flows
+        are left out.
+
+    Raises:
+        ValueError: a needed column is missing, or flow is not 0 or 1.
+    """
+    missing = [c for c in ("run_id", "flow", "label", metric) if c not in table.columns]
+    if missing:
+        raise ValueError(f"table lacks column(s) {missing}; has {list(table.columns)}")
+    if flow not in (0, 1):
+        raise ValueError(f"flow must be 0 or 1, got {flow!r}")
+    sizes = table.groupby("run_id")["flow"].transform("nunique")
+    pairs = table[sizes == 2]
+    if pairs.empty:
+        return pd.DataFrame()
+    wide = pairs.pivot_table(index="run_id", columns="flow", values="label", aggfunc="first")
+    value = pairs[pairs["flow"] == flow].set_index("run_id")[metric]
+    frame = pd.DataFrame({"first": wide[0], "second": wide[1], "value": pd.to_numeric(value, errors="coerce")})
+    return frame.pivot_table(index="first", columns="second", values="value", aggfunc="median").rename_axis(
+        index="first flow's CCA", columns="second flow's CCA")
+
+
 # ---------------------------------------------------------------- one run
 
 

@@ -305,5 +305,22 @@ def test_cli_out_writes_the_flow_tables(two_flow_dir, tmp_path, capsys):
     assert main([str(two_flow_dir), "--out", str(out), "--fair-delta", "0.2"]) == 0
     steps = pd.read_csv(out / "flow_steps.csv")
     assert set(steps["flow"]) == {0, 1} and (out / "fairness.csv").exists() and (out / "flows.csv").exists()
+    printed = capsys.readouterr().out
+    assert "jain_median" in printed and "kernel:bbr" in printed  # the per-flow lines after the step table
     assert main([str(two_flow_dir), "--fair-delta", "2"]) == 2
     assert "fair_delta must be in (0, 1)" in capsys.readouterr().err
+
+
+def test_coexistence_matrix_by_hand():
+    from transient.flows import coexistence_matrix
+
+    rows = [("r1", 0, "A", 0.7), ("r1", 1, "B", 0.3), ("r2", 0, "A", 0.5), ("r2", 1, "B", 0.5),
+            ("r3", 0, "B", 0.6), ("r3", 1, "A", 0.4), ("r4", 0, "A", 1.0)]  # r4: one flow, left out
+    t = pd.DataFrame(rows, columns=["run_id", "flow", "label", "share"])
+    m = coexistence_matrix(t, "share")
+    assert m.loc["A", "B"] == pytest.approx(0.6)  # median of 0.7 and 0.5
+    assert set(m.index) == {"A", "B"} and set(m.columns) == {"A", "B"}
+    assert m.loc["B", "A"] == pytest.approx(0.6) and math.isnan(m.loc["A", "A"])  # A with A was not run
+    assert coexistence_matrix(t, "share", flow=1).loc["A", "B"] == pytest.approx(0.4)
+    with pytest.raises(ValueError, match="throughput_harm"):
+        coexistence_matrix(t, "throughput_harm")
