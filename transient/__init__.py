@@ -43,7 +43,8 @@ from .analyze import (
 )
 from .atomic import write_atomic
 from .flows import (
-    FAIRNESS_COLUMNS, FLOW_COLUMNS, FLOW_STEP_COLUMNS, delta_fair_convergence_time, harm, jain_index, smoothness_cv,
+    FAIRNESS_COLUMNS, FLOW_COLUMNS, FLOW_STEP_COLUMNS, coexistence_matrix, delta_fair_convergence_time, harm, jain_index,
+    smoothness_cv,
 )
 from .convergence import ConvergenceParams
 from .errors import AnalysisError, LogFormatError, StepFormatError, TransientError
@@ -59,7 +60,7 @@ from .tpcca import TPCCA_FAULTS, tpcca_analysis
 __all__ = [
     "DEFAULT_RTT_MS", "JSON_RUN_FIELDS", "METHODS", "RUN_COLUMNS", "STEP_COLUMNS", "SERIES_COLUMNS",
     "EVENT_KINDS", "FLOW_START_MIN_BYTES", "TPCCA_FAULTS", "FLOW_COLUMNS", "FAIRNESS_COLUMNS", "FLOW_STEP_COLUMNS",
-    "jain_index", "delta_fair_convergence_time", "harm", "smoothness_cv",
+    "jain_index", "delta_fair_convergence_time", "harm", "smoothness_cv", "coexistence_matrix",
     "Analysis", "AnalysisOptions", "RunResult", "Step", "LinkLog", "LinkMetrics", "ConvergenceParams",
     "SecondOrder", "TransientError", "LogFormatError", "AnalysisError", "StepFormatError",
     "analyze_all", "analyze_log", "analyze_paths", "analyze_results", "analyze_run", "find_run_dirs",

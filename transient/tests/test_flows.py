@@ -324,3 +324,25 @@ def test_coexistence_matrix_by_hand():
     assert coexistence_matrix(t, "share", flow=1).loc["A", "B"] == pytest.approx(0.4)
     with pytest.raises(ValueError, match="throughput_harm"):
         coexistence_matrix(t, "throughput_harm")
+
+
+def test_an_unfair_split_gives_jains_index_by_hand(tmp_path):
+    # From 2 s flow 1 takes 0.2 of the link and flow 0 keeps 0.8: J = 1 / (2 (0.64 + 0.04)) = 0.735
+    n = 6000
+    t = np.arange(n)
+    r1 = np.where(t >= 2000, 0.2, 0.0)
+    sends = [credit_sends(np.where(t >= 100, 1.0 - r1, 0.0)), credit_sends(r1)]
+    log, flows = simulate_flows(np.ones(n, int), sends, PORTS, queue_packets=50)
+    d = write_multiflow_run(tmp_path / "r", [{"cca": "kernel:cubic", "port": PORTS[0]},
+                                              {"cca": "kernel:bbr", "port": PORTS[1]}], log, flows)
+    a = analyze_all(d)
+    both = a.fairness[a.fairness["active_flows"] == "0,1"].iloc[0]
+    assert both["jain_median"] == pytest.approx(1.0 / (2 * (0.8**2 + 0.2**2)), abs=0.01)
+    assert both["share_flow0"] == pytest.approx(0.8, abs=0.01) and both["share_flow1"] == pytest.approx(0.2, abs=0.01)
+    st = a.flow_steps[a.flow_steps["event"] == both["interval"]].set_index("flow")
+    assert not st["converged"].any()  # neither reaches its fair share (within 5 %)
+    assert math.isnan(st.loc[0, "delta_fair_convergence_s"])  # never within +-10 % of half
+    assert st.loc[0, "steady_throughput_mbps"] != st.loc[0, "steady_throughput_mbps"]  # NaN: no steady part
+    series = a.flow_series[str(both["run_id"])]
+    inside = (series.index >= both["from_s"]) & (series.index + 0.05 <= both["to_s"])
+    assert series.loc[inside, "jain"].median() == pytest.approx(both["jain_median"])
