@@ -17,7 +17,8 @@ Definitions (one each; units in the names):
 
 * per flow (`FLOW_COLUMNS`): ``throughput_mbps`` = its departed bytes x 8 /
   (flow_end_s - flow_start_s), over its span; ``share`` = its departed bytes /
-  all flows' departed bytes over its span; ``p95_queueing_delay_ms`` =
+  all the link's departed bytes over its span (a packet of no flow counts
+  here: it took capacity too); ``p95_queueing_delay_ms`` =
   ``sorted(q)[int(0.95 N)]`` (mahimahi's percentile) of q = delay - base over
   its departures, base = the run's smallest departure delay (as the series'
   queueing delay); ``drops`` = its dropped packets (``d`` lines);
@@ -33,8 +34,8 @@ Definitions (one each; units in the names):
   gets all.  Table ``fairness`` (`FAIRNESS_COLUMNS`): one row per interval
   in which the set of active flows does not change (between consecutive flow
   starts and ends): its median J over the interval's bins and each active
-  flow's share there, ``share_flow<k>`` = its departed bytes / the active
-  flows' departed bytes in the interval's bins.
+  flow's share there, ``share_flow<k>`` = its departed bytes / all the link's
+  departed bytes in the interval's bins.
 * every change of the active set (an *event*: a flow's arrival or
   departure) is a step of each active flow's fair share f = offered
   capacity / n active (per bin: the link's ``#`` bytes, smoothed like the
@@ -463,7 +464,9 @@ def analyze_flows(arrays: LogArrays, flow: np.ndarray, specs: Sequence[FlowSpec]
     spans = _spans(arrays, flow, specs)
     n = n_complete_bins(origin_s, run_end, bin_s)
     t0 = origin_s + np.arange(n) * bin_s
-    dep = _per_flow_bins(arrays, flow, nf, origin_s, n, bin_s, "departure")
+    # column 0: packets of no flow (unknown port), so a bin's total is every departure of the link
+    dep_all = _per_flow_bins(arrays, (flow + 1).astype(np.int16), nf + 1, origin_s, n, bin_s, "departure")
+    dep = dep_all[:, 1:]
     link = binned_series(arrays, origin_s, run_end, bin_s, smooth_bins)
     active = np.stack([(t0 >= s - 1e-9) & (t0 + bin_s <= e + 1e-9) for s, e in spans], axis=1) if n else \
         np.zeros((0, nf), bool)
@@ -477,7 +480,7 @@ def analyze_flows(arrays: LogArrays, flow: np.ndarray, specs: Sequence[FlowSpec]
     for i, (a, b, act) in enumerate(intervals):
         inside = (t0 >= a - 1e-9) & (t0 + bin_s <= b + 1e-9)
         x = dep[inside][:, list(act)]
-        total = x.sum()
+        total = dep_all[inside].sum()
         row = {**ident, "interval": i, "from_s": a, "to_s": b, "active_flows": ",".join(map(str, act)),
                "n": len(act), "n_bins": int(inside.sum()),
                "jain_median": float(np.nanmedian(jain[inside])) if inside.any() and np.isfinite(jain[inside]).any()
@@ -569,7 +572,7 @@ def _event_rows(arrays, flow, specs, ident, i, prev, cur, bin_s, params, smooth_
 
 def _flow_rows(arrays, flow, specs, spans, ident, steps_df, run_dir) -> pd.DataFrame:
     dep = arrays.mask("departure")
-    known = dep & (flow >= 0)
+    known = dep  # every departure of the link, a packet of no flow too
     rows = []
     for s, (start, end) in zip(specs, spans):
         mine = dep & (flow == s.index)

@@ -111,8 +111,8 @@ METRIC_NOTES = [
      "transient.delayside; ccplab issue 6"),
     ("per-flow throughput, share, p95 queueing delay, smoothness (competing flows)",
      "Each packet's flow from the link's flow attribution (its destination port). Throughput: the flow's "
-     "departed bytes x 8 / its span (first full-size to last packet); share: its departed bytes / all flows' "
-     "over its span; p95 queueing delay: mahimahi's sorted(q)[int(0.95 N)] of its departures' delay minus the "
+     "departed bytes x 8 / its span (first full-size to last packet); share: its departed bytes / all the "
+     "link's over its span; p95 queueing delay: mahimahi's sorted(q)[int(0.95 N)] of its departures' delay minus the "
      "run's smallest; smoothness: std / mean of its per-RTT throughput after it converged to its fair share, "
      "median over its intervals.", "RFC 5166 (smoothness); transient.flows"),
     ("Jain's fairness index",

@@ -123,7 +123,8 @@ def test_attribution_is_exact_and_per_flow_departures_sum_to_the_aggregate(two_f
 def test_second_flow_takes_half_the_link_and_the_first_gives_it_up(two_flow):
     fair = two_flow.fairness.set_index("interval")
     assert fair["active_flows"].tolist() == ["0", "0,1", "0"]
-    assert fair.loc[0, "share_flow0"] == pytest.approx(1.0)
+    # ~1: flow 1's 90-byte control packet departs before its data, a departure of the link as well
+    assert 1.0 - 1e-3 < fair.loc[0, "share_flow0"] < 1.0
     assert fair.loc[1, "share_flow0"] == pytest.approx(0.5, abs=0.05)  # ~1 -> ~0.5
     assert fair.loc[1, "share_flow1"] == pytest.approx(0.5, abs=0.05)
     assert fair.loc[1, "jain_median"] == pytest.approx(1.0, abs=0.01)
