@@ -144,6 +144,12 @@ def test_arrival_is_a_step_of_each_flows_fair_share(two_flow):
     assert arrival.loc[0, "from_mbps"] == pytest.approx(cap) and arrival.loc[0, "to_mbps"] == pytest.approx(cap / 2)
     assert arrival.loc[1, "from_mbps"] == 0.0 and arrival.loc[1, "to_mbps"] == pytest.approx(cap / 2)
     assert arrival["converged"].all()
+    # by hand: flow 1's bins k = 0..7 from 4.045 s average (0.07 + 0.05 k) C against a fair share of C / 2,
+    # so the gap is sum (0.43 - 0.05 k) = 2.04 bins of C x 50 ms; it holds C / 2 from bin 8 (0.4 s)
+    area = 2.04 * cap * 0.05
+    assert arrival.loc[1, "area_mbit"] == pytest.approx(area, rel=0.02)
+    assert arrival.loc[1, "normalized_area"] == pytest.approx(area / (cap / 2), rel=0.02)
+    assert arrival.loc[1, "convergence_s"] == pytest.approx(0.4, abs=0.051)
     # ramp to 0.45 C at 0.45 s after 4.0 s: the first 50 ms bin from 4.045 s averaging >= 0.45 C is bin 8
     assert arrival.loc[0, "delta_fair_convergence_s"] == pytest.approx(0.4, abs=0.051)
     departure = st[st["event_kind"] == "departure"].set_index("flow")
