@@ -6,14 +6,17 @@ directories; computes the whole-run metrics of mahimahi's mm-throughput-graph
 delay, power score) and, for every capacity step from the data flow's own
 start, the transient: convergence, Normalized Area, second-order metrics
 (rise time, overshoot, settling time, damping ratio, natural frequency) and
-the delay side (peak and standing queue, drain time, drops).  Two methods:
+the delay side (peak and standing queue, drain time, drops).  Runs with
+several flows sharing the link get per-flow tables, Jain's fairness index,
+arrivals and departures scored as fair-share steps, and harm
+(`transient.flows`).  Two methods:
 "ccplab" (corrected, default) and "tpcca" (the TPCCA poster's reference
 analysis, faults included).  The report (CSV tables, HTML, plots) is in
 `transient.report`.
 
 Main entry points::
 
-    a = analyze_all("results/")                         # Analysis(runs, steps, series, errors)
+    a = analyze_all("results/")                         # Analysis(runs, steps, series, errors, flows, ...)
     a = analyze_all("uplink.log", options=AnalysisOptions(method="tpcca", capacity_mbps=12))
     write_report("results/", a.runs, a.steps, a.series)
 
@@ -39,6 +42,10 @@ from .analyze import (
     load_metadata,
 )
 from .atomic import write_atomic
+from .flows import (
+    FAIRNESS_COLUMNS, FLOW_COLUMNS, FLOW_STEP_COLUMNS, coexistence_matrix, delta_fair_convergence_time, harm, jain_index,
+    smoothness_cv,
+)
 from .convergence import ConvergenceParams
 from .errors import AnalysisError, LogFormatError, StepFormatError, TransientError
 from .mahimahi import EVENT_KINDS, LinkLog, parse_link_log, read_link_log
@@ -52,7 +59,8 @@ from .tpcca import TPCCA_FAULTS, tpcca_analysis
 
 __all__ = [
     "DEFAULT_RTT_MS", "JSON_RUN_FIELDS", "METHODS", "RUN_COLUMNS", "STEP_COLUMNS", "SERIES_COLUMNS",
-    "EVENT_KINDS", "FLOW_START_MIN_BYTES", "TPCCA_FAULTS",
+    "EVENT_KINDS", "FLOW_START_MIN_BYTES", "TPCCA_FAULTS", "FLOW_COLUMNS", "FAIRNESS_COLUMNS", "FLOW_STEP_COLUMNS",
+    "jain_index", "delta_fair_convergence_time", "harm", "smoothness_cv", "coexistence_matrix",
     "Analysis", "AnalysisOptions", "RunResult", "Step", "LinkLog", "LinkMetrics", "ConvergenceParams",
     "SecondOrder", "TransientError", "LogFormatError", "AnalysisError", "StepFormatError",
     "analyze_all", "analyze_log", "analyze_paths", "analyze_results", "analyze_run", "find_run_dirs",

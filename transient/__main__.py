@@ -3,7 +3,8 @@
 PATH is an mm-link log, a run directory or a results directory (flags:
 `transient.cli_args`).  Prints one line per step (or, with --json, one JSON
 object per run per line); --out writes runs.csv, steps.csv, plots and
-report.html there.  Exit status 0 on success, 2 on bad input (the message
+report.html there (and, when a run has several flows, flows.csv,
+fairness.csv, flow_steps.csv, summary_flows.csv and harm.csv).  Exit status 0 on success, 2 on bad input (the message
 names the file, and the line for a malformed log).
 """
 
@@ -15,7 +16,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from .analyze import RunResult, _tables, analyze_paths
+from .analyze import RunResult, _flow_frames, _tables, analyze_paths
 from .cli_args import add_analysis_arguments, options_from_args, print_json_lines
 from .errors import TransientError
 
@@ -30,7 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "mahimahi metrics and, per capacity step, convergence, Normalized Area, second-order "
                     "metrics and the queue it builds.")
     add_analysis_arguments(p)
-    p.add_argument("--out", metavar="DIR", help="write runs.csv, steps.csv, plots and report.html to DIR")
+    p.add_argument("--out", metavar="DIR", help="write runs.csv, steps.csv, plots and report.html to DIR (with "
+                   "several flows in a run also flows.csv, fairness.csv, flow_steps.csv, summary_flows.csv, harm.csv)")
     return p
 
 
@@ -56,6 +58,24 @@ def print_summary(results: Sequence[RunResult]) -> None:
         print(steps[SUMMARY_COLUMNS].to_string(index=False))
 
 
+FLOW_SUMMARY_COLUMNS = ["run_id", "flow", "label", "flow_start_s", "throughput_mbps", "share",
+                        "p95_queueing_delay_ms", "drops", "smoothness_cv", "start_convergence_s"]
+FAIRNESS_SUMMARY_COLUMNS = ["run_id", "interval", "from_s", "to_s", "active_flows", "jain_median"]
+
+
+def print_flow_summary(results: Sequence[RunResult]) -> None:
+    """When a run has several flows: one line per flow and one per interval of a constant set of active flows."""
+    flows, fairness, _, _ = _flow_frames(list(results))
+    multi = set(flows.loc[pd.to_numeric(flows["n_flows"]) > 1, "run_id"]) if len(flows) else set()
+    if not multi:
+        return
+    with pd.option_context("display.width", 250, "display.max_columns", 30, "display.precision", 3):
+        print()
+        print(flows.loc[flows["run_id"].isin(multi), FLOW_SUMMARY_COLUMNS].to_string(index=False))
+        print()
+        print(fairness.loc[fairness["run_id"].isin(multi), FAIRNESS_SUMMARY_COLUMNS].to_string(index=False))
+
+
 def analyse_and_print(args: argparse.Namespace, out: str | None, source: str, error_prefix: str = "error") -> int:
     """Analyse every PATH of parsed ``args`` and print the step table (or, with --json, one JSON object per
     run per line); skipped runs are listed on stderr.  With ``out`` (a directory) runs.csv, steps.csv, plots
@@ -70,8 +90,10 @@ def analyse_and_print(args: argparse.Namespace, out: str | None, source: str, er
             from .report import write_report
 
             runs, steps = _tables(results)
+            flows, fairness, flow_steps, flow_series = _flow_frames(results)
             report = write_report(out, runs, steps, {r.run_id: r.series for r in results},
-                                  errors=errors, source=source)
+                                  errors=errors, source=source, flows=flows, fairness=fairness,
+                                  flow_steps=flow_steps, flow_series=flow_series)
     except (TransientError, ValueError, OSError, argparse.ArgumentTypeError) as exc:
         print(f"{error_prefix}: {exc}", file=sys.stderr)
         return 2
@@ -81,6 +103,7 @@ def analyse_and_print(args: argparse.Namespace, out: str | None, source: str, er
         print_json_lines(results)
     else:
         print_summary(results)
+        print_flow_summary(results)
     if out:
         print(f"report: {report}", file=sys.stderr)
     return 0

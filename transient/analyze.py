@@ -52,6 +52,11 @@ import pandas as pd
 from .convergence import ConvergenceParams, step_convergence
 from .delayside import delay_side
 from .errors import AnalysisError, TransientError
+from .flowlog import NO_FLOW, attribute_flows, read_flow_ports
+from .flows import (
+    DEFAULT_FAIR_DELTA, FAIRNESS_COLUMNS, FLOW_COLUMNS, FLOW_STEP_COLUMNS, FlowSpec, FlowTables, analyze_flows,
+    flows_from_metadata,
+)
 from .mahimahi import LinkLog, read_link_log
 from .metrics import LinkMetrics, link_metrics
 from .secondorder import NAN_SECOND_ORDER, second_order_metrics
@@ -67,7 +72,7 @@ METHODS = ("ccplab", "tpcca")
 """Analysis methods: the corrected default and TPCCA's exact reference analysis."""
 
 SCHEMAS = (1, 2, 3)
-"""metadata.json schemas this reader understands."""
+"""metadata.json schemas this reader understands (3: several flows, ``flows`` and ``files.flow_log``)."""
 
 RUN_COLUMNS = [
     "run_id", "cca", "cca_params", "label", "run", "scenario", "trace_kind", "queue_packets", "rtt_ms",
@@ -82,7 +87,7 @@ STEP_COLUMNS = [
     "converged", "convergence_s", "convergence_point_s", "normalized_area", "area_mbit",
     "steady_throughput_mbps", "steady_utilization",
     "rise_time_s", "peak_time_s", "overshoot_pct", "settling_time_s", "settling_time_5pct_s",
-    "damping_ratio", "natural_frequency_rad_s", "fit_r2", "response_class",
+    "damping_ratio", "natural_frequency_rad_s", "fit_r2", "response_class", "dead_time_s",
     "peak_queueing_delay_ms", "standing_queue_packets", "standing_queue_ms", "drain_time_s", "drops",
     "tpcca_gave_up",
 ]
@@ -110,6 +115,8 @@ class AnalysisOptions:
         auto_steps: find steps in the ``#`` rate (ruptures).
         params: ccplab convergence detector parameters.
         smooth_bins: moving average (bins) applied alike to throughput and reference.
+        fair_delta: delta of RFC 5166's delta-fair convergence time of two
+            flows (`transient.flows`), in (0, 1).
     """
 
     method: str = "ccplab"
@@ -119,8 +126,11 @@ class AnalysisOptions:
     auto_steps: bool = False
     params: ConvergenceParams = ConvergenceParams()
     smooth_bins: int = 1
+    fair_delta: float = DEFAULT_FAIR_DELTA
 
     def __post_init__(self) -> None:
+        if not (isinstance(self.fair_delta, (int, float)) and 0 < self.fair_delta < 1):
+            raise AnalysisError(f"fair_delta must be in (0, 1), got {self.fair_delta!r}")
         if self.method not in METHODS:
             raise AnalysisError(f"unknown method {self.method!r}; expected one of {', '.join(METHODS)}")
         if self.rtt_ms is not None and not (isinstance(self.rtt_ms, (int, float)) and self.rtt_ms > 0):
@@ -144,6 +154,8 @@ class RunResult:
         steps: one row per analysed step, columns `STEP_COLUMNS`.
         series: `transient.series.binned_series` of the run (RTT bins aligned
             with the flow's start, from the log's start).
+        flow_tables: the per-flow analysis (`transient.flows.FlowTables`;
+            None with the tpcca method).
     """
 
     run_id: str
@@ -152,6 +164,7 @@ class RunResult:
     metrics: LinkMetrics
     steps: pd.DataFrame
     series: pd.DataFrame = field(repr=False)
+    flow_tables: FlowTables | None = field(default=None, repr=False)
 
     def summary(self) -> dict[str, Any]:
         """The run's row of the per-run table (`RUN_COLUMNS`)."""
@@ -177,13 +190,30 @@ class Analysis(NamedTuple):
 
     runs: per-run table (`RUN_COLUMNS`); steps: per-step table
     (`STEP_COLUMNS`); series: run_id -> `binned_series` (plots);
-    errors: (path, message) of runs skipped with ``on_error="skip"``.
+    errors: (path, message) of runs skipped with ``on_error="skip"``;
+    flows: per-flow table (`FLOW_COLUMNS`, every run, a single-flow run as
+    its flow 0); fairness: per (run, interval of a constant set of active
+    flows) (`FAIRNESS_COLUMNS` + ``share_flow<k>``); flow_steps: per (run,
+    arrival/departure event, active flow) (`FLOW_STEP_COLUMNS`);
+    flow_series: run_id -> per-flow series (`transient.flows.FlowTables`).
+    The four flow fields come after the original four (whose positions
+    stay) and default to empty tables, so ``Analysis(runs, steps, series,
+    errors)`` still builds one.
     """
 
     runs: pd.DataFrame
     steps: pd.DataFrame
     series: dict[str, pd.DataFrame]
     errors: list[tuple[str, str]]
+    flows: pd.DataFrame = pd.DataFrame(columns=FLOW_COLUMNS)
+    fairness: pd.DataFrame = pd.DataFrame(columns=FAIRNESS_COLUMNS)
+    flow_steps: pd.DataFrame = pd.DataFrame(columns=FLOW_STEP_COLUMNS)
+    flow_series: dict[str, pd.DataFrame] = {}
+
+    @property
+    def multi_flow(self) -> bool:
+        """Whether any run had more than one flow (then flows.csv, fairness.csv, flow_steps.csv are written)."""
+        return bool(len(self.flows)) and bool((pd.to_numeric(self.flows["n_flows"]) > 1).any())
 
 
 def _plain(v: Any) -> Any:
@@ -292,6 +322,9 @@ class _RunSpec:
     steps: tuple[Step, ...] | None  # None: none known
     flow_start_s: float | None  # None: compute from the log
     duration_s: float | None  # configured duration (TPCCA's horizon); None: the log's
+    flows: tuple[FlowSpec, ...] | None = None  # None: one flow, every packet
+    flow_log: Path | None = None  # the flow attribution file (schema 3)
+    run_dir: Path | None = None  # where the flows' iperf3 JSON files are
 
 
 def _analysed_steps(steps: Sequence[Step], flow_start: float, nominal_now: float | None) -> list[tuple[str, Step]]:
@@ -310,7 +343,9 @@ def _analysed_steps(steps: Sequence[Step], flow_start: float, nominal_now: float
 
 
 def _ccplab_step_row(arrays: LogArrays, kind: str, step: Step | None, at_s: float, end_s: float, bin_s: float,
-                     opts: AnalysisOptions) -> dict[str, Any]:
+                     opts: AnalysisOptions, input_s: float | None = None) -> dict[str, Any]:
+    """One step's row; ``input_s``: when the input step came (s on the log clock, <= at_s; default at_s),
+    the time origin of the second-order fit and of ``dead_time_s``."""
     series = binned_series(arrays, at_s, end_s, bin_s, opts.smooth_bins)
     x = series["throughput_mbps"].to_numpy()
     r = series["reference_mbps"].to_numpy()
@@ -329,7 +364,8 @@ def _ccplab_step_row(arrays: LogArrays, kind: str, step: Step | None, at_s: floa
     else:
         steady_t = steady_u = math.nan
     y = series["sending_mbps"].to_numpy() - (r - to_mbps)  # the trace's noise taken out
-    so = second_order_metrics(y, bin_s, from_mbps, to_mbps) if step else NAN_SECOND_ORDER
+    lead = max(at_s - input_s, 0.0) if input_s is not None else 0.0
+    so = second_order_metrics(y, bin_s, from_mbps, to_mbps, lead_s=lead) if step else NAN_SECOND_ORDER
     ds = delay_side(arrays, series, at_s, end_s, point)
     return {
         "kind": kind, "at_s": at_s, "end_s": end_s, "from_mbps": from_mbps, "to_mbps": to_mbps,
@@ -346,13 +382,16 @@ def _ccplab_rows(arrays: LogArrays, spec: _RunSpec, flow_start: float, run_end: 
     bin_s = spec.rtt_ms / 1000.0
     steps = list(spec.steps or ())
     analysed = _analysed_steps(steps, flow_start, opts.capacity_mbps)
+    # the flow's start responds to the capacity step in force then (its input), not to its own first packet
+    in_force = [s.at_s for s in steps if s.at_s <= flow_start + 1e-9]
     rows = []
     for k, (kind, step) in enumerate(analysed):
         at_s = flow_start if kind == "start" else step.at_s
         end_s = analysed[k + 1][1].at_s if k + 1 < len(analysed) else run_end
         if end_s <= at_s:
             continue
-        rows.append(_ccplab_step_row(arrays, kind, step, at_s, end_s, bin_s, opts))
+        input_s = (in_force[-1] if in_force else at_s) if kind == "start" else at_s
+        rows.append(_ccplab_step_row(arrays, kind, step, at_s, end_s, bin_s, opts, input_s))
     return rows
 
 
@@ -387,6 +426,8 @@ def _analyze(spec: _RunSpec, opts: AnalysisOptions) -> RunResult:
         metrics = link_metrics(log.events)
     except (TransientError, ValueError, OSError) as exc:
         raise AnalysisError(f"{spec.where}: {exc}") from exc
+    flow = _event_flows(log, spec)
+    log.events["flow"] = flow
     arrays = LogArrays(log.events)
     run_end = (arrays.last_ms + 1) / 1000.0
     start = spec.flow_start_s if spec.flow_start_s is not None else flow_start_s(log)
@@ -409,7 +450,29 @@ def _analyze(spec: _RunSpec, opts: AnalysisOptions) -> RunResult:
     bin_s = spec.rtt_ms / 1000.0
     origin = start - math.floor(start / bin_s + 1e-9) * bin_s  # bins aligned with the flow's start
     series = binned_series(arrays, origin, run_end, bin_s, opts.smooth_bins)
-    return RunResult(spec.run_id, spec.where, info, metrics, steps_df, series)
+    flow_tables = None
+    if opts.method == "ccplab":
+        specs = spec.flows or (FlowSpec(0, info.get("cca"), info.get("cca_params") or "", None, 0.0, math.nan,
+                                        start, math.nan, 0.0, None),)
+        in_force = [s.at_s for s in spec.steps or () if s.at_s <= start + 1e-9]  # as the steps table's start
+        flow_tables = analyze_flows(arrays, flow, specs, run_id=spec.run_id, info=info, bin_s=bin_s,
+                                    origin_s=origin, run_end=run_end, params=opts.params,
+                                    smooth_bins=opts.smooth_bins, fair_delta=opts.fair_delta, run_dir=spec.run_dir,
+                                    first_input_s=in_force[-1] if in_force else start)
+    return RunResult(spec.run_id, spec.where, info, metrics, steps_df, series, flow_tables)
+
+
+def _event_flows(log: LinkLog, spec: _RunSpec) -> np.ndarray:
+    """Each event's flow index (int16): from the flow attribution file, or 0 for every packet of a lone flow."""
+    if spec.flow_log is not None:
+        ports = read_flow_ports(spec.flow_log)
+        port_to_flow = {f.port: f.index for f in spec.flows or () if f.port is not None}
+        return attribute_flows(log.events, ports, port_to_flow, str(spec.log_path), str(spec.flow_log))
+    if spec.flows is not None and len(spec.flows) > 1:
+        raise AnalysisError(f"{spec.where}: metadata lists {len(spec.flows)} flows but no files.flow_log "
+                            "attributes the packets to them")
+    is_packet = (log.events["kind"] != "opportunity").to_numpy()
+    return np.where(is_packet, 0, NO_FLOW).astype(np.int16)
 
 
 def _auto_steps(arrays: LogArrays) -> list[Step]:
@@ -497,10 +560,15 @@ def analyze_run(
         "queue_packets": scenario.get("queue_packets"), "retransmits": _retransmits(run_dir, meta),
     }
     dur = scenario.get("duration_s")
+    flows = flows_from_metadata(meta, where)  # without a 'flows' list: the one flow of the top-level keys
+    flow_log = meta.get("files", {}).get("flow_log")
+    if flow_log is not None and (not isinstance(flow_log, str) or not flow_log):
+        raise AnalysisError(f"{where}: files.flow_log must be a file name, got {flow_log!r}")
     spec = _RunSpec(run_dir / log_name, run_dir, run_id or run_dir.name, info, rtt,
                     tuple(steps_from_metadata(meta, where)) or None,
                     float(meta["flow_start_s"]) if meta.get("flow_start_s") is not None else None,
-                    _number(dur, f"{where}: scenario.duration_s") if dur is not None else None)
+                    _number(dur, f"{where}: scenario.duration_s") if dur is not None else None,
+                    tuple(flows), run_dir / flow_log if flow_log else None, run_dir)
     return _analyze(spec, options)
 
 
@@ -532,6 +600,30 @@ def _tables(results: list[RunResult]) -> tuple[pd.DataFrame, pd.DataFrame]:
     if (runs["method"] == "tpcca").any():
         runs.attrs["tpcca_faults"] = list(TPCCA_FAULTS)  # the report lists what that method keeps
     return runs, steps
+
+
+def _flow_frames(results: list[RunResult]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
+    """(flows, fairness, flow_steps, flow_series) of all runs (empty tables when no run has them)."""
+    tables = [r.flow_tables for r in results if r.flow_tables is not None]
+
+    def cat(name: str, cols: list[str]) -> pd.DataFrame:
+        frames = [getattr(t, name) for t in tables if len(getattr(t, name))]
+        if not frames:
+            return pd.DataFrame(columns=cols)
+        out = pd.concat(frames, ignore_index=True)
+        return out.reindex(columns=cols + [c for c in out.columns if c not in cols])
+
+    flows = cat("flows", FLOW_COLUMNS)
+    fairness = cat("fairness", FAIRNESS_COLUMNS)
+    shares = sorted([c for c in fairness.columns if c.startswith("share_flow")], key=lambda c: int(c[10:]))
+    fairness = fairness.reindex(columns=FAIRNESS_COLUMNS + shares)
+    flow_steps = cat("flow_steps", FLOW_STEP_COLUMNS)
+    for df, cols in ((flows, ("run", "drops", "port")), (flow_steps, ("run", "drops")), (fairness, ())):
+        for c in cols:
+            if len(df):
+                df[c] = pd.to_numeric(df[c]).astype("Int64")
+    series = {r.run_id: r.flow_tables.series for r in results if r.flow_tables is not None}
+    return flows, fairness, flow_steps, series
 
 
 def analyze_paths(
@@ -629,7 +721,9 @@ def analyze_all(
                           steps=tuple(steps) if steps is not None else options.steps)
     results, errors = analyze_paths(path, options=options, on_error=on_error, workers=workers)
     runs, steps_df = _tables(results)
-    return Analysis(runs, steps_df, {r.run_id: r.series for r in results}, errors)
+    flows, fairness, flow_steps, flow_series = _flow_frames(results)
+    return Analysis(runs, steps_df, {r.run_id: r.series for r in results}, errors, flows, fairness, flow_steps,
+                    flow_series)
 
 
 def analyze_results(path: str | Path, **kw: Any) -> tuple[pd.DataFrame, pd.DataFrame]:

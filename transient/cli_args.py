@@ -42,6 +42,8 @@ def add_analysis_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--capacity-mbps", type=float, default=None,
                    help="nominal capacity of a bare log, Mbit/s: the step 0 -> it at 0 s "
                         "(TPCCA's B; needed by --method tpcca when no step is known)")
+    p.add_argument("--fair-delta", type=float, default=None, metavar="DELTA",
+                   help="delta of RFC 5166's delta-fair convergence time of two flows, in (0, 1) (default 0.1)")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object per run per line (JSON Lines): the run's fields and a 'steps' "
                         "list (NaN -> null)")
@@ -54,8 +56,10 @@ def options_from_args(args: argparse.Namespace) -> AnalysisOptions:
     """`AnalysisOptions` from parsed flags. Raises AnalysisError on a bad combination."""
     if args.step is not None and args.steps == "auto":
         raise argparse.ArgumentTypeError("give either --step or --steps auto, not both")
+    delta = getattr(args, "fair_delta", None)
     return AnalysisOptions(method=args.method, rtt_ms=args.rtt_ms, capacity_mbps=args.capacity_mbps,
-                           steps=tuple(args.step) if args.step else None, auto_steps=args.steps == "auto")
+                           steps=tuple(args.step) if args.step else None, auto_steps=args.steps == "auto",
+                           **({"fair_delta": delta} if delta is not None else {}))
 
 
 def print_json_lines(results: Sequence[RunResult], out: TextIO | None = None) -> None:

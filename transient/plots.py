@@ -18,7 +18,13 @@ nothing and returns False when there is nothing to draw:
   the kernel, so fewer get dots and a median bar only);
 * `plot_plane`: throughput vs. p95 queueing delay, one dot per run and the
   median with its bootstrap 95% CI per label; delay axis reversed (better
-  is up and right), as in mahimahi / Remy / Pantheon plots.
+  is up and right), as in mahimahi / Remy / Pantheon plots;
+* `plot_flow_throughput`: one multi-flow run: per-flow throughput stacked
+  (with the offered capacity) and overlaid (with each flow's fair share),
+  and Jain's fairness index per RTT bin, each flow's arrival and departure
+  marked;
+* `plot_coexistence_heatmap`: a matrix of one metric, rows = the first
+  flow's CCA, columns = the second's (``ccplab coexist``).
 
 Colors: one per label from the Okabe-Ito palette (colorblind-safe; Okabe &
 Ito 2008, "Color Universal Design"), assigned once per report by
@@ -387,3 +393,114 @@ def _median_ci(summary: pd.DataFrame | None, label: str, metric: str, g: pd.Data
                 return r["median"], [[r["median"] - r["ci_low"]], [r["ci_high"] - r["median"]]]
             return r["median"], None
     return float(g[metric].median()), None
+
+
+def _flow_colors(n: int) -> list[str]:
+    """One Okabe-Ito color per flow index (flows of one run, not labels: two flows may share a CCA)."""
+    return [OKABE_ITO[k % len(OKABE_ITO)] for k in range(n)]
+
+
+def plot_flow_throughput(flow_series: pd.DataFrame, flows: pd.DataFrame, base: Path, title: str) -> bool:
+    """Per-flow departure throughput of one run, stacked and overlaid, and Jain's index over time.
+
+    Args:
+        flow_series: the run's per-flow series (`transient.flows.FlowTables.series`:
+            index t_s, columns ``flow<k>`` Mbit/s, ``capacity_mbps``, ``n_active``, ``jain``).
+        flows: the run's rows of the flows table (flow, label, flow_start_s, flow_end_s).
+        base: output path without suffix; title: the figure's title (run id).
+
+    Returns:
+        False (nothing written) when the series has no bins or no flow column.
+    """
+    cols = sorted([c for c in flow_series.columns if c.startswith("flow") and c[4:].isdigit()], key=lambda c: int(c[4:]))
+    if not len(flow_series) or not cols:
+        return False
+    t = flow_series.index.to_numpy()
+    colors = _flow_colors(len(cols))
+    names = {int(r.flow): f"flow {int(r.flow)}: {r.label}" for r in flows.itertuples(index=False)}
+    with _style():
+        fig, axes = plt.subplots(3, 1, figsize=(7.2, 6.4), sharex=True, gridspec_kw={"height_ratios": [2, 2, 1]})
+        y = np.vstack([flow_series[c].to_numpy() for c in cols])
+        axes[0].stackplot(t, y, colors=colors, alpha=0.8, step="post",
+                          labels=[names.get(int(c[4:]), c) for c in cols])
+        axes[0].step(t, flow_series["capacity_mbps"], where="post", color="black", lw=0.8, ls="--",
+                     label="offered capacity")
+        n_active = flow_series["n_active"].to_numpy()
+        with np.errstate(invalid="ignore", divide="ignore"):
+            fair = np.where(n_active > 0, flow_series["capacity_mbps"].to_numpy() / np.maximum(n_active, 1), np.nan)
+        for k, c in enumerate(cols):
+            axes[1].step(t, flow_series[c], where="post", color=colors[k], lw=0.9)
+        axes[1].step(t, fair, where="post", color="black", lw=0.8, ls="--", label="fair share (capacity / n active)")
+        axes[2].step(t, flow_series["jain"], where="post", color="black", lw=0.9)
+        axes[2].set_ylim(0, 1.05)
+        for r in flows.itertuples(index=False):
+            k = int(r.flow)
+            for ax in axes:
+                if np.isfinite(r.flow_start_s):
+                    ax.axvline(r.flow_start_s, color=colors[k % len(colors)], lw=0.9, ls=":")
+                if np.isfinite(r.flow_end_s):
+                    ax.axvline(r.flow_end_s, color=colors[k % len(colors)], lw=0.9, ls="-.")
+        axes[1].plot([], [], color="grey", lw=0.9, ls=":", label="a flow's arrival (its color)")
+        axes[1].plot([], [], color="grey", lw=0.9, ls="-.", label="a flow's departure")
+        axes[0].set_ylabel("throughput (Mbit/s)\nstacked")
+        axes[1].set_ylabel("throughput (Mbit/s)\noverlaid")
+        axes[2].set_ylabel("Jain's index")
+        axes[2].set_xlabel("time on the link-log clock (s)")
+        bins = flow_series.attrs.get("bin_s")
+        _suptitle(fig, f"{title}: per-flow departure throughput and Jain's fairness index"
+                       + (f" ({bins * 1000:g} ms bins)" if bins else ""))
+        fig.tight_layout(rect=(0, LEGEND_IN[1] / fig.get_figheight(), 1, 1))
+        _legend_below(fig, axes, ncol=3)
+        save_figure(fig, base)
+    return True
+
+
+def plot_coexistence_heatmap(matrix: pd.DataFrame, base: Path, title: str, metric_label: str,
+                             vmin: float | None = None, vmax: float | None = None, cmap: str = "viridis",
+                             fmt: str = "{:.3g}") -> bool:
+    """A coexistence matrix as a heatmap with the values written in the cells.
+
+    Args:
+        matrix: rows = the first flow's CCA (label), columns = the second's,
+            values = one metric (e.g. the first flow's throughput harm or its
+            share); NaN cells (pair not run) are left blank and marked "n/a".
+        base: output path without suffix; title: the figure's title;
+        metric_label: the colorbar's label (with unit).
+        vmin, vmax: color scale limits (default: the data's); cmap: a
+            matplotlib colormap (viridis: perceptually uniform, colorblind-safe);
+            fmt: how a cell's value is written (str.format).
+
+    Returns:
+        False (nothing written) when the matrix is empty or all NaN.
+
+    Raises:
+        ValueError: a value is not numeric.
+    """
+    if matrix.empty:
+        return False
+    values = matrix.apply(pd.to_numeric, errors="raise").to_numpy(float)
+    if not np.isfinite(values).any():
+        return False
+    with _style():
+        fig, ax = plt.subplots(figsize=(1.6 + 0.9 * values.shape[1], 1.4 + 0.6 * values.shape[0]))
+        im = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
+        lo, hi = im.get_clim()
+        for (i, j), v in np.ndenumerate(values):
+            if np.isfinite(v):
+                light = (v - lo) / (hi - lo) < 0.5 if hi > lo else True
+                ax.text(j, i, fmt.format(v), ha="center", va="center", fontsize=7.5,
+                        color="white" if light else "black")
+            else:
+                ax.text(j, i, "n/a", ha="center", va="center", fontsize=7, color="dimgrey")
+        ax.set_xticks(range(values.shape[1]))
+        ax.set_xticklabels([str(c) for c in matrix.columns], rotation=25, ha="right")
+        ax.set_yticks(range(values.shape[0]))
+        ax.set_yticklabels([str(r) for r in matrix.index])
+        ax.set_xlabel("second flow's CCA")
+        ax.set_ylabel("first flow's CCA")
+        ax.grid(False)
+        fig.colorbar(im, ax=ax, label=metric_label)
+        ax.set_title(title)
+        fig.tight_layout()
+        save_figure(fig, base)
+    return True

@@ -6,6 +6,9 @@ Output directory layout (``write_report``)::
     runs.csv, steps.csv   the analysis tables as given (TRANSIENT-CONTRACT columns first)
     summary_runs.csv      per label x scenario: median, IQR, bootstrap 95% CI of each run metric
     summary_steps.csv     per label x scenario x step: the same for each step metric (+ convergence counts)
+    flows.csv, fairness.csv, flow_steps.csv, summary_flows.csv, harm.csv
+                          only when a run has several flows: the per-flow tables (transient.flows), the
+                          per-flow summary (median, IQR, CI per label x scenario) and the harm table
     plots/NAME.png        every figure for the page ...
     plots/NAME.pdf        ... and the same figure as a PDF for a paper
 
@@ -39,6 +42,7 @@ from markupsafe import Markup, escape
 
 from . import plots, stats
 from .analyze import RUN_COLUMNS, STEP_COLUMNS
+from .flows import harm as flow_harm
 from .atomic import write_atomic
 from .series import SERIES_COLUMNS
 
@@ -92,8 +96,9 @@ METRIC_NOTES = [
      "Ogata, Modern Control Engineering, 5th ed., 5.3; project FIELD-NOTES (transient performance); "
      "transient.secondorder"),
     ("damping ratio, natural frequency, fit R², response class",
-     "zeta and w_n (rad/s) of a second-order step response with gain and dead time fitted to u "
-     "(scipy.optimize.curve_fit); R² = 1 - SS_res / SS_tot of that fit. Class: not second-order when R² is too "
+     "zeta and w_n (rad/s) of a second-order-plus-dead-time step response (gain K, dead time theta: "
+     "u = K g(t - theta)) fitted to u with t counted from the input step, not from the first sample "
+     "(scipy.optimize.curve_fit); theta is the dead time column; R² = 1 - SS_res / SS_tot of that fit. Class: not second-order when R² is too "
      "low, undamped (limit cycle) when zeta < 0.05, underdamped below 0.9, critically damped 0.9-1.1, "
      "overdamped above. Logarithmic decrement: zeta = delta / sqrt(4 pi^2 + delta^2).",
      "Ogata 5.3; project FIELD-NOTES; transient.secondorder"),
@@ -104,6 +109,27 @@ METRIC_NOTES = [
      "(packets) after the transient; drain time: from the step until the queue is back within max(10%, 2 ms) "
      "of its standing level; drops: packets dropped (d lines) during the transient.",
      "transient.delayside; ccplab issue 6"),
+    ("per-flow throughput, share, p95 queueing delay, smoothness (competing flows)",
+     "Each packet's flow from the link's flow attribution (its destination port). Throughput: the flow's "
+     "departed bytes x 8 / its span (first full-size to last packet); share: its departed bytes / all the "
+     "link's over its span; p95 queueing delay: mahimahi's sorted(q)[int(0.95 N)] of its departures' delay minus the "
+     "run's smallest; smoothness: std / mean of its per-RTT throughput after it converged to its fair share, "
+     "median over its intervals.", "RFC 5166 (smoothness); transient.flows"),
+    ("Jain's fairness index",
+     "J = (sum x)^2 / (n sum x^2) over the flows active in an RTT bin (1: equal shares, 1/n: one flow has "
+     "all); per interval of a constant set of active flows, its median over the interval's bins.",
+     "Jain, Chiu & Hawe, DEC-TR-301 (1984); RFC 5166, Fairness and Convergence"),
+    ("arrivals and departures, delta-fair convergence time",
+     "Every change of the set of active flows is a step of each active flow's fair share (offered capacity / "
+     "n active), scored like a capacity step (convergence, Normalized Area, second order, delay side). "
+     "delta-fair convergence time (two flows): from the second flow's start until both throughputs are within "
+     "(1 ± delta) of the fair share, delta 0.1.",
+     "RFC 5166, Fairness and Convergence (after Floyd, Handley & Padhye 2000); transient.flows"),
+    ("harm",
+     "For a flow of CCA A sharing the link with CCA B, against the median of A's single-flow runs in the same "
+     "scenario: throughput harm (alone - with) / alone, delay harm (with - alone) / with (p95 queueing delay), "
+     "each in [0, 1], 0 when not worse than alone.",
+     "Ware, Mukerjee, Seshan & Sherry, Beyond Jain's Fairness Index, HotNets 2019"),
     ("statistics",
      f"Per label x scenario (x step): median, interquartile range (25th-75th percentile), and a "
      f"{stats.CONFIDENCE:.0%} confidence interval of the median by the {stats.CI_METHOD} bootstrap "
@@ -137,11 +163,14 @@ dt { font-weight: bold; margin-top: 0.6em; } dd { margin-left: 1.5em; } dd i { c
 Analysis method: <b>{{ methods|join(", ") }}</b>. {{ n_runs }} run(s), {{ n_steps }} step record(s).
 Generated {{ generated }}.<br>
 Tables: <a href="runs.csv">runs.csv</a>, <a href="steps.csv">steps.csv</a>,
-<a href="summary_runs.csv">summary_runs.csv</a>, <a href="summary_steps.csv">summary_steps.csv</a>.
+<a href="summary_runs.csv">summary_runs.csv</a>, <a href="summary_steps.csv">summary_steps.csv</a>{% if flows %},
+<a href="flows.csv">flows.csv</a>, <a href="fairness.csv">fairness.csv</a>, <a href="flow_steps.csv">flow_steps.csv</a>,
+<a href="summary_flows.csv">summary_flows.csv</a>, <a href="harm.csv">harm.csv</a>{% endif %}.
 Every figure is also a PDF (link under it). Cells: median [{{ ci_text }}], IQR and n below.</p>
 {% if errors %}<h2 class="warn">Runs not analysed</h2><ul>{% for p, e in errors %}<li><code>{{ p }}</code>: {{ e }}</li>{% endfor %}</ul>{% endif %}
 <nav><b>Contents</b><ul>
 <li><a href="#overview">Overview across scenarios</a></li>
+{% if flows %}<li><a href="#flows">Competing flows</a></li>{% endif %}
 {% for sc in scenarios %}<li><a href="#{{ sc.anchor }}">Scenario {{ sc.name }}</a>: {% for st in sc.steps %}<a href="#{{ st.anchor }}">step {{ st.index }}</a>{{ ", " if not loop.last }}{% endfor %}</li>
 {% endfor %}<li><a href="#metrics">Metric definitions and sources</a></li>
 {% if tpcca %}<li><a href="#tpcca">TPCCA faults kept</a></li>{% endif %}
@@ -149,6 +178,19 @@ Every figure is also a PDF (link under it). Cells: median [{{ ci_text }}], IQR a
 
 <h2 id="overview">Overview across scenarios</h2>
 {{ overview }}
+{% if flows %}
+<h2 id="flows">Competing flows</h2>
+<p class="meta">Runs with several flows sharing the bottleneck: {{ flows.n_runs }} run(s). Per flow, grouped by its
+CCA; cells median [{{ ci_text }}], IQR and n below.</p>
+{% for sc in flows.scenarios %}
+<h3>Scenario {{ sc.name }}: per flow</h3>
+{{ sc.table }}
+{% if sc.fairness %}<h3>Scenario {{ sc.name }}: fairness per set of active flows</h3>{{ sc.fairness }}{% endif %}
+{% if sc.harm %}<h3>Scenario {{ sc.name }}: harm (against the CCA's single-flow runs)</h3>{{ sc.harm }}{% endif %}
+{% for fig in sc.figures %}{{ fig }}{% endfor %}
+{% if sc.more %}<p class="meta">{{ sc.more }} more run(s) without a figure (see flows.csv).</p>{% endif %}
+{% endfor %}
+{% endif %}
 {% for sc in scenarios %}
 <h2 id="{{ sc.anchor }}">Scenario {{ sc.name }}</h2>
 <p class="meta">{{ sc.description }}</p>
@@ -224,16 +266,23 @@ def combine(analyses: Sequence[tuple[str, object]]):
     if len(analyses) == 1:
         return analyses[0][1]
     runs, steps, series, errors = [], [], {}, []
+    flow_frames: dict[str, list[pd.DataFrame]] = {"flows": [], "fairness": [], "flow_steps": []}
+    flow_series: dict[str, pd.DataFrame] = {}
     for name, a in analyses:
         prefix = f"{name}/"
         runs.append(a.runs.assign(run_id=prefix + a.runs["run_id"].astype(str)))
         steps.append(a.steps.assign(run_id=prefix + a.steps["run_id"].astype(str)) if len(a.steps) else a.steps)
         series.update({prefix + str(k): v for k, v in a.series.items()})
         errors.extend((f"{prefix}{p}", e) for p, e in a.errors)
+        for key, frames in flow_frames.items():
+            df = getattr(a, key)
+            frames.append(df.assign(run_id=prefix + df["run_id"].astype(str)) if len(df) else df)
+        flow_series.update({prefix + str(k): v for k, v in a.flow_series.items()})
     combined = pd.concat(runs, ignore_index=True)
     faults = [f for _, a in analyses for f in (a.runs.attrs.get("tpcca_faults") or [])]
     combined.attrs = {"tpcca_faults": list(dict.fromkeys(faults))} if faults else {}
-    return Analysis(combined, pd.concat(steps, ignore_index=True), series, errors)
+    flow_tables = [pd.concat(flow_frames[k], ignore_index=True) for k in ("flows", "fairness", "flow_steps")]
+    return Analysis(combined, pd.concat(steps, ignore_index=True), series, errors, *flow_tables, flow_series)
 
 
 def source_names(paths: Sequence[Path]) -> list[str]:
@@ -286,7 +335,13 @@ def report_paths(paths: Sequence[str | Path], out: str | Path | None = None, *, 
     a = combine(analyses)
     if out is None:
         out = paths[0] if paths[0].is_dir() else paths[0].parent
-    return write_report(out, a.runs, a.steps, a.series, errors=a.errors, source=[str(p) for p in paths], **kwargs)
+    return write_report(out, a.runs, a.steps, a.series, errors=a.errors, source=[str(p) for p in paths],
+                        **flow_kwargs(a), **kwargs)
+
+
+def flow_kwargs(a) -> dict:
+    """The flow tables of a `transient.Analysis` as `write_report` keyword arguments."""
+    return {"flows": a.flows, "fairness": a.fairness, "flow_steps": a.flow_steps, "flow_series": a.flow_series}
 
 
 # ------------------------------------------------------------------ tables
@@ -401,6 +456,10 @@ def write_report(
     source: str | Sequence[str] | None = None,
     tpcca_faults: Sequence[str] | None = None,
     n_resamples: int = stats.N_RESAMPLES,
+    flows: pd.DataFrame | None = None,
+    fairness: pd.DataFrame | None = None,
+    flow_steps: pd.DataFrame | None = None,
+    flow_series: Mapping[str, pd.DataFrame] | None = None,
 ) -> Path:
     """Write report.html, the tables and plots/*.png + *.pdf into ``results_dir``.
 
@@ -416,6 +475,13 @@ def write_report(
         tpcca_faults: the TPCCA faults the tpcca method kept, listed when a
             run's method is tpcca (default: ``runs_df.attrs["tpcca_faults"]``).
         n_resamples: bootstrap resamples (`transient.stats.summarize`).
+        flows, fairness, flow_steps, flow_series: the `transient.Analysis`
+            flow tables.  When a run has more than one flow the page gets a
+            "Competing flows" section (per-flow tables with bootstrap CIs,
+            fairness and harm tables, per-run throughput and Jain figures) and
+            flows.csv, fairness.csv, flow_steps.csv, summary_flows.csv and
+            harm.csv are written; otherwise none of them (a single-flow
+            report is exactly as before).
 
     Returns:
         Path of report.html.
@@ -438,7 +504,8 @@ def write_report(
     run_sum = stats.run_summary(runs, n_resamples=n_resamples)
     step_sum = stats.step_summary(steps, n_resamples=n_resamples)
     labels = sorted(runs["label"].unique())
-    colors = plots.label_colors(labels)
+    multi = _multi_flow_rows(flows)
+    colors = plots.label_colors(labels if multi is None else set(labels) | set(multi["label"].astype(str)))
     scen_names = sorted(runs["scenario"].unique())
     methods = sorted({str(m) for m in runs["method"].dropna()}) or ["unknown"]
     faults = list(tpcca_faults if tpcca_faults is not None else
@@ -450,6 +517,14 @@ def write_report(
         pdir.mkdir()
         scenarios = [_scenario_section(sc, runs, steps, series, run_sum, step_sum, colors, pdir)
                      for sc in scen_names]
+        flow_tables = None
+        if multi is not None:
+            flow_sum = stats.run_summary(flows.assign(label=flows["label"].astype(str)),
+                                         metrics=[m for m, _ in stats.FLOW_METRICS], n_resamples=n_resamples)
+            harm_df = flow_harm(flows)
+            flow_part = _flows_section(multi, flow_sum, harm_df, fairness, flow_steps, flow_series or {},
+                                       colors, pdir, n_resamples)
+            flow_tables = (flow_sum, harm_df)
         sources = [source] if isinstance(source, str) else list(source or [str(out)])
         html = _TEMPLATE.render(
             labels=labels, sources=sources, methods=methods, n_runs=len(runs), n_steps=len(steps),
@@ -457,7 +532,7 @@ def write_report(
             ci_text=f"{stats.CONFIDENCE:.0%} bootstrap CI", errors=list(errors), scenarios=scenarios,
             overview=_overview(run_sum, step_sum, labels, scen_names, colors, methods),
             notes=METRIC_NOTES, tpcca="tpcca" in methods, tpcca_faults=faults,
-            run_table=_run_table(runs),
+            run_table=_run_table(runs), flows=flow_part if multi is not None else None,
         )
         # Publish: figures first, then the tables, the page that references them last.
         (out / "plots").mkdir(exist_ok=True)
@@ -467,10 +542,101 @@ def write_report(
         write_atomic(out / "steps.csv", steps_df.to_csv(index=False))
         write_atomic(out / "summary_runs.csv", run_sum.to_csv(index=False))
         write_atomic(out / "summary_steps.csv", step_sum.to_csv(index=False))
+        if flow_tables is not None:
+            write_atomic(out / "flows.csv", flows.to_csv(index=False))
+            write_atomic(out / "fairness.csv", (fairness if fairness is not None else pd.DataFrame()).to_csv(index=False))
+            write_atomic(out / "flow_steps.csv",
+                         (flow_steps if flow_steps is not None else pd.DataFrame()).to_csv(index=False))
+            write_atomic(out / "summary_flows.csv", flow_tables[0].to_csv(index=False))
+            write_atomic(out / "harm.csv", flow_tables[1].to_csv(index=False))
         write_atomic(out / "report.html", html)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out / "report.html"
+
+
+MAX_FLOW_FIGURES = 12
+"""Per-run competing-flow figures drawn per scenario (the rest are in flows.csv)."""
+
+
+def _multi_flow_rows(flows: pd.DataFrame | None) -> pd.DataFrame | None:
+    """The flows table's rows of runs with more than one flow, or None when there are none."""
+    if flows is None or flows.empty or "n_flows" not in flows.columns:
+        return None
+    multi = flows[pd.to_numeric(flows["n_flows"], errors="coerce") > 1]
+    if multi.empty:
+        return None
+    return multi.assign(label=multi["label"].astype(str),
+                        scenario=multi["scenario"].map(lambda s: "unnamed" if s is None or s != s else str(s)))
+
+
+def _flows_section(multi: pd.DataFrame, flow_sum: pd.DataFrame, harm_df: pd.DataFrame,
+                   fairness: pd.DataFrame | None, flow_steps: pd.DataFrame | None,
+                   flow_series: Mapping[str, pd.DataFrame], colors: Mapping[str, str], pdir: Path,
+                   n_resamples: int) -> dict:
+    """The "Competing flows" part of the page; per-run figures are rendered into ``pdir``."""
+    scenarios = []
+    for sc in sorted(multi["scenario"].unique()):
+        m = multi[multi["scenario"] == sc]
+        labels = sorted(m["label"].unique())
+        header = ["metric", *[_label_header(lab, colors) for lab in labels]]
+        n_row = ["flows", *[str(int((m["label"] == lab).sum())) for lab in labels]]
+        table = _table(header, [n_row, *_metric_rows(flow_sum[flow_sum["scenario"] == sc], labels,
+                                                     stats.FLOW_METRICS)])
+        run_ids = list(dict.fromkeys(m["run_id"]))
+        figures = []
+        for rid in run_ids[:MAX_FLOW_FIGURES]:
+            name = f"flows-{_slug(rid)}"
+            if rid in flow_series and plots.plot_flow_throughput(flow_series[rid], m[m["run_id"] == rid],
+                                                                 pdir / name, str(rid)):
+                figures.append(_figure(name, f"Run {rid}: each flow's departure throughput stacked (with the "
+                                       "offered capacity) and overlaid (with the fair share), and Jain's "
+                                       "fairness index per RTT bin; dotted: a flow's arrival, dash-dotted: "
+                                       "its departure."))
+        scenarios.append({"name": sc, "table": table, "figures": figures,
+                          "fairness": _fairness_table(m, fairness, flow_steps, n_resamples),
+                          "harm": _harm_table(harm_df[harm_df["scenario"].astype(str) == sc], n_resamples),
+                          "more": max(len(run_ids) - MAX_FLOW_FIGURES, 0)})
+    return {"n_runs": int(multi["run_id"].nunique()), "scenarios": scenarios}
+
+
+def _fairness_table(multi: pd.DataFrame, fairness: pd.DataFrame | None, flow_steps: pd.DataFrame | None,
+                    n_resamples: int) -> Markup | None:
+    """Per set of active CCAs (intervals of two or more flows): Jain's median and delta-fair convergence."""
+    if fairness is None or fairness.empty:
+        return None
+    fz = fairness[fairness["run_id"].isin(set(multi["run_id"])) & (pd.to_numeric(fairness["n"]) > 1)]
+    if fz.empty:
+        return None
+    label_of = {(r.run_id, int(r.flow)): r.label for r in multi.itertuples(index=False)}
+    sets = [" + ".join(sorted(label_of.get((rid, int(k)), "?") for k in str(act).split(",")))
+            for rid, act in zip(fz["run_id"], fz["active_flows"])]
+    fz = fz.assign(_set=sets)
+    dfc = pd.DataFrame(columns=["run_id", "event", "delta_fair_convergence_s"])
+    if flow_steps is not None and len(flow_steps):
+        dfc = flow_steps.drop_duplicates(["run_id", "event"])[["run_id", "event", "delta_fair_convergence_s"]]
+    fz = fz.merge(dfc.rename(columns={"event": "interval"}), on=["run_id", "interval"], how="left")
+    rows = []
+    for key, g in fz.groupby("_set", sort=True):
+        j = stats.summarize(g["jain_median"], n_resamples=n_resamples)
+        d = stats.summarize(g["delta_fair_convergence_s"], n_resamples=n_resamples)
+        rows.append([key, _cell(pd.Series({**j.as_dict()})),
+                     _cell(pd.Series({**d.as_dict()})) if d.n_valid else "n/a"])
+    return _table(["active CCAs", "Jain's index (median per interval)", "delta-fair convergence (s, delta 0.1)"],
+                  rows)
+
+
+def _harm_table(h: pd.DataFrame, n_resamples: int) -> Markup | None:
+    """Per (CCA, the CCAs it shared the link with): throughput and delay harm, when alone runs exist."""
+    h = h[h["n_alone_runs"] > 0] if len(h) else h
+    if h.empty:
+        return None
+    rows = []
+    for (lab, other), g in h.groupby(["label", "with_labels"], sort=True):
+        cells = [_cell(pd.Series(stats.summarize(g[c], n_resamples=n_resamples).as_dict()))
+                 for c in ("throughput_harm", "delay_harm")]
+        rows.append([lab, other, *cells])
+    return _table(["CCA (harmed)", "with", "throughput harm", "delay harm"], rows, first_left=2)
 
 
 def _engine_tpcca_faults() -> list[str]:

@@ -22,12 +22,26 @@ Engineering, 5th ed., 5.3):
   0 when never outside, NaN when still outside in the span's last bin (it
   never settled) or B = 0.
 
-Fitted: u(t) = K g(t - theta; zeta, omega_n), g the unit step response of
-a second-order system (underdamped, critically damped or overdamped form),
-with gain K, dead time theta >= 0, damping ratio zeta and natural frequency
-omega_n (rad/s), by scipy.optimize.curve_fit (trust region, bounded) from
-several starting points, keeping the best; R^2 = 1 - SS_res / SS_tot over
-the fitted samples.  At most `FIT_HORIZON_S` after the step are fitted,
+Fitted: second order plus dead time (SOPDT), u(t) = K g(t - theta; zeta,
+omega_n), g the unit step response of a second-order system (underdamped,
+critically damped or overdamped form), with gain K, dead time theta >= 0,
+damping ratio zeta and natural frequency omega_n (rad/s), by
+scipy.optimize.curve_fit (trust region, bounded) from several starting
+points, keeping the best; R^2 = 1 - SS_res / SS_tot over the fitted
+samples (the second-order-plus-dead-time model fitted to a step test:
+Seborg, Edgar & Mellichamp, Process Dynamics and Control, chapter
+"Development of Empirical Models from Process Data").
+
+Time origin of the fit.  t is measured from the *input* step (the capacity
+change, or for a flow's start the capacity step in force then), not from the
+first sample: the samples start ``lead_s`` after the input (a flow's first
+full-size packet comes after its first small ones, so its analysed span starts
+when its response is already rising).  Sample k stands at lead_s + (k + 1/2)
+x width.  Fitting from the first sample instead would cut the response's
+slow beginning off and read the rest as a faster system: a response with zeta
+0.5 and omega_n 2 rad/s whose first sample comes 0.117 s after the input
+came back with omega_n 2.28 (14 % high).  The fitted theta, from the input,
+is reported as ``dead_time_s``.  At most `FIT_HORIZON_S` after the step are fitted,
 so a long steady tail does not swamp the transient.  Class:
 
 * "not second-order" when R^2 < `MIN_R2` (the fit explains too little);
@@ -68,6 +82,7 @@ class SecondOrder:
     natural_frequency_rad_s: float
     fit_r2: float
     response_class: str
+    dead_time_s: float = math.nan
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -94,10 +109,11 @@ def _model(t, gain, dead, zeta, wn):
     return gain * unit_step_response(t - dead, zeta, wn)
 
 
-def fit_second_order(t: np.ndarray, u: np.ndarray, bin_s: float) -> tuple[float, float, float]:
-    """Fit `unit_step_response` (with gain and dead time) to samples (t, u); returns (zeta, omega_n, R^2).
+def fit_second_order(t: np.ndarray, u: np.ndarray, bin_s: float) -> tuple[float, float, float, float]:
+    """Fit the SOPDT model K g(t - theta) to samples (t, u); returns (zeta, omega_n rad/s, R^2, theta s).
 
-    NaNs when the fit fails or the data are flat.
+    ``t``: sample times from the input step (s), increasing; ``u``: the
+    normalized response.  NaNs when the fit fails or the data are flat.
     """
     t = np.asarray(t, np.float64)
     u = np.asarray(u, np.float64)
@@ -105,11 +121,12 @@ def fit_second_order(t: np.ndarray, u: np.ndarray, bin_s: float) -> tuple[float,
     t, u = t[ok], u[ok]
     ss_tot = float(((u - u.mean()) ** 2).sum()) if u.size else 0.0
     if u.size < 6 or ss_tot <= 0:
-        return math.nan, math.nan, math.nan
+        return math.nan, math.nan, math.nan, math.nan
     span = float(t[-1])
+    lead = max(float(t[0]) - bin_s / 2, 0.0)  # the input came this long before the first bin
     wn_max = math.pi / bin_s  # faster than Nyquist cannot be seen in the bins
     wn_min = 0.1 / max(span, bin_s)
-    bounds = ([0.0, 0.0, 1e-3, wn_min], [5.0, max(span / 2, bin_s), 10.0, wn_max])
+    bounds = ([0.0, 0.0, 1e-3, wn_min], [5.0, lead + max((span - lead) / 2, bin_s), 10.0, wn_max])
     # Starting points: natural frequency from the 10-90 % rise time (about
     # 1.8 / omega_n for moderate damping), damping low, critical and high.
     rise = _first_crossing(t, u, 0.9) - _first_crossing(t, u, 0.1)
@@ -117,14 +134,18 @@ def fit_second_order(t: np.ndarray, u: np.ndarray, bin_s: float) -> tuple[float,
     # A lightly damped or sustained oscillation: its dominant frequency (the
     # spectrum's peak; omega_d ~ omega_n at low damping) is a far better start
     # than the rise time, which a square-ish oscillation makes one bin long.
+    # Dead time: from 0 (the response began at the input) and, when the
+    # samples start late, from the first sample (it began only then).
     starts = [(0.3, wn_est), (1.0, 1.5 * wn_est), (2.5, 3.0 * wn_est), (0.05, _dominant_omega(u, bin_s))]
+    starts = [(z, w, d) for d in sorted({0.0, lead}) for z, w in starts]
     best = None
-    for zeta0, wn_start in starts:
+    for zeta0, wn_start, dead0 in starts:
         wn0 = min(max(wn_start, wn_min * 1.01), wn_max * 0.99)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", OptimizeWarning)
-                popt, _ = curve_fit(_model, t, u, p0=[1.0, 0.0, zeta0, wn0], bounds=bounds, method="trf", maxfev=400)
+                popt, _ = curve_fit(_model, t, u, p0=[1.0, dead0, zeta0, wn0], bounds=bounds, method="trf",
+                                    maxfev=400)
         except (RuntimeError, ValueError):
             continue
         ss_res = float(((u - _model(t, *popt)) ** 2).sum())
@@ -133,9 +154,10 @@ def fit_second_order(t: np.ndarray, u: np.ndarray, bin_s: float) -> tuple[float,
         if ss_res <= 1e-6 * ss_tot:
             break  # an exact fit cannot be improved
     if best is None:
-        return math.nan, math.nan, math.nan
+        return math.nan, math.nan, math.nan, math.nan
     ss_res, popt = best
-    return float(popt[2]), float(popt[3]), 1.0 - ss_res / ss_tot
+    # the dead time to the microsecond: below that it is the optimizer's noise around 0, not a delay
+    return float(popt[2]), float(popt[3]), 1.0 - ss_res / ss_tot, round(float(popt[1]), 6)
 
 
 def classify(zeta: float, r2: float) -> str:
@@ -182,18 +204,27 @@ def _settling(y: np.ndarray, target: float, pct: float, bin_s: float) -> float:
     return (last + 1) * bin_s
 
 
-def second_order_metrics(y: np.ndarray, bin_s: float, from_mbps: float, to_mbps: float) -> SecondOrder:
+def second_order_metrics(y: np.ndarray, bin_s: float, from_mbps: float, to_mbps: float,
+                         lead_s: float = 0.0) -> SecondOrder:
     """Second-order metrics of one step's response ``y`` (Mbit/s per bin from the step; see module docstring).
 
     Args:
         y: the response per bin, noise-corrected sending rate (Mbit/s).
         bin_s: bin width (s).
         from_mbps, to_mbps: nominal rate before and after the step.
+        lead_s: how long before the first bin the input step came (s, >= 0;
+            the fit's time origin, see the module docstring).  The measured
+            times (rise, peak, settling) stay counted from the first bin.
+
+    Raises:
+        ValueError: lead_s negative or not finite.
 
     Returns:
         `SecondOrder`; all NaN ("not second-order") when the step has no
         change (from = to) or fewer than 6 bins.
     """
+    if not (math.isfinite(lead_s) and lead_s >= 0):
+        raise ValueError(f"lead_s must be a finite number >= 0, got {lead_s!r} s")
     y = np.asarray(y, np.float64)
     delta = to_mbps - from_mbps
     if delta == 0 or y.size < 6:
@@ -206,7 +237,7 @@ def second_order_metrics(y: np.ndarray, bin_s: float, from_mbps: float, to_mbps:
     k = int(np.nanargmax(u))
     overshoot = 100.0 * max(float(u[k]) - 1.0, 0.0)
     n_fit = min(u.size, max(int(round(FIT_HORIZON_S / bin_s)), 6))
-    zeta, wn, r2 = fit_second_order(t[:n_fit], u[:n_fit], bin_s)
+    zeta, wn, r2, dead = fit_second_order(lead_s + t[:n_fit], u[:n_fit], bin_s)
     return SecondOrder(
         rise_time_s=rise,
         peak_time_s=float(t[k]),
@@ -217,4 +248,5 @@ def second_order_metrics(y: np.ndarray, bin_s: float, from_mbps: float, to_mbps:
         natural_frequency_rad_s=wn,
         fit_r2=r2,
         response_class=classify(zeta, r2),
+        dead_time_s=dead,
     )

@@ -61,6 +61,7 @@ STEP_METRICS: list[tuple[str, str]] = [
     ("damping_ratio", "damping ratio"),
     ("natural_frequency_rad_s", "natural frequency (rad/s)"),
     ("fit_r2", "second-order fit R²"),
+    ("dead_time_s", "dead time (s)"),
     ("peak_queueing_delay_ms", "peak queueing delay (ms)"),
     ("standing_queue_packets", "standing queue (packets)"),
     ("standing_queue_ms", "standing queue (ms)"),
@@ -93,6 +94,19 @@ RUN_METRICS: list[tuple[str, str]] = [
     ("retransmits", "retransmits"),
 ]
 """(column, label with unit) of the per-run metrics summarised (contract names)."""
+
+FLOW_METRICS: list[tuple[str, str]] = [
+    ("throughput_mbps", "throughput over its span (Mbit/s)"),
+    ("share", "share of the departures over its span"),
+    ("p95_queueing_delay_ms", "p95 queueing delay (ms)"),
+    ("drops", "drops (packets)"),
+    ("retransmits", "retransmits"),
+    ("smoothness_cv", "smoothness (CV of per-RTT throughput)"),
+    ("start_convergence_s", "own start: convergence to its fair share (s)"),
+    ("start_normalized_area", "own start: Normalized Area (s)"),
+    ("start_dead_time_s", "own start: dead time (s)"),
+]
+"""(column, label with unit) of the per-flow metrics summarised (`transient.flows.FLOW_COLUMNS` names)."""
 
 CONVERGENCE_METRIC = "convergence_s"
 """The metric taken from converged runs only."""

@@ -105,7 +105,7 @@ def flow_bounds_s(log_path: Union[str, Path], flow_log_path: Union[str, Path],
 
     Args:
         log_path: the mm-link log; flow_log_path: its flow attribution
-            (`transient.attribution`); ports: the receiver port of each flow.
+            (`transient.flowlog`); ports: the receiver port of each flow.
 
     Returns:
         one (start, end) per port, in order: the arrival of the flow's first
@@ -115,15 +115,16 @@ def flow_bounds_s(log_path: Union[str, Path], flow_log_path: Union[str, Path],
     Raises:
         AnalysisError: unreadable or mismatched flow log (names the files).
     """
-    from .attribution import attribute, read_flow_keys
+    from .flowlog import attribute_flows, read_flow_ports
     from .mahimahi import read_link_log
 
     events = read_link_log(log_path).events
-    keys = attribute(events, read_flow_keys(flow_log_path), f"{log_path} and {flow_log_path}")
+    flow = attribute_flows(events, read_flow_ports(flow_log_path), {p: k for k, p in enumerate(ports)},
+                           str(log_path), str(flow_log_path))
     big = (events["kind"] == "arrival").to_numpy() & (events["bytes"].to_numpy() >= FLOW_START_MIN_BYTES)
     t_ms = events["time_ms"].to_numpy()
     out: list[tuple[float | None, float | None]] = []
-    for port in ports:
-        mine = t_ms[big & (keys == port)]
+    for k in range(len(ports)):
+        mine = t_ms[big & (flow == k)]
         out.append((float(mine.min()) / 1000.0, (float(mine.max()) + 1.0) / 1000.0) if mine.size else (None, None))
     return out

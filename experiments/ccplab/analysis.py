@@ -9,16 +9,19 @@ from .errors import CcplabError
 
 
 def analyze_and_report(results_dir: Path) -> Path:
-    """Analyse every run under ``results_dir`` and write runs.csv, steps.csv, plots/ and report.html there.
+    """Analyse every run under ``results_dir`` and write runs.csv, steps.csv, plots/ and report.html there
+    (and flows.csv, fairness.csv, flow_steps.csv, summary_flows.csv, harm.csv when a run has several flows).
 
     Returns the path of report.html. Raises CcplabError when a run cannot be analysed.
     """
     import transient
 
     try:
+        from transient.report import flow_kwargs
+
         a = transient.analyze_all(results_dir)
         return Path(transient.write_report(results_dir, a.runs, a.steps, a.series, errors=a.errors,
-                                           source=str(results_dir)))
+                                           source=str(results_dir), **flow_kwargs(a)))
     except transient.TransientError as exc:
         raise CcplabError(f"analysis of {results_dir} failed: {exc}") from exc
 

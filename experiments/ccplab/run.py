@@ -36,7 +36,7 @@ Files of a run directory:
                     not from iperf3's control connection.
     uplink.log      per-packet link log, mahimahi mm-link text format (stock)
     uplink.flows    the flow of each packet event of uplink.log (its receiver
-                    port, one line per ``+``/``-``/``d`` line; transient.attribution)
+                    port, one line per ``+``/``-``/``d`` line; transient.flowlog)
     iperf3.json     iperf3 client's JSON (-J); iperf3-flow<K>.json per flow when
                     there are several
     link.log        ccplab-link's own log

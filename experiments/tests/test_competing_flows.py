@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import transient
-from transient.attribution import attribute, read_flow_keys
+from transient.flowlog import attribute_flows, read_flow_ports
 from ccplab import cli
 from ccplab.binaries import project_binary
 from ccplab.cca import kernel_ccs
@@ -38,12 +38,19 @@ def _run_args(flows: list[str], trace, out, duration_s: int, queue_packets: int 
             "--queue-packets", str(queue_packets), "--duration-s", str(duration_s), "--out", str(out)]
 
 
-def _per_flow_departed_bytes(run, meta) -> tuple[dict[int, int], int]:
+def _attributed(run, meta):
+    """(events, flow index of each event) of a run's link log."""
     events = transient.read_link_log(run / "uplink.log").events
-    keys = attribute(events, read_flow_keys(run / "uplink.flows"), str(run))
+    flow = attribute_flows(events, read_flow_ports(run / "uplink.flows"), {f["port"]: f["index"] for f in meta["flows"]},
+                           "uplink.log", "uplink.flows")
+    return events, flow
+
+
+def _per_flow_departed_bytes(run, meta) -> tuple[dict[int, int], int]:
+    events, flow = _attributed(run, meta)
     dep = (events["kind"] == "departure").to_numpy()
     sizes = events["bytes"].to_numpy()
-    per_flow = {f["port"]: int(sizes[dep & (keys == f["port"])].sum()) for f in meta["flows"]}
+    per_flow = {f["index"]: int(sizes[dep & (flow == f["index"])].sum()) for f in meta["flows"]}
     return per_flow, int(sizes[dep].sum())
 
 
@@ -65,13 +72,12 @@ def test_a_newcomer_halves_the_first_flows_share_and_attribution_is_exact(flat_t
     # connection, which overtakes data still waiting in the sender's socket buffer, and the link stops
     # as the clients end, before all of that buffer has left. Full-size packets (1500 IP + 4 TUN bytes)
     # carry 1448 payload bytes (TCP with timestamps); the flows differ 4x here, so a wrong attribution fails.
-    events = transient.read_link_log(out / "uplink.log").events
-    keys = attribute(events, read_flow_keys(out / "uplink.flows"), str(out))
+    events, flow = _attributed(out, meta)
     dep = (events["kind"] == "departure").to_numpy()
     sizes = events["bytes"].to_numpy()
     for f in meta["flows"]:
         end = json.loads((out / f["iperf3"]).read_text())["end"]
-        payload = int((dep & (keys == f["port"]) & (sizes == 1504)).sum()) * 1448
+        payload = int((dep & (flow == f["index"]) & (sizes == 1504)).sum()) * 1448
         received, sent = end["sum_received"]["bytes"], end["sum_sent"]["bytes"]
         assert 0.99 * received <= payload <= 1.01 * sent, (f["index"], received, payload, sent)
 
@@ -80,7 +86,7 @@ def test_a_newcomer_halves_the_first_flows_share_and_attribution_is_exact(flat_t
 
     def share(lo, hi):
         window = dep & (t >= lo) & (t < hi)
-        return sizes[window & (keys == 5201)].sum() / sizes[window].sum()
+        return sizes[window & (flow == 0)].sum() / sizes[window].sum()
 
     alone = share(second_start - 4, second_start)
     shared = share(second_start + 4, meta["flows"][0]["flow_end_s"] - 0.5)

@@ -11,7 +11,10 @@ it.
 
 from __future__ import annotations
 
+import json
 import math
+from collections import deque
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -145,3 +148,102 @@ def _step_metrics(k, at, frm, to, steps, run_end, zeta, wn, standing_ms, rng, ne
             row[c] = math.nan
         row["response_class"] = "not second-order"
     return row
+
+
+# ------------------------------------------------------------------ multi-flow logs and run directories
+
+PKT = 1504
+"""mahimahi packet size incl. the 4-byte TUN header, bytes."""
+
+
+def credit_sends(rate_pkts_per_ms: np.ndarray) -> np.ndarray:
+    """Whole packets per ms of a fractional rate (packets/ms) by accumulated credit."""
+    credit = np.floor(np.cumsum(np.asarray(rate_pkts_per_ms, float)) + 1e-9)
+    return np.diff(np.concatenate([[0.0], credit])).astype(int)
+
+
+def simulate_flows(opps_per_ms, sends_per_ms, ports, queue_packets: int = 1000,
+                   control_at_ms=None) -> tuple[str, str]:
+    """A FIFO drop-tail link shared by several flows, one ms at a time (arrivals of flow 0, 1, ... then
+    delivery opportunities), as ccplab-link logs it.
+
+    Args:
+        opps_per_ms: delivery opportunities per ms.
+        sends_per_ms: per flow, packets (1504 B) sent per ms.
+        ports: per flow, its destination port.
+        queue_packets: drop-tail limit.
+        control_at_ms: per flow, the ms of one small control packet (90 B, delivered at once, as iperf3's
+            control connection before its data), or None.
+
+    Returns:
+        (mm-link log text, flow attribution text): one port line per +, - and d line of the log, in order.
+    """
+    lines = ["# mahimahi mm-link [uplink] > synthetic multi-flow", f"# queue: droptail [packets={queue_packets}]",
+             "# base timestamp: 0"]
+    flow_lines: list[str] = []
+    q: deque = deque()
+    n = len(opps_per_ms)
+    for t in range(n):
+        for f, port in enumerate(ports):
+            if control_at_ms is not None and control_at_ms[f] == t:
+                lines += [f"{t} + 90", f"{t} - 90 0"]
+                flow_lines += [str(port), str(port)]
+            for _ in range(int(sends_per_ms[f][t])):
+                lines.append(f"{t} + {PKT}")
+                flow_lines.append(str(port))
+                if len(q) >= queue_packets:
+                    lines.append(f"{t} d 1 {PKT}")
+                    flow_lines.append(str(port))
+                else:
+                    q.append((t, port))
+        for _ in range(int(opps_per_ms[t])):
+            lines.append(f"{t} # {PKT}")
+            if q:
+                sent, port = q.popleft()
+                lines.append(f"{t} - {PKT} {t - sent}")
+                flow_lines.append(str(port))
+    return "\n".join(lines) + "\n", "\n".join(flow_lines) + "\n"
+
+
+def write_multiflow_run(run_dir: Path, flows: list[dict], log_text: str, flows_text: str, *, run: int = 1,
+                        scenario: str = "two-flows", steps=None, owd_ms: float = 25, duration_s: float = 10,
+                        schema: int = 3) -> Path:
+    """A schema-3 run directory: metadata.json with ``flows``, uplink.log, uplink.flows, iperf3-flowK.json.
+
+    ``flows``: per flow a dict with at least cca and port; optional cca_params, start_s, stop_s,
+    flow_start_s, flow_end_s, extra_delay_ms, retransmits, receiver_bytes (written to its iperf3 JSON).
+    """
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "uplink.log").write_text(log_text)
+    (run_dir / "uplink.flows").write_text(flows_text)
+    listed = []
+    for k, f in enumerate(flows):
+        name = f"iperf3-flow{k}.json"
+        (run_dir / name).write_text(json.dumps({"end": {
+            "sum_sent": {"retransmits": f.get("retransmits", 3 * k + 1)},
+            "sum_received": {"bytes": f.get("receiver_bytes", 1_000_000 * (k + 1))}}}))
+        listed.append({"index": k, "cca": f["cca"], "cca_params": f.get("cca_params", {}),
+                       "label": f["cca"], "port": f["port"], "start_s": f.get("start_s", 0.0),
+                       "stop_s": f.get("stop_s"), "extra_delay_ms": f.get("extra_delay_ms", 0),
+                       "iperf3": name, "flow_start_s": f.get("flow_start_s"), "flow_end_s": f.get("flow_end_s")})
+    meta = {
+        "schema": schema, "cca": flows[0]["cca"], "cca_params": flows[0].get("cca_params", {}), "run": run,
+        "scenario": {"name": scenario, "trace_kind": "step", "steps": steps or [],
+                     "one_way_delay_ms": owd_ms, "queue_packets": 1000, "duration_s": duration_s},
+        "files": {"link_log": "uplink.log", "iperf3": "iperf3-flow0.json", "flow_log": "uplink.flows"},
+        "flows": listed,
+    }
+    (run_dir / "metadata.json").write_text(json.dumps(meta))
+    return run_dir
+
+
+def two_flow_rates(n_ms: int, second_start_ms: int, ramp_ms: int = 500, second_stop_ms: int | None = None):
+    """Sending rates (packets/ms) of two ideal flows on a 1 packet/ms link: flow 0 alone at the capacity,
+    then, from ``second_start_ms``, flow 1 ramps linearly to half the capacity over ``ramp_ms`` while flow 0
+    gives up as much (their sum stays at the capacity); after ``second_stop_ms`` flow 0 alone again."""
+    t = np.arange(n_ms)
+    r1 = np.clip((t - second_start_ms) / ramp_ms, 0, 1) * 0.5
+    r1[t < second_start_ms] = 0.0
+    if second_stop_ms is not None:
+        r1[t >= second_stop_ms] = 0.0
+    return 1.0 - r1, r1

@@ -214,7 +214,7 @@ def test_auto_steps_find_the_capacity_change(tmp_path):
     "meta, match",
     [
         ("{not json", "invalid JSON"),
-        ('{"schema": 3}', "unsupported schema 3"),
+        ('{"schema": 4}', "unsupported schema 4"),
         ('{"scenario": {"steps": [{"at_s": "soon", "to_mbps": 12}]}}', r"scenario.steps\[0\].at_s"),
         ('{"scenario": {"one_way_delay_ms": "x"}}', "one_way_delay_ms: expected a finite number"),
         ('{"files": {"link_log": "missing.log"}}', "missing.log"),

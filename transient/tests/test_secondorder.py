@@ -69,3 +69,44 @@ def test_never_settling_and_flat_steps_give_nan():
     assert math.isnan(m.settling_time_s) and math.isnan(m.rise_time_s) and m.overshoot_pct == 0.0
     flat = second_order_metrics(np.full(100, 6.0), BIN_S, 6.0, 6.0)
     assert math.isnan(flat.damping_ratio) and flat.response_class == "not second-order"
+
+
+def test_dead_time_before_the_first_sample_is_fitted_not_cut_off():
+    # The response began at the input step, but the first sample comes 0.117 s later (a flow's first
+    # full-size packet): fitted from the first sample, omega_n came back 2.28 (14 % high).
+    t = (np.arange(200) + 0.5) * BIN_S
+    y = 12.0 * unit_step_response(t + 0.117, 0.5, 2.0)
+    m = second_order_metrics(y, BIN_S, 0.0, 12.0, lead_s=0.117)
+    assert m.damping_ratio == pytest.approx(0.5, rel=0.03)
+    assert m.natural_frequency_rad_s == pytest.approx(2.0, rel=0.03)
+    assert m.dead_time_s == pytest.approx(0.0, abs=0.02)
+    # the same samples of a response that only began at the first sample: dead time = the lead
+    late = second_order_metrics(12.0 * unit_step_response(t, 0.5, 2.0), BIN_S, 0.0, 12.0, lead_s=0.117)
+    assert late.natural_frequency_rad_s == pytest.approx(2.0, rel=0.03)
+    assert late.dead_time_s == pytest.approx(0.117, abs=0.01)
+    with pytest.raises(ValueError, match="lead_s"):
+        second_order_metrics(y, BIN_S, 0.0, 12.0, lead_s=-0.1)
+
+
+def test_dead_time_on_a_synthetic_log_whose_first_full_size_packet_comes_0117_s_after_the_step(tmp_path):
+    # Sender rate 12.032 x g(t; zeta 0.5, omega_n 2) from the capacity step at 0 s; its packets come from a
+    # fractional credit, so the first one arrives ~0.117 s after the step: the analysed "start" begins there.
+    from transient import AnalysisOptions, Step, analyze_log
+
+    from .conftest import simulate_link
+
+    n_ms = 12000
+    credit = np.floor(np.cumsum(unit_step_response(np.arange(n_ms) / 1000.0, 0.5, 2.0)))
+    sends = np.diff(np.concatenate([[0.0], credit])).astype(int)
+    log = tmp_path / "uplink.log"
+    log.write_text(simulate_link(np.ones(n_ms, int), sends, queue_packets=100000))
+    res = analyze_log(log, options=AnalysisOptions(steps=(Step(0.0, 0.0, 12.032),)))
+    start = res.steps.iloc[0]
+    assert start["kind"] == "start" and 0.10 <= start["at_s"] <= 0.13
+    assert start["damping_ratio"] == pytest.approx(0.5, rel=0.05)
+    assert start["natural_frequency_rad_s"] == pytest.approx(2.0, rel=0.05)
+    assert 0.0 <= start["dead_time_s"] < start["at_s"]
+    # the lone flow's own start in the per-flow table is timed from the same input
+    flow_start = res.flow_tables.flow_steps.iloc[0]
+    assert flow_start["natural_frequency_rad_s"] == pytest.approx(start["natural_frequency_rad_s"], rel=1e-3)
+    assert flow_start["dead_time_s"] == pytest.approx(start["dead_time_s"], abs=1e-3)
