@@ -382,6 +382,66 @@ def coexistence_matrix(table: pd.DataFrame, metric: str, flow: int = 0) -> pd.Da
         index="first flow's CCA", columns="second flow's CCA")
 
 
+COEXISTENCE_METRICS = (
+    ("first_share", "first flow's share while both run", 0.0, 1.0),
+    ("jain", "Jain's fairness index while both run", 0.5, 1.0),
+    ("throughput_harm", "throughput harm the first flow does to the second", 0.0, 1.0),
+    ("delay_harm", "delay harm the first flow does to the second", 0.0, 1.0),
+)
+"""(column, meaning, colour scale low, high) of each coexistence matrix (`coexistence_pairs`)."""
+
+
+def coexistence_pairs(flows: pd.DataFrame, fairness: pd.DataFrame) -> pd.DataFrame:
+    """One row per two-flow run, for the coexistence matrix of ``ccplab coexist``.
+
+    Columns: run_id, scenario, ``first`` and ``second`` (the flows' labels,
+    flow 0 and flow 1), and `COEXISTENCE_METRICS`: ``first_share`` and ``jain``
+    over the longest interval in which both flows are active (the fairness
+    table's ``share_flow0`` and ``jain_median`` there), ``throughput_harm`` and
+    ``delay_harm`` done to the second flow, whose whole life is shared, by the
+    first (`harm`: its figures against its CCA alone in the same scenario).
+    NaN where a figure is unknown.
+
+    Args:
+        flows, fairness: the tables of `transient.analyze_all` (`FLOW_COLUMNS`,
+            `FAIRNESS_COLUMNS` + share_flow<k>).
+    """
+    cols = ["run_id", "scenario", "first", "second", *(m for m, *_ in COEXISTENCE_METRICS)]
+    two = flows[flows["n_flows"] == 2] if len(flows) else flows
+    if two.empty or fairness is None or fairness.empty or "share_flow0" not in fairness.columns:
+        return pd.DataFrame(columns=cols)
+    labels = two.pivot_table(index="run_id", columns="flow", values="label", aggfunc="first")
+    both = fairness[fairness["active_flows"].astype(str) == "0,1"]
+    longest = (both.assign(span=both["to_s"] - both["from_s"]).sort_values("span")
+               .groupby("run_id").tail(1).set_index("run_id"))
+    hurt = harm(flows)
+    hurt = hurt[hurt["flow"] == 1].set_index("run_id")
+    out = pd.DataFrame({
+        "scenario": two.groupby("run_id")["scenario"].first().reindex(labels.index),
+        "first": labels[0], "second": labels[1],
+        "first_share": longest["share_flow0"].reindex(labels.index),
+        "jain": longest["jain_median"].reindex(labels.index),
+        "throughput_harm": hurt["throughput_harm"].reindex(labels.index),
+        "delay_harm": hurt["delay_harm"].reindex(labels.index),
+    })
+    return out.rename_axis("run_id").reset_index().reindex(columns=cols)
+
+
+def coexistence_summary(pairs: pd.DataFrame, **summarize_kw: Any) -> pd.DataFrame:
+    """Per (scenario, first, second): ``runs`` and each of `COEXISTENCE_METRICS` as its median with a
+    bootstrap 95% CI (`transient.stats.summarize`; columns ``<m>``, ``<m>_ci_low``, ``<m>_ci_high``)."""
+    from .stats import summarize
+
+    rows = []
+    for (scenario, first, second), g in pairs.groupby(["scenario", "first", "second"], sort=True):
+        row: dict[str, Any] = {"scenario": scenario, "first": first, "second": second, "runs": len(g)}
+        for metric, *_ in COEXISTENCE_METRICS:
+            est = summarize(g[metric], **summarize_kw)
+            row.update({metric: est.median, f"{metric}_ci_low": est.ci_low, f"{metric}_ci_high": est.ci_high})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 # ---------------------------------------------------------------- one run
 
 

@@ -42,6 +42,7 @@ from markupsafe import Markup, escape
 
 from . import plots, stats
 from .analyze import RUN_COLUMNS, STEP_COLUMNS
+from .flows import COEXISTENCE_METRICS, coexistence_pairs, coexistence_summary
 from .flows import harm as flow_harm
 from .atomic import write_atomic
 from .series import SERIES_COLUMNS
@@ -187,6 +188,8 @@ CCA; cells median [{{ ci_text }}], IQR and n below.</p>
 {{ sc.table }}
 {% if sc.fairness %}<h3>Scenario {{ sc.name }}: fairness per set of active flows</h3>{{ sc.fairness }}{% endif %}
 {% if sc.harm %}<h3>Scenario {{ sc.name }}: harm (against the CCA's single-flow runs)</h3>{{ sc.harm }}{% endif %}
+{% if sc.matrix %}<h3>Scenario {{ sc.name }}: coexistence matrix (two-flow runs)</h3>{{ sc.matrix }}
+{% for fig in sc.matrix_figures %}{{ fig }}{% endfor %}{% endif %}
 {% for fig in sc.figures %}{{ fig }}{% endfor %}
 {% if sc.more %}<p class="meta">{{ sc.more }} more run(s) without a figure (see flows.csv).</p>{% endif %}
 {% endfor %}
@@ -522,9 +525,11 @@ def write_report(
             flow_sum = stats.run_summary(flows.assign(label=flows["label"].astype(str)),
                                          metrics=[m for m, _ in stats.FLOW_METRICS], n_resamples=n_resamples)
             harm_df = flow_harm(flows)
+            pairs = coexistence_pairs(flows, fairness)
+            coexist = coexistence_summary(pairs, n_resamples=n_resamples)
             flow_part = _flows_section(multi, flow_sum, harm_df, fairness, flow_steps, flow_series or {},
-                                       colors, pdir, n_resamples)
-            flow_tables = (flow_sum, harm_df)
+                                       colors, pdir, n_resamples, coexist)
+            flow_tables = (flow_sum, harm_df, pairs, coexist)
         sources = [source] if isinstance(source, str) else list(source or [str(out)])
         html = _TEMPLATE.render(
             labels=labels, sources=sources, methods=methods, n_runs=len(runs), n_steps=len(steps),
@@ -549,6 +554,9 @@ def write_report(
                          (flow_steps if flow_steps is not None else pd.DataFrame()).to_csv(index=False))
             write_atomic(out / "summary_flows.csv", flow_tables[0].to_csv(index=False))
             write_atomic(out / "harm.csv", flow_tables[1].to_csv(index=False))
+            if len(flow_tables[2]):
+                write_atomic(out / "coexist_runs.csv", flow_tables[2].to_csv(index=False))
+                write_atomic(out / "coexist.csv", flow_tables[3].to_csv(index=False))
         write_atomic(out / "report.html", html)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -573,11 +581,13 @@ def _multi_flow_rows(flows: pd.DataFrame | None) -> pd.DataFrame | None:
 def _flows_section(multi: pd.DataFrame, flow_sum: pd.DataFrame, harm_df: pd.DataFrame,
                    fairness: pd.DataFrame | None, flow_steps: pd.DataFrame | None,
                    flow_series: Mapping[str, pd.DataFrame], colors: Mapping[str, str], pdir: Path,
-                   n_resamples: int) -> dict:
+                   n_resamples: int, coexist: pd.DataFrame) -> dict:
     """The "Competing flows" part of the page; per-run figures are rendered into ``pdir``."""
     scenarios = []
     for sc in sorted(multi["scenario"].unique()):
         m = multi[multi["scenario"] == sc]
+        matrix_figures, matrix_table = _coexistence_part(coexist[coexist["scenario"].astype(str) == str(sc)]
+                                                         if len(coexist) else coexist, sc, pdir)
         labels = sorted(m["label"].unique())
         header = ["metric", *[_label_header(lab, colors) for lab in labels]]
         n_row = ["flows", *[str(int((m["label"] == lab).sum())) for lab in labels]]
@@ -594,10 +604,30 @@ def _flows_section(multi: pd.DataFrame, flow_sum: pd.DataFrame, harm_df: pd.Data
                                        "fairness index per RTT bin; dotted: a flow's arrival, dash-dotted: "
                                        "its departure."))
         scenarios.append({"name": sc, "table": table, "figures": figures,
+                          "matrix_figures": matrix_figures, "matrix": matrix_table,
                           "fairness": _fairness_table(m, fairness, flow_steps, n_resamples),
                           "harm": _harm_table(harm_df[harm_df["scenario"].astype(str) == sc], n_resamples),
                           "more": max(len(run_ids) - MAX_FLOW_FIGURES, 0)})
     return {"n_runs": int(multi["run_id"].nunique()), "scenarios": scenarios}
+
+
+def _coexistence_part(summary: pd.DataFrame, scenario: str, pdir: Path) -> tuple[list[Markup], Markup | None]:
+    """Heatmaps (one per `COEXISTENCE_METRICS`) and the table of a scenario's two-flow pairs; nothing
+    when it has none."""
+    if summary.empty:
+        return [], None
+    figures = []
+    for metric, meaning, lo, hi in COEXISTENCE_METRICS:
+        name = f"coexist-{metric.replace('_', '-')}-{_slug(scenario)}"
+        matrix = summary.pivot(index="first", columns="second", values=metric)
+        if plots.plot_coexistence_heatmap(matrix, pdir / name, meaning, metric, vmin=lo, vmax=hi, fmt="{:.2f}"):
+            figures.append(_figure(name, f"{meaning[0].upper()}{meaning[1:]}: rows the first flow's CCA, columns "
+                                   "the second's (median over runs; coexist.csv has the CIs)."))
+    header = ["first flow", "second flow", "runs", *[meaning for _, meaning, *_ in COEXISTENCE_METRICS]]
+    rows = [[escape(str(r["first"])), escape(str(r["second"])), str(int(r["runs"])),
+             *[escape(stats.format_estimate(r[m], r[f"{m}_ci_low"], r[f"{m}_ci_high"]))
+               for m, *_ in COEXISTENCE_METRICS]] for _, r in summary.iterrows()]
+    return figures, _table(header, rows, first_left=2)
 
 
 def _fairness_table(multi: pd.DataFrame, fairness: pd.DataFrame | None, flow_steps: pd.DataFrame | None,

@@ -132,3 +132,21 @@ def test_a_flow_with_extra_delay_sees_a_longer_rtt(flat_trace, tmp_path):
         rtts.append(streams[0]["sender"]["min_rtt"] / 1000.0)  # ms
     assert 40 <= rtts[0] <= 47, rtts  # iperf3's min_rtt: the smallest smoothed RTT it sampled
     assert 57 <= rtts[1] - rtts[0] <= 66, rtts
+
+
+def test_coexist_runs_every_ordered_pair_and_each_alone_and_writes_the_matrix(tmp_path):
+    out = tmp_path / "co"
+    assert cli.main(["coexist", "--cca", "kernel:cubic", "--cca", "kernel:reno", "--runs", "1",
+                     "--second-start-s", "3", "--duration-s", "7", "--capacity-mbps", "12",
+                     "--one-way-delay-ms", "20", "--out", str(out)]) == 0
+    entries = sorted(p.name for p in (out / "runs").iterdir())
+    assert entries == ["kernel-cubic", "kernel-cubic__kernel-cubic@3", "kernel-cubic__kernel-reno@3",
+                       "kernel-reno", "kernel-reno__kernel-cubic@3", "kernel-reno__kernel-reno@3"]
+    matrix = {(r["first"], r["second"]): r for r in __import__("csv").DictReader((out / "coexist.csv").open())}
+    assert set(matrix) == {(a, b) for a in ("kernel:cubic", "kernel:reno") for b in ("kernel:cubic", "kernel:reno")}
+    for row in matrix.values():
+        assert 0.05 < float(row["first_share"]) < 0.95, row  # both flows got some of the link
+        assert 0.5 <= float(row["jain"]) <= 1.0, row
+        assert 0.0 <= float(row["throughput_harm"]) <= 1.0, row  # against the second CCA's alone run
+    assert (out / "plots" / f"coexist-first-share-{json.loads((out / 'scenario.json').read_text())['scenario']['name']}.png").exists()
+    assert "coexistence matrix" in (out / "report.html").read_text()

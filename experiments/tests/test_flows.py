@@ -145,3 +145,21 @@ def test_bad_flow_sets_in_a_sweep_file_are_refused(tmp_path, flows, fragment):
     with pytest.raises(CcplabError, match=fragment) as err:
         load_sweep(write_sweep(tmp_path, f'name = "mix"\nflows = {flows}\n[scenario]\nduration_s = 20\n'))
     assert "flows" in str(err.value)
+
+
+def test_coexist_plan_and_queue_in_bdp(needs_binaries):
+    from ccplab.coexist import make_plan, queue_packets_for
+
+    cubic, reno = parse_cca("kernel:cubic"), parse_cca("kernel:reno")
+    plan = make_plan([cubic, reno], second_start_s=10, duration_s=30)
+    assert [flows_label(e) for e in plan.entries()] == [
+        "kernel:cubic", "kernel:reno", "kernel:cubic vs kernel:cubic@10", "kernel:cubic vs kernel:reno@10",
+        "kernel:reno vs kernel:cubic@10", "kernel:reno vs kernel:reno@10"]
+    # 24 Mbit/s x 50 ms = 150 kB = 100 packets of 1500 B
+    assert queue_packets_for(1, 24, 25) == 100 and queue_packets_for(8, 24, 25) == 800
+    with pytest.raises(CcplabError, match="--queue-bdp must be a number > 0"):
+        queue_packets_for(float("nan"), 24, 25)
+    with pytest.raises(CcplabError, match="given twice"):
+        make_plan([cubic, cubic], 10, 30)
+    with pytest.raises(CcplabError, match="before the end of the 30 s run"):
+        make_plan([cubic], 30, 30)
