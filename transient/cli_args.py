@@ -9,11 +9,44 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
-from typing import Sequence, TextIO
+from typing import Callable, Sequence, TextIO
 
 from .analyze import METHODS, AnalysisOptions, RunResult
 from .steps import SYNTAX, Step
+
+
+def whole(lo: int, hi: int) -> Callable[[str], int]:
+    """An int type in [lo, hi]; the message says "must be a whole number" / ">= lo" / "<= hi", got TEXT."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text, 10)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+        if value < lo:
+            raise argparse.ArgumentTypeError(f"must be >= {lo}, got {text}")
+        if value > hi:
+            raise argparse.ArgumentTypeError(f"must be <= {hi}, got {text}")
+        return value
+    return parse
+
+
+def number(lo: float, hi: float, *, lo_open: bool = False) -> Callable[[str], float]:
+    """A finite float type in [lo, hi] (or (lo, hi] with ``lo_open``); NaN and inf are refused."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+        if value < lo or (lo_open and value == lo):
+            raise argparse.ArgumentTypeError(f"must be {'>' if lo_open else '>='} {lo:g}, got {text}")
+        if value > hi:
+            raise argparse.ArgumentTypeError(f"must be <= {hi:g}, got {text}")
+        return value
+    return parse
 
 
 def _step(text: str) -> Step:
@@ -37,18 +70,18 @@ def add_analysis_arguments(p: argparse.ArgumentParser) -> None:
                         "overrides the steps in metadata.json")
     p.add_argument("--steps", choices=["auto"], default=None,
                    help="auto: find the steps in the log's delivery-opportunity (#) rate (ruptures change points)")
-    p.add_argument("--rtt-ms", type=float, default=None,
+    p.add_argument("--rtt-ms", type=number(0.0, 600_000.0, lo_open=True), default=None,
                    help="RTT in ms = bin width (default: 2 x one_way_delay_ms from metadata.json, else 50)")
-    p.add_argument("--capacity-mbps", type=float, default=None,
+    p.add_argument("--capacity-mbps", type=number(0.0, 100_000.0, lo_open=True), default=None,
                    help="nominal capacity of a bare log, Mbit/s: the step 0 -> it at 0 s "
                         "(TPCCA's B; needed by --method tpcca when no step is known)")
-    p.add_argument("--fair-delta", type=float, default=None, metavar="DELTA",
+    p.add_argument("--fair-delta", type=number(0.0, 1.0, lo_open=True), default=None, metavar="DELTA",
                    help="delta of RFC 5166's delta-fair convergence time of two flows, in (0, 1) (default 0.1)")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object per run per line (JSON Lines): the run's fields and a 'steps' "
                         "list (NaN -> null)")
     p.add_argument("--skip-bad", action="store_true", help="skip runs that fail to analyse instead of stopping")
-    p.add_argument("--workers", type=int, default=1,
+    p.add_argument("--workers", type=whole(1, 256), default=1,
                    help="processes analysing the runs of a results directory in parallel (default 1)")
 
 

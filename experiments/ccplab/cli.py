@@ -14,10 +14,21 @@ import sys
 from pathlib import Path
 
 from . import scenario as sc
+from .argtypes import MAX_DELAY_MS, MAX_DURATION_S, MAX_QUEUE_PACKETS, MAX_RATE_MBPS, Parser, UsageError, number, whole
 from .binaries import REPO_ROOT
 from .cca import parse_cca
 from .errors import CcplabError
 
+
+# The command line's numbers, each with its bounds (ccplab.argtypes).
+DELAY_MS = whole(0, MAX_DELAY_MS)
+QUEUE_PACKETS = whole(1, MAX_QUEUE_PACKETS)
+DURATION_S = whole(1, MAX_DURATION_S)
+RUNS = whole(1, 100_000)
+SEED = whole(0, 2**32 - 1)
+WORKERS = whole(1, 256)
+RATE_MBPS = number(0.0, MAX_RATE_MBPS, lo_open=True)
+NOISE_MBPS = number(0.0, MAX_RATE_MBPS)
 
 FLOW_METAVAR = "CCA[@START_S[:STOP_S]][+DELAY_MS]"
 FLOW_HELP = ("a flow of several sharing the link (repeat): its CCA, when it starts and stops (whole s after the "
@@ -26,16 +37,16 @@ FLOW_HELP = ("a flow of several sharing the link (repeat): its CCA, when it star
 
 
 def _link_args(p: argparse.ArgumentParser, defaults: bool) -> None:
-    p.add_argument("--one-way-delay-ms", type=int, default=sc.DEMO_ONE_WAY_DELAY_MS if defaults else None,
+    p.add_argument("--one-way-delay-ms", type=DELAY_MS, default=sc.DEMO_ONE_WAY_DELAY_MS if defaults else None,
                    required=not defaults, help="fixed one-way delay each way, ms (RTT = 2x)")
-    p.add_argument("--queue-packets", type=int, default=sc.DEMO_QUEUE_PACKETS if defaults else None,
+    p.add_argument("--queue-packets", type=QUEUE_PACKETS, default=sc.DEMO_QUEUE_PACKETS if defaults else None,
                    required=not defaults, help="droptail queue limit of the bottleneck, packets")
-    p.add_argument("--duration-s", type=int, default=sc.DEMO_DURATION_S if defaults else None,
+    p.add_argument("--duration-s", type=DURATION_S, default=sc.DEMO_DURATION_S if defaults else None,
                    required=not defaults, help="flow duration, s")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="ccplab",
         description="Run congestion-control experiments through an emulated bottleneck and "
                     "score the CCAs' transient behaviour. CCAs: kernel:NAME (the kernel's own, "
@@ -60,15 +71,15 @@ def build_parser() -> argparse.ArgumentParser:
     who.add_argument("--cca", action="append", help="a CCA; repeat for each (or comma-separate)")
     who.add_argument("--flow", action="append", metavar=FLOW_METAVAR,
                      help=FLOW_HELP + "; --runs repeats the whole set of flows")
-    cmp_.add_argument("--runs", type=int, default=sc.DEMO_RUNS, help="runs per CCA (default %(default)s)")
+    cmp_.add_argument("--runs", type=RUNS, default=sc.DEMO_RUNS, help="runs per CCA (default %(default)s)")
     src = cmp_.add_mutually_exclusive_group()
     src.add_argument("--trace", type=Path, help="an existing mahimahi trace (e.g. a cellular one)")
     src.add_argument("--step", action="append", default=None, metavar="AT_S:FROM_MBPS:TO_MBPS",
                      help="a capacity step of the generated trace (s, Mbit/s, Mbit/s); repeat for several, "
                           "e.g. --step 0:0:12 --step 10:12:4; each FROM is the rate before it (default 0:0:12)")
-    cmp_.add_argument("--sigma-mbps", type=float, default=sc.DEMO_SIGMA_MBPS,
+    cmp_.add_argument("--sigma-mbps", type=NOISE_MBPS, default=sc.DEMO_SIGMA_MBPS,
                       help="per-ms capacity noise of a generated trace, Mbit/s (default %(default)s)")
-    cmp_.add_argument("--seed", type=int, default=sc.DEMO_SEED, help="seed of a generated trace")
+    cmp_.add_argument("--seed", type=SEED, default=sc.DEMO_SEED, help="seed of a generated trace")
     _link_args(cmp_, defaults=True)
     cmp_.add_argument("--out", type=Path, required=True, help="comparison directory (new or empty)")
     cmp_.add_argument("--no-analysis", action="store_true", help="only run; analyse later with ccplab analyze")
@@ -77,8 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "12->4 Mbit/s at 10 s, sigma 2, 25 ms one way, droptail 40, "
                           "kernel:cubic kernel:bbr ccp:reno ccp:cubic, 3 x 20 s")
     demo.add_argument("--out", type=Path, help="default: results/demo-<timestamp>")
-    demo.add_argument("--runs", type=int, default=sc.DEMO_RUNS)
-    demo.add_argument("--duration-s", type=int, default=sc.DEMO_DURATION_S)
+    demo.add_argument("--runs", type=RUNS, default=sc.DEMO_RUNS)
+    demo.add_argument("--duration-s", type=DURATION_S, default=sc.DEMO_DURATION_S)
 
     swp = sub.add_parser("sweep", help="run an experiment file (TOML: CCAs x scenarios x repetitions), "
                          "resumable, on Dask workers; results in a Parquet store")
@@ -89,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     swp.add_argument("--scheduler", metavar="tcp://HOST:8786",
                      help="a Dask scheduler whose workers were started with `--resources netlab=1` "
                           "(default: a local cluster)")
-    swp.add_argument("--workers", type=int, default=1,
+    swp.add_argument("--workers", type=WORKERS, default=1,
                      help="worker processes of the local cluster (default 1: one run at a time on this host)")
     swp.add_argument("--no-dask", action="store_true", help="run in this process, one run at a time")
     swp.add_argument("--retry-failed", action="store_true", help="run again the runs recorded as failed")
@@ -106,8 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "(fixed 12 Mbit/s at 1 and 4 BDP, steps 0->12, 0->48, 24->6, Verizon LTE); ratios ccp/kernel with "
                          "median and spread; fidelity.csv + fidelity.html")
     fid.add_argument("--out", type=Path, required=True, help="results directory (new or empty)")
-    fid.add_argument("--runs", type=int, default=5, help="runs per CCA and scenario (default %(default)s)")
-    fid.add_argument("--duration-s", type=int, default=30, help="flow duration, s (default %(default)s)")
+    fid.add_argument("--runs", type=RUNS, default=5, help="runs per CCA and scenario (default %(default)s)")
+    fid.add_argument("--duration-s", type=DURATION_S, default=30, help="flow duration, s (default %(default)s)")
     fid.add_argument("--scenarios", default=None, metavar="A,B",
                      help="comma-separated subset of: fixed12-q1bdp, fixed12-q4bdp, step0-12, step0-48, "
                           "down24-6, verizon-lte (default: all)")
@@ -143,7 +154,11 @@ def _interrupt_on_sigterm() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except UsageError as exc:
+        print(f"ccplab: error: {exc}", file=sys.stderr)
+        return 2
     _interrupt_on_sigterm()
     try:
         return COMMANDS[args.command](args)
@@ -337,13 +352,13 @@ def _add_contest_parser(sub) -> None:
                      help="a cellular trace of traces/cellular by name (Verizon-LTE-short, TMobile-LTE-short, "
                           "ATT-LTE-driving, ...) or a path to a .down file with its .up beside it "
                           "(default %(default)s)")
-    con.add_argument("--duration-s", type=int, default=None, help="flow length, s (default: the trace's length)")
-    con.add_argument("--runs", type=int, default=1, help="runs per CCA; > 1 gives the median and spread")
+    con.add_argument("--duration-s", type=DURATION_S, default=None, help="flow length, s (default: the trace's length)")
+    con.add_argument("--runs", type=RUNS, default=1, help="runs per CCA; > 1 gives the median and spread")
     con.add_argument("--sweep", metavar="NAME:PARAM=START..STOP[:STEP]",
                      help="run one algorithm over a parameter range instead of --cca, e.g. "
                           "fixed-window:window=5..90:5 (STOP included) or aimd:beta=1.5,2,4; plots/sweep marks "
                           "the best value")
-    con.add_argument("--one-way-delay-ms", type=int, default=ct.CONTEST_ONE_WAY_DELAY_MS,
+    con.add_argument("--one-way-delay-ms", type=DELAY_MS, default=ct.CONTEST_ONE_WAY_DELAY_MS,
                      help="one-way delay each way, ms (default %(default)s)")
     con.add_argument("--out", type=Path, help="results directory, new or empty "
                      "(default: results/contest-<trace>-<timestamp>)")
@@ -373,29 +388,25 @@ def _add_coexist_parser(sub) -> None:
         "writes coexist.csv (the row flow's share while both run, Jain's fairness index, throughput and delay "
         "harm done to the row flow, Ware et al. HotNets 2019), heatmaps and the report.")
     co.add_argument("--cca", action="append", required=True, help="a CCA (repeat, or comma-separate)")
-    co.add_argument("--runs", type=int, default=3, help="runs of each pair and each CCA alone (default %(default)s)")
-    co.add_argument("--second-start-s", type=int, default=cx.DEFAULT_SECOND_START_S,
+    co.add_argument("--runs", type=RUNS, default=3, help="runs of each pair and each CCA alone (default %(default)s)")
+    co.add_argument("--second-start-s", type=DURATION_S, default=cx.DEFAULT_SECOND_START_S,
                     help="when the second flow starts, s after the first (default %(default)s)")
-    co.add_argument("--capacity-mbps", type=float, default=cx.DEFAULT_CAPACITY_MBPS,
+    co.add_argument("--capacity-mbps", type=RATE_MBPS, default=cx.DEFAULT_CAPACITY_MBPS,
                     help="the link's constant capacity, Mbit/s (default %(default)s)")
-    co.add_argument("--one-way-delay-ms", type=int, default=cx.DEFAULT_ONE_WAY_DELAY_MS,
+    co.add_argument("--one-way-delay-ms", type=DELAY_MS, default=cx.DEFAULT_ONE_WAY_DELAY_MS,
                     help="one-way delay each way, ms (default %(default)s)")
     queue = co.add_mutually_exclusive_group()
-    queue.add_argument("--queue-bdp", type=float, default=None,
+    queue.add_argument("--queue-bdp", type=number(0.0, 1000.0, lo_open=True), default=None,
                        help="droptail queue in bandwidth-delay products of the link (default 1)")
-    queue.add_argument("--queue-packets", type=int, default=None, help="droptail queue, packets")
-    co.add_argument("--duration-s", type=int, default=cx.DEFAULT_DURATION_S, help="run length, s (default "
+    queue.add_argument("--queue-packets", type=QUEUE_PACKETS, default=None, help="droptail queue, packets")
+    co.add_argument("--duration-s", type=DURATION_S, default=cx.DEFAULT_DURATION_S, help="run length, s (default "
                     "%(default)s)")
     co.add_argument("--out", type=Path, required=True, help="results directory (new or empty)")
 
 
 def cmd_coexist(args) -> int:
-    import math
-
     from . import coexist as cx
 
-    if not (math.isfinite(args.capacity_mbps) and args.capacity_mbps > 0):
-        raise CcplabError(f"--capacity-mbps must be a number > 0, got {args.capacity_mbps}")
     ccas = [parse_cca(n.strip()) for item in args.cca for n in item.split(",") if n.strip()]
     plan = cx.make_plan(ccas, args.second_start_s, args.duration_s)
     queue = args.queue_packets if args.queue_packets is not None else cx.queue_packets_for(

@@ -177,3 +177,49 @@ def test_existing_run_dir_is_not_overwritten(tmp_path, capsys, needs_root):
     assert code == 2
     assert "already exists" in capsys.readouterr().err
     assert (out / "metadata.json").read_text() == "{}"
+
+
+NUMERIC_OPTIONS = {  # command line before the option, option: every command's numbers
+    ("run", "--one-way-delay-ms"), ("run", "--queue-packets"), ("run", "--duration-s"),
+    ("compare", "--runs"), ("compare", "--sigma-mbps"), ("compare", "--seed"), ("compare", "--duration-s"),
+    ("compare", "--one-way-delay-ms"), ("compare", "--queue-packets"),
+    ("demo", "--runs"), ("demo", "--duration-s"),
+    ("sweep", "--workers"), ("fidelity", "--runs"), ("fidelity", "--duration-s"),
+    ("contest", "--runs"), ("contest", "--duration-s"), ("contest", "--one-way-delay-ms"),
+    ("coexist", "--runs"), ("coexist", "--second-start-s"), ("coexist", "--capacity-mbps"),
+    ("coexist", "--one-way-delay-ms"), ("coexist", "--queue-bdp"), ("coexist", "--queue-packets"),
+    ("coexist", "--duration-s"), ("analyze", "--rtt-ms"), ("analyze", "--capacity-mbps"),
+    ("analyze", "--fair-delta"), ("analyze", "--workers"),
+}
+EXTREMES = ["-1", str(2**63), "nan", "inf", "1e9", "1000000000", "abc"]
+
+
+def _base_args(command: str, tmp_path) -> list[str]:
+    return {
+        "run": ["run", "--cca", "kernel:cubic", "--trace", str(tmp_path / "t"), "--one-way-delay-ms", "1",
+                "--queue-packets", "1", "--duration-s", "1", "--out", str(tmp_path / "out")],
+        "compare": ["compare", "--cca", "kernel:cubic", "--out", str(tmp_path / "out")],
+        "demo": ["demo", "--out", str(tmp_path / "out")],
+        "sweep": ["sweep", str(tmp_path / "s.toml"), "--out", str(tmp_path / "out")],
+        "fidelity": ["fidelity", "--out", str(tmp_path / "out")],
+        "contest": ["contest", "--out", str(tmp_path / "out")],
+        "coexist": ["coexist", "--cca", "kernel:cubic", "--out", str(tmp_path / "out")],
+        "analyze": ["analyze", str(tmp_path / "log")],
+    }[command]
+
+
+@pytest.mark.parametrize("command, option", sorted(NUMERIC_OPTIONS))
+@pytest.mark.parametrize("value", EXTREMES)
+def test_every_number_at_its_extremes_gets_one_line_naming_it(tmp_path, capsys, command, option, value):
+    """Every option meets values no run can use: exit 2, one line naming it, nothing written (0 where it is
+    out of range is in test_compare_refuses_bad_input_before_creating_anything)."""
+    if value == "-1" and option == "--queue-bdp":
+        value = "0"  # the queue-bdp group refuses 0 as it refuses -1
+    if option == "--seed" and value == "1000000000":
+        pytest.skip("a seed of 1e9 is valid (seeds are 32-bit)")
+    code = cli.main([*_base_args(command, tmp_path), option, value])
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert code == 2, (command, option, value, err)
+    assert len(lines) == 1 and lines[0].startswith("ccplab: error: ") and option in lines[0], err
+    assert list(tmp_path.iterdir()) == [], "nothing was written"
