@@ -165,6 +165,10 @@ def main(argv: list[str] | None = None) -> int:
     except CcplabError as exc:
         print(f"ccplab: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a file the user named cannot be written or read (read-only file system, ...)
+        where = exc.filename if exc.filename is not None else "a file"
+        print(f"ccplab: error: {where}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("ccplab: interrupted; daemons stopped and partial results removed", file=sys.stderr)
         return 130

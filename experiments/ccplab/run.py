@@ -54,7 +54,7 @@ import platform
 import shutil
 import subprocess
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,6 +68,7 @@ from typing import Sequence
 from .cca import Cca, DATAPATH_CA, kernel_ccs
 from .flows import BASE_PORT, FlowSpec, check_flows, flows_label, port_of, single_flow
 from .errors import CcplabError
+from .hostlock import ccp_host_claim
 from .cleanup import find_leftovers, remove_stale_partials
 from .processes import Daemon, child_env, supervised
 from .scenario import Scenario, check_trace
@@ -154,6 +155,12 @@ def run_flows(flows: Sequence[FlowSpec], scenario: Scenario, out: Path, run_inde
     """
     scenario.validate()
     check_flows(flows, scenario.duration_s)
+    with ccp_host_claim() if any(f.cca.kind == "ccp" for f in flows) else nullcontext():
+        return _claimed_run(flows, scenario, out, run_index)
+
+
+def _claimed_run(flows: Sequence[FlowSpec], scenario: Scenario, out: Path, run_index: int) -> RunResult:
+    """`run_flows` once the host is claimed (ccp) or needs no claim (kernel flows only)."""
     preflight_flows(flows)
     check_trace(scenario.trace)
     out = out.resolve()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 
@@ -223,3 +224,34 @@ def test_every_number_at_its_extremes_gets_one_line_naming_it(tmp_path, capsys, 
     assert code == 2, (command, option, value, err)
     assert len(lines) == 1 and lines[0].startswith("ccplab: error: ") and option in lines[0], err
     assert list(tmp_path.iterdir()) == [], "nothing was written"
+
+
+def test_a_second_ccp_run_is_refused_while_one_holds_the_host(tmp_path, capsys, needs_binaries):
+    """Two ccp runs started together: the one that does not hold the claim is refused before it checks,
+    creates or unlinks anything (the Portus socket of the other is left alone)."""
+    from ccplab.hostlock import ccp_host_claim
+
+    trace = tmp_path / "t.trace"
+    trace.write_text("1\n")
+    out = tmp_path / "run"
+    with ccp_host_claim():
+        code = cli.main(["run", "--cca", "ccp:reno", "--trace", str(trace), "--one-way-delay-ms", "5",
+                         "--queue-packets", "10", "--duration-s", "2", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and "another ccp run" in err and "one ccp run per host at a time" in err, err
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["t.trace"]
+    with ccp_host_claim():  # released when the holder let go
+        pass
+
+
+def test_out_on_a_read_only_file_system_is_one_line(tmp_path, capsys, needs_root):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)], check=True)
+    try:
+        code = cli.main(["compare", "--cca", "kernel:cubic", "--runs", "1", "--duration-s", "2",
+                         "--out", str(ro / "cmp")])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1 and "Read-only file system" in err and str(ro) in err, err
+    finally:
+        subprocess.run(["umount", str(ro)], check=True)
