@@ -13,8 +13,9 @@
 //!   phase=<slow_start|cong_avoid|recovery|rto_recovery>`; bbr: `mode=`, copa: `mode=`, `velocity=`)
 //! - `flow closed sid=<u32> repeats_skipped=<answers not sent, crate::repeats>`
 
+use crate::reinstall::InstallWatch;
 use crate::repeats::RepeatFilter;
-use crate::window::{Measurement, WindowParams};
+use crate::window::{Measurement, ReportPacer, WindowParams};
 use crate::{AlgorithmSpec, Control, Controller};
 use portus::ipc::Ipc;
 use portus::lang::Scope;
@@ -61,6 +62,8 @@ impl WindowBounds {
 pub struct PortusAlg<S: AlgorithmSpec> {
     args: S::Args,
     bounds: WindowBounds,
+    /// The glue commands the kernel's pacing rate per report ([`ReportPacer`]).
+    glue_pacing: bool,
     clock: Instant,
     _spec: PhantomData<fn() -> S>,
 }
@@ -68,7 +71,13 @@ pub struct PortusAlg<S: AlgorithmSpec> {
 impl<S: AlgorithmSpec> PortusAlg<S> {
     /// An algorithm instance with its flags and the shared window bounds.
     pub fn new(args: S::Args, bounds: WindowBounds) -> Self {
-        PortusAlg { args, bounds, clock: Instant::now(), _spec: PhantomData }
+        PortusAlg { args, bounds, glue_pacing: false, clock: Instant::now(), _spec: PhantomData }
+    }
+
+    /// For a datapath that does not pace: the algorithm paces itself
+    /// ([`AlgorithmSpec::pace_itself`]) or the glue commands the kernel's rate.
+    pub fn without_datapath_pacing(&mut self) {
+        self.glue_pacing = !S::pace_itself(&mut self.args);
     }
 }
 
@@ -102,7 +111,8 @@ impl<I: Ipc, S: AlgorithmSpec> CongAlg<I> for PortusAlg<S> {
                 None
             }
         };
-        let mut flow = PortusFlow { control, sc, window, clock: self.clock, repeats };
+        let pacer = self.glue_pacing.then(|| ReportPacer::new(mss));
+        let mut flow = PortusFlow { control, sc, window, clock: self.clock, repeats, pacer };
         let initial = flow.window.initial();
         info!(
             target: "ccp",
@@ -126,6 +136,8 @@ pub struct PortusFlow<I: Ipc, W: Controller> {
     window: W,
     clock: Instant,
     repeats: RepeatFilter,
+    /// Commands the kernel's pacing rate where the algorithm commands none.
+    pacer: Option<ReportPacer>,
 }
 
 impl<I: Ipc, W: Controller> PortusFlow<I, W> {
@@ -185,7 +197,11 @@ impl<I: Ipc, W: Controller> portus::Flow for PortusFlow<I, W> {
                 return;
             }
         };
-        let ctl = self.window.on_report(&m);
+        let mut ctl = self.window.on_report(&m);
+        if let Some(p) = &mut self.pacer {
+            let rate = p.rate_for(&m, ctl.cwnd_bytes);
+            ctl.rate_bytes_per_sec = ctl.rate_bytes_per_sec.or(rate);
+        }
         info!(
             target: REPORT_LOG_TARGET,
             "report sid={} acked={} sacked={} loss={} timeout={} rtt_us={} min_rtt_us={} inflight={} inflight_max={} rate_bps={} dp_cwnd={} -> cwnd={} bytes rate={} {}",
@@ -255,6 +271,8 @@ pub trait HostedAlg: HostedAlgOver<TapIpc<UnixIpc>> + HostedAlgOver<TapIpc<Netli
     fn name(&self) -> &'static str;
     /// Its fold programs, {program name: text}.
     fn programs(&self) -> HashMap<&'static str, String>;
+    /// Run on a datapath that does not pace ([`PortusAlg::without_datapath_pacing`]).
+    fn without_datapath_pacing(&mut self);
 }
 
 impl<I: Ipc, S: AlgorithmSpec> HostedAlgOver<I> for PortusAlg<S> {
@@ -271,16 +289,23 @@ impl<S: AlgorithmSpec> HostedAlg for PortusAlg<S> {
     fn programs(&self) -> HashMap<&'static str, String> {
         <Self as CongAlg<UnixIpc>>::datapath_programs(self)
     }
+
+    fn without_datapath_pacing(&mut self) {
+        PortusAlg::without_datapath_pacing(self)
+    }
 }
 
 /// The congAlg each created flow asked for, by sid, noted by [`TapIpc`] and
 /// taken by [`Router::new_flow`].
 type Requested = Arc<Mutex<HashMap<u32, String>>>;
 
-/// An IPC socket that notes the congAlg of every create message it receives.
+/// An IPC socket that notes the congAlg of every create message it receives,
+/// and installs the fold programs again when no flow reports after an install
+/// ([`crate::reinstall`]).
 pub struct TapIpc<I: Ipc> {
     inner: I,
     requested: Requested,
+    watch: Mutex<InstallWatch<I::Addr>>,
 }
 
 /// libccp's create message: type 0 in the u16 at offset 0 of the 8-byte header
@@ -289,6 +314,29 @@ const CREATE_MSG_TYPE: u16 = 0;
 const MSG_HEADER_BYTES: usize = 8;
 
 impl<I: Ipc> TapIpc<I> {
+    /// `inner` with an empty create table and install watch.
+    fn new(inner: I, requested: Requested) -> Self {
+        TapIpc { inner, requested, watch: Mutex::new(InstallWatch::default()) }
+    }
+
+    /// Send again what the install watch says is due (logged once per round).
+    fn resend_due(&self) {
+        let (again, overdue) = self.watch.lock().unwrap_or_else(|e| e.into_inner()).due(Instant::now());
+        if again.is_empty() {
+            return;
+        }
+        warn!(
+            target: "ccp",
+            "flows {overdue:?} sent no report since the fold programs were installed: installing them again ({} messages)",
+            again.len()
+        );
+        for (msg, to) in again {
+            if let Err(e) = self.inner.send(&msg, &to) {
+                warn!(target: "ccp", "installing again failed: {}", e.0);
+            }
+        }
+    }
+
     /// Note (sid, congAlg) of each create message in one received datagram
     /// (a datagram may hold several messages, each with its length).
     fn note_creates(&self, buf: &[u8]) {
@@ -310,7 +358,10 @@ impl<I: Ipc> TapIpc<I> {
     }
 }
 
-impl<I: Ipc> Ipc for TapIpc<I> {
+impl<I: Ipc> Ipc for TapIpc<I>
+where
+    I::Addr: Send,
+{
     type Addr = I::Addr;
 
     fn name() -> String {
@@ -318,12 +369,16 @@ impl<I: Ipc> Ipc for TapIpc<I> {
     }
 
     fn send(&self, msg: &[u8], to: &Self::Addr) -> portus::Result<()> {
+        self.watch.lock().unwrap_or_else(|e| e.into_inner()).sent(msg, to);
         self.inner.send(msg, to)
     }
 
     fn recv(&self, msg: &mut [u8]) -> portus::Result<(usize, Self::Addr)> {
+        // Runs at least once a second: Portus's sockets time out their receives.
+        self.resend_due();
         let (n, addr) = self.inner.recv(msg)?;
         self.note_creates(&msg[..n]);
+        self.watch.lock().unwrap_or_else(|e| e.into_inner()).received(&msg[..n], Instant::now());
         Ok((n, addr))
     }
 
@@ -403,10 +458,11 @@ impl Hosting {
     /// Run Portus on `sock` until `keep_running` is cleared or the IPC fails.
     pub fn run<I: Ipc>(self, sock: I, keep_running: Arc<AtomicBool>) -> portus::Result<()>
     where
+        I::Addr: Send,
         dyn HostedAlg: HostedAlgOver<TapIpc<I>>,
     {
         let requested = Requested::default();
-        let sock = TapIpc { inner: sock, requested: requested.clone() };
+        let sock = TapIpc::new(sock, requested.clone());
         portus::RunBuilder::new(portus::ipc::BackendBuilder { sock })
             .default_alg(Router { hosting: self, requested })
             .with_stop_handle(keep_running)
@@ -423,6 +479,7 @@ pub struct Router {
 
 impl<I: Ipc> CongAlg<TapIpc<I>> for Router
 where
+    I::Addr: Send,
     dyn HostedAlg: HostedAlgOver<TapIpc<I>>,
 {
     type Flow = Box<dyn portus::Flow>;
