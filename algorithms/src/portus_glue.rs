@@ -501,3 +501,111 @@ where
         <dyn HostedAlg as HostedAlgOver<TapIpc<I>>>::start_flow(alg, control, info)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::parse_from;
+    use crate::window::PacingMode;
+    use crate::{bbr::BbrSpec, cubic::CubicSpec, fixed_window::FixedWindowSpec, reno::RenoSpec};
+
+    fn alg<S: AlgorithmSpec>(argv: &[&str]) -> PortusAlg<S> {
+        let cli = parse_from::<S, _>(argv.iter().copied()).expect("valid flags");
+        PortusAlg::<S>::new(cli.alg, cli.common.bounds().expect("valid bounds"))
+    }
+
+    #[test]
+    fn without_datapath_pacing_reno_and_cubic_command_their_rate_and_cwnd_only_algorithms_get_the_glue_pacer() {
+        let mut reno = alg::<RenoSpec>(&["reno"]);
+        assert_eq!(reno.args.pacing, PacingMode::Kernel);
+        reno.without_datapath_pacing();
+        assert_eq!(reno.args.pacing, PacingMode::Report, "--pacing kernel needs a datapath that paces");
+        assert!(!reno.glue_pacing);
+        let mut off = alg::<CubicSpec>(&["cubic", "--pacing", "off"]);
+        off.without_datapath_pacing();
+        assert_eq!(off.args.pacing, PacingMode::Off, "an explicit off stays off");
+        assert!(!off.glue_pacing);
+        let mut fw = alg::<FixedWindowSpec>(&["fixed-window", "--window", "37"]);
+        assert!(!fw.glue_pacing, "a pacing datapath: nothing added");
+        fw.without_datapath_pacing();
+        assert!(fw.glue_pacing, "cwnd only: the glue commands the kernel's rate");
+        let mut bbr = alg::<BbrSpec>(&["bbr"]);
+        bbr.without_datapath_pacing();
+        assert!(!bbr.glue_pacing, "bbr commands its own pacing rate");
+    }
+
+    /// An IPC that hands out queued datagrams (then times out, as Portus's sockets do) and keeps what is sent.
+    struct FakeIpc {
+        incoming: Mutex<Vec<Vec<u8>>>,
+        sent: Arc<Mutex<Vec<Vec<u8>>>>,
+    }
+
+    impl Ipc for FakeIpc {
+        type Addr = ();
+        fn name() -> String {
+            "fake".into()
+        }
+        fn send(&self, msg: &[u8], _to: &()) -> portus::Result<()> {
+            self.sent.lock().unwrap().push(msg.to_vec());
+            Ok(())
+        }
+        fn recv(&self, msg: &mut [u8]) -> portus::Result<(usize, ())> {
+            match self.incoming.lock().unwrap().pop() {
+                Some(m) => {
+                    msg[..m.len()].copy_from_slice(&m);
+                    Ok((m.len(), ()))
+                }
+                None => Err(portus::Error("timed out".into())),
+            }
+        }
+        fn close(&mut self) -> portus::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn libccp_msg(typ: u16, sid: u32, body: &[u32]) -> Vec<u8> {
+        let mut m = typ.to_le_bytes().to_vec();
+        m.extend_from_slice(&((8 + 4 * body.len()) as u16).to_le_bytes());
+        m.extend_from_slice(&sid.to_le_bytes());
+        body.iter().for_each(|b| m.extend_from_slice(&b.to_le_bytes()));
+        m
+    }
+
+    #[test]
+    fn tap_sends_the_programs_again_from_a_receive_that_times_out() {
+        use crate::reinstall::{MSG_CHANGE_PROG, MSG_CREATE, MSG_INSTALL};
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let mut body = vec![14480, 1448, 0, 0, 0, 0];
+        body.extend([0u32; 16]); // congAlg, 64 bytes
+        let create = libccp_msg(MSG_CREATE, 1, &body);
+        let fake = FakeIpc { incoming: Mutex::new(vec![create]), sent: sent.clone() };
+        let tap = TapIpc {
+            inner: fake,
+            requested: Requested::default(),
+            watch: Mutex::new(InstallWatch::new(std::time::Duration::ZERO)),
+        };
+        let install = libccp_msg(MSG_INSTALL, 0, &[1, 0, 0]);
+        tap.send(&install, &()).unwrap(); // Portus's install, lost in the kernel
+        let mut buf = [0u8; 1024];
+        tap.recv(&mut buf).unwrap(); // the create
+        let change = libccp_msg(MSG_CHANGE_PROG, 1, &[1, 0]);
+        tap.send(&change, &()).unwrap(); // Portus's change-program for the flow
+        assert_eq!(sent.lock().unwrap().len(), 2);
+        assert!(tap.recv(&mut buf).is_err(), "the timeout still reaches Portus");
+        let all = sent.lock().unwrap().clone();
+        assert_eq!(all[2..], [install, change], "install and change-program sent again before the receive");
+    }
+
+    #[test]
+    fn netlink_daemons_do_without_datapath_pacing_unless_told_otherwise() {
+        use crate::cli::{DatapathPaces, IpcKind};
+        assert!(!DatapathPaces::Auto.resolve(IpcKind::Netlink));
+        assert!(DatapathPaces::Auto.resolve(IpcKind::Unix));
+        assert!(DatapathPaces::Yes.resolve(IpcKind::Netlink));
+        assert!(!DatapathPaces::No.resolve(IpcKind::Unix));
+        let cli = parse_from::<RenoSpec, _>(["reno", "--ipc", "netlink", "--datapath-paces", "yes"]).unwrap();
+        assert_eq!(cli.common.datapath_paces, DatapathPaces::Yes);
+        let e = parse_from::<RenoSpec, _>(["reno", "--also", "cubic:datapath-paces=no"]).err().expect("refused");
+        assert!(e.to_string().contains("--datapath-paces belongs to the whole daemon"), "{e}");
+    }
+}
