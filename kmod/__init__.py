@@ -14,5 +14,5 @@ Pieces, one job each:
 - `kmod.results`: the guest's results read back into a table and a verdict.
 - `kmod.cli`: `python -m kmod check ...`.
 
-The guest's own program is `kmod/guest/init.sh` (busybox sh, its /init).
+The guest's own program is `kmod/guest_init.sh` (busybox sh, its /init).
 """

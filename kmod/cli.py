@@ -91,7 +91,7 @@ def base_tree(u: kernels.Unpacked, ko: Path, binary: Path) -> initramfs.Tree:
     for d in ("proc", "sys", "dev", "run", "tmp", "out", "bin", "sbin", "usr/bin", "usr/sbin"):
         t.add_dir(d)
     t.add_file("bin/busybox", initramfs.which("busybox"), 0o755)
-    t.add_file("init", Path(__file__).parent / "guest" / "init.sh", 0o755)
+    t.add_file("init", Path(__file__).parent / "guest_init.sh", 0o755)
     for prog in HOST_PROGRAMS:
         t.add_program(f"host/bin/{prog}", initramfs.which(prog))
     t.add_program("host/bin/ccp-algorithms", binary)

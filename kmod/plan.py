@@ -1,6 +1,6 @@
 """What the guest runs: cases, one line each in /plan.txt, and the link in /plan.env.
 
-A case line is `ID KIND ORDER SECONDS CCA [DAEMON FLAGS...]` (kmod/guest/init.sh):
+A case line is `ID KIND ORDER SECONDS CCA [DAEMON FLAGS...]` (kmod/guest_init.sh):
 KIND `kernel` runs the kernel's own CCA, `ccp` runs `ccp-algorithms CCA --ipc netlink FLAGS`
 beside ccp-cong.ko, `ccp-dies` also kills that daemon (SIGKILL) halfway through the flow.
 ORDER is `module-first` or `daemon-first` for the ccp kinds, `-` for kernel.

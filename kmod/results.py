@@ -1,6 +1,6 @@
 """Reading a guest's results back: one row per case, and the verdict.
 
-Per case directory (kmod/guest/init.sh): `case`, `status`, `iperf.json` (iperf3 -J of the
+Per case directory (kmod/guest_init.sh): `case`, `status`, `iperf.json` (iperf3 -J of the
 client), `ss.txt` (`ss -tinH` of the sender every 0.2 s, each round after a `t <uptime>` line),
 `daemon.log` (ccp-algorithms), `dmesg.txt` (the kernel's log during the case), `killed`.
 """
