@@ -59,6 +59,10 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--cycle-seconds", type=int, default=3, help="flow length in a cycle, s (default 3)")
     c.add_argument("--cycle-ccp", default="reno", metavar="NAME[:FLAG=VALUE...]",
                    help="the algorithm of the cycles (default reno)")
+    c.add_argument("--cycle-drop-installs", type=int, default=0, metavar="N",
+                   help="fault injection: the cycles' daemons drop their first N install messages "
+                        "(CCPLAB_DROP_INSTALLS), as the kernel refuses installs that come too early; "
+                        "a controlled flow then shows the daemon's recovery (default 0)")
     c.add_argument("--skip-table", action="store_true", help="run only the cycles")
     c.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto",
                    help="QEMU acceleration (auto: kvm with VT-x/AMD-V, else tcg)")
@@ -132,6 +136,10 @@ def main(argv: list[str] | None = None) -> int:
         if a.cycles < 0:
             raise ValueError(f"--cycles must be >= 0, got {a.cycles}")
         cyc_name, cyc_flags = plan.parse_ccp_spec(a.cycle_ccp)
+        if a.cycle_drop_installs < 0:
+            raise ValueError(f"--cycle-drop-installs must be >= 0, got {a.cycle_drop_installs}")
+        if a.cycle_drop_installs:
+            cyc_flags += (f"CCPLAB_DROP_INSTALLS={a.cycle_drop_installs}",)
         cycle_cases = {o: plan.Case("cycle", "ccp", cyc_name, a.cycle_seconds, o, cyc_flags) for o in plan.ORDERS}
     except (source.SourceError, ValueError) as e:
         return fail(str(e))

@@ -4,12 +4,13 @@
 # output directory), then powers the guest off.
 #
 # /plan.txt, one case a line:  ID KIND ORDER SECONDS CCA [DAEMON FLAGS...]
-#   KIND  kernel     the kernel's own CCA (reno, cubic, bbr); ORDER is "-"
-#         ccp        ccp-algorithms CCA --ipc netlink FLAGS beside ccp-cong.ko
+#   KIND  kernel     the kernel's own CCA (reno, cubic, bbr), FLAGS to the iperf3 client; ORDER "-"
+#         ccp        ccp-algorithms CCA --ipc netlink FLAGS beside ccp-cong.ko (a flag
+#                    CCPLAB_NAME=VALUE goes to the daemon's environment instead)
 #         ccp-dies   the same, and the daemon is killed (SIGKILL) halfway through the flow
 #   ORDER module-first (insmod, then the daemon) or daemon-first (the daemon waits for the module)
 # /plan.env: RATE DELAY LIMIT (netem on the bottleneck), PORT.
-# Per case: iperf.json (client, -J), ss.txt (ss -tin every 0.2 s with "t <uptime>" lines),
+# Per case (written to /tmp/case/<case>, copied to /out at its end): iperf.json (client, -J), ss.txt (ss -tin every 0.2 s with "t <uptime>" lines),
 # daemon.log, dmesg.txt, and status (written last: "ok" or what failed).
 #
 # Programs from the host live in /host/bin and are called by path: busybox sh runs its own
@@ -83,9 +84,17 @@ unload_ccp() {
     wait_for 100 rmmod ccp_cong 2>/dev/null || log "rmmod ccp_cong failed"
 }
 
-start_daemon() {  # $1 = case dir, $2 = algorithm, rest = flags
+start_daemon() {  # $1 = case dir, $2 = algorithm, rest = flags (CCPLAB_*=VALUE: environment)
     d=$1; alg=$2; shift 2
-    RUST_LOG=info $H/ccp-algorithms "$alg" --ipc netlink "$@" > "$d/daemon.log" 2>&1 &
+    envs=; flags=
+    for f in "$@"; do
+        case "$f" in
+            CCPLAB_*=*) envs="$envs $f" ;;
+            *) flags="$flags $f" ;;
+        esac
+    done
+    # shellcheck disable=SC2086
+    env RUST_LOG=info $envs $H/ccp-algorithms "$alg" --ipc netlink $flags > "$d/daemon.log" 2>&1 &
     DAEMON=$!
     wait_for 500 grep -q "ready alg=" "$d/daemon.log"
 }
@@ -113,7 +122,9 @@ sample_ss() {  # $1 = case dir; until $1/.stop exists
 
 run_case() {  # ID KIND ORDER SECONDS CCA [FLAGS...]
     id=$1; kind=$2; order=$3; secs=$4; cca=$5; shift 5
-    d=/out/$id
+    # The case writes to tmpfs and is copied to the share at its end: a 9p write per log line
+    # (the daemon logs every report) costs the software CPU more than the flow itself.
+    d=/tmp/case/$id
     mkdir -p "$d"
     echo "$kind $order $secs $cca $*" > "$d/case"
     dmesg -c > /dev/null
@@ -139,7 +150,12 @@ run_case() {  # ID KIND ORDER SECONDS CCA [FLAGS...]
     if [ "$kind" = ccp-dies ]; then
         ( sleep $((secs / 2)); kill -KILL "$DAEMON"; echo "t $(cut -d' ' -f1 /proc/uptime)" > "$d/killed" ) &
     fi
-    $H/ip netns exec snd $H/iperf3 -c 10.0.2.2 -p "$PORT" -t "$secs" -C "$cc" -J > "$d/iperf.json" 2> "$d/iperf.err" \
+    # A kernel case's FLAGS go to the iperf3 client (e.g. --fq-rate=1G: SO_MAX_PACING_RATE,
+    # which turns TCP-internal pacing on for the kernel's CCA too).
+    extra=
+    [ "$kind" = kernel ] && extra="$*"
+    # shellcheck disable=SC2086
+    $H/ip netns exec snd $H/iperf3 -c 10.0.2.2 -p "$PORT" -t "$secs" -C "$cc" -J $extra > "$d/iperf.json" 2> "$d/iperf.err" \
         || status="iperf3 client failed"
     echo "t0 $t0" > "$d/times"
     touch "$d/.stop"
@@ -150,7 +166,10 @@ run_case() {  # ID KIND ORDER SECONDS CCA [FLAGS...]
         unload_ccp
     fi
     dmesg -c > "$d/dmesg.txt"
+    rm -f "$d/.stop"
     echo "$status" > "$d/status"
+    cp -r "$d" /out/ || log "copying $d to the share failed"
+    rm -rf "$d"
     log "case $id ($kind $cca $order): $status"
 }
 

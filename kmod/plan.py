@@ -1,7 +1,7 @@
 """What the guest runs: cases, one line each in /plan.txt, and the link in /plan.env.
 
 A case line is `ID KIND ORDER SECONDS CCA [DAEMON FLAGS...]` (kmod/guest_init.sh):
-KIND `kernel` runs the kernel's own CCA, `ccp` runs `ccp-algorithms CCA --ipc netlink FLAGS`
+KIND `kernel` runs the kernel's own CCA (FLAGS go to the iperf3 client), `ccp` runs `ccp-algorithms CCA --ipc netlink FLAGS`
 beside ccp-cong.ko, `ccp-dies` also kills that daemon (SIGKILL) halfway through the flow.
 ORDER is `module-first` or `daemon-first` for the ccp kinds, `-` for kernel.
 """
@@ -55,9 +55,10 @@ class Case:
 
     @property
     def label(self) -> str:
-        """kernel:cubic, ccp:fixed-window --window=37 (as the table shows it)."""
+        """kernel:cubic, ccp:fixed-window --window=37, ccp:reno (daemon killed) (as the table shows it)."""
         prefix = "kernel" if self.kind == "kernel" else "ccp"
-        return " ".join([f"{prefix}:{self.cca}", *self.flags])
+        text = " ".join([f"{prefix}:{self.cca}", *self.flags])
+        return text + " (daemon killed)" if self.kind == "ccp-dies" else text
 
 
 def parse_line(line: str) -> Case:
@@ -88,7 +89,10 @@ def parse_ccp_spec(spec: str) -> tuple[str, tuple[str, ...]]:
 
 #: The default table: the kernel's reno, cubic, bbr against the suite's reno, cubic, bbr, copa,
 #: vegas, a fixed window and three contest algorithms (ALGORITHMS.md section 2).
-DEFAULT_KERNEL = ("reno", "cubic", "bbr")
+#: reno and cubic also with --fq-rate=1G (iperf3 sets SO_MAX_PACING_RATE, which turns the
+#: kernel's own pacing on: 200 % / 120 % of cwnd/SRTT, what ccp flows get on ccp-kernel), since
+#: the guest's sockets are otherwise unpaced (its default CCA is cubic, no fq).
+DEFAULT_KERNEL = ("reno", "cubic", "bbr", "reno:fq-rate=1G", "cubic:fq-rate=1G")
 DEFAULT_CCP = ("reno", "cubic", "bbr", "copa", "vegas", "fixed-window:window=37", "aimd",
                "delay-threshold", "rocinante")
 
@@ -105,7 +109,8 @@ def table_cases(kernel_ccas, ccp_specs, seconds: int, order: str, dies: str | No
         cases.append(Case(base if n == 0 else f"{base}-{n + 1}", kind, name, seconds, order, flags))
 
     for c in kernel_ccas:
-        add("kernel", "kernel", c, ())
+        # NAME[:FLAG=VALUE...] as for ccp: the flags go to iperf3 (e.g. reno:fq-rate=1G).
+        add("kernel", "kernel", *parse_ccp_spec(c))
     for spec in ccp_specs:
         add("ccp", "ccp", *parse_ccp_spec(spec))
     if dies:

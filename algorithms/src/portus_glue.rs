@@ -22,7 +22,7 @@ use portus::lang::Scope;
 use portus::{CongAlg, Datapath, DatapathInfo, DatapathTrait, Report};
 use std::collections::HashMap;
 use std::marker::PhantomData;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tracing::{debug, error, info, warn};
@@ -306,7 +306,15 @@ pub struct TapIpc<I: Ipc> {
     inner: I,
     requested: Requested,
     watch: Mutex<InstallWatch<I::Addr>>,
+    /// Install messages still to drop ([`DROP_INSTALLS_ENV`]).
+    drop_installs: std::sync::atomic::AtomicU32,
 }
+
+/// Fault injection for the start-order check: the daemon drops this many of the first
+/// install messages it sends (as the kernel refuses installs that arrive before libccp has
+/// its program table), so the guest check can show the recovery of [`crate::reinstall`]
+/// on the real module. Unset or 0 in normal use.
+pub const DROP_INSTALLS_ENV: &str = "CCPLAB_DROP_INSTALLS";
 
 /// libccp's create message: type 0 in the u16 at offset 0 of the 8-byte header
 /// (u16 type, u16 length, u32 sid), as portus::serialize::create.
@@ -316,7 +324,16 @@ const MSG_HEADER_BYTES: usize = 8;
 impl<I: Ipc> TapIpc<I> {
     /// `inner` with an empty create table and install watch.
     fn new(inner: I, requested: Requested) -> Self {
-        TapIpc { inner, requested, watch: Mutex::new(InstallWatch::default()) }
+        let drop: u32 = std::env::var(DROP_INSTALLS_ENV).ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+        if drop > 0 {
+            warn!(target: "ccp", "{DROP_INSTALLS_ENV}={drop}: dropping the first {drop} install messages (fault injection)");
+        }
+        TapIpc {
+            inner,
+            requested,
+            watch: Mutex::new(InstallWatch::default()),
+            drop_installs: std::sync::atomic::AtomicU32::new(drop),
+        }
     }
 
     /// Send again what the install watch says is due (logged once per round).
@@ -370,6 +387,12 @@ where
 
     fn send(&self, msg: &[u8], to: &Self::Addr) -> portus::Result<()> {
         self.watch.lock().unwrap_or_else(|e| e.into_inner()).sent(msg, to);
+        let is_install = crate::reinstall::messages(msg).any(|(t, _, _)| t == crate::reinstall::MSG_INSTALL);
+        if is_install && self.drop_installs.load(Ordering::Relaxed) > 0 {
+            self.drop_installs.fetch_sub(1, Ordering::Relaxed);
+            warn!(target: "ccp", "fault injection: install message dropped");
+            return Ok(());
+        }
         self.inner.send(msg, to)
     }
 
@@ -583,17 +606,19 @@ mod tests {
             inner: fake,
             requested: Requested::default(),
             watch: Mutex::new(InstallWatch::new(std::time::Duration::ZERO)),
+            // The install is lost, as the kernel refuses one that comes before its program table.
+            drop_installs: std::sync::atomic::AtomicU32::new(1),
         };
         let install = libccp_msg(MSG_INSTALL, 0, &[1, 0, 0]);
-        tap.send(&install, &()).unwrap(); // Portus's install, lost in the kernel
+        tap.send(&install, &()).unwrap();
         let mut buf = [0u8; 1024];
         tap.recv(&mut buf).unwrap(); // the create
         let change = libccp_msg(MSG_CHANGE_PROG, 1, &[1, 0]);
         tap.send(&change, &()).unwrap(); // Portus's change-program for the flow
-        assert_eq!(sent.lock().unwrap().len(), 2);
+        assert_eq!(*sent.lock().unwrap(), [change.clone()], "the install was dropped");
         assert!(tap.recv(&mut buf).is_err(), "the timeout still reaches Portus");
         let all = sent.lock().unwrap().clone();
-        assert_eq!(all[2..], [install, change], "install and change-program sent again before the receive");
+        assert_eq!(all[1..], [install, change], "install and change-program sent again before the receive");
     }
 
     #[test]

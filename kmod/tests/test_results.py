@@ -109,6 +109,7 @@ def test_a_killed_daemon_is_reported_not_failed(tmp_path):
                                              dmesg="[ 40.0] ccp fallback (1000000 since last msg)\n"))
     assert r.module_errors == [] and r.controlled
     assert r.after_kill_mbps == 9.0 and r.after_kill_cwnd == [10]
+    assert "| ccp:reno (daemon killed) |" in results.table([r])
     assert "daemon killed at 2 s: after it 9.0 Mbit/s, cwnd n=1 median 10 [10-10]" in results.table([r])
 
 
