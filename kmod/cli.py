@@ -153,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
 
     all_rows: list[results.Row] = []
     cycles: dict[str, dict[str, list[bool]]] = {}
+    recovered: dict[str, dict[str, list[bool]]] = {}
     problems: list[str] = []
     for k in ks:
         try:
@@ -179,15 +180,20 @@ def main(argv: list[str] | None = None) -> int:
                 b, rows = run_guest(tree, u, [case], link, out / k.short / "cycles" / f"{order}-{i + 1:02d}", accel)
                 r = rows[0]
                 got.append(r.ok)
-                print(f"kmod: {k.short} {order} cycle {i + 1}/{a.cycles}: "
-                      f"{'controlled' if r.ok else 'NOT controlled'} ({r.reports} reports, "
+                rec = recovered.setdefault(k.short, {}).setdefault(order, [])
+                rec.append(bool(r.recovered))
+                state = "controlled" if r.ok else "NOT controlled"
+                if r.recovered:
+                    state += f" after installing again ({len(r.recovered)} kernel errors of lost installs)"
+                print(f"kmod: {k.short} {order} cycle {i + 1}/{a.cycles}: {state} ({r.reports} reports, "
                       f"{r.throughput_mbps or 0:.1f} Mbit/s, guest {b.seconds:.1f} s){'' if r.ok else ' ' + (r.why or r.status)}",
                       flush=True)
     report = out / "summary.md"
     text = results.table(all_rows) + "\n"
     for kshort, per in cycles.items():
         for order, oks in per.items():
-            text += f"\n{kshort} {order}: {sum(oks)} of {len(oks)} cycles controlled, {len(oks) - sum(oks)} not"
+            text += (f"\n{kshort} {order}: {sum(oks)} of {len(oks)} cycles controlled, {len(oks) - sum(oks)} not"
+                     f" ({sum(recovered[kshort][order])} after lost installs were installed again)")
     report.write_text(text + "\n")
     (out / "rows.json").write_text(json.dumps([{**asdict(r), "ok": r.ok} for r in all_rows], indent=1, default=str))
     bad = [r for r in all_rows if not r.ok and r.case.kind != "ccp-dies"]

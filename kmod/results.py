@@ -28,6 +28,12 @@ MODULE_ERRORS = re.compile(
     re.I,
 )
 
+#: The kernel's side of installs lost before libccp had its program table (the start-order
+#: race): the refused install and every change-program naming the missing program. The daemon
+#: recovers from these by installing again (algorithms/src/reinstall.rs, its log line below).
+LOST_INSTALL = re.compile(r"Could not find datapath program|message read failed: -96\b")
+REINSTALLED = "installing them again"
+
 _REPORT = re.compile(r"\breport sid=(\d+) acked=(\d+)")
 _FLOW = re.compile(r"\bflow sid=(\d+) alg=(\S+)")
 
@@ -46,6 +52,8 @@ class Row:
     flows: int = 0
     module_errors: list[str] = field(default_factory=list)
     controlled: bool | None = None  # None: a kernel CCA (nothing to control)
+    #: Lost-install errors the daemon recovered from (it installed again, then the flow reported).
+    recovered: list[str] = field(default_factory=list)
     why: str = ""
     after_kill_mbps: float | None = None
     after_kill_cwnd: list[int] = field(default_factory=list)
@@ -157,13 +165,15 @@ def read_case(kernel: str, d: Path) -> Row:
     log = (d / "daemon.log").read_text(errors="replace") if (d / "daemon.log").exists() else ""
     row.flows, row.reports = daemon_figures(log)
     errors = [ln.strip() for ln in dmesg.splitlines() if MODULE_ERRORS.search(ln)]
+    row.controlled, row.why = judge(case, row.flows, row.reports, row.cwnd)
     if case.kind == "ccp-dies" and killed_at is not None:
         row.after_kill_cwnd = data_flow_cwnd(rounds, since=killed_at + 1.0)
         if doc is not None:
             row.after_kill_mbps = interval_mbps(doc, case.seconds / 2 + 1)
     else:
-        row.module_errors = errors
-    row.controlled, row.why = judge(case, row.flows, row.reports, row.cwnd)
+        if row.controlled and REINSTALLED in log:
+            row.recovered = [e for e in errors if LOST_INSTALL.search(e)]
+        row.module_errors = [e for e in errors if e not in row.recovered]
     return row
 
 
@@ -212,6 +222,9 @@ def table(rows: list[Row]) -> str:
         note = r.why if r.status == "ok" else r.status
         if r.module_errors:
             note = (note + "; " if note else "") + f"module: {r.module_errors[0][:80]}"
+        if r.recovered:
+            note = (note + "; " if note else "") + \
+                f"installs lost ({len(r.recovered)} kernel errors), daemon installed again, flow controlled"
         if r.case.kind == "ccp-dies":
             ak = f"{r.after_kill_mbps:.1f}" if r.after_kill_mbps is not None else "-"
             note = (note + "; " if note else "") + \

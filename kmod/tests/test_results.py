@@ -116,3 +116,19 @@ def test_a_killed_daemon_is_reported_not_failed(tmp_path):
 def test_a_case_the_guest_never_ran(tmp_path):
     rows = results.read_run("6.1", tmp_path, [plan.Case("x", "ccp", "reno", 3)])
     assert rows[0].status == "did not run" and not rows[0].ok
+
+
+def test_lost_installs_the_daemon_recovered_from_are_not_failures(tmp_path):
+    dmesg = ("[ 12.29] no datapath program set\n[ 12.31] Could not find datapath program with program uid: 1\n"
+             "[ 12.40] [ccp] [nl] message read failed: -96.\n[ 13.0] WARNING: something else\n")
+    log = daemon_log(30).replace("INFO ccp: flow sid=1",
+                                 "WARN ccp: flows [1] sent no report since the fold programs were installed: "
+                                 "installing them again (3 messages)\nINFO ccp: flow sid=1")
+    r = results.read_case("6.12", write_case(tmp_path / "cycle", "cycle ccp daemon-first 3 reno", daemon=log, dmesg=dmesg))
+    assert r.controlled and len(r.recovered) == 2
+    assert r.module_errors == ["[ 13.0] WARNING: something else"] and not r.ok
+    assert "installs lost (2 kernel errors), daemon installed again" in results.table([r])
+    # Without the daemon's reinstall the same kernel errors fail the case.
+    r2 = results.read_case("6.12", write_case(tmp_path / "c2", "c2 ccp daemon-first 3 reno", daemon=daemon_log(30),
+                                              dmesg=dmesg.replace("[ 13.0] WARNING: something else\n", "")))
+    assert r2.recovered == [] and len(r2.module_errors) == 2 and not r2.ok
