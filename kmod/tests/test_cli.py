@@ -39,3 +39,27 @@ def test_help_lists_the_defaults(capsys):
     assert e.value.code == 0
     out = capsys.readouterr().out
     assert "window:window=37" in out and "--cycles" in out
+
+
+def test_a_guest_that_dies_before_init_is_booted_again_once(tmp_path, monkeypatch, capsys):
+    from kmod import guest, initramfs, kernels, plan
+
+    calls = []
+
+    def fake_boot(cmd, share, timeout_s):
+        calls.append(cmd)
+        (share / "console.log").write_text("Oops: int3: 0000 [#1]\nKernel panic - not syncing\n" if len(calls) == 1
+                                           else "ok\n")
+        if len(calls) > 1:
+            (share / "guest.log").write_text("kmod-guest: all cases done\n")
+        return guest.Boot(0, 1.0, len(calls) > 1, share / "console.log")
+
+    monkeypatch.setattr(guest, "boot", fake_boot)
+    u = kernels.Unpacked(kernels.KERNELS["6.12"], tmp_path / "k")
+    share = tmp_path / "out" / "cycles" / "daemon-first-06"
+    b, rows = cli.run_guest(initramfs.Tree(), u, [plan.Case("cycle", "ccp", "reno", 3)], plan.Link(), share, "tcg")
+    assert len(calls) == 2 and b.finished
+    assert (tmp_path / "out" / "cycles" / "daemon-first-06-boot-failed-1" / "console.log").exists()
+    assert "died before /init (Oops: int3" in capsys.readouterr().out
+    assert rows[0].status == "did not run"  # the fake guest wrote no case files
+    assert not list((tmp_path / "out" / "cycles").glob("*.cpio")), "the initramfs is removed"
