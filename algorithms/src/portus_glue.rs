@@ -316,11 +316,6 @@ pub struct TapIpc<I: Ipc> {
 /// on the real module. Unset or 0 in normal use.
 pub const DROP_INSTALLS_ENV: &str = "CCPLAB_DROP_INSTALLS";
 
-/// libccp's create message: type 0 in the u16 at offset 0 of the 8-byte header
-/// (u16 type, u16 length, u32 sid), as portus::serialize::create.
-const CREATE_MSG_TYPE: u16 = 0;
-const MSG_HEADER_BYTES: usize = 8;
-
 impl<I: Ipc> TapIpc<I> {
     /// `inner` with an empty create table and install watch.
     fn new(inner: I, requested: Requested) -> Self {
@@ -355,22 +350,15 @@ impl<I: Ipc> TapIpc<I> {
     }
 
     /// Note (sid, congAlg) of each create message in one received datagram
-    /// (a datagram may hold several messages, each with its length).
+    /// (a datagram may hold several messages, each with its length; [`crate::reinstall::messages`]).
     fn note_creates(&self, buf: &[u8]) {
-        let mut off = 0;
-        while off + MSG_HEADER_BYTES <= buf.len() {
-            let typ = u16::from_le_bytes([buf[off], buf[off + 1]]);
-            let len = usize::from(u16::from_le_bytes([buf[off + 2], buf[off + 3]]));
-            if len < MSG_HEADER_BYTES || off + len > buf.len() {
-                return; // malformed: Portus's own parser reports it
-            }
-            if typ == CREATE_MSG_TYPE {
-                if let Ok((portus::serialize::Msg::Cr(c), _)) = portus::serialize::Msg::from_buf(&buf[off..off + len]) {
+        for (typ, _, msg) in crate::reinstall::messages(buf) {
+            if typ == crate::reinstall::MSG_CREATE {
+                if let Ok((portus::serialize::Msg::Cr(c), _)) = portus::serialize::Msg::from_buf(msg) {
                     let name = c.cong_alg.unwrap_or_default();
                     self.requested.lock().unwrap_or_else(|e| e.into_inner()).insert(c.sid, name);
                 }
             }
-            off += len;
         }
     }
 }

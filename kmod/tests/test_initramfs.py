@@ -88,3 +88,34 @@ def test_guest_init_script_parses():
     script = Path(__file__).parent.parent / "guest_init.sh"
     r = subprocess.run(["busybox", "sh", "-n", str(script)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_the_guest_initramfs_holds_init_programs_modules_in_order_and_the_module(tmp_path):
+    from kmod import cli, kernels
+
+    needed = ["busybox", *cli.HOST_PROGRAMS]
+    missing = [c for c in needed if shutil.which(c) is None and not Path(f"/usr/sbin/{c}").exists()]
+    if missing or shutil.which("ldd") is None:
+        pytest.skip(f"host programs the guest needs are not installed: {', '.join(missing) or 'ldd'}")
+    k = kernels.KERNELS["6.12"]
+    u = kernels.Unpacked(k, tmp_path)
+    mods = u.modules / "kernel"
+    deps = {"9pnet_virtio": "9pnet,virtio_ring", "9p": "9pnet,netfs", "tcp_diag": "inet_diag"}
+    for name in [*cli.GUEST_MODULES, "9pnet", "netfs"]:
+        if name == "virtio_pci":
+            continue  # built in below
+        (mods / name).mkdir(parents=True, exist_ok=True)
+        (mods / name / f"{name}.ko.xz").write_bytes(lzma.compress(ko(deps.get(name, ""), name)))
+    (u.modules / "modules.builtin").write_text("kernel/drivers/virtio/virtio_pci.ko\nkernel/drivers/virtio/virtio_ring.ko\n")
+    module = tmp_path / "ccp-cong.ko"
+    module.write_bytes(ko("", "ccp_cong"))
+    tree = cli.base_tree(u, module, Path(shutil.which("true")))
+    got = initramfs.read_newc(tree.archive())
+    assert got["init"].mode & 0o111 and got["init"].data.startswith(b"#!/bin/busybox sh")
+    for prog in ["bin/busybox", "host/bin/ccp-algorithms", *(f"host/bin/{p}" for p in cli.HOST_PROGRAMS)]:
+        assert prog in got and got[prog].mode & 0o111, prog
+    order = got["modules.list"].data.decode().split()
+    assert order.index("9pnet.ko") < order.index("9pnet_virtio.ko") and order.index("netfs.ko") < order.index("9p.ko")
+    assert order.index("inet_diag.ko") < order.index("tcp_diag.ko") and "virtio_pci.ko" not in order
+    assert all(got[f"modules/{m}"].data.startswith(b"\x7fELF") for m in order), "modules decompressed"
+    assert got["ccp-cong.ko"].data == module.read_bytes()
