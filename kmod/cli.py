@@ -50,6 +50,9 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--ccp", action="append", default=None, metavar="NAME[:FLAG=VALUE...]",
                    help="a suite algorithm to run under ccp-kernel (repeatable; default: "
                         + ", ".join(plan.DEFAULT_CCP) + ")")
+    c.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="run the table N times in one guest, round after round, and print the "
+                        "median of each row (default 1)")
     c.add_argument("--order", choices=plan.ORDERS, default="module-first",
                    help="start order of the table's ccp flows (default module-first)")
     c.add_argument("--dies", default="reno", metavar="NAME|none",
@@ -150,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
         kccas = [c.strip() for c in a.kernel_cca.split(",") if c.strip()]
         dies = None if a.dies in ("", "none") else a.dies
         cases = [] if a.skip_table else plan.table_cases(kccas, a.ccp or list(plan.DEFAULT_CCP), a.seconds, a.order, dies)
+        if not 1 <= a.repeat <= 20:
+            raise ValueError(f"--repeat must be in 1..20, got {a.repeat}")
+        cases = plan.rounds(cases, a.repeat)
         if a.cycles < 0:
             raise ValueError(f"--cycles must be >= 0, got {a.cycles}")
         cyc_name, cyc_flags = plan.parse_ccp_spec(a.cycle_ccp)
@@ -189,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
                 problems.append(f"{k.release}: guest did not finish its plan" + (f" ({errs[0]})" if errs else ""))
             all_rows += rows
             print(results.table(rows), flush=True)
+            if a.repeat > 1:
+                print(results.median_table(rows), flush=True)
         for order, case in cycle_cases.items():
             if a.cycles == 0:
                 break
@@ -207,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
                       flush=True)
     report = out / "summary.md"
     text = results.table(all_rows) + "\n"
+    if a.repeat > 1:
+        text += "\n" + results.median_table(all_rows) + "\n"
     for kshort, per in cycles.items():
         for order, oks in per.items():
             text += (f"\n{kshort} {order}: {sum(oks)} of {len(oks)} cycles controlled, {len(oks) - sum(oks)} not"

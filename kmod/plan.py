@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 KINDS = ("kernel", "ccp", "ccp-dies")
 ORDERS = ("module-first", "daemon-first")
@@ -116,6 +116,12 @@ def table_cases(kernel_ccas, ccp_specs, seconds: int, order: str, dies: str | No
     if dies:
         add("dies", "ccp-dies", *parse_ccp_spec(dies))
     return cases
+
+
+def rounds(cases: list[Case], n: int) -> list[Case]:
+    """`cases` n times over, round after round (so slow drifts of the machine spread over
+    every row); round k > 1 suffixes each id with ".rk"."""
+    return [c if k == 1 else replace(c, id=f"{c.id}.r{k}") for k in range(1, n + 1) for c in cases]
 
 
 @dataclass(frozen=True)

@@ -232,3 +232,22 @@ def table(rows: list[Row]) -> str:
         lines.append(f"| {r.kernel} | {r.case.label} | {tp} | {r.retransmits if r.retransmits is not None else '-'} | "
                      f"{cwnd_summary(r.cwnd)} | {ctl} | {r.reports if r.case.kind != 'kernel' else '-'} | {note} |")
     return "\n".join(lines)
+
+
+def median_table(rows: list[Row]) -> str:
+    """Per (kernel, CCA) over repeated rows: runs, median throughput [min-max], median
+    retransmits, and how many runs the daemon controlled (Markdown)."""
+    groups: dict[tuple[str, str], list[Row]] = {}
+    for r in rows:
+        groups.setdefault((r.kernel, r.case.label), []).append(r)
+    lines = ["| kernel | CCA | runs | throughput (Mbit/s), median [min-max] | retransmits, median | controlled |",
+             "|" + "---|" * 6]
+    for (kernel, label), rs in groups.items():
+        tps = [r.throughput_mbps for r in rs if r.throughput_mbps is not None]
+        rts = [r.retransmits for r in rs if r.retransmits is not None]
+        tp = f"{statistics.median(tps):.1f} [{min(tps):.1f}-{max(tps):.1f}]" if tps else "-"
+        rt = f"{statistics.median(rts):g}" if rts else "-"
+        ctl = "-" if rs[0].controlled is None else f"{sum(1 for r in rs if r.controlled)} of {len(rs)}"
+        lines.append(f"| {kernel} | {label} | {len(rs)} | {tp} | {rt} | {ctl} |")
+    return "\n".join(lines)
+

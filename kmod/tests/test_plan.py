@@ -55,3 +55,12 @@ def test_link_env_refuses_values_the_guest_would_run_as_shell():
     assert "RATE=20mbit\nDELAY=20ms\nLIMIT=100\nPORT=5201\n" == plan.Link().env()
     with pytest.raises(ValueError, match="--rate"):
         plan.Link(rate="20mbit; reboot").env()
+
+
+def test_rounds_repeat_the_table_round_after_round_with_their_own_ids():
+    base = plan.table_cases(["reno"], ["cubic"], 10, "module-first", None)
+    got = plan.rounds(base, 3)
+    assert [c.id for c in got] == ["kernel-reno", "ccp-cubic", "kernel-reno.r2", "ccp-cubic.r2",
+                                   "kernel-reno.r3", "ccp-cubic.r3"]
+    assert got[3].label == "ccp:cubic" and plan.parse_line(got[3].line()) == got[3]
+    assert plan.rounds(base, 1) == base

@@ -132,3 +132,13 @@ def test_lost_installs_the_daemon_recovered_from_are_not_failures(tmp_path):
     r2 = results.read_case("6.12", write_case(tmp_path / "c2", "c2 ccp daemon-first 3 reno", daemon=daemon_log(30),
                                               dmesg=dmesg.replace("[ 13.0] WARNING: something else\n", "")))
     assert r2.recovered == [] and len(r2.module_errors) == 2 and not r2.ok
+
+
+def test_median_table_groups_repeated_rows(tmp_path):
+    rows = []
+    for i, mbps in enumerate([10.0, 14.0, 12.0]):
+        rid = "ccp-reno" if i == 0 else f"ccp-reno.r{i + 1}"
+        rows.append(results.read_case("6.12", write_case(tmp_path / rid, f"{rid} ccp module-first 2 reno",
+                                                         doc=iperf_doc(mbps, i), daemon=daemon_log(5))))
+    text = results.median_table(rows)
+    assert "| 6.12 | ccp:reno | 3 | 12.0 [10.0-14.0] | 1 | 3 of 3 |" in text
