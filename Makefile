@@ -9,7 +9,7 @@ CARGO ?= cargo
 APT_PACKAGES := iperf3 clang llvm bpftool libbpf-dev libelf-dev zlib1g-dev pkg-config iproute2 ethtool chromium
 APT_COMMANDS := iperf3 clang llc bpftool pkg-config ip ss ethtool chromium
 
-.PHONY: demo test build deps deps-apt deps-rust deps-python test-rust test-python bench clean
+.PHONY: demo test build deps deps-apt deps-rust deps-python test-rust test-python bench clean kmod-check deps-kmod
 
 demo: build
 	$(VENV)/bin/ccplab demo
@@ -63,6 +63,28 @@ bench: build
 	# the noisiest cell, own CPU at one paced flow (+-20 % a repetition), again with 24 (8 minutes)
 	$(NETLAB_LOCK) $(PY) -m ccplab.dpbench --loads paced --flows 1 --modes kernel,ccp-kernel-fold --reps 24 \
 	    --json results/bench-datapath-1paced-$$(date +%Y%m%d-%H%M%S).json
+
+# The suite on the real ccp-kernel module (docs/ccp-kernel.md): builds ccp-cong.ko from
+# CCP_KERNEL_SRC (a ccp-kernel checkout with its libccp submodule) for Debian's 6.1 and 6.12
+# kernels (packages fetched with apt-get download, unpacked under target/kmod, nothing
+# installed into /boot) and runs ccp-algorithms --ipc netlink beside it in QEMU guests without
+# a network device; then KMOD_CYCLES guests per start order. Non-zero exit when a daemon did
+# not control its flow or the module logged an error. The guests need no host lock.
+KMOD_PACKAGES := qemu-system-x86 busybox-static dwarves gcc-12 zstd
+KMOD_COMMANDS := qemu-system-x86_64 busybox pahole gcc-12 zstd
+KMOD_CYCLES ?= 10
+KMOD_ARGS ?=
+
+kmod-check: deps-kmod deps-python
+	$(CARGO) build --release -p ccp-algorithms
+	$(PY) -m kmod check --ccp-kernel-src "$(CCP_KERNEL_SRC)" --cycles $(KMOD_CYCLES) $(KMOD_ARGS)
+
+deps-kmod: deps-apt
+	@missing=""; for c in $(KMOD_COMMANDS); do command -v $$c >/dev/null || missing="$$missing $$c"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages for kmod-check (missing:$$missing)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(KMOD_PACKAGES); \
+	fi
 
 clean:
 	rm -rf target $(VENV)

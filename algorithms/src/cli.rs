@@ -41,6 +41,28 @@ pub enum IpcKind {
     Netlink,
 }
 
+/// Whether the datapath paces cwnd-only flows itself (`--datapath-paces`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DatapathPaces {
+    /// yes with --ipc unix (ccp-datapath), no with --ipc netlink (ccp-kernel).
+    Auto,
+    /// The datapath paces per ACK as the kernel paces reno and cubic.
+    Yes,
+    /// It does not: the daemon commands the kernel's pacing rate every report.
+    No,
+}
+
+impl DatapathPaces {
+    /// The answer for a daemon on `ipc`.
+    pub fn resolve(self, ipc: IpcKind) -> bool {
+        match self {
+            DatapathPaces::Yes => true,
+            DatapathPaces::No => false,
+            DatapathPaces::Auto => ipc == IpcKind::Unix,
+        }
+    }
+}
+
 /// Flags every algorithm binary shares.
 #[derive(Args, Clone, Debug)]
 pub struct CommonArgs {
@@ -50,6 +72,15 @@ pub struct CommonArgs {
     /// Unix socket name: Portus binds `/tmp/ccp/<ipc-name>`; a plain file name (unix IPC only).
     #[arg(long, default_value = "portus", value_name = "NAME")]
     pub ipc_name: String,
+    /// Whether the datapath paces cwnd-only flows itself, per ACK at Linux
+    /// tcp_update_pacing_rate's rate (ccp-datapath does; ccp-kernel turns pacing on
+    /// and leaves the rate at its connect-time value, capping every such flow).
+    /// no: reno and cubic command that rate every report (--pacing report) and
+    /// the daemon commands it (200 % of cwnd/SRTT until the first loss, 120 %
+    /// after) for every other algorithm that commands cwnd only. auto: yes with
+    /// --ipc unix, no with --ipc netlink.
+    #[arg(long, value_enum, default_value = "auto", value_name = "WHEN")]
+    pub datapath_paces: DatapathPaces,
     /// Initial congestion window, packets (RFC 6928 / Linux default 10).
     #[arg(long, default_value = "10", value_name = "PKTS")]
     pub init_cwnd_pkts: f64,
@@ -174,7 +205,8 @@ pub fn command<S: AlgorithmSpec>() -> clap::Command {
 const META_FLAGS: [&str; 5] = ["help", "version", "dump_program", "describe_json", "also"];
 
 /// Flags of the daemon as a whole: not settable per hosted algorithm in `--also`.
-const DAEMON_FLAGS: [&str; 6] = ["ipc", "ipc-name", "verbose", "also", "dump-program", "describe-json"];
+const DAEMON_FLAGS: [&str; 7] =
+    ["ipc", "ipc-name", "datapath-paces", "verbose", "also", "dump-program", "describe-json"];
 
 /// The `--describe-json` document of algorithm `S`, derived from its clap Command so the
 /// flags have one source of truth.
@@ -330,6 +362,11 @@ pub fn hosting<S: AlgorithmSpec>(cli: &Cli<S::Args>) -> Result<Hosting, String> 
             format!("--also {spec}: unknown algorithm {name:?}; the suite: {}", crate::suite::names().join(", "))
         })?;
         algs.push((entry.host)(&params)?);
+    }
+    if !cli.common.datapath_paces.resolve(cli.common.ipc) {
+        for alg in &mut algs {
+            alg.without_datapath_pacing();
+        }
     }
     Hosting::new(algs)
 }

@@ -174,6 +174,15 @@ impl AlgorithmSpec for CubicSpec {
         Paced::new(cubic, a.pacing.per_report())
     }
 
+    /// `--pacing kernel` needs a datapath that paces per ACK: without one the
+    /// algorithm commands the same rate with every report (`--pacing report`).
+    fn pace_itself(args: &mut Self::Args) -> bool {
+        if args.pacing == PacingMode::Kernel {
+            args.pacing = PacingMode::Report;
+        }
+        true
+    }
+
     fn program(_args: &CubicArgs) -> FoldProgram {
         PROGRAM
     }

@@ -485,12 +485,28 @@ pub const TIMEOUT_MARK: u64 = 1_000_000_000;
 /// or u64::MAX depending on the path).
 const INFINITY_THRESHOLD: u64 = u32::MAX as u64;
 
+/// A packet count of a report summed or maxed over `Ack.packets_acked`, taken modulo 2^32.
+///
+/// Why: ccp-kernel computes `Ack.packets_acked` as `rs->acked_sacked - packets_misordered`
+/// in u32 (tcp_ccp.c `load_primitives`, ccp-kernel 024bdc8 and be2c947), where
+/// `packets_misordered` is the growth of `tp->sacked_out` since the last ACK; when that
+/// growth exceeds the ACK's `acked_sacked` the difference wraps to about 2^32, and the
+/// fold's u64 sums carry it: `Report.delivered` and `Report.inflmax` came as 2^32 + a few
+/// packets in a recovery on 6.12 (`make kmod-check`), and ccp:reno's cwnd jumped to its
+/// 100000-packet ceiling at the first such report. A real count of one report is far below
+/// 2^32, and the wrapped terms sum to the true count modulo 2^32. (Folds that use
+/// `Ack.packets_acked` per ACK themselves, bbr's, see the same wrap on ccp-kernel.)
+pub fn unwrap_u32_count(v: u64) -> u64 {
+    v & u64::from(u32::MAX)
+}
+
 /// Convert the raw Report field values (in [`REPORT_FIELDS`] order) into a
 /// [`Measurement`] stamped with `now_us`.
 pub fn measurement_from_fields(values: [u64; 16], now_us: u64) -> Measurement {
     let [acked, sacked, loss, delivered, rtt, minrtt, inflight, inflmax, rate, acks, cwnd, rtt8, nrtt, train, maxrtt, trainon] =
         values;
     let finite = |v: u64| if v >= INFINITY_THRESHOLD { 0 } else { v };
+    let (delivered, inflmax) = (unwrap_u32_count(delivered), unwrap_u32_count(inflmax));
     Measurement {
         now_us,
         acked_bytes: acked,
@@ -619,6 +635,22 @@ mod tests {
         assert!(interval.text_with_report_floor(5_000).contains("(when (> Micros 30000)"), "above the floor: kept");
         assert!(interval.text_with_report_floor(50_000).contains("(when (> Micros 50000)"), "below: raised");
         assert_eq!(acks.text_with_report_floor(5_000), acks.text(), "a per-ACK cadence has no time to floor");
+    }
+
+    #[test]
+    fn ccp_kernels_wrapped_packets_acked_is_taken_modulo_2_pow_32() {
+        // As seen on ccp-kernel 6.12: inflmax 4294967435 and delivered 2^32 + 34 in one recovery report.
+        let mut f = [0u64; 16];
+        f[3] = (1u64 << 32) + 34;
+        f[6] = 98;
+        f[7] = 4_294_967_435;
+        let m = measurement_from_fields(f, 0);
+        assert_eq!((m.delivered_pkts, m.inflight_max_pkts, m.inflight_pkts), (34, 139, 98));
+        // Two wrapped ACKs in one sum, and ordinary values, come out as the true counts.
+        f[3] = (2u64 << 32) + 7;
+        f[7] = 152;
+        let m = measurement_from_fields(f, 0);
+        assert_eq!((m.delivered_pkts, m.inflight_max_pkts), (7, 152));
     }
 
     #[test]

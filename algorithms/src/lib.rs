@@ -35,6 +35,7 @@ pub mod mixture;
 pub mod pid;
 pub mod portus_glue;
 pub mod reno;
+pub mod reinstall;
 pub mod repeats;
 pub mod rocinante;
 pub mod spoderman;
@@ -141,6 +142,16 @@ pub trait AlgorithmSpec: 'static {
 
     /// The fold program this algorithm installs (its report cadence).
     fn program(args: &Self::Args) -> FoldProgram;
+
+    /// On a datapath that does not pace cwnd-only flows itself (ccp-kernel, whose
+    /// pacing rate stays at its connect-time value; `--datapath-paces no`): change
+    /// `args` so the algorithm commands its own pacing rate and return true, or
+    /// return false to have the Portus glue command Linux tcp_update_pacing_rate's
+    /// rate with every report ([`window::ReportPacer`]). Default: true when the
+    /// algorithm commands a rate ([`AlgorithmSpec::CONTROLS`] names it), else false.
+    fn pace_itself(_args: &mut Self::Args) -> bool {
+        Self::CONTROLS.contains("rate")
+    }
 }
 
 /// Check that `v` is a finite number in the open interval (lo, hi); the error

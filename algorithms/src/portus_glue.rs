@@ -13,15 +13,16 @@
 //!   phase=<slow_start|cong_avoid|recovery|rto_recovery>`; bbr: `mode=`, copa: `mode=`, `velocity=`)
 //! - `flow closed sid=<u32> repeats_skipped=<answers not sent, crate::repeats>`
 
+use crate::reinstall::InstallWatch;
 use crate::repeats::RepeatFilter;
-use crate::window::{Measurement, WindowParams};
+use crate::window::{Measurement, ReportPacer, WindowParams};
 use crate::{AlgorithmSpec, Control, Controller};
 use portus::ipc::Ipc;
 use portus::lang::Scope;
 use portus::{CongAlg, Datapath, DatapathInfo, DatapathTrait, Report};
 use std::collections::HashMap;
 use std::marker::PhantomData;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tracing::{debug, error, info, warn};
@@ -61,6 +62,8 @@ impl WindowBounds {
 pub struct PortusAlg<S: AlgorithmSpec> {
     args: S::Args,
     bounds: WindowBounds,
+    /// The glue commands the kernel's pacing rate per report ([`ReportPacer`]).
+    glue_pacing: bool,
     clock: Instant,
     _spec: PhantomData<fn() -> S>,
 }
@@ -68,7 +71,13 @@ pub struct PortusAlg<S: AlgorithmSpec> {
 impl<S: AlgorithmSpec> PortusAlg<S> {
     /// An algorithm instance with its flags and the shared window bounds.
     pub fn new(args: S::Args, bounds: WindowBounds) -> Self {
-        PortusAlg { args, bounds, clock: Instant::now(), _spec: PhantomData }
+        PortusAlg { args, bounds, glue_pacing: false, clock: Instant::now(), _spec: PhantomData }
+    }
+
+    /// For a datapath that does not pace: the algorithm paces itself
+    /// ([`AlgorithmSpec::pace_itself`]) or the glue commands the kernel's rate.
+    pub fn without_datapath_pacing(&mut self) {
+        self.glue_pacing = !S::pace_itself(&mut self.args);
     }
 }
 
@@ -102,7 +111,8 @@ impl<I: Ipc, S: AlgorithmSpec> CongAlg<I> for PortusAlg<S> {
                 None
             }
         };
-        let mut flow = PortusFlow { control, sc, window, clock: self.clock, repeats };
+        let pacer = self.glue_pacing.then(|| ReportPacer::new(mss));
+        let mut flow = PortusFlow { control, sc, window, clock: self.clock, repeats, pacer };
         let initial = flow.window.initial();
         info!(
             target: "ccp",
@@ -126,6 +136,8 @@ pub struct PortusFlow<I: Ipc, W: Controller> {
     window: W,
     clock: Instant,
     repeats: RepeatFilter,
+    /// Commands the kernel's pacing rate where the algorithm commands none.
+    pacer: Option<ReportPacer>,
 }
 
 impl<I: Ipc, W: Controller> PortusFlow<I, W> {
@@ -185,7 +197,11 @@ impl<I: Ipc, W: Controller> portus::Flow for PortusFlow<I, W> {
                 return;
             }
         };
-        let ctl = self.window.on_report(&m);
+        let mut ctl = self.window.on_report(&m);
+        if let Some(p) = &mut self.pacer {
+            let rate = p.rate_for(&m, ctl.cwnd_bytes);
+            ctl.rate_bytes_per_sec = ctl.rate_bytes_per_sec.or(rate);
+        }
         info!(
             target: REPORT_LOG_TARGET,
             "report sid={} acked={} sacked={} loss={} timeout={} rtt_us={} min_rtt_us={} inflight={} inflight_max={} rate_bps={} dp_cwnd={} -> cwnd={} bytes rate={} {}",
@@ -255,6 +271,8 @@ pub trait HostedAlg: HostedAlgOver<TapIpc<UnixIpc>> + HostedAlgOver<TapIpc<Netli
     fn name(&self) -> &'static str;
     /// Its fold programs, {program name: text}.
     fn programs(&self) -> HashMap<&'static str, String>;
+    /// Run on a datapath that does not pace ([`PortusAlg::without_datapath_pacing`]).
+    fn without_datapath_pacing(&mut self);
 }
 
 impl<I: Ipc, S: AlgorithmSpec> HostedAlgOver<I> for PortusAlg<S> {
@@ -271,46 +289,84 @@ impl<S: AlgorithmSpec> HostedAlg for PortusAlg<S> {
     fn programs(&self) -> HashMap<&'static str, String> {
         <Self as CongAlg<UnixIpc>>::datapath_programs(self)
     }
+
+    fn without_datapath_pacing(&mut self) {
+        PortusAlg::without_datapath_pacing(self)
+    }
 }
 
 /// The congAlg each created flow asked for, by sid, noted by [`TapIpc`] and
 /// taken by [`Router::new_flow`].
 type Requested = Arc<Mutex<HashMap<u32, String>>>;
 
-/// An IPC socket that notes the congAlg of every create message it receives.
+/// An IPC socket that notes the congAlg of every create message it receives,
+/// and installs the fold programs again when no flow reports after an install
+/// ([`crate::reinstall`]).
 pub struct TapIpc<I: Ipc> {
     inner: I,
     requested: Requested,
+    watch: Mutex<InstallWatch<I::Addr>>,
+    /// Install messages still to drop ([`DROP_INSTALLS_ENV`]).
+    drop_installs: std::sync::atomic::AtomicU32,
 }
 
-/// libccp's create message: type 0 in the u16 at offset 0 of the 8-byte header
-/// (u16 type, u16 length, u32 sid), as portus::serialize::create.
-const CREATE_MSG_TYPE: u16 = 0;
-const MSG_HEADER_BYTES: usize = 8;
+/// Fault injection for the start-order check: the daemon drops this many of the first
+/// install messages it sends (as the kernel refuses installs that arrive before libccp has
+/// its program table), so the guest check can show the recovery of [`crate::reinstall`]
+/// on the real module. Unset or 0 in normal use.
+pub const DROP_INSTALLS_ENV: &str = "CCPLAB_DROP_INSTALLS";
 
 impl<I: Ipc> TapIpc<I> {
-    /// Note (sid, congAlg) of each create message in one received datagram
-    /// (a datagram may hold several messages, each with its length).
-    fn note_creates(&self, buf: &[u8]) {
-        let mut off = 0;
-        while off + MSG_HEADER_BYTES <= buf.len() {
-            let typ = u16::from_le_bytes([buf[off], buf[off + 1]]);
-            let len = usize::from(u16::from_le_bytes([buf[off + 2], buf[off + 3]]));
-            if len < MSG_HEADER_BYTES || off + len > buf.len() {
-                return; // malformed: Portus's own parser reports it
+    /// `inner` with an empty create table and install watch.
+    fn new(inner: I, requested: Requested) -> Self {
+        let drop: u32 = std::env::var(DROP_INSTALLS_ENV).ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+        if drop > 0 {
+            warn!(target: "ccp", "{DROP_INSTALLS_ENV}={drop}: dropping the first {drop} install messages (fault injection)");
+        }
+        TapIpc {
+            inner,
+            requested,
+            watch: Mutex::new(InstallWatch::default()),
+            drop_installs: std::sync::atomic::AtomicU32::new(drop),
+        }
+    }
+
+    /// Send again what the install watch says is due (logged once per round).
+    fn resend_due(&self) {
+        let (again, overdue) = self.watch.lock().unwrap_or_else(|e| e.into_inner()).due(Instant::now());
+        if again.is_empty() {
+            return;
+        }
+        warn!(
+            target: "ccp",
+            "flows {overdue:?} sent no report since the fold programs were installed: installing them again ({} messages)",
+            again.len()
+        );
+        for (msg, to) in again {
+            if let Err(e) = self.inner.send(&msg, &to) {
+                warn!(target: "ccp", "installing again failed: {}", e.0);
             }
-            if typ == CREATE_MSG_TYPE {
-                if let Ok((portus::serialize::Msg::Cr(c), _)) = portus::serialize::Msg::from_buf(&buf[off..off + len]) {
+        }
+    }
+
+    /// Note (sid, congAlg) of each create message in one received datagram
+    /// (a datagram may hold several messages, each with its length; [`crate::reinstall::messages`]).
+    fn note_creates(&self, buf: &[u8]) {
+        for (typ, _, msg) in crate::reinstall::messages(buf) {
+            if typ == crate::reinstall::MSG_CREATE {
+                if let Ok((portus::serialize::Msg::Cr(c), _)) = portus::serialize::Msg::from_buf(msg) {
                     let name = c.cong_alg.unwrap_or_default();
                     self.requested.lock().unwrap_or_else(|e| e.into_inner()).insert(c.sid, name);
                 }
             }
-            off += len;
         }
     }
 }
 
-impl<I: Ipc> Ipc for TapIpc<I> {
+impl<I: Ipc> Ipc for TapIpc<I>
+where
+    I::Addr: Send,
+{
     type Addr = I::Addr;
 
     fn name() -> String {
@@ -318,12 +374,22 @@ impl<I: Ipc> Ipc for TapIpc<I> {
     }
 
     fn send(&self, msg: &[u8], to: &Self::Addr) -> portus::Result<()> {
+        self.watch.lock().unwrap_or_else(|e| e.into_inner()).sent(msg, to);
+        let is_install = crate::reinstall::messages(msg).any(|(t, _, _)| t == crate::reinstall::MSG_INSTALL);
+        if is_install && self.drop_installs.load(Ordering::Relaxed) > 0 {
+            self.drop_installs.fetch_sub(1, Ordering::Relaxed);
+            warn!(target: "ccp", "fault injection: install message dropped");
+            return Ok(());
+        }
         self.inner.send(msg, to)
     }
 
     fn recv(&self, msg: &mut [u8]) -> portus::Result<(usize, Self::Addr)> {
+        // Runs at least once a second: Portus's sockets time out their receives.
+        self.resend_due();
         let (n, addr) = self.inner.recv(msg)?;
         self.note_creates(&msg[..n]);
+        self.watch.lock().unwrap_or_else(|e| e.into_inner()).received(&msg[..n], Instant::now());
         Ok((n, addr))
     }
 
@@ -403,10 +469,11 @@ impl Hosting {
     /// Run Portus on `sock` until `keep_running` is cleared or the IPC fails.
     pub fn run<I: Ipc>(self, sock: I, keep_running: Arc<AtomicBool>) -> portus::Result<()>
     where
+        I::Addr: Send,
         dyn HostedAlg: HostedAlgOver<TapIpc<I>>,
     {
         let requested = Requested::default();
-        let sock = TapIpc { inner: sock, requested: requested.clone() };
+        let sock = TapIpc::new(sock, requested.clone());
         portus::RunBuilder::new(portus::ipc::BackendBuilder { sock })
             .default_alg(Router { hosting: self, requested })
             .with_stop_handle(keep_running)
@@ -423,6 +490,7 @@ pub struct Router {
 
 impl<I: Ipc> CongAlg<TapIpc<I>> for Router
 where
+    I::Addr: Send,
     dyn HostedAlg: HostedAlgOver<TapIpc<I>>,
 {
     type Flow = Box<dyn portus::Flow>;
@@ -442,5 +510,115 @@ where
             info!(target: "ccp", "flow sid={} asked for {asked:?}, not hosted: default {}", info.sock_id, alg.name());
         }
         <dyn HostedAlg as HostedAlgOver<TapIpc<I>>>::start_flow(alg, control, info)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::parse_from;
+    use crate::window::PacingMode;
+    use crate::{bbr::BbrSpec, cubic::CubicSpec, fixed_window::FixedWindowSpec, reno::RenoSpec};
+
+    fn alg<S: AlgorithmSpec>(argv: &[&str]) -> PortusAlg<S> {
+        let cli = parse_from::<S, _>(argv.iter().copied()).expect("valid flags");
+        PortusAlg::<S>::new(cli.alg, cli.common.bounds().expect("valid bounds"))
+    }
+
+    #[test]
+    fn without_datapath_pacing_reno_and_cubic_command_their_rate_and_cwnd_only_algorithms_get_the_glue_pacer() {
+        let mut reno = alg::<RenoSpec>(&["reno"]);
+        assert_eq!(reno.args.pacing, PacingMode::Kernel);
+        reno.without_datapath_pacing();
+        assert_eq!(reno.args.pacing, PacingMode::Report, "--pacing kernel needs a datapath that paces");
+        assert!(!reno.glue_pacing);
+        let mut off = alg::<CubicSpec>(&["cubic", "--pacing", "off"]);
+        off.without_datapath_pacing();
+        assert_eq!(off.args.pacing, PacingMode::Off, "an explicit off stays off");
+        assert!(!off.glue_pacing);
+        let mut fw = alg::<FixedWindowSpec>(&["fixed-window", "--window", "37"]);
+        assert!(!fw.glue_pacing, "a pacing datapath: nothing added");
+        fw.without_datapath_pacing();
+        assert!(fw.glue_pacing, "cwnd only: the glue commands the kernel's rate");
+        let mut bbr = alg::<BbrSpec>(&["bbr"]);
+        bbr.without_datapath_pacing();
+        assert!(!bbr.glue_pacing, "bbr commands its own pacing rate");
+    }
+
+    /// An IPC that hands out queued datagrams (then times out, as Portus's sockets do) and keeps what is sent.
+    struct FakeIpc {
+        incoming: Mutex<Vec<Vec<u8>>>,
+        sent: Arc<Mutex<Vec<Vec<u8>>>>,
+    }
+
+    impl Ipc for FakeIpc {
+        type Addr = ();
+        fn name() -> String {
+            "fake".into()
+        }
+        fn send(&self, msg: &[u8], _to: &()) -> portus::Result<()> {
+            self.sent.lock().unwrap().push(msg.to_vec());
+            Ok(())
+        }
+        fn recv(&self, msg: &mut [u8]) -> portus::Result<(usize, ())> {
+            match self.incoming.lock().unwrap().pop() {
+                Some(m) => {
+                    msg[..m.len()].copy_from_slice(&m);
+                    Ok((m.len(), ()))
+                }
+                None => Err(portus::Error("timed out".into())),
+            }
+        }
+        fn close(&mut self) -> portus::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn libccp_msg(typ: u16, sid: u32, body: &[u32]) -> Vec<u8> {
+        let mut m = typ.to_le_bytes().to_vec();
+        m.extend_from_slice(&((8 + 4 * body.len()) as u16).to_le_bytes());
+        m.extend_from_slice(&sid.to_le_bytes());
+        body.iter().for_each(|b| m.extend_from_slice(&b.to_le_bytes()));
+        m
+    }
+
+    #[test]
+    fn tap_sends_the_programs_again_from_a_receive_that_times_out() {
+        use crate::reinstall::{MSG_CHANGE_PROG, MSG_CREATE, MSG_INSTALL};
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let mut body = vec![14480, 1448, 0, 0, 0, 0];
+        body.extend([0u32; 16]); // congAlg, 64 bytes
+        let create = libccp_msg(MSG_CREATE, 1, &body);
+        let fake = FakeIpc { incoming: Mutex::new(vec![create]), sent: sent.clone() };
+        let tap = TapIpc {
+            inner: fake,
+            requested: Requested::default(),
+            watch: Mutex::new(InstallWatch::new(std::time::Duration::ZERO)),
+            // The install is lost, as the kernel refuses one that comes before its program table.
+            drop_installs: std::sync::atomic::AtomicU32::new(1),
+        };
+        let install = libccp_msg(MSG_INSTALL, 0, &[1, 0, 0]);
+        tap.send(&install, &()).unwrap();
+        let mut buf = [0u8; 1024];
+        tap.recv(&mut buf).unwrap(); // the create
+        let change = libccp_msg(MSG_CHANGE_PROG, 1, &[1, 0]);
+        tap.send(&change, &()).unwrap(); // Portus's change-program for the flow
+        assert_eq!(*sent.lock().unwrap(), [change.clone()], "the install was dropped");
+        assert!(tap.recv(&mut buf).is_err(), "the timeout still reaches Portus");
+        let all = sent.lock().unwrap().clone();
+        assert_eq!(all[1..], [install, change], "install and change-program sent again before the receive");
+    }
+
+    #[test]
+    fn netlink_daemons_do_without_datapath_pacing_unless_told_otherwise() {
+        use crate::cli::{DatapathPaces, IpcKind};
+        assert!(!DatapathPaces::Auto.resolve(IpcKind::Netlink));
+        assert!(DatapathPaces::Auto.resolve(IpcKind::Unix));
+        assert!(DatapathPaces::Yes.resolve(IpcKind::Netlink));
+        assert!(!DatapathPaces::No.resolve(IpcKind::Unix));
+        let cli = parse_from::<RenoSpec, _>(["reno", "--ipc", "netlink", "--datapath-paces", "yes"]).unwrap();
+        assert_eq!(cli.common.datapath_paces, DatapathPaces::Yes);
+        let e = parse_from::<RenoSpec, _>(["reno", "--also", "cubic:datapath-paces=no"]).err().expect("refused");
+        assert!(e.to_string().contains("--datapath-paces belongs to the whole daemon"), "{e}");
     }
 }

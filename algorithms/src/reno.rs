@@ -136,6 +136,15 @@ impl AlgorithmSpec for RenoSpec {
         Paced::new(reno, args.pacing.per_report())
     }
 
+    /// `--pacing kernel` needs a datapath that paces per ACK: without one the
+    /// algorithm commands the same rate with every report (`--pacing report`).
+    fn pace_itself(args: &mut Self::Args) -> bool {
+        if args.pacing == PacingMode::Kernel {
+            args.pacing = PacingMode::Report;
+        }
+        true
+    }
+
     fn program(_args: &RenoArgs) -> FoldProgram {
         PROGRAM
     }

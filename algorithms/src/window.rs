@@ -840,6 +840,53 @@ impl<W: WindowAlgorithm> crate::Controller for Paced<W> {
     }
 }
 
+/// The kernel's pacing rate ([`KernelPacing`]) commanded with every report of an
+/// algorithm that commands cwnd only, on a datapath that does not pace for it.
+///
+/// Why: ccp-kernel turns TCP-internal pacing on for every flow (tcp_ccp_init sets
+/// `SK_PACING_NEEDED`) and sets `.cong_control`, so `tcp_cong_control()` returns
+/// before `tcp_update_pacing_rate()`: the pacing rate stays at its connect-time
+/// value, about 2 x initial window / SYN RTT, for the whole flow unless the
+/// algorithm commands one. On a 20 Mbit/s, 40 ms link that capped ccp:reno,
+/// ccp:cubic and a fixed window of 37 at 11.1-11.2 Mbit/s where kernel reno
+/// and cubic got 19.8 (docs/ccp-kernel.md).
+///
+/// The rule is Linux `tcp_update_pacing_rate` (net/ipv4/tcp_input.c) with what
+/// a report carries: the window is the cwnd the algorithm commands (or the
+/// datapath's, when it commands none), at least the packets outstanding; the
+/// SRTT is RFC 6298's smoothing of the reports' RTT samples ([`RttEstimator`]);
+/// the ratio is 200 % until the flow's first loss or timeout and 120 % after,
+/// which is what the kernel's rule (200 % while cwnd < ssthresh / 2) gives for
+/// an algorithm without a slow-start threshold: the socket's `snd_ssthresh`
+/// stays infinite until the first loss. Reno and cubic command this rate
+/// themselves from their own ssthresh ([`Paced`], `--pacing report`).
+#[derive(Clone, Debug)]
+pub struct ReportPacer {
+    pacing: KernelPacing,
+    mss_bytes: u32,
+    rtt: RttEstimator,
+    lost: bool,
+}
+
+impl ReportPacer {
+    /// A pacer for a flow of `mss_bytes` with Linux's ratios.
+    pub fn new(mss_bytes: u32) -> Self {
+        ReportPacer { pacing: KernelPacing::LINUX, mss_bytes: mss_bytes.max(1), rtt: RttEstimator::default(), lost: false }
+    }
+
+    /// The rate in bytes/s for report `m` when the algorithm answered with a cwnd of
+    /// `cwnd_bytes` (None: it left cwnd as the datapath holds it, `m.dp_cwnd_bytes`);
+    /// None until the first RTT sample.
+    pub fn rate_for(&mut self, m: &Measurement, cwnd_bytes: Option<u32>) -> Option<u64> {
+        self.rtt.update(m);
+        self.lost |= m.lost_pkts > 0 || m.timeout;
+        let cwnd = cwnd_bytes.map_or(m.dp_cwnd_bytes, u64::from) as f64 / f64::from(self.mss_bytes);
+        let window = cwnd.max(m.outstanding_pkts() as f64);
+        let ssthresh = if self.lost { 0.0 } else { f64::INFINITY };
+        self.pacing.rate_bytes_per_sec(window, ssthresh, self.mss_bytes, self.rtt.srtt_us)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -865,6 +912,25 @@ mod tests {
             min_cwnd_pkts: 1.0,
             max_cwnd_pkts: 50.0,
         }
+    }
+
+    #[test]
+    fn report_pacer_commands_tcp_update_pacing_rate_200_then_120_percent_after_a_loss() {
+        let mut p = ReportPacer::new(1000);
+        let m = |rtt_us, dp_cwnd_bytes, lost_pkts| Measurement { rtt_us, dp_cwnd_bytes, lost_pkts, ..Default::default() };
+        assert_eq!(p.rate_for(&m(0, 10_000, 0), None), None, "no RTT sample yet: no rate");
+        // 37 packets of 1000 bytes per 40 ms = 925 kB/s; x 2 before any loss (ssthresh infinite).
+        assert_eq!(p.rate_for(&m(40_000, 37_000, 0), None), Some(1_850_000));
+        // The commanded cwnd wins over the datapath's.
+        assert_eq!(p.rate_for(&m(40_000, 37_000, 0), Some(20_000)), Some(1_000_000));
+        // After the first loss: 120 %, and it stays so.
+        assert_eq!(p.rate_for(&m(40_000, 37_000, 1), None), Some(1_110_000));
+        assert_eq!(p.rate_for(&m(40_000, 37_000, 0), None), Some(1_110_000));
+        // At least the packets outstanding (the kernel's max(cwnd, packets_out)).
+        let out = Measurement { rtt_us: 40_000, dp_cwnd_bytes: 10_000, inflight_max_pkts: 20, ..Default::default() };
+        assert_eq!(p.rate_for(&out, None), Some(600_000));
+        // SRTT is smoothed (RFC 6298): one 80 ms sample moves it to 45 ms.
+        assert_eq!(p.rate_for(&m(80_000, 45_000, 0), None), Some(1_200_000));
     }
 
     #[test]

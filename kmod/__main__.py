@@ -1,0 +1,7 @@
+"""`python -m kmod check ...` (see kmod.cli)."""
+
+import sys
+
+from kmod.cli import main
+
+sys.exit(main())
