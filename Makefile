@@ -54,6 +54,8 @@ $(VENV)/.installed: pyproject.toml
 bench: build
 	$(PY) -m transient.bench
 	CCPLAB_FUZZ_CASES=1000000 $(CARGO) test --release -p ccp-datapath --test fuzz_messages -- --nocapture
+	# 1,000,000 structurally valid messages to the datapath during a real flow (the control guard)
+	CCPLAB_GUARD_FUZZ_MESSAGES=1000000 $(NETLAB_LOCK) $(CARGO) test --release -p ccp-datapath --test control_guard -- --nocapture
 	# one fold invocation, warm: compiled main section vs the BPF interpreter, per suite program
 	$(CARGO) test --release -p ccp-datapath --test fold_jit -- --ignored --nocapture
 	$(NETLAB_LOCK) $(VENV)/bin/ccplab fidelity --runs 5 --duration-s 20 \

@@ -16,6 +16,21 @@
 //! `/tmp/ccp/<ipc-name>` ([`crate::cli::UNIX_SOCKET_DIR`]), unlinked and
 //! bound again, 1 s read timeout (Portus checks its stop flag between
 //! receives).
+//!
+//! Security, as the datapath's side (datapath/src/ipc.rs): whoever can send
+//! to this socket can report measurements for any flow and so steer every
+//! flow's cwnd, and whoever can write its directory can replace the socket.
+//! Portus itself creates /tmp/ccp with the umask and takes datagrams from
+//! anyone. Here
+//! - the socket's directory is created mode 0700; an existing one must be a
+//!   real directory (not a symlink) owned by root or by this daemon's user
+//!   that nobody else can write, else binding fails naming the directory
+//!   and what is wrong ([`secure_socket_dir`]); one others can merely enter
+//!   is tightened to 0700;
+//! - each datagram carries its sender's kernel-checked credentials
+//!   (SO_PASSCRED / SCM_CREDENTIALS); one whose uid is neither root nor this
+//!   daemon's is dropped, counted and logged at warn (the first and every
+//!   1000th) ([`BatchedUnixSocket::dropped_untrusted`]).
 
 use portus::ipc::Ipc;
 use std::cell::{Cell, RefCell};
@@ -37,6 +52,48 @@ pub struct BatchedUnixSocket {
     outbox: RefCell<Vec<(Vec<u8>, PathBuf)>>,
     /// Messages that could not be sent (the datapath gone), for the log.
     failed: Cell<u64>,
+    /// Datagrams dropped because their sender was neither root nor this
+    /// daemon's user.
+    dropped_untrusted: Cell<u64>,
+    /// This daemon's effective uid (trusted besides root).
+    euid: u32,
+}
+
+fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() }
+}
+
+/// Create `dir` mode 0700, or check an existing one: a real directory (not a
+/// symlink) owned by root or `euid` that neither group nor others can write;
+/// one others can merely enter is tightened to 0700.
+///
+/// Errors: one line naming the directory and what is wrong (another user's
+/// /tmp/ccp, a group/world-writable one, a symlink or file), or the io error.
+pub fn secure_socket_dir(dir: &Path, euid: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    let refuse = |what: String| std::io::Error::new(std::io::ErrorKind::PermissionDenied, format!("{}: {what}; refusing to bind there", dir.display()));
+    match std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(std::io::Error::new(e.kind(), format!("{}: cannot create: {e}", dir.display()))),
+    }
+    let md = std::fs::symlink_metadata(dir)?;
+    if !md.file_type().is_dir() {
+        return Err(refuse("not a directory (a symlink or file there could redirect the socket)".into()));
+    }
+    if md.uid() != 0 && md.uid() != euid {
+        return Err(refuse(format!("owned by uid {}, not root or this daemon's user: whoever made it could replace the socket", md.uid())));
+    }
+    let mode = md.mode() & 0o7777;
+    if mode & 0o022 != 0 {
+        return Err(refuse(format!("mode {mode:04o} lets others write it (expected 0700)")));
+    }
+    if mode != 0o700 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+        tracing::info!(target: "ccp", dir = %dir.display(), from = format!("{mode:04o}"), to = "0700", "tightened the socket directory");
+    }
+    Ok(())
 }
 
 impl BatchedUnixSocket {
@@ -48,8 +105,9 @@ impl BatchedUnixSocket {
     /// or bound (the io error, with the path).
     pub fn bind(path: &Path) -> std::io::Result<Self> {
         let with_path = |e: std::io::Error| std::io::Error::new(e.kind(), format!("{}: {e}", path.display()));
+        let euid = euid();
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(with_path)?;
+            secure_socket_dir(dir, euid)?;
         }
         match std::fs::remove_file(path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(with_path(e)),
@@ -57,7 +115,21 @@ impl BatchedUnixSocket {
         }
         let sock = UnixDatagram::bind(path).map_err(with_path)?;
         sock.set_read_timeout(Some(Duration::from_secs(1)))?;
-        Ok(BatchedUnixSocket { sock, outbox: RefCell::new(Vec::new()), failed: Cell::new(0) })
+        let on: libc::c_int = 1;
+        // SAFETY: setsockopt with an int argument on a socket we own.
+        let r = unsafe {
+            libc::setsockopt(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_PASSCRED, (&on as *const libc::c_int).cast(), std::mem::size_of::<libc::c_int>() as libc::socklen_t)
+        };
+        if r != 0 {
+            return Err(with_path(std::io::Error::last_os_error()));
+        }
+        Ok(BatchedUnixSocket { sock, outbox: RefCell::new(Vec::new()), failed: Cell::new(0), dropped_untrusted: Cell::new(0), euid })
+    }
+
+    /// Datagrams dropped so far because their sender was neither root nor
+    /// this daemon's user (or sent no credentials).
+    pub fn dropped_untrusted(&self) -> u64 {
+        self.dropped_untrusted.get()
     }
 
     /// Messages waiting for the next receive.
@@ -124,6 +196,48 @@ fn send_many(fd: i32, msgs: &[(Vec<u8>, PathBuf)]) -> std::io::Result<usize> {
     }
 }
 
+/// recvmsg(2) of one datagram into `buf` (blocking, the socket's timeout):
+/// its length, its sender's SCM_CREDENTIALS (SO_PASSCRED is on) and bound
+/// path (None for an unbound or abstract sender).
+fn recv_with_creds(fd: i32, buf: &mut [u8]) -> std::io::Result<(usize, Option<libc::ucred>, Option<PathBuf>)> {
+    // u64 array: cmsg buffers must be aligned for cmsghdr
+    let mut cbuf = [0u64; 8];
+    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    // SAFETY: sockaddr_un and msghdr are plain data; zeroed values are empty.
+    let mut from: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = (&mut from as *mut libc::sockaddr_un).cast();
+    msg.msg_namelen = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&cbuf) as _;
+    // SAFETY: msg points at live buffers for the duration of the call.
+    let n = unsafe { libc::recvmsg(fd, &mut msg, 0) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut cred = None;
+    // SAFETY: walking the control messages the kernel wrote into cbuf with
+    // the libc CMSG macros; the ucred is read unaligned.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_CREDENTIALS {
+                cred = Some(std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::ucred));
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    let path_offset = std::mem::size_of::<libc::sa_family_t>();
+    let len = (msg.msg_namelen as usize).saturating_sub(path_offset).min(from.sun_path.len());
+    // SAFETY: sun_path is a c_char array; viewing len <= its length bytes as u8.
+    let bytes: &[u8] = unsafe { std::slice::from_raw_parts(from.sun_path.as_ptr().cast(), len) };
+    let bytes = bytes.split(|b| *b == 0).next().unwrap_or_default();
+    let path = (!bytes.is_empty()).then(|| PathBuf::from(std::ffi::OsStr::from_bytes(bytes)));
+    Ok((n as usize, cred, path))
+}
+
 /// `path` as a `sockaddr_un` and its length. Errors: longer than sun_path.
 fn sockaddr_un(path: &Path) -> std::io::Result<(libc::sockaddr_un, libc::socklen_t)> {
     // SAFETY: sockaddr_un is plain data; zeroed is valid.
@@ -157,16 +271,30 @@ impl Ipc for BatchedUnixSocket {
         Ok(())
     }
 
-    /// Send what waits, then receive one datagram (up to 1 s).
+    /// Send what waits, then receive one datagram from root or this
+    /// daemon's user (up to 1 s each try); others' are dropped and counted.
     fn recv(&self, msg: &mut [u8]) -> portus::Result<(usize, PathBuf)> {
         self.flush();
-        let (n, addr) = self.sock.recv_from(msg).map_err(portus::Error::from)?;
-        match addr.as_pathname() {
-            Some(p) => Ok((n, p.to_path_buf())),
-            None => {
-                debug!(target: "ccp", "datagram from an unbound socket ignored");
-                Err(portus::Error(String::from("no recv addr")))
+        loop {
+            let (n, cred, from) = recv_with_creds(self.sock.as_raw_fd(), msg).map_err(portus::Error::from)?;
+            match cred {
+                Some(c) if c.uid == 0 || c.uid == self.euid => {}
+                _ => {
+                    let dropped = self.dropped_untrusted.get() + 1;
+                    self.dropped_untrusted.set(dropped);
+                    if dropped % 1000 == 1 {
+                        warn!(target: "ccp", uid = cred.map(|c| c.uid), pid = cred.map(|c| c.pid), dropped, "datagram from a sender that is not root dropped");
+                    }
+                    continue;
+                }
             }
+            return match from {
+                Some(p) => Ok((n.min(msg.len()), p)),
+                None => {
+                    debug!(target: "ccp", "datagram from an unbound socket ignored");
+                    Err(portus::Error(String::from("no recv addr")))
+                }
+            };
         }
     }
 
@@ -237,6 +365,72 @@ mod tests {
         let mut buf = [0u8; 8];
         let got: Vec<u8> = std::iter::from_fn(|| live.recv(&mut buf).ok().map(|_| buf[0])).collect();
         assert_eq!(got, b"ab");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn an_unsafe_socket_directory_is_refused_or_tightened() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().mode() & 0o7777;
+        let d = dir("perm");
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
+        BatchedUnixSocket::bind(&d.join("portus")).unwrap();
+        assert_eq!(mode(&d), 0o700, "a directory others may enter is tightened");
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let err = BatchedUnixSocket::bind(&d.join("portus")).err().expect("a world-writable directory is refused").to_string();
+        assert!(err.contains("mode 0777") && err.contains(d.to_str().unwrap()), "{err}");
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let link = d.with_extension("link");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&d, &link).unwrap();
+        let err = BatchedUnixSocket::bind(&link.join("portus")).err().expect("a symlink is refused").to_string();
+        assert!(err.contains("not a directory"), "{err}");
+        std::fs::remove_file(&link).unwrap();
+        // another user's directory: only root can make one to test with
+        if euid() == 0 {
+            std::os::unix::fs::chown(&d, Some(65534), None).unwrap();
+            let err = BatchedUnixSocket::bind(&d.join("portus")).err().expect("another user's directory is refused").to_string();
+            assert!(err.contains("owned by uid 65534"), "{err}");
+            std::os::unix::fs::chown(&d, Some(0), None).unwrap();
+        }
+        let fresh = d.join("new/sub");
+        BatchedUnixSocket::bind(&fresh.join("portus")).unwrap();
+        assert_eq!(mode(&fresh), 0o700, "created 0700");
+        assert_eq!(std::fs::metadata(&fresh).unwrap().uid(), euid());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn datagrams_from_other_users_are_dropped_and_counted() {
+        use std::os::unix::fs::PermissionsExt;
+        if euid() != 0 {
+            // the other user is uid 65534, which only root can become
+            panic!("MISSING: root (this test sends as uid 65534 through a thread that drops privileges)");
+        }
+        let d = dir("creds");
+        let portus_path = d.join("portus");
+        let portus = BatchedUnixSocket::bind(&portus_path).unwrap();
+        // let uid 65534 reach the socket, as a mistaken chmod would
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o711)).unwrap();
+        std::fs::set_permissions(&portus_path, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let p = portus_path.clone();
+        std::thread::spawn(move || {
+            // setresuid on this thread only (the raw syscall; glibc's wrapper
+            // would change every thread)
+            // SAFETY: changes this thread's credentials only.
+            let r = unsafe { libc::syscall(libc::SYS_setresuid, 65534, 65534, 65534) };
+            assert_eq!(r, 0, "setresuid");
+            UnixDatagram::unbound().unwrap().send_to(b"from nobody", &p).unwrap();
+        })
+        .join()
+        .unwrap();
+        let trusted_path = d.join("root-sender");
+        let trusted = UnixDatagram::bind(&trusted_path).unwrap();
+        trusted.send_to(b"from root", &portus_path).unwrap();
+        let mut buf = [0u8; 64];
+        let (n, from) = portus.recv(&mut buf).unwrap();
+        assert_eq!((&buf[..n], from), (&b"from root"[..], trusted_path));
+        assert_eq!(portus.dropped_untrusted(), 1, "the other user's datagram was dropped and counted");
         std::fs::remove_dir_all(&d).unwrap();
     }
 

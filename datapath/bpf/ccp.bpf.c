@@ -46,6 +46,13 @@ char LICENSE[] SEC("license") = "GPL";
 #define EV_ACK 2
 #define EV_RELEASE 3
 #define EV_STATE 4   /* entry into Recovery / Loss (no ACK): a snapshot without a rate sample */
+#define EV_GUARD 5   /* --fold kernel: the control guard took a flow from its program, or gave it back */
+
+/* EV_GUARD causes (ccp_event.flags; wire.rs GuardCause) */
+#define GUARD_RESUMED 0      /* the algorithm commands the flow again: handed back */
+#define GUARD_NO_PROGRAM 1   /* the flow's program slot is empty (evicted, never installed) */
+#define GUARD_ABORTING 2     /* its program aborts (overflow, underflow, division by zero) */
+#define GUARD_SILENT 3       /* its program runs but nothing commands the flow */
 
 /* ccp_priv.flags */
 #define PRIV_PACED 1     /* we set sk_pacing_rate from a command */
@@ -92,7 +99,7 @@ struct ccp_event {
 	__u32 app_limited;     /* 132  rs->is_app_limited (1/0) */
 	/* flow identity for the rule table (create) */
 	__u32 mark;            /* 136  sk->sk_mark */
-	__u32 _pad;            /* 140 */
+	__u32 srtt_us;         /* 140  tp->srtt_us >> 3: what a missing RTT sample is held at before the first */
 	__u64 cgroup_id;       /* 144  cgroup v2 id of the socket (its directory's inode), 0 if none */
 };
 _Static_assert(sizeof(struct ccp_event) == 152, "ccp_event layout");
@@ -124,6 +131,7 @@ struct ccp_priv {
 	__u32 flags;
 	__u32 fold_slot;	/* --fold kernel: the flow's slot in fold_flows (fold_ccp.h's) */
 	__u32 idle_lsndtime;	/* PRIV_IDLE: tp->lsndtime (jiffies) when the pipe emptied */
+	__u32 max_packets_out;	/* largest tp->packets_out a command saw: the cwnd ceiling's base */
 };
 _Static_assert(sizeof(struct bictcp) <= CUBIC_PRIV_BYTES, "bictcp fits before ccp_priv");
 _Static_assert(CUBIC_PRIV_BYTES + sizeof(struct ccp_priv) <=
@@ -169,6 +177,10 @@ struct {
 /* Configuration, set by user space before load. */
 const volatile __u64 wake_interval_ns = 200000;    /* force a wakeup at most this often */
 const volatile __u64 stale_after_ns = 500000000;   /* heartbeat age that means "daemon gone" */
+/* The control guard (--fold kernel, control_guard below): a flow not
+ * commanded for max(CTL_GUARD_RTTS x SRTT, ctl_guard_floor_ns) runs the
+ * fallback until the algorithm commands it again (--control-timeout-ms). */
+const volatile __u64 ctl_guard_floor_ns = 250000000;
 
 /* 1: fold programs run here, per ACK (--fold kernel, fold_ccp.h); only
  * create/release/state events and reports go to user space. 0: every ACK
@@ -191,7 +203,9 @@ __u64 last_wake_ns = 0;
 	__u64 dropped_events;	\
 	__u64 fallback_acks;	\
 	__u64 command_acks;	\
-	__u64 stale_command_acks;
+	__u64 stale_command_acks;	\
+	__u64 guard_fallbacks;	\
+	__u64 cwnd_clamped;
 
 /* tcp_input.c's FLAG_ECE (a #define, not in BTF): the ACK carried ECE. */
 #define TCP_ACK_FLAG_ECE 0x40
@@ -336,6 +350,7 @@ void BPF_PROG(ccp_init, struct sock *sk)
 	ca->last_snd_una = tp->snd_una;
 	ca->flags = 0;
 	ca->fold_slot = FOLD_NO_SLOT;
+	ca->max_packets_out = 0;
 	cubictcp_init(sk);	/* the fallback's state, ready whenever it is needed */
 	/* A CA set before us (e.g. bbr, the namespace default, before iperf3's
 	 * TCP_CONGESTION) may have left TCP-internal pacing on. The kernel keeps
@@ -438,6 +453,7 @@ static __always_inline void fill_snapshot(struct ccp_event *ev, struct sock *sk,
 	ev->flags = ca->flags;
 	ev->pacing_rate = sk->sk_pacing_rate;
 	ev->lost = tp->lost;
+	ev->srtt_us = tp->srtt_us >> 3;
 }
 
 /* An RTO makes the algorithm's cwnd/rate updates staged before it stale:
@@ -527,6 +543,21 @@ static __always_inline void stop_commanded_pacing(struct sock *sk, struct ccp_pr
 	ca->flags &= ~PRIV_PACED;
 }
 
+/* The largest cwnd a command may set, packets: twice the most packets the
+ * flow has had in flight under commands (at least twice the initial
+ * window). A cwnd beyond what the flow ever filled cannot be a measured
+ * answer: nimbus, reading a missing RTT as 4294967295, once commanded
+ * u32::MAX bytes and the socket's cwnd became 2,966,137 packets with 806
+ * in flight. Twice lets an algorithm double its window per RTT, as slow
+ * start does: the ceiling rises as the flow fills what it was given. */
+#define CWND_CEILING_MIN_PKTS 20
+static __always_inline __u32 cwnd_ceiling(__u32 max_packets_out)
+{
+	__u32 c = max_packets_out < 0x7fffffffU ? 2 * max_packets_out : 0xffffffffU;
+
+	return c > CWND_CEILING_MIN_PKTS ? c : CWND_CEILING_MIN_PKTS;
+}
+
 static __always_inline void apply_command(struct sock *sk, struct tcp_sock *tp, struct ccp_priv *ca,
 					  const struct ccp_cmd *cmd)
 {
@@ -536,8 +567,20 @@ static __always_inline void apply_command(struct sock *sk, struct tcp_sock *tp, 
 		/* bytes -> packets, as ccp-kernel's do_set_cwnd; at least 1 */
 		__u32 cwnd = cmd->cwnd_bytes / mss;
 
+		__u32 ceiling;
+
+		if (tp->packets_out > ca->max_packets_out)
+			ca->max_packets_out = tp->packets_out;
+		ceiling = cwnd_ceiling(ca->max_packets_out);
 		if (cwnd < 1)
 			cwnd = 1;
+		if (cwnd > ceiling) {
+			struct fold_counters *c = counters();
+
+			cwnd = ceiling;
+			if (c)
+				c->cwnd_clamped++;
+		}
 		if (cwnd > tp->snd_cwnd_clamp)
 			cwnd = tp->snd_cwnd_clamp;
 		tp->snd_cwnd = cwnd;
@@ -706,9 +749,89 @@ static __always_inline void fold_enter_compiled(void *ctx, __u32 slot)
 #undef FOLD_JIT_CASE
 _Static_assert(FOLD_MAX_SLOTS == 16, "fold_enter_compiled has a case for every program slot");
 
+/* The control guard (--fold kernel). The heartbeat proves the daemon and the
+ * algorithm's process alive, not that anything still commands this flow: a
+ * program evicted from the table, one that aborts on every invocation, or
+ * one that only echoes the cwnd it was seeded with while its reports go
+ * unanswered, would hold the flow at its last cwnd for good. So a flow whose
+ * program has not been commanded (fold_ctl_commanded) for
+ * max(CTL_GUARD_RTTS x SRTT, ctl_guard_floor_ns) runs the fallback, and the
+ * daemon logs why at warn (EV_GUARD); the guard forgets what the algorithm
+ * asked for, as after an RTO, so the flow is handed back when the algorithm
+ * sends it something (FOLD_CTL_ALG_SPOKE) and commands anew (fold_ack_end's
+ * `awaiting`); the program's own Cwnd alone does not (a program holding a
+ * constant Cwnd took the flow back at once). CTL_GUARD_RTTS: the suite's
+ * algorithms answer every report (one per RTT, or per two), but skip up to 7
+ * repeated answers in a row (algorithms/src/repeats.rs): 8 reports, up to 16
+ * RTTs. The floor covers an algorithm's own latency on short paths.
+ * App-limited ACKs restart the clock: a flow that does not fill its cwnd is
+ * not held by it, and its programs may report only once a second. */
+#define CTL_GUARD_RTTS 16
+static __always_inline void guard_event(struct tcp_sock *tp, __u32 flow_id, __u32 cause, __u64 bound_ns,
+					__u64 now)
+{
+	struct ccp_event *ev = reserve_event(EV_GUARD, flow_id, now);
+
+	if (!ev)
+		return;
+	ev->flags = cause;
+	ev->snd_cwnd = tp->snd_cwnd;
+	ev->interval_us = bound_ns / 1000;
+	bpf_ringbuf_submit(ev, BPF_RB_FORCE_WAKEUP);
+}
+
+/* 1: the algorithm keeps the flow; 0: run the fallback (the guard took it). */
+static __always_inline int control_guard(struct tcp_sock *tp, struct ccp_priv *ca, struct fold_flow *ff,
+					 const struct rate_sample *rs, __u64 now)
+{
+	__u32 seen = ff->ctl_seen, clock = fold_ctl_clock(now), cause;
+	__u64 bound = (__u64)(tp->srtt_us >> 3) * 1000 * CTL_GUARD_RTTS;
+	struct fold_counters *c;
+	int ret;
+
+	if (bound < ctl_guard_floor_ns)
+		bound = ctl_guard_floor_ns;
+	if (seen & FOLD_CTL_GUARDED) {
+		if (!(seen & FOLD_CTL_ALG_SPOKE)) {
+			/* the program's own Cwnd, not the algorithm: keep the flow */
+			ff->awaiting = 1;
+			ff->req_cwnd = 0;
+			ff->req_rate = 0;
+			return 0;
+		}
+		/* fold_ack_end gave control back: the algorithm commanded anew */
+		ff->ctl_seen = clock;
+		guard_event(tp, ca->flow_id, GUARD_RESUMED, bound, now);
+		return 1;
+	}
+	if (rs->is_app_limited) {
+		ff->ctl_seen = clock | (seen & FOLD_CTL_ALG_SPOKE);
+		return 1;
+	}
+	if (((__u64)(__u32)(clock - (seen & ~FOLD_CTL_FLAGS)) << 10) <= bound)
+		return 1;
+	ret = ff->pend.res.ret;
+	if (ret == FOLD_ERR_PROG_IS_NULL)
+		cause = GUARD_NO_PROGRAM;
+	else if (ret >= FOLD_ERR_SUB_UNDERFLOW && ret <= FOLD_ERR_ADD_OVERFLOW)
+		cause = GUARD_ABORTING;
+	else
+		cause = GUARD_SILENT;
+	ff->ctl_seen = clock | FOLD_CTL_GUARDED;	/* and not FOLD_CTL_ALG_SPOKE */
+	ff->awaiting = 1;
+	ff->req_cwnd = 0;
+	ff->req_rate = 0;
+	c = counters();
+	if (c)
+		c->guard_fallbacks++;
+	guard_event(tp, ca->flow_id, cause, bound, now);
+	return 0;
+}
+
 /* --fold kernel, after the flow's main section returned `err`: what the
  * algorithm set is applied while the daemon's heartbeat is fresh (it
- * forwards the reports), else the fallback runs. */
+ * forwards the reports) and the control guard keeps the flow with it, else
+ * the fallback runs. */
 static __always_inline void fold_cong_control_end(struct sock *sk, struct tcp_sock *tp, struct ccp_priv *ca,
 						  __u32 ack, const struct rate_sample *rs,
 						  struct fold_flow *ff, int err, int compiled)
@@ -720,7 +843,7 @@ static __always_inline void fold_cong_control_end(struct sock *sk, struct tcp_so
 	if (ff && fold_ack_end(ff, ca->flow_id, err, compiled, &cmd.cwnd_bytes, &cmd.rate_bytes_per_sec)) {
 		now = fold_ack_now(ff);
 		hb = heartbeat_ns;
-		if (hb && (hb > now || now - hb < stale_after_ns)) {
+		if (hb && (hb > now || now - hb < stale_after_ns) && control_guard(tp, ca, ff, rs, now)) {
 			apply_command(sk, tp, ca, &cmd);
 			ff->unflushed.includer++;	/* command_acks, flushed by fold_ccp.h */
 			return;

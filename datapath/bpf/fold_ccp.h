@@ -136,7 +136,8 @@ struct fold_flow {
 			__u32 staged_gen;	/* bumped by fold_stage after each merge for this flow */
 			__u32 staged_seen;	/* staged_gen when it last looked at fold_staged */
 			struct fold_unflushed unflushed;
-			__u32 _pad2[2];
+			__u32 rtt_held_us;	/* last valid RTT sample (fold_hold_rtt) */
+			__u32 ctl_seen;		/* fold_ctl_clock of the last command | FOLD_CTL_* flags */
 		};
 	};
 };
@@ -150,6 +151,30 @@ _Static_assert(__builtin_offsetof(struct fold_flow, req_cwnd) == sizeof(struct f
 _Static_assert(__builtin_offsetof(struct fold_flow, staged_gen) == sizeof(struct fold_flow) - 20, "fold_flow tail");
 _Static_assert(__builtin_offsetof(struct fold_flow, staged_seen) == sizeof(struct fold_flow) - 16, "fold_flow tail");
 _Static_assert(__builtin_offsetof(struct fold_flow, unflushed) == sizeof(struct fold_flow) - 12, "fold_flow tail");
+
+/* The control guard's clock (ccp.bpf.c control_guard): when the flow was
+ * last commanded, in units of 1024 ns (a shift, not a division), 32 bits
+ * (wraps after 73 minutes; differences are taken modulo 2^32). Its two low
+ * bits are the guard's flags: FOLD_CTL_GUARDED while the guard has taken
+ * the flow from its program, FOLD_CTL_ALG_SPOKE once the algorithm sent
+ * the flow something since (only that hands the flow back: a program that
+ * holds a constant Cwnd by itself would otherwise take it back at once).
+ * A command is: a staged update or program change from the algorithm, or
+ * an invocation that completed and set a Cwnd other than the one it was
+ * seeded with, or another Rate (an echo commands nothing). */
+#define FOLD_CTL_GUARDED 1u
+#define FOLD_CTL_ALG_SPOKE 2u
+#define FOLD_CTL_FLAGS (FOLD_CTL_GUARDED | FOLD_CTL_ALG_SPOKE)
+static __always_inline __u32 fold_ctl_clock(__u64 now)
+{
+	return (__u32)(now >> 10) & ~FOLD_CTL_FLAGS;
+}
+
+/* A command at `now`; `from_alg`: a message from the algorithm. */
+static __always_inline void fold_ctl_commanded(struct fold_flow *ff, __u64 now, int from_alg)
+{
+	ff->ctl_seen = fold_ctl_clock(now) | (ff->ctl_seen & FOLD_CTL_FLAGS) | (from_alg ? FOLD_CTL_ALG_SPOKE : 0);
+}
 
 /* Slots of fold_flows. libccp keeps 1024 connections, fold_staged 4096:
  * a flow beyond this runs the fallback (counted: no_state_flows). */
@@ -319,7 +344,8 @@ static __always_inline __u32 fold_flow_claim(__u32 flow_id)
 	ff->ctl_epoch = 0;
 	__builtin_memset(&ff->unflushed, 0, sizeof(ff->unflushed));
 	ff->_pad = 0;
-	__builtin_memset(ff->_pad2, 0, sizeof(ff->_pad2));
+	ff->rtt_held_us = 0;
+	ff->ctl_seen = 0;
 	/* differs from the flow's generation: its first ACK looks */
 	ff->staged_seen = *(volatile __u32 *)&ff->staged_gen - 1;
 	return slot;
@@ -473,6 +499,7 @@ static __always_inline struct fold_flow *fold_ack_begin(struct sock *sk, const s
 		return NULL;
 	fold_fill_ack(&a, tp, rs, ecn_bytes, timeouts);
 	fold_prims(&a, &ff->base, prims);
+	fold_hold_rtt(prims, &ff->rtt_held_us, tp->srtt_us >> 3);
 	if (prims[14] || ff->ctl_epoch != FOLD_CTL_EPOCH) {	/* was_timeout, or a new algorithm */
 		ff->ctl_epoch = FOLD_CTL_EPOCH;
 		ff->awaiting = 1;
@@ -491,8 +518,10 @@ static __always_inline struct fold_flow *fold_ack_begin(struct sock *sk, const s
 	 * ACK every map value touched is a cache miss */
 	if (e) {
 		scratch = fold_scratch_get();
-		if (scratch && fold_take_staged(e, &scratch->sg))
+		if (scratch && fold_take_staged(e, &scratch->sg)) {
 			sg = &scratch->sg;
+			fold_ctl_commanded(ff, now, 1);
+		}
 	}
 	fold_invoke_begin(&ff->st, &fold_progs, sg, prims, ff->pend.seed, ff->req_rate, now,
 			  fold_time_zero_ns, &ff->pend.res);
@@ -566,10 +595,14 @@ static __always_inline int fold_ack_end(struct fold_flow *ff, __u32 flow_id, int
 	}
 	if (res->n_cwnd) {
 		last = res->n_cwnd > 1 ? res->cwnd[1] : res->cwnd[0];
+		if (!aborted && last != ff->pend.seed)
+			fold_ctl_commanded(ff, fold_ack_now(ff), 0);
 		ff->req_cwnd = last;
 	}
 	if (res->n_rate) {
 		last = res->n_rate > 1 ? res->rate[1] : res->rate[0];
+		if (!aborted && last != ff->req_rate)
+			fold_ctl_commanded(ff, fold_ack_now(ff), 0);
 		ff->req_rate = last;
 	}
 	if (ff->awaiting) {

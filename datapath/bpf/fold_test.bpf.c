@@ -125,6 +125,8 @@ struct fold_test_prims_io {
 	struct fold_ack ack;
 	struct fold_baseline base;	/* in: previous; out: updated */
 	__u64 prims[FOLD_N_PRIM];	/* out */
+	__u32 srtt_us;			/* in: the socket's SRTT, us (fold_hold_rtt) */
+	__u32 rtt_held_us;		/* in: previous; out: updated (fold_hold_rtt) */
 };
 
 SEC("syscall")
@@ -133,10 +135,14 @@ int fold_test_prims(struct fold_test_prims_io *io)
 	struct fold_ack a;
 	struct fold_baseline b;
 	__u64 prims[FOLD_N_PRIM];
+	__u32 held;
 
 	__builtin_memcpy(&a, &io->ack, sizeof(a));
 	__builtin_memcpy(&b, &io->base, sizeof(b));
 	fold_prims(&a, &b, prims);
+	held = io->rtt_held_us;
+	fold_hold_rtt(prims, &held, io->srtt_us);
+	io->rtt_held_us = held;
 	__builtin_memcpy(&io->base, &b, sizeof(b));
 	__builtin_memcpy(io->prims, prims, sizeof(prims));
 	return 0;

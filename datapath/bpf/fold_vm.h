@@ -395,6 +395,27 @@ static __always_inline void fold_prims(const struct fold_ack *a, struct fold_bas
 	b->rate_incoming = rin;
 }
 
+/* ccp-kernel's input contract for Flow.rtt_sample_us: it invokes the fold
+ * only on ACKs with a valid rate sample, so programs never see a missing RTT
+ * (upstream programs copy it into reports, or compare Micros with it; a
+ * missing one read as 4294967295 once made nimbus command a cwnd of
+ * u32::MAX bytes). This datapath invokes the fold on every ACK so that the
+ * losses an ACK without a sample carries still reach the algorithm; such an
+ * ACK gets the last valid sample instead (held in *held), or the socket's
+ * SRTT (us) before the first. Only with neither (no RTT measured at all)
+ * does the 0 stay, which fold_invoke_begin turns into +infinity as libccp
+ * does. src/primitives.rs hold_rtt is the user-space twin. */
+static __always_inline void fold_hold_rtt(__u64 *prims, __u32 *held, __u32 srtt_us)
+{
+	__u64 rtt = prims[FOLD_PRIM_RTT_SAMPLE_US];
+
+	if (rtt) {
+		*held = rtt > 0xffffffffULL ? 0xffffffffU : (__u32)rtt;
+		return;
+	}
+	prims[FOLD_PRIM_RTT_SAMPLE_US] = *held ? *held : srtt_us;
+}
+
 /* ---- staging (libccp stage_update / change_prog rules) ---- */
 
 /* The next pending control register of word `w` of a control_mask, `m`

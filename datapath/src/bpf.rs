@@ -52,6 +52,10 @@ pub struct BpfConfig {
     /// With `fold_in_kernel`: compile each installed program's main section
     /// to BPF (src/fold_jit.rs) instead of interpreting it per ACK.
     pub fold_jit: bool,
+    /// With `fold_in_kernel`: the control guard's floor; a flow its program
+    /// has not commanded for max(16 x SRTT, this) runs the fallback
+    /// (ccp.bpf.c control_guard).
+    pub control_floor: Duration,
 }
 
 impl Default for BpfConfig {
@@ -62,6 +66,7 @@ impl Default for BpfConfig {
             report_wake: Duration::from_millis(20),
             fold_in_kernel: true,
             fold_jit: true,
+            control_floor: Duration::from_millis(250),
         }
     }
 }
@@ -86,6 +91,12 @@ pub struct BpfStats {
     pub fold_compiled_runs: u64,
     /// Flows that found every fold_flows slot taken: they ran the fallback.
     pub fold_no_state_flows: u64,
+    /// Times the control guard took a flow from a program that stopped
+    /// commanding it (ccp.bpf.c control_guard).
+    pub guard_fallbacks: u64,
+    /// ACKs whose commanded cwnd was above the ceiling (twice the most
+    /// packets in flight) and was clamped to it.
+    pub cwnd_clamped: u64,
 }
 
 /// The loaded BPF object; the congestion control is registered while
@@ -152,6 +163,7 @@ impl BpfDatapath {
             .context("BPF object has no .rodata")?;
         rodata.wake_interval_ns = cfg.wake_interval.as_nanos() as u64;
         rodata.stale_after_ns = cfg.stale_after.as_nanos() as u64;
+        rodata.ctl_guard_floor_ns = cfg.control_floor.as_nanos() as u64;
         rodata.report_wake_ns = cfg.report_wake.as_nanos() as u64;
         rodata.fold_in_kernel = u32::from(cfg.fold_in_kernel);
         // origin of the fold programs' Ack.now (libccp: datapath time zero)
@@ -360,8 +372,8 @@ impl BpfDatapath {
         let flows = unsafe { std::ptr::addr_of!((*bss).next_flow_id).read_volatile() };
         // struct fold_counters: its u64 fields in order, then ccp.bpf.c's
         // (FOLD_INCLUDER_COUNTERS)
-        let [fold_invocations, fold_aborts, fold_reports, fold_reports_dropped, fold_compiled_runs, fold_no_state_flows, dropped_events, fallback_acks, command_acks, _stale] =
-            sum_per_cpu::<10>(&self.skel.maps.fold_counters);
+        let [fold_invocations, fold_aborts, fold_reports, fold_reports_dropped, fold_compiled_runs, fold_no_state_flows, dropped_events, fallback_acks, command_acks, _stale, guard_fallbacks, cwnd_clamped] =
+            sum_per_cpu::<12>(&self.skel.maps.fold_counters);
         BpfStats {
             dropped_events,
             fallback_acks,
@@ -373,6 +385,8 @@ impl BpfDatapath {
             fold_reports_dropped,
             fold_compiled_runs,
             fold_no_state_flows,
+            guard_fallbacks,
+            cwnd_clamped,
         }
     }
 }

@@ -14,7 +14,7 @@ use std::rc::Rc;
 use anyhow::{anyhow, Result};
 use libccp::{CongestionOps, Connection, Datapath, DatapathBuilder, DatapathOps, FlowInfo, Primitives};
 
-use crate::primitives::{compute, sample_valid, Baseline, Prims};
+use crate::primitives::{compute, hold_rtt, sample_valid, Baseline, Prims};
 use crate::wire::{AckSample, Command, FlowCreated};
 
 /// Where libccp's outgoing messages go (the Portus socket).
@@ -87,6 +87,9 @@ struct Flow {
     /// `updates_received` when the RTO was seen: an update staged in libccp
     /// before it (applied by the first invocation after an outage) is stale too.
     updates_at_rto: u64,
+    /// The last valid RTT sample, us: what an ACK without one gets
+    /// ([`crate::primitives::hold_rtt`]).
+    rtt_held_us: u32,
 }
 
 /// Counters for logging / the exit summary.
@@ -174,6 +177,7 @@ impl FoldEngine {
                 invokes: 0,
                 awaiting_alg: false,
                 updates_at_rto: 0,
+                rtt_held_us: 0,
             },
         );
         Ok(())
@@ -250,7 +254,8 @@ impl FoldEngine {
             conn.rate = None;
         }
         let seed_cwnd = s.snd_cwnd.saturating_mul(s.mss.max(1));
-        let p = compute(&mut flow.base, s, conn.cwnd_bytes, conn.rate.map(u64::from));
+        let mut p = compute(&mut flow.base, s, conn.cwnd_bytes, conn.rate.map(u64::from));
+        hold_rtt(&mut p, &mut flow.rtt_held_us, s.srtt_us);
         conn.load_primitives(to_libccp(&p));
         flow.invokes += 1;
         self.stats.invokes += 1;

@@ -233,6 +233,9 @@ pub enum FoldMsgError {
     /// Outside what libccp handles safely (its behaviour is undefined there)
     /// or past the kernel program's capacity.
     Unsupported(String),
+    /// Refused by the program table's guard ([`FoldTables::guarded`]): the
+    /// install would evict the program a live flow runs.
+    Evicts(String),
 }
 
 impl std::fmt::Display for FoldMsgError {
@@ -242,6 +245,9 @@ impl std::fmt::Display for FoldMsgError {
             FoldMsgError::NoEffect(what) => write!(f, "{what} (ignored, as libccp does)"),
             FoldMsgError::Unsupported(what) => {
                 write!(f, "{what} (unsupported: beyond libccp's limits)")
+            }
+            FoldMsgError::Evicts(what) => {
+                write!(f, "{what} (refused: it would evict a live flow's program)")
             }
         }
     }
@@ -1232,6 +1238,20 @@ fn check_update_bounds(updates: &[Update]) -> Result<(), FoldMsgError> {
 pub struct FoldTables {
     slots: Vec<Slot>,
     flows: HashSet<u32>,
+    /// The guard ([`FoldTables::guarded`]): on in the datapath, off for the
+    /// libccp-exact table the differential tests compare.
+    guard: bool,
+    /// Guarded: the program slot each live flow was last changed to, since
+    /// the current algorithm appeared ([`FoldTables::forget_bindings`]).
+    bindings: HashMap<u32, u32>,
+    /// Guarded: install sequence number of each slot (the oldest unused
+    /// program is the one replaced when the table is full).
+    installed_at: Vec<u64>,
+    installs_seen: u64,
+    /// Installs refused because they would have evicted a live flow's program.
+    pub evictions_refused: u64,
+    /// Installs that replaced a program no live flow ran (table full).
+    pub replaced_unused: u64,
 }
 
 impl FoldTables {
@@ -1245,7 +1265,44 @@ impl FoldTables {
         FoldTables {
             slots: vec![Slot::Free; capacity as usize],
             flows: HashSet::new(),
+            guard: false,
+            bindings: HashMap::new(),
+            installed_at: vec![0; capacity as usize],
+            installs_seen: 0,
+            evictions_refused: 0,
+            replaced_unused: 0,
         }
+    }
+
+    /// As [`FoldTables::new`], with the datapath's guard on: libccp lets any
+    /// sender evict every program (a program with uid 1 clears the table)
+    /// and fill the table (-81 for every later install), which left a flow
+    /// without the program it ran, its last cwnd applied for good. Guarded,
+    /// an install never evicts a program a live flow runs (refused,
+    /// [`FoldMsgError::Evicts`], counted in `evictions_refused`): uid 1
+    /// clears the table only when no live flow runs any of its programs;
+    /// and a full table takes the new program in place of the oldest one no
+    /// live flow runs (`replaced_unused`), so no sender can fill it. A flow
+    /// runs the slot of its last program change from the current algorithm;
+    /// when a new algorithm appears the datapath forgets these
+    /// ([`FoldTables::forget_bindings`]): its first install (uid 1) clears
+    /// the table as in libccp.
+    pub fn guarded(capacity: u32) -> Self {
+        FoldTables { guard: true, ..Self::new(capacity) }
+    }
+
+    /// A new algorithm appeared (or the old one went away): the programs the
+    /// flows run are the old algorithm's, and no longer protected.
+    pub fn forget_bindings(&mut self) {
+        self.bindings.clear();
+    }
+
+    /// Guarded: the slots live flows run, sorted.
+    fn live_slots(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self.bindings.values().copied().collect();
+        v.sort_unstable();
+        v.dedup();
+        v
     }
 
     /// A flow (libccp socket id `sid`) now exists; messages may address it.
@@ -1256,6 +1313,7 @@ impl FoldTables {
     /// The flow is gone.
     pub fn remove_flow(&mut self, sid: u32) {
         self.flows.remove(&sid);
+        self.bindings.remove(&sid);
     }
 
     /// Slot holding program `uid` (libccp: the first slot with that uid).
@@ -1324,6 +1382,9 @@ impl FoldTables {
                         "change to unknown program uid {uid}"
                     )));
                 };
+                if self.guard {
+                    self.bindings.insert(sid, slot);
+                }
                 let mut delta = Staged {
                     change_slot: Some(slot),
                     ..Staged::default()
@@ -1355,15 +1416,43 @@ impl FoldTables {
         fx: &mut Vec<Effect>,
     ) -> Result<(), FoldMsgError> {
         if uid == 1 {
+            let live = self.live_slots();
+            if self.guard && !live.is_empty() {
+                self.evictions_refused += 1;
+                return Err(FoldMsgError::Evicts(format!(
+                    "install of program uid 1 would clear the program table while live flows run slot(s) {live:?}"
+                )));
+            }
             self.slots.iter_mut().for_each(|s| *s = Slot::Free);
             fx.push(Effect::ClearPrograms);
         }
-        let Some(i) = self.slots.iter().position(|s| matches!(s, Slot::Free)) else {
-            return Err(libccp_err(
-                -81,
-                format!("program table full ({} programs)", self.slots.len()),
-            ));
+        let free = self.slots.iter().position(|s| matches!(s, Slot::Free));
+        let i = match free {
+            Some(i) => i,
+            None if self.guard => {
+                let live = self.live_slots();
+                let oldest_unused = (0..self.slots.len())
+                    .filter(|&i| !live.contains(&(i as u32 + 1)))
+                    .min_by_key(|&i| self.installed_at[i]);
+                let Some(i) = oldest_unused else {
+                    self.evictions_refused += 1;
+                    return Err(FoldMsgError::Evicts(format!(
+                        "program table full ({} programs) and live flows run every one",
+                        self.slots.len()
+                    )));
+                };
+                self.replaced_unused += 1;
+                i
+            }
+            None => {
+                return Err(libccp_err(
+                    -81,
+                    format!("program table full ({} programs)", self.slots.len()),
+                ))
+            }
         };
+        self.installs_seen += 1;
+        self.installed_at[i] = self.installs_seen;
         let slot = i as u32 + 1;
         self.slots[i] = Slot::Taken { uid, ok: false };
         match compile(slot, uid, exprs, instrs, num_instructions) {
@@ -1502,6 +1591,10 @@ pub trait FoldMaps {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct KernelFoldStats {
     pub installs: u64,
+    /// Installs refused because they would evict a live flow's program.
+    pub evictions_refused: u64,
+    /// Installs that took the slot of a program no live flow ran (table full).
+    pub replaced_unused: u64,
     pub staged: u64,
     pub refused: u64,
     pub reports: u64,
@@ -1554,6 +1647,23 @@ impl KernelFold {
             report_to_cwnd: Samples::new(REPORT_TO_CWND_KEPT),
             clock,
         }
+    }
+
+    /// As `default()`, with the program table's guard on
+    /// ([`FoldTables::guarded`]): what the datapath runs.
+    pub fn guarded() -> Self {
+        KernelFold { tables: FoldTables::guarded(LIBCCP_MAX_PROGRAMS), ..Self::default() }
+    }
+
+    /// Installs refused so far because they would evict a live flow's program.
+    pub fn evictions_refused(&self) -> u64 {
+        self.tables.evictions_refused
+    }
+
+    /// A new algorithm appeared or the old one went away: the flows' programs
+    /// are no longer protected from eviction ([`FoldTables::forget_bindings`]).
+    pub fn algorithm_changed(&mut self) {
+        self.tables.forget_bindings();
     }
 
     /// A flow switched to `ccp`: returns its create message for Portus
@@ -1672,6 +1782,8 @@ impl KernelFold {
             report_to_cwnd_p50_ns: self.report_to_cwnd.percentile(50),
             report_to_cwnd_p99_ns: self.report_to_cwnd.percentile(99),
             report_to_cwnd_n: self.report_to_cwnd.count,
+            evictions_refused: self.tables.evictions_refused,
+            replaced_unused: self.tables.replaced_unused,
             ..self.stats
         }
     }
@@ -1926,6 +2038,68 @@ mod tests {
         let len = m.len() as u16;
         m[2..4].copy_from_slice(&len.to_le_bytes());
         m
+    }
+
+    /// A one-instruction program with this uid: (when true (:= Report.foo (+ Report.foo Ack.bytes_acked))).
+    fn tiny_install(uid: u32) -> Vec<u8> {
+        install_msg(
+            uid,
+            &[[0, 1, 1, 1]],
+            &[instr_bytes(2, (5, 0), (5, 0), (1, 0)), instr_bytes(0, (5, 0), (5, 0), (4, 0))],
+        )
+    }
+
+    fn change_msg(sid: u32, uid: u32) -> Vec<u8> {
+        let mut m = vec![4, 0, 0, 0];
+        m.extend_from_slice(&sid.to_le_bytes());
+        m.extend_from_slice(&uid.to_le_bytes());
+        m.extend_from_slice(&0u32.to_le_bytes());
+        let len = m.len() as u16;
+        m[2..4].copy_from_slice(&len.to_le_bytes());
+        m
+    }
+
+    #[test]
+    fn guarded_table_keeps_live_programs_and_cannot_be_filled() {
+        let mut t = FoldTables::guarded(LIBCCP_MAX_PROGRAMS);
+        t.add_flow(7);
+        t.handle(&tiny_install(1)).result.unwrap();
+        t.handle(&tiny_install(2)).result.unwrap();
+        t.handle(&change_msg(7, 2)).result.unwrap();
+        // uid 1 again would clear slot 2, which flow 7 runs: refused, nothing written
+        let h = t.handle(&tiny_install(1));
+        assert!(matches!(h.result, Err(FoldMsgError::Evicts(_))), "{:?}", h.result);
+        assert!(h.effects.is_empty(), "{:?}", h.effects);
+        assert_eq!((t.slot_of(2), t.evictions_refused), (Some(2), 1));
+        // one sender installs 100 programs: the table never refuses, and
+        // never touches flow 7's slot
+        for uid in 100..200 {
+            let h = t.handle(&tiny_install(uid));
+            h.result.unwrap_or_else(|e| panic!("install {uid}: {e}"));
+            for e in &h.effects {
+                if let Effect::WriteProgram { slot, .. } | Effect::EmptySlot { slot } = e {
+                    assert_ne!(*slot, 2, "live flow's slot overwritten by uid {uid}");
+                }
+            }
+        }
+        assert_eq!(t.slot_of(2), Some(2));
+        assert_eq!(t.slot_of(199).is_some(), true, "the newest install is in the table");
+        assert_eq!(t.replaced_unused, 100 - 8, "table full after 8 more installs, then replaced in place");
+        // the flow gone (or a new algorithm): uid 1 clears as in libccp
+        t.forget_bindings();
+        let h = t.handle(&tiny_install(1));
+        h.result.unwrap();
+        assert!(matches!(h.effects[0], Effect::ClearPrograms));
+        // libccp's own table: uid 1 clears regardless, and a full table refuses
+        let mut l = FoldTables::new(LIBCCP_MAX_PROGRAMS);
+        l.add_flow(7);
+        l.handle(&tiny_install(1)).result.unwrap();
+        l.handle(&change_msg(7, 1)).result.unwrap();
+        for uid in 2..=10 {
+            l.handle(&tiny_install(uid)).result.unwrap();
+        }
+        assert!(matches!(l.handle(&tiny_install(11)).result, Err(FoldMsgError::Libccp { code: -81, .. })));
+        assert!(matches!(l.handle(&tiny_install(1)).effects[0], Effect::ClearPrograms));
     }
 
     #[test]

@@ -7,6 +7,16 @@
 //! length, flow); Portus takes several in one datagram
 //! ([`PortusSender::send_packed`]), libccp one per datagram.
 //!
+//! Older Portus releases answer elsewhere: 0.6, 0.6.1 and 0.7.0 (their
+//! `ipc::unix::Socket::send`) reply to `format!("/tmp/ccp/{}", address as
+//! received)`, 0.8 and 0.9 to the address as received. For a datapath bound
+//! at `/tmp/ccp/ccp-datapath-N` the old releases answer
+//! `/tmp/ccp//tmp/ccp/ccp-datapath-N`, i.e. `/tmp/ccp/tmp/ccp/ccp-datapath-N`
+//! (ENOENT before). So when the bound path lies under /tmp/ccp, the datapath
+//! also makes that path a symlink to its socket ([`legacy_reply_path`];
+//! `sendto` follows symlinks), in directories checked and created like the
+//! bind directory: every release's reply reaches the one socket.
+//!
 //! Security (issue 8 item 5, "only root steers flows"): whoever can send to
 //! these sockets sets every `ccp` flow's cwnd and pacing rate. So
 //! - the bind directory is created mode 0700 (0770 group `--allow-gid`) and
@@ -135,6 +145,47 @@ pub struct PortusIpc {
     /// Pid of the process that last sent a trusted datagram from the Portus
     /// socket's own path (the algorithm daemon bound there).
     portus_pid: Option<i32>,
+    /// The symlink Portus 0.6/0.7 replies reach the socket through
+    /// ([`legacy_reply_path`]), removed with the socket.
+    legacy_alias: Option<PathBuf>,
+}
+
+/// The directory Portus hard-codes (`/tmp/ccp/<name>`), which 0.6 and 0.7
+/// also prefix to every reply address.
+pub const PORTUS_DIR: &str = "/tmp/ccp";
+
+/// Where Portus 0.6.x / 0.7.0 send a reply to a datapath bound at `bound`:
+/// `format!("{legacy_root}/{bound}")` (their `Socket::send`), a doubled
+/// slash collapsing as the kernel resolves it. `legacy_root` is
+/// [`PORTUS_DIR`] outside tests.
+pub fn legacy_reply_path(legacy_root: &Path, bound: &Path) -> PathBuf {
+    legacy_root.join(bound.strip_prefix("/").unwrap_or(bound))
+}
+
+/// Make [`legacy_reply_path`] a symlink to the socket at `bound` when
+/// `bound` lies under `legacy_root`: the directories on the way are created
+/// and checked as the bind directory is ([`secure_dir`]), a stale entry is
+/// replaced. Returns the symlink, or None when `bound` is elsewhere (an old
+/// Portus could not be told that path anyway).
+fn make_legacy_alias(legacy_root: &Path, bound: &Path, trust: &Trust) -> Result<Option<PathBuf>> {
+    if !bound.is_absolute() || !bound.starts_with(legacy_root) {
+        return Ok(None);
+    }
+    let alias = legacy_reply_path(legacy_root, bound);
+    let parent = alias.parent().expect("an alias has a parent");
+    let mut dir = legacy_root.to_path_buf();
+    for part in parent.strip_prefix(legacy_root).expect("alias under the root").components() {
+        dir.push(part);
+        secure_dir(&dir, trust).with_context(|| format!("directory for Portus 0.6/0.7 replies {}", dir.display()))?;
+    }
+    match std::fs::remove_file(&alias) {
+        Err(e) if e.kind() != ErrorKind::NotFound => {
+            return Err(e).with_context(|| format!("cannot remove stale {}", alias.display()))
+        }
+        _ => {}
+    }
+    std::os::unix::fs::symlink(bound, &alias).with_context(|| format!("cannot link {} to {}", alias.display(), bound.display()))?;
+    Ok(Some(alias))
 }
 
 /// Send half handed to libccp (see [`crate::fold::MsgSink`]). Clones share
@@ -193,6 +244,12 @@ impl PortusIpc {
     ///
     /// Errors: `bind_dir` is unsafe, cannot be created or written, or bind fails.
     pub fn bind(bind_dir: &Path, portus: &Path, trust: Trust) -> Result<Self> {
+        Self::bind_with_legacy_root(bind_dir, portus, trust, Path::new(PORTUS_DIR))
+    }
+
+    /// [`PortusIpc::bind`], with `legacy_root` in place of [`PORTUS_DIR`]
+    /// for the Portus 0.6/0.7 reply alias (tests).
+    pub fn bind_with_legacy_root(bind_dir: &Path, portus: &Path, trust: Trust, legacy_root: &Path) -> Result<Self> {
         secure_dir(bind_dir, &trust)?;
         let path = bind_dir.join(format!("ccp-datapath-{}", std::process::id()));
         match std::fs::remove_file(&path) {
@@ -214,7 +271,10 @@ impl PortusIpc {
         setsockopt_int(&sock, libc::SO_PASSCRED, 1).context("SO_PASSCRED on the datapath socket")?;
         let _ = setsockopt_int(&sock, libc::SO_RCVBUF, 4 << 20);
         let _ = setsockopt_int(&sock, libc::SO_SNDBUF, 4 << 20);
-        Ok(PortusIpc { sock, path, portus: portus.to_path_buf(), trust, dropped_untrusted: 0, portus_pid: None })
+        let mut ipc = PortusIpc { sock, path, portus: portus.to_path_buf(), trust, dropped_untrusted: 0, portus_pid: None, legacy_alias: None };
+        // the socket is removed on drop from here on, the alias with it
+        ipc.legacy_alias = make_legacy_alias(legacy_root, &ipc.path, &trust)?;
+        Ok(ipc)
     }
 
     /// The path this datapath is bound to (Portus replies here).
@@ -302,6 +362,9 @@ impl PortusIpc {
 
 impl Drop for PortusIpc {
     fn drop(&mut self) {
+        if let Some(alias) = &self.legacy_alias {
+            let _ = std::fs::remove_file(alias);
+        }
         let _ = std::fs::remove_file(&self.path);
     }
 }
@@ -525,6 +588,59 @@ pub fn deliver_to_libccp(fold: &mut crate::fold::FoldEngine, msg: &mut [u8]) -> 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    /// How each Portus release addresses its reply to a datapath whose
+    /// datagram came from `from` (portus `ipc::unix::Socket::send`, read in
+    /// each tagged release): 0.6, 0.6.1 and 0.7.0 prefix the directory they
+    /// hard-code, 0.8.0 and 0.9.0 send to the address as received.
+    fn portus_reply_address(release: &str, hard_coded_dir: &str, from: &Path) -> PathBuf {
+        match release {
+            "0.6" | "0.6.1" | "0.7.0" => PathBuf::from(format!("{hard_coded_dir}/{}", from.to_str().unwrap())),
+            "0.8.0" | "0.9.0" => from.to_path_buf(),
+            r => panic!("unknown Portus release {r}"),
+        }
+    }
+
+    #[test]
+    fn every_portus_release_reaches_the_datapath() {
+        // a temporary directory plays /tmp/ccp (the releases' hard-coded one)
+        let root = std::env::temp_dir().join(format!("ccp-ipc-legacy-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).unwrap();
+        let portus_path = root.join("portus");
+        let portus = UnixDatagram::bind(&portus_path).unwrap();
+        let mut ipc = PortusIpc::bind_with_legacy_root(&root, &portus_path, Trust::current(None), &root).unwrap();
+        let alias = legacy_reply_path(&root, ipc.path());
+        assert!(std::fs::symlink_metadata(&alias).unwrap().file_type().is_symlink(), "alias made");
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().mode() & 0o777;
+        assert_eq!(mode(alias.parent().unwrap()), 0o700, "the alias's directory is the bind dir's mode");
+        let mut tx = ipc.sender().unwrap();
+        for release in ["0.6", "0.6.1", "0.7.0", "0.8.0", "0.9.0"] {
+            assert!(tx.send(release.as_bytes()));
+            let mut buf = [0u8; 64];
+            let (n, from) = portus.recv_from(&mut buf).unwrap();
+            assert_eq!(&buf[..n], release.as_bytes());
+            let to = portus_reply_address(release, root.to_str().unwrap(), from.as_pathname().unwrap());
+            portus.send_to(format!("reply {release}").as_bytes(), &to).unwrap_or_else(|e| panic!("Portus {release} replies to {}: {e}", to.display()));
+            let got = (0..200).find_map(|_| {
+                let r = ipc.try_recv(&mut buf).unwrap();
+                if r.is_none() {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                r
+            });
+            assert_eq!(got.map(|n| buf[..n].to_vec()), Some(format!("reply {release}").into_bytes()), "Portus {release}'s reply");
+        }
+        // the real releases' directory, spelled as they spell it
+        assert_eq!(
+            portus_reply_address("0.6.1", PORTUS_DIR, Path::new("/tmp/ccp/ccp-datapath-7")),
+            PathBuf::from("/tmp/ccp//tmp/ccp/ccp-datapath-7")
+        );
+        assert_eq!(legacy_reply_path(Path::new(PORTUS_DIR), Path::new("/tmp/ccp/ccp-datapath-7")), PathBuf::from("/tmp/ccp/tmp/ccp/ccp-datapath-7"));
+        drop(ipc);
+        assert!(std::fs::symlink_metadata(&alias).is_err(), "alias removed with the socket");
+        let _ = std::fs::remove_dir_all(&root);
+    }
 
     #[test]
     fn round_trip_and_cleanup() {

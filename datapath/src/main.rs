@@ -52,7 +52,7 @@ use crate::resync::FlowResync;
 use crate::rules::{FlowKeys, RuleTable};
 use crate::stats::Samples;
 use crate::wake::{Promise, ReportLooks};
-use crate::wire::{Event, FlowCreated};
+use crate::wire::{Event, FlowCreated, GuardCause};
 
 /// eBPF struct_ops datapath for CCP: registers the TCP congestion control
 /// `ccp` and lets a Portus algorithm (unix IPC) set each flow's cwnd and
@@ -104,6 +104,14 @@ struct Cli {
     /// the kernel's cubic until the algorithm is back.
     #[arg(long, alias = "stale-ms", default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=60_000))]
     fallback_timeout_ms: u64,
+    /// With `--fold kernel`, the control guard's floor, ms: a flow whose
+    /// program has not been commanded (no cwnd/rate update or program change
+    /// from the algorithm, no new Cwnd or Rate set by the program itself;
+    /// an evicted or always-aborting program commands nothing) for
+    /// max(16 x the flow's SRTT, this) runs the kernel's cubic, logged at
+    /// warn with the cause, until the algorithm commands it again.
+    #[arg(long, default_value_t = 250, value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    control_timeout_ms: u64,
     /// Force a ring-buffer wakeup at most every this many µs (other ACK
     /// events are picked up by the 1 ms poll or the next wakeup).
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
@@ -329,6 +337,9 @@ impl Loop {
     /// what the algorithm asked for is forgotten.
     fn algorithm_away(&mut self) {
         self.bpf.bump_ctl_epoch();
+        if let Some(k) = &mut self.kernel {
+            k.kf.algorithm_changed();
+        }
         self.bpf.clear_commands();
         self.announce_at = None;
         tracing::warn!(flows = self.known.len(), "algorithm away: its flows run the kernel's cubic until it is back");
@@ -338,6 +349,9 @@ impl Loop {
     /// live flows are announced to it after [`ANNOUNCE_DELAY`].
     fn new_algorithm(&mut self, now: Instant) {
         self.bpf.bump_ctl_epoch();
+        if let Some(k) = &mut self.kernel {
+            k.kf.algorithm_changed();
+        }
         self.bpf.clear_commands();
         self.announce_at = Some(now + ANNOUNCE_DELAY);
         self.announced.clear();
@@ -491,6 +505,18 @@ impl Loop {
                 }
                 self.ack_cost.push(t0.elapsed().as_nanos() as u64);
             }
+            Event::Guard { flow_id, cause: GuardCause::Resumed, cwnd_pkts, .. } => {
+                tracing::info!(flow = flow_id, cwnd_pkts, "control guard: the algorithm commands the flow again; handed back");
+            }
+            Event::Guard { flow_id, cause, cwnd_pkts, bound_us } => {
+                tracing::warn!(
+                    flow = flow_id,
+                    cwnd_pkts,
+                    bound_ms = bound_us / 1000,
+                    cause = %cause.describe(),
+                    "control guard: flow not commanded within the bound; it runs the kernel's cubic until the algorithm commands it again"
+                );
+            }
             Event::Released { flow_id, .. } => {
                 self.known.remove(&flow_id);
                 self.announced.remove(&flow_id);
@@ -518,7 +544,18 @@ impl Loop {
                 Ok(Some(n)) => {
                     self.watch.heard_from(self.ipc.portus_pid());
                     let r = match (&mut self.kernel, &mut self.fold) {
-                        (Some(k), _) => k.kf.on_portus_msg(&buf[..n], &mut self.bpf).map_err(anyhow::Error::from),
+                        (Some(k), _) => match k.kf.on_portus_msg(&buf[..n], &mut self.bpf) {
+                            Err(e @ crate::fold_kernel::FoldMsgError::Evicts(_)) => {
+                                // counted apart (evictions_refused=); logged
+                                // first and every 100th: a flood stays readable
+                                let refused = k.kf.evictions_refused();
+                                if refused % 100 == 1 {
+                                    tracing::warn!(error = %e, refused, "install refused: it would evict a live flow's program");
+                                }
+                                Ok(())
+                            }
+                            r => r.map_err(anyhow::Error::from),
+                        },
                         (None, Some(fold)) => crate::ipc::deliver_to_libccp(fold, &mut buf[..n]),
                         (None, None) => Ok(()),
                     };
@@ -554,11 +591,11 @@ impl Loop {
         };
         let msg = format!(
             "flows={} (bpf ids {}) active={} resynced={} invokes={} commands={} skipped_invalid={} unknown_flow_acks={} \
-             bpf: command_acks={} fallback_acks={} dropped_events={} bad_records={} refused_msgs={} untrusted_msgs={} \
+             bpf: command_acks={} fallback_acks={} guard_fallbacks={} cwnd_clamped={} dropped_events={} bad_records={} refused_msgs={} untrusted_msgs={} \
              outbox: deferred={} peak={} dropped={} \
              per-ACK user cost us: mean={} p50={} p99={}; event->command us: p50={} p99={} (n={}) \
              kernel fold: invocations={} compiled_runs={} aborted={} reports={} reports_dropped={} no_state_flows={} installs={} compiled={} interpreted={} \
-             staged={} refused={} report->cwnd us: p50={} p99={} (n={})",
+             staged={} refused={} evictions_refused={} replaced_unused={} report->cwnd us: p50={} p99={} (n={})",
             f.flows_created,
             b.flows,
             active,
@@ -569,6 +606,8 @@ impl Loop {
             f.unknown_flow_acks,
             b.command_acks,
             b.fallback_acks,
+            b.guard_fallbacks,
+            b.cwnd_clamped,
             b.dropped_events,
             self.bad_records.borrow(),
             self.bad_msgs,
@@ -593,6 +632,8 @@ impl Loop {
             jit_declined,
             k.staged,
             k.refused,
+            k.evictions_refused,
+            k.replaced_unused,
             us(k.report_to_cwnd_p50_ns),
             us(k.report_to_cwnd_p99_ns),
             k.report_to_cwnd_n,
@@ -619,6 +660,7 @@ fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
         report_wake: Duration::from_millis(cli.report_wake_ms),
         fold_in_kernel: in_kernel,
         fold_jit: cli.fold_jit,
+        control_floor: Duration::from_millis(cli.control_timeout_ms),
     })?;
     let outbox = ipc.sender()?;
     let (fold, kernel, report_ring) = if in_kernel {
@@ -629,7 +671,7 @@ fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
         let reports = Rc::new(RefCell::new(Vec::new()));
         let ring = bpf.report_reader(reports.clone())?;
         let k = KernelMode {
-            kf: KernelFold::default(),
+            kf: KernelFold::guarded(),
             sender,
             unsent: vec![],
             reports,

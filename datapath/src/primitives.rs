@@ -68,6 +68,24 @@ pub fn sample_valid(s: &AckSample) -> bool {
     s.delivered > 0 && s.interval_us > 0 && s.rtt_us > 0
 }
 
+/// ccp-kernel's input contract for `Flow.rtt_sample_us`: ccp-kernel invokes
+/// the fold only on ACKs with a valid rate sample, so programs never see a
+/// missing RTT; upstream programs copy it into reports or compare `Micros`
+/// with it, and a missing one read as 4294967295 (+infinity) made nimbus
+/// command a cwnd of u32::MAX bytes. This datapath invokes on every ACK (an
+/// ACK without a sample can still carry losses), so a missing sample (0 in
+/// `p`) becomes the last valid one (`held`, updated here), or the socket's
+/// SRTT (`srtt_us`) before the first; only with neither does it stay 0,
+/// which libccp turns into +infinity. bpf/fold_vm.h `fold_hold_rtt` is the
+/// kernel twin (tests/fold_differential.rs compares them).
+pub fn hold_rtt(p: &mut Prims, held: &mut u32, srtt_us: u32) {
+    if p.rtt_sample_us != 0 {
+        *held = clamp_u32(p.rtt_sample_us);
+    } else {
+        p.rtt_sample_us = u64::from(if *held != 0 { *held } else { srtt_us });
+    }
+}
+
 /// tcp_packets_in_flight(): packets_out - (sacked_out + lost_out) + retrans_out.
 pub fn packets_in_flight(s: &AckSample) -> u32 {
     s.packets_out
@@ -156,6 +174,30 @@ mod tests {
             snd_una: 40,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_missing_rtt_sample_holds_the_last_valid_one() {
+        let mut base = Baseline::default();
+        let mut held = 0;
+        let mut s = sample();
+        s.rtt_us = -1;
+        let mut p = compute(&mut base, &s, None, None);
+        hold_rtt(&mut p, &mut held, 0);
+        assert_eq!(p.rtt_sample_us, 0, "nothing measured yet: absent (libccp's +infinity)");
+        let mut p = compute(&mut base, &s, None, None);
+        hold_rtt(&mut p, &mut held, 1_500);
+        assert_eq!(p.rtt_sample_us, 1_500, "before the first sample: SRTT");
+        s.rtt_us = 2_000;
+        let mut p = compute(&mut base, &s, None, None);
+        hold_rtt(&mut p, &mut held, 1_500);
+        assert_eq!((p.rtt_sample_us, held), (2_000, 2_000));
+        s.rtt_us = -1;
+        s.lost = 3;
+        let mut p = compute(&mut base, &s, None, None);
+        hold_rtt(&mut p, &mut held, 1_500);
+        assert_eq!(p.rtt_sample_us, 2_000, "held, not SRTT");
+        assert_eq!(p.lost_pkts_sample, 3, "the ACK's losses still reach the fold");
     }
 
     #[test]

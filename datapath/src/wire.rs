@@ -33,6 +33,9 @@ const EV_RELEASE: u32 = 3;
 /// Entry into Recovery or Loss (set_state), decoded as an [`AckSample`]
 /// without a rate sample (rtt_us = -1, delivered = 0).
 const EV_STATE: u32 = 4;
+/// The control guard took a flow from its program or gave it back
+/// (ccp.bpf.c control_guard; cause in `flags`, bound in `interval_us`).
+const EV_GUARD: u32 = 5;
 /// ccp_priv.flags bit PRIV_KERNEL_PACING (ccp.bpf.c).
 const FLAG_KERNEL_PACING: u32 = 8;
 
@@ -72,7 +75,7 @@ pub struct RawEvent {
     pub lost: u32,
     pub app_limited: u32,
     pub mark: u32,
-    pub _pad: u32,
+    pub srtt_us: u32,
     pub cgroup_id: u64,
 }
 
@@ -157,7 +160,7 @@ assert_c_layout!(RawEvent, ccp_event, [
     kind, flow_id, ts_ns, saddr, daddr, sport, dport, mss, bytes_acked, rtt_us,
     interval_us, delivered, snd_interval_us, rcv_interval_us, losses, acked_sacked,
     sacked_out, lost_out, retrans_out, packets_out, snd_cwnd, write_seq, snd_una,
-    ecn_bytes, timeouts, ca_state, flags, pacing_rate, lost, app_limited, mark, _pad,
+    ecn_bytes, timeouts, ca_state, flags, pacing_rate, lost, app_limited, mark, srtt_us,
     cgroup_id,
 ]);
 assert_c_layout!(RawFlowInfo, ccp_flow_info, [
@@ -277,6 +280,8 @@ pub struct AckSample {
     pub lost: u32,
     /// rs->is_app_limited: the rate sample was taken while application-limited.
     pub app_limited: bool,
+    /// The socket's smoothed RTT, us (0 before any sample).
+    pub srtt_us: u32,
 }
 
 /// One ring-buffer record.
@@ -285,6 +290,47 @@ pub enum Event {
     Created(FlowCreated),
     Ack(AckSample),
     Released { flow_id: u32, ts_ns: u64 },
+    /// `--fold kernel`: the control guard took the flow from its program
+    /// (it runs the fallback) or handed it back ([`GuardCause::Resumed`]).
+    Guard { flow_id: u32, cause: GuardCause, cwnd_pkts: u32, bound_us: u64 },
+}
+
+/// Why the control guard acted (`GUARD_*` in ccp.bpf.c).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GuardCause {
+    /// The algorithm commands the flow again: handed back.
+    Resumed,
+    /// The flow's program slot is empty (evicted, or never installed).
+    NoProgram,
+    /// Its program aborts (overflow, underflow, division by zero).
+    Aborting,
+    /// Its program runs, but nothing has commanded the flow.
+    Silent,
+    /// A code this build does not know.
+    Other(u32),
+}
+
+impl GuardCause {
+    fn from_code(c: u32) -> Self {
+        match c {
+            0 => GuardCause::Resumed,
+            1 => GuardCause::NoProgram,
+            2 => GuardCause::Aborting,
+            3 => GuardCause::Silent,
+            o => GuardCause::Other(o),
+        }
+    }
+
+    /// The cause in words, for the log.
+    pub fn describe(self) -> String {
+        match self {
+            GuardCause::Resumed => "the algorithm commands it again".into(),
+            GuardCause::NoProgram => "its fold program is gone from the program table".into(),
+            GuardCause::Aborting => "its fold program aborts on every invocation".into(),
+            GuardCause::Silent => "nothing commanded it (no cwnd/rate update, no new Cwnd from its program)".into(),
+            GuardCause::Other(c) => format!("unknown cause {c}"),
+        }
+    }
 }
 
 impl From<&RawEvent> for FlowCreated {
@@ -336,6 +382,7 @@ impl From<&RawEvent> for AckSample {
             pacing_rate: r.pacing_rate,
             lost: r.lost,
             app_limited: r.app_limited != 0,
+            srtt_us: r.srtt_us,
         }
     }
 }
@@ -351,6 +398,12 @@ pub fn decode_event(b: &[u8]) -> Result<Event> {
         EV_CREATE => Event::Created(FlowCreated::from(&raw)),
         EV_ACK | EV_STATE => Event::Ack(AckSample::from(&raw)),
         EV_RELEASE => Event::Released { flow_id: raw.flow_id, ts_ns: raw.ts_ns },
+        EV_GUARD => Event::Guard {
+            flow_id: raw.flow_id,
+            cause: GuardCause::from_code(raw.flags),
+            cwnd_pkts: raw.snd_cwnd,
+            bound_us: raw.interval_us.max(0) as u64,
+        },
         other => bail!("ring-buffer record has unknown kind {other}"),
     })
 }

@@ -1605,9 +1605,11 @@ struct PrimsIo {
     b_timeouts: u32,
     b_lost: u32,
     prims: [u64; 15],
+    srtt_us: u32,
+    rtt_held_us: u32,
 }
 
-const _: () = assert!(std::mem::size_of::<PrimsIo>() == 80 + 40 + 120);
+const _: () = assert!(std::mem::size_of::<PrimsIo>() == 80 + 40 + 120 + 8);
 
 /// fold_vm.h's fold_prims (what the kernel fold computes per ACK) against
 /// src/primitives.rs compute() (what user space computes for libccp), on
@@ -1620,6 +1622,7 @@ fn kernel_primitives_match_user_space() {
     let mut checked = 0u64;
     for flow in 0..2000u64 {
         let mut base = primitives::Baseline::default();
+        let mut held = 0u32;
         let mut io = PrimsIo::default();
         let mut s = wire::AckSample {
             mss: 1448,
@@ -1673,7 +1676,13 @@ fn kernel_primitives_match_user_space() {
             s.ecn_bytes = grow(&mut r, s.ecn_bytes, 3000);
             s.timeouts = grow(&mut r, s.timeouts, 2);
             s.lost = grow(&mut r, s.lost, 3);
-            let want = primitives::compute(&mut base, &s, None, None);
+            s.srtt_us = r.pick(&[0, 0, 1, 20_000, e32 as u32]);
+            let mut want = primitives::compute(&mut base, &s, None, None);
+            primitives::hold_rtt(&mut want, &mut held, s.srtt_us);
+            if held != 0 || s.srtt_us != 0 {
+                // ccp-kernel's contract: no missing RTT once one is known
+                assert_ne!(want.rtt_sample_us, 0, "flow {flow} ack {ack}: a missing RTT reaches the fold");
+            }
             io = PrimsIo {
                 bytes_acked: s.bytes_acked,
                 rtt_us: s.rtt_us,
@@ -1693,6 +1702,7 @@ fn kernel_primitives_match_user_space() {
                 lost: s.lost,
                 mss: s.mss,
                 prims: [0; 15],
+                srtt_us: s.srtt_us,
                 ..io
             };
             let mut ctx = io.as_bytes().to_vec();
@@ -1747,6 +1757,7 @@ fn kernel_primitives_match_user_space() {
                 base.rate_incoming,
             );
             assert_eq!(ub, kb, "flow {flow} ack {ack}: baseline after {s:?}");
+            assert_eq!(io.rtt_held_us, held, "flow {flow} ack {ack}: held RTT after {s:?}");
             checked += 1;
         }
     }

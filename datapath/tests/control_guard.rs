@@ -1,0 +1,621 @@
+//! The control guard and the program table's guard (datapath/README.md
+//! "Never frozen"), under a fuzzer of structurally valid Portus messages
+//! during a real flow (needs root, BPF struct_ops, netns, `ip`/`tc`; fails
+//! naming what is missing otherwise).
+//!
+//! A `ccp-algorithms reno` daemon runs one bulk flow through a 20 Mbit/s TBF
+//! (small queue, so RTTs stay short and the guard's bound is its floor). A
+//! second root process sends the datapath messages Portus's own compiler and
+//! serializer made: installs of random fold programs (some abort on every
+//! invocation, some set Cwnd or Rate, uids 1..40, so uid 1 asks to clear the
+//! table), cwnd/rate/control-register updates and program changes, all for
+//! the live flow's id, in bursts with quiet spells between them. Then it
+//! changes the flow to a program that aborts on every ACK and says nothing
+//! for two seconds: the guard must take the flow, and a cwnd update must get
+//! it back.
+//!
+//! Requirements: the sender's cwnd (TCP_INFO, sampled every 5 ms) never
+//! stays constant longer than the guard's bound, max(16 x SRTT, 250 ms),
+//! plus the 250 ms a takeover and the fallback's first growth may take,
+//! plus the longest wait for an ACK in the stretch (the guard acts on ACKs:
+//! a fuzzed pacing rate of a few packets a second spaces them a second
+//! apart); stretches in TCP_CA_Loss (an RTO, paced by the kernel's timer)
+//! do not count; the datapath and the algorithm survive (the datapath exits 0 on
+//! SIGTERM); its summary shows the installs refused or replaced and the
+//! guard's fallbacks. Prints messages sent / accepted / refused, the longest
+//! constant-cwnd stretch and the fallback events.
+//!
+//! Messages: `CCPLAB_GUARD_FUZZ_MESSAGES` (default 20,000; `make bench` runs
+//! 1,000,000), seed `CCPLAB_GUARD_FUZZ_SEED`.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use ccplab_util::testkit::{lock_ccp_registration, require_path, require_root, require_tools, try_wait_until, wait_for_exit, CcpRegistrationLock};
+use portus::lang::{Bin, Reg, Scope};
+use portus::serialize::{changeprog, install, serialize, update_field};
+
+const BIN: &str = env!("CARGO_BIN_EXE_ccp-datapath");
+const LINK_BPS: u64 = 20_000_000;
+/// The datapath's default guard floor (--control-timeout-ms).
+const GUARD_FLOOR: Duration = Duration::from_millis(250);
+/// CTL_GUARD_RTTS in bpf/ccp.bpf.c.
+const GUARD_RTTS: u32 = 16;
+/// What a takeover may add to the bound: the guard acts on the first ACK
+/// past it, and cubic's first increment after taking over comes a few RTTs
+/// later (it starts a fresh epoch at the cwnd it found).
+const TAKEOVER_SLACK: Duration = Duration::from_millis(250);
+const TCP_CA_LOSS: u8 = 4;
+
+fn messages() -> u64 {
+    match std::env::var("CCPLAB_GUARD_FUZZ_MESSAGES") {
+        Ok(v) => v.parse().unwrap_or_else(|_| panic!("CCPLAB_GUARD_FUZZ_MESSAGES={v:?}: not a whole number")),
+        Err(_) => 20_000,
+    }
+}
+
+fn seed() -> u64 {
+    match std::env::var("CCPLAB_GUARD_FUZZ_SEED") {
+        Ok(v) => v.parse().unwrap_or_else(|_| panic!("CCPLAB_GUARD_FUZZ_SEED={v:?}: not a u64")),
+        Err(_) => 0x9a2d_c0de,
+    }
+}
+
+/// splitmix64: small, seeded, reproducible.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+    fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
+        xs[self.below(xs.len() as u64) as usize]
+    }
+}
+
+fn uniq(tag: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!("{tag}{}x{}", std::process::id() % 100_000, N.fetch_add(1, Ordering::SeqCst))
+}
+
+fn sh(args: &[&str]) {
+    let out = Command::new(args[0]).args(&args[1..]).output().expect("spawn");
+    assert!(out.status.success(), "{:?} failed: {}", args, String::from_utf8_lossy(&out.stderr));
+}
+
+// ------------------------------------------------------------ network and flow
+
+/// Namespaces A (10.202.0.1) and B (10.202.0.2), a veth pair, TBF at
+/// LINK_BPS with a 64 KB queue on A's side. Deleted on drop.
+struct Net {
+    a: String,
+    b: String,
+}
+
+impl Net {
+    fn new() -> Net {
+        let id = uniq("");
+        let net = Net { a: format!("ccpgA{id}"), b: format!("ccpgB{id}") };
+        let (va, vb) = (format!("cga{id}"), format!("cgb{id}"));
+        sh(&["ip", "netns", "add", &net.a]);
+        sh(&["ip", "netns", "add", &net.b]);
+        sh(&["ip", "link", "add", &va, "netns", &net.a, "type", "veth", "peer", "name", &vb, "netns", &net.b]);
+        sh(&["ip", "-n", &net.a, "addr", "add", "10.202.0.1/24", "dev", &va]);
+        sh(&["ip", "-n", &net.b, "addr", "add", "10.202.0.2/24", "dev", &vb]);
+        for (ns, dev) in [(&net.a, &va), (&net.b, &vb)] {
+            sh(&["ip", "-n", ns, "link", "set", dev, "up"]);
+            sh(&["ip", "-n", ns, "link", "set", "lo", "up"]);
+        }
+        let rate = format!("{LINK_BPS}bit");
+        sh(&["tc", "-n", &net.a, "qdisc", "add", "dev", &va, "root", "tbf", "rate", &rate, "burst", "4kb", "limit", "64kb"]);
+        net
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        for ns in [&self.a, &self.b] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+fn enter_netns(name: &str) {
+    let f = File::open(format!("/var/run/netns/{name}")).expect("netns file");
+    // SAFETY: setns on this thread only (network namespaces are per thread).
+    assert_eq!(unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) }, 0, "setns {name}");
+}
+
+/// A bulk TCP flow A -> B with congestion control `ccp`.
+struct BulkFlow {
+    stream: Arc<TcpStream>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl BulkFlow {
+    fn start(net: &Net) -> BulkFlow {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let (b, stop_r) = (net.b.clone(), stop.clone());
+        let receiver = std::thread::spawn(move || {
+            enter_netns(&b);
+            let l = TcpListener::bind("10.202.0.2:5201").expect("listen in B");
+            ready_tx.send(()).unwrap();
+            let (mut s, _) = l.accept().expect("accept");
+            s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+            let mut buf = vec![0u8; 1 << 16];
+            while !stop_r.load(Ordering::SeqCst) {
+                match s.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(_) => {}
+                    Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+                    Err(_) => break,
+                }
+            }
+        });
+        ready_rx.recv_timeout(Duration::from_secs(5)).expect("receiver ready");
+        let (stream_tx, stream_rx) = mpsc::channel();
+        let (a, stop_s) = (net.a.clone(), stop.clone());
+        let sender = std::thread::spawn(move || {
+            enter_netns(&a);
+            let s = Arc::new(connect_ccp(Ipv4Addr::new(10, 202, 0, 2), 5201).expect("connect"));
+            s.set_write_timeout(Some(Duration::from_millis(200))).unwrap();
+            stream_tx.send(s.clone()).unwrap();
+            let buf = vec![0x5au8; 1 << 16];
+            while !stop_s.load(Ordering::SeqCst) {
+                match (&*s).write(&buf) {
+                    Ok(_) => {}
+                    Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+                    Err(_) => break,
+                }
+            }
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        });
+        let stream = stream_rx.recv_timeout(Duration::from_secs(5)).expect("sender connected");
+        BulkFlow { stream, stop, threads: vec![receiver, sender] }
+    }
+
+    fn info(&self) -> libc::tcp_info {
+        // SAFETY: getsockopt into a correctly sized tcp_info.
+        unsafe {
+            let mut ti: libc::tcp_info = std::mem::zeroed();
+            let mut len = std::mem::size_of::<libc::tcp_info>() as u32;
+            let r = libc::getsockopt(self.stream.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_INFO, &mut ti as *mut _ as *mut libc::c_void, &mut len);
+            assert_eq!(r, 0, "TCP_INFO");
+            ti
+        }
+    }
+}
+
+impl Drop for BulkFlow {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+fn connect_ccp(dst: Ipv4Addr, port: u16) -> std::io::Result<TcpStream> {
+    // SAFETY: plain socket syscalls on an fd owned by the TcpStream from the start.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let stream = TcpStream::from_raw_fd(fd);
+        let cc = "ccp";
+        if libc::setsockopt(fd, libc::IPPROTO_TCP, libc::TCP_CONGESTION, cc.as_ptr() as *const libc::c_void, cc.len() as u32) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let addr = libc::sockaddr_in {
+            sin_family: libc::AF_INET as u16,
+            sin_port: port.to_be(),
+            sin_addr: libc::in_addr { s_addr: u32::from(dst).to_be() },
+            sin_zero: [0; 8],
+        };
+        if libc::connect(fd, &addr as *const _ as *const libc::sockaddr, std::mem::size_of_val(&addr) as u32) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(stream)
+    }
+}
+
+// ------------------------------------------------------------ processes
+
+/// A child process logging to a file; SIGTERM (then SIGKILL) on drop.
+struct Proc {
+    child: Option<Child>,
+    log: PathBuf,
+    what: &'static str,
+}
+
+impl Proc {
+    fn spawn(what: &'static str, cmd: &mut Command) -> Proc {
+        let log = std::env::temp_dir().join(format!("ccp-guard-test-{what}-{}.log", uniq("")));
+        let child = cmd.stdout(Stdio::null()).stderr(File::create(&log).unwrap()).spawn().unwrap_or_else(|e| panic!("spawn {what}: {e}"));
+        Proc { child: Some(child), log, what }
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn alive(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| c.try_wait().unwrap().is_none())
+    }
+
+    /// SIGTERM; the exit status (None if it had to be killed).
+    fn stop(&mut self) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.take()?;
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let st = wait_for_exit(&mut child, Duration::from_secs(5));
+        if st.is_none() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        st
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.stop();
+        if std::thread::panicking() || std::env::var_os("CCP_DP_TEST_KEEP_LOGS").is_some() {
+            eprintln!("{} log kept at {}", self.what, self.log.display());
+        } else {
+            let _ = std::fs::remove_file(&self.log);
+        }
+    }
+}
+
+/// `KEY=N` from the datapath's exit summary.
+fn summary_count(log: &str, key: &str) -> u64 {
+    let line = log.lines().rev().find(|l| l.contains("kernel fold: invocations=")).unwrap_or_else(|| panic!("no exit summary in the datapath log:\n{log}"));
+    let at = line.find(&format!(" {key}=")).unwrap_or_else(|| panic!("{key}= not in the summary: {line}"));
+    line[at + key.len() + 2..].chars().take_while(|c| c.is_ascii_digit()).collect::<String>().parse().unwrap()
+}
+
+// ------------------------------------------------------------ the fuzzer
+
+/// A fold program Portus compiled, with its scope (register names).
+struct Program {
+    bin: Bin,
+    scope: Scope,
+}
+
+fn compile(src: &str) -> Program {
+    let (bin, scope) = portus::lang::compile(src.as_bytes(), &[]).unwrap_or_else(|e| panic!("Portus compiles {src}: {e:?}"));
+    Program { bin, scope }
+}
+
+/// A random, valid fold program: operands from the primitives, the flow's
+/// registers and constants; `-` and `/` abort whenever they underflow or
+/// divide by zero; half of them set Cwnd, some Rate; a report every
+/// 1-50 ms.
+fn random_program(r: &mut Rng) -> String {
+    const ATOMS: [&str; 12] = [
+        "Ack.bytes_acked",
+        "Ack.packets_acked",
+        "Ack.lost_pkts_sample",
+        "Flow.rtt_sample_us",
+        "Flow.packets_in_flight",
+        "Cwnd",
+        "Report.a",
+        "c0",
+        "0",
+        "1",
+        "1448",
+        "30000",
+    ];
+    const OPS: [&str; 6] = ["+", "-", "*", "/", "max", "min"];
+    let expr = |r: &mut Rng| -> String {
+        let leaf = |r: &mut Rng| r.pick(&ATOMS).to_string();
+        if r.chance(30) {
+            leaf(r)
+        } else if r.chance(70) {
+            format!("({} {} {})", r.pick(&OPS), leaf(r), leaf(r))
+        } else {
+            format!("({} ({} {} {}) {})", r.pick(&OPS), r.pick(&OPS), leaf(r), leaf(r), leaf(r))
+        }
+    };
+    let mut body = format!("(:= Report.a {})", expr(r));
+    if r.chance(50) {
+        body += &format!(" (:= Cwnd {})", expr(r));
+    }
+    if r.chance(10) {
+        body += &format!(" (:= Rate (max 100000 {}))", expr(r));
+    }
+    format!(
+        "(def (Report (volatile a 0)) (c0 {}))
+         (when true {body} (fallthrough))
+         (when (> Micros {}) (report) (:= Micros 0))",
+        r.pick(&[0u64, 1, 7, 1448, 100_000]),
+        1000 * (1 + r.below(50))
+    )
+}
+
+/// A program that aborts on every invocation (division by c0 = 0).
+const POISON: &str = "(def (Report (volatile a 0)) (c0 0))
+    (when true (:= Report.a (/ Cwnd c0)) (fallthrough))
+    (when (> Micros 10000) (report) (:= Micros 0))";
+const POISON_UID: u32 = 900;
+
+fn install_msg(p: &Program, uid: u32) -> Vec<u8> {
+    let msg = install::Msg {
+        sid: 0,
+        program_uid: uid,
+        num_events: p.bin.events.len() as u32,
+        num_instrs: p.bin.instrs.len() as u32,
+        instrs: p.bin.clone(),
+    };
+    serialize(&msg).expect("serialize install")
+}
+
+fn reg(p: &Program, name: &str) -> Reg {
+    p.scope.get(name).cloned().unwrap_or_else(|| panic!("{name} in the program's scope"))
+}
+
+/// A cwnd of 2-60 packets mostly (the path holds about 45), now and then
+/// 0 (leave it) or u32::MAX bytes (the datapath's ceiling clamps it).
+fn cwnd_value(r: &mut Rng) -> u64 {
+    match r.below(100) {
+        0 => 0,
+        1 => u64::from(u32::MAX),
+        _ => 1448 * (2 + r.below(59)),
+    }
+}
+
+struct Fuzzer {
+    rng: Rng,
+    programs: Vec<Program>,
+    sid: u32,
+}
+
+impl Fuzzer {
+    fn new(seed: u64, sid: u32) -> Fuzzer {
+        let mut rng = Rng(seed);
+        let programs = (0..64).map(|_| compile(&random_program(&mut rng))).collect();
+        Fuzzer { rng, programs, sid }
+    }
+
+    /// One structurally valid message for the live flow: 3% installs (uid
+    /// 1..40), 12% program changes, the rest updates.
+    fn message(&mut self) -> Vec<u8> {
+        let r = &mut self.rng;
+        let p = &self.programs[r.below(self.programs.len() as u64) as usize];
+        let uid = 1 + r.below(40) as u32;
+        match r.below(100) {
+            0..=2 => install_msg(p, uid),
+            3..=14 => {
+                let fields = vec![(reg(p, "Cwnd"), cwnd_value(r))];
+                serialize(&changeprog::Msg { sid: self.sid, program_uid: uid, num_fields: 1, fields }).expect("serialize change")
+            }
+            _ => {
+                let mut fields = vec![];
+                if r.chance(80) {
+                    fields.push((reg(p, "Cwnd"), cwnd_value(r)));
+                }
+                if r.chance(10) {
+                    fields.push((reg(p, "Rate"), r.pick(&[0u64, 250_000, 2_500_000, u64::from(u32::MAX)])));
+                }
+                if fields.is_empty() || r.chance(20) {
+                    fields.push((reg(p, "c0"), r.pick(&[0u64, 1, 1448, u64::from(u32::MAX)])));
+                }
+                serialize(&update_field::Msg { sid: self.sid, num_fields: fields.len() as u8, fields }).expect("serialize update")
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------ cwnd watch
+
+/// TCP_INFO samples every 5 ms on its own thread: the longest stretch of
+/// one cwnd, and the stretches longer than the guard allows.
+#[derive(Default, Debug)]
+struct Stretches {
+    longest: Duration,
+    longest_cwnd: u32,
+    /// (cwnd, length, allowed) of each stretch over its bound.
+    over: Vec<(u32, Duration, Duration)>,
+    /// The longest wait for an ACK seen (tcpi_last_ack_recv).
+    longest_ack_gap: Duration,
+    samples: u64,
+}
+
+fn watch(flow: Arc<BulkFlow>, stop: Arc<AtomicBool>) -> JoinHandle<Stretches> {
+    std::thread::spawn(move || {
+        let mut st = Stretches::default();
+        // cwnd, since, largest srtt_us and ms without an ACK seen
+        let mut cur: Option<(u32, Instant, u32, u32)> = None;
+        let close = |st: &mut Stretches, cur: Option<(u32, Instant, u32, u32)>, now: Instant| {
+            if let Some((cwnd, since, srtt_us, ack_gap_ms)) = cur {
+                let len = now - since;
+                let allowed = (Duration::from_micros(u64::from(srtt_us)) * GUARD_RTTS).max(GUARD_FLOOR)
+                    + TAKEOVER_SLACK
+                    + Duration::from_millis(u64::from(ack_gap_ms));
+                if len > st.longest {
+                    st.longest = len;
+                    st.longest_cwnd = cwnd;
+                }
+                if len > allowed {
+                    st.over.push((cwnd, len, allowed));
+                }
+            }
+        };
+        while !stop.load(Ordering::SeqCst) {
+            let ti = flow.info();
+            let now = Instant::now();
+            st.samples += 1;
+            st.longest_ack_gap = st.longest_ack_gap.max(Duration::from_millis(u64::from(ti.tcpi_last_ack_recv)));
+            if ti.tcpi_ca_state == TCP_CA_LOSS {
+                // an RTO: the kernel's retransmission timer paces the flow
+                cur = None;
+            } else {
+                match &mut cur {
+                    Some((cwnd, _, srtt, gap)) if *cwnd == ti.tcpi_snd_cwnd => {
+                        *srtt = (*srtt).max(ti.tcpi_rtt);
+                        *gap = (*gap).max(ti.tcpi_last_ack_recv);
+                    }
+                    _ => {
+                        close(&mut st, cur, now);
+                        cur = Some((ti.tcpi_snd_cwnd, now, ti.tcpi_rtt, ti.tcpi_last_ack_recv));
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(5)); // sampling period, not a wait
+        }
+        close(&mut st, cur, Instant::now());
+        st
+    })
+}
+
+// ------------------------------------------------------------ the test
+
+fn lock() -> CcpRegistrationLock {
+    require_root("loading the BPF struct_ops congestion control and creating network namespaces");
+    require_tools(&["ip", "tc"], "the test network");
+    lock_ccp_registration()
+}
+
+#[test]
+fn structurally_valid_fuzz_never_freezes_a_flow() {
+    let _l = lock();
+    let algorithms = Path::new(BIN).with_file_name("ccp-algorithms");
+    require_path(&algorithms, "the ccp-algorithms binary (cargo build --release -p ccp-algorithms)");
+    let total = messages();
+    let net = Net::new();
+
+    let name = uniq("ccpguard-alg-");
+    let alg_socket = PathBuf::from(format!("/tmp/ccp/{name}"));
+    let mut alg = Proc::spawn("algorithm", Command::new(&algorithms).args(["reno", "--ipc-name", &name]));
+    let bound = try_wait_until(Duration::from_secs(10), || UnixDatagram::unbound().unwrap().connect(&alg_socket).ok());
+    assert!(bound.is_some(), "ccp-algorithms did not bind {}: {}", alg_socket.display(), alg.log_text());
+
+    let ready = std::env::temp_dir().join(format!("ccp-guard-test-ready-{}.json", uniq("")));
+    let mut dp = Proc::spawn(
+        "datapath",
+        Command::new(BIN).args(["--portus-socket", alg_socket.to_str().unwrap(), "--congalg", "reno", "--ready-file", ready.to_str().unwrap()]),
+    );
+    let up = try_wait_until(Duration::from_secs(15), || ready.exists().then_some(()));
+    assert!(up.is_some(), "ccp-datapath not ready after 15 s: {}", dp.log_text());
+    let ready_json: serde_json::Value = serde_json::from_slice(&std::fs::read(&ready).unwrap()).unwrap();
+    let dp_socket = PathBuf::from(ready_json["socket"].as_str().unwrap());
+
+    let flow = Arc::new(BulkFlow::start(&net));
+    // under the algorithm once it answers the flow's reports
+    let heard = try_wait_until(Duration::from_secs(10), || alg.log_text().contains("report sid=").then_some(()));
+    assert!(heard.is_some(), "reno never got a report: {}\n{}", alg.log_text(), dp.log_text());
+    let sid: u32 = {
+        let log = dp.log_text();
+        let line = log.lines().find(|l| l.contains("flow created")).expect("flow created in the datapath log");
+        let at = line.find("flow=").expect("flow= on the line") + 5;
+        line[at..].chars().take_while(|c| c.is_ascii_digit()).collect::<String>().parse().unwrap()
+    };
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = watch(flow.clone(), stop.clone());
+    let tx = UnixDatagram::unbound().unwrap();
+    tx.connect(&dp_socket).unwrap();
+    let mut fz = Fuzzer::new(seed(), sid);
+    let sent = AtomicU64::new(0);
+    let started = Instant::now();
+    // bursts of 5,000 with a quiet second after each: what the fuzz left
+    // behind must be commanded by the algorithm again, or taken by the guard
+    while sent.load(Ordering::Relaxed) < total {
+        for _ in 0..5000.min(total - sent.load(Ordering::Relaxed)) {
+            tx.send(&fz.message()).expect("send to the datapath");
+            sent.fetch_add(1, Ordering::Relaxed);
+        }
+        let quiet = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < quiet {
+            assert!(dp.alive(), "ccp-datapath died under the fuzz: {}", dp.log_text());
+            std::thread::sleep(Duration::from_millis(50)); // the quiet spell itself
+        }
+    }
+    let fuzz_time = started.elapsed();
+
+    // a program that aborts on every invocation, and silence: the guard takes the flow
+    let count = |what: &str| dp.log_text().lines().filter(|l| l.contains(what)).count();
+    let (aborting_before, back_before) = (count("aborts on every invocation"), count("handed back"));
+    let poison = compile(POISON);
+    let mss = flow.info().tcpi_snd_mss;
+    tx.send(&install_msg(&poison, POISON_UID)).unwrap();
+    // with a cwnd of 25 packets: the flow is commanded, then nothing more
+    let fields = vec![(reg(&poison, "Cwnd"), u64::from(25 * mss))];
+    tx.send(&serialize(&changeprog::Msg { sid, program_uid: POISON_UID, num_fields: 1, fields }).unwrap()).unwrap();
+    let held = try_wait_until(Duration::from_secs(3), || (flow.info().tcpi_snd_cwnd == 25).then_some(()));
+    assert!(held.is_some(), "the program change's cwnd of 25 packets never applied (cwnd {}): {}", flow.info().tcpi_snd_cwnd, dp.log_text());
+    let took = try_wait_until(Duration::from_secs(3), || (count("aborts on every invocation") > aborting_before).then_some(()));
+    assert!(took.is_some(), "the guard did not take the flow from an aborting program: {}", dp.log_text());
+    // a command gets it back: cwnd 30 packets
+    let upd = update_field::Msg { sid, num_fields: 1, fields: vec![(reg(&poison, "Cwnd"), u64::from(30 * mss))] };
+    tx.send(&serialize(&upd).unwrap()).unwrap();
+    let back = try_wait_until(Duration::from_secs(3), || (flow.info().tcpi_snd_cwnd == 30).then_some(()));
+    assert!(back.is_some(), "a cwnd update did not get the flow back (cwnd {}): {}", flow.info().tcpi_snd_cwnd, dp.log_text());
+    let handed_back = try_wait_until(Duration::from_secs(2), || (count("handed back") > back_before).then_some(()));
+    assert!(handed_back.is_some(), "no hand-back logged: {}", dp.log_text());
+    std::thread::sleep(Duration::from_secs(1)); // the flow under the guard once more, sampled
+
+    stop.store(true, Ordering::SeqCst);
+    let stretches = watcher.join().expect("cwnd watcher");
+    assert!(alg.alive(), "ccp-algorithms died: {}", alg.log_text());
+    let status = dp.stop();
+    assert!(status.is_some_and(|s| s.success()), "ccp-datapath did not exit cleanly ({status:?}): {}", dp.log_text());
+    let log = dp.log_text();
+    let n = |k: &str| summary_count(&log, k);
+    let guard_warnings = log.lines().filter(|l| l.contains("WARN") && l.contains("control guard")).count();
+    println!(
+        "guard fuzz: {} messages in {:.1} s ({} bursts of 5000 + 1 s quiet), seed {:#x}; datapath: installs={} staged={} refused={} \
+         evictions_refused={} replaced_unused={} aborted={} guard_fallbacks={} (warn lines {guard_warnings}) cwnd_clamped={}; \
+         longest constant cwnd {:?} (at {} packets; longest wait for an ACK {:?}) over {} samples",
+        sent.load(Ordering::Relaxed),
+        fuzz_time.as_secs_f64(),
+        total.div_ceil(5000),
+        seed(),
+        n("installs"),
+        n("staged"),
+        n("refused"),
+        n("evictions_refused"),
+        n("replaced_unused"),
+        n("aborted"),
+        n("guard_fallbacks"),
+        n("cwnd_clamped"),
+        stretches.longest,
+        stretches.longest_cwnd,
+        stretches.longest_ack_gap,
+        stretches.samples,
+    );
+    assert!(
+        stretches.over.is_empty(),
+        "cwnd constant past the guard's bound (cwnd, length, allowed): {:?}\n{log}",
+        stretches.over
+    );
+    assert!(n("guard_fallbacks") >= 1, "the guard never acted");
+    assert!(n("evictions_refused") >= 1, "no install was refused for evicting the live flow's program (uid 1 comes up)");
+    drop(flow);
+    let _ = std::fs::remove_file(&ready);
+    drop(net);
+}
