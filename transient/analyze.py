@@ -68,8 +68,7 @@ from .tpcca import TPCCA_FAULTS, tpcca_analysis
 DEFAULT_RTT_MS = 50.0
 """RTT used when neither the caller nor metadata.json gives one (TPCCA's 2 x 25 ms)."""
 
-METHODS = ("ccplab", "tpcca")
-"""Analysis methods: the corrected default and TPCCA's exact reference analysis."""
+from .methods import METHODS  # noqa: E402 - re-exported here, where it always was
 
 SCHEMAS = (1, 2, 3)
 """metadata.json schemas this reader understands (3: several flows, ``flows`` and ``files.flow_log``)."""

@@ -266,33 +266,34 @@ def _parse_polars(source: bytes | Path, name: str, census: _LineCensus | None = 
         census = _LineCensus.of_path(source) if isinstance(source, Path) else _LineCensus.of_chunks([source])
     if census.n_events <= 0 or census.odd_blanks:
         return None
+    s, t, a, b = pl.col("s"), pl.col("t"), pl.col("a"), pl.col("b")
+    four = (s == "-") | (s == "d")  # departures and drops carry 4 fields, the others 3
+    ok = (t.is_not_null() & s.is_not_null() & a.is_not_null() & (t >= 0) & (a >= 0)
+          & pl.when(four).then(b.is_not_null() & (b >= 0)).otherwise(b.is_null())
+          & ((s != "d") | (b == b.floor())))
     try:
-        df = pl.read_csv(source, has_header=False, separator=" ", comment_prefix="#", schema=_POLARS_SCHEMA,
-                         quote_char=None, missing_columns="insert")
+        # one streaming pass: the columns we keep are computed as the text is read (no wide copy)
+        df = (pl.scan_csv(source if isinstance(source, bytes) else str(source), has_header=False, separator=" ",
+                          comment_prefix="#", schema=_POLARS_SCHEMA, quote_char=None, missing_columns="insert")
+              .filter(pl.any_horizontal(pl.all().is_not_null()))  # blank lines
+              .select(t, code=s.to_physical().cast(pl.Int8),
+                      nbytes=pl.when(s == "d").then(b.cast(pl.Int64, strict=False)).otherwise(a),
+                      delay=pl.when(s == "-").then(b).otherwise(None),
+                      packets=pl.when(s == "d").then(a).otherwise(1).cast(pl.Int64),
+                      ok=ok.fill_null(False))
+              .collect(engine="streaming"))
     except Exception:  # noqa: BLE001 - any complaint of polars: let the numpy reader word it
         return None
-    if df.get_column("t").null_count():
-        df = df.filter(pl.any_horizontal(pl.all().is_not_null()))  # blank lines
-    if df.height != census.n_events:
+    if df.height != census.n_events or not df.get_column("ok").all():
         return None
-    s = df.get_column("s")
-    if s.null_count():
-        return None  # a missing field
-    code = s.to_physical().to_numpy().astype(np.int8)
-    del s
-    t = df.get_column("t").to_numpy()
-    a = df.get_column("a").to_numpy()
-    b = df.get_column("b").to_numpy()
+    df.drop_in_place("ok")
+    # one column at a time out of polars, so at most one is held twice
+    t = df.drop_in_place("t").to_numpy()
+    code = df.drop_in_place("code").to_numpy()
+    nbytes = df.drop_in_place("nbytes").to_numpy()
+    delay = df.drop_in_place("delay").to_numpy().astype(np.float64, copy=False)
+    packets = df.drop_in_place("packets").to_numpy()
     del df
-    if t.dtype != np.int64 or a.dtype != np.int64:
-        return None  # a null in a column polars did fill: a missing field
-    four = (code == 1) | (code == 3)
-    with np.errstate(invalid="ignore"):
-        ok = (t >= 0) & (a >= 0) & np.where(four, b >= 0, np.isnan(b))
-        ok &= (code != 3) | (b == np.floor(b))
-    if not ok.all():
-        return None
-    del ok
     lines = census.header_lines
     raw_head = b"\n".join(text for _, text in lines)
     starts, ends, pos = [], [], 0
@@ -302,12 +303,6 @@ def _parse_polars(source: bytes | Path, name: str, census: _LineCensus | None = 
         pos += len(text) + 1
     header, base = _parse_header(raw_head, np.array(starts, np.int64), np.array(ends, np.int64),
                                  np.array([n for n, _ in lines], np.int64), name)
-    is_drop = code == 3
-    nbytes = np.where(is_drop, b, a).astype(np.int64)  # b is whole (checked) where selected
-    delay = np.where(code == 1, b, np.nan)
-    del b
-    packets = np.where(is_drop, a, 1)
-    del a
     origin = "relative"
     if base is not None and int(t.min()) >= base:
         t = t - base
