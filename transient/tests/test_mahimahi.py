@@ -125,7 +125,7 @@ def test_parquet_cache_is_used_and_invalidated_when_the_log_changes(tmp_path):
 def test_unwritable_cache_directory_still_parses(tmp_path, monkeypatch):
     import transient.cache as c
 
-    def refuse(path, table):
+    def refuse(path, table, metadata):
         raise PermissionError(f"{path}: read-only")
 
     monkeypatch.setattr(c, "_write_table", refuse)
