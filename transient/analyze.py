@@ -52,7 +52,7 @@ import pandas as pd
 from .convergence import ConvergenceParams, step_convergence
 from .delayside import delay_side
 from .errors import AnalysisError, TransientError
-from .flowlog import NO_FLOW, attribute_flow_codes, read_flow_ports
+from .flowlog import attribute_flow_codes, read_flow_ports
 from .flows import (
     DEFAULT_FAIR_DELTA, FAIRNESS_COLUMNS, FLOW_COLUMNS, FLOW_STEP_COLUMNS, FlowSpec, FlowTables, analyze_flows,
     flows_from_metadata,
@@ -461,8 +461,8 @@ def _analyze(spec: _RunSpec, opts: AnalysisOptions) -> RunResult:
     return RunResult(spec.run_id, spec.where, info, metrics, steps_df, series, flow_tables)
 
 
-def _event_flows(cols: LinkColumns, spec: _RunSpec) -> np.ndarray:
-    """Each event's flow index (int16): from the flow attribution file, or 0 for every packet of a lone flow."""
+def _event_flows(cols: LinkColumns, spec: _RunSpec) -> np.ndarray | None:
+    """Each event's flow index (int16) from the flow attribution file, or None: a lone flow, every packet."""
     if spec.flow_log is not None:
         ports = read_flow_ports(spec.flow_log)
         port_to_flow = {f.port: f.index for f in spec.flows or () if f.port is not None}
@@ -470,7 +470,7 @@ def _event_flows(cols: LinkColumns, spec: _RunSpec) -> np.ndarray:
     if spec.flows is not None and len(spec.flows) > 1:
         raise AnalysisError(f"{spec.where}: metadata lists {len(spec.flows)} flows but no files.flow_log "
                             "attributes the packets to them")
-    return np.where(cols.code != 2, np.int16(0), np.int16(NO_FLOW))
+    return None  # one flow, every packet (`LogArrays` needs no per-event flow for that)
 
 
 def _arrivals(cols: LinkColumns) -> tuple[np.ndarray, np.ndarray]:

@@ -421,7 +421,7 @@ def _per_flow_bins(arrays: LogArrays, n_flows: int, origin_s: float, n: int, bin
     per_ms = arrays.flow_ms_bytes(kind)
     pos = bin_positions(arrays, origin_s, bin_s, n)
     rows = range(0, n_flows + 1) if with_no_flow else range(1, n_flows + 1)
-    cols = [binned_sum(per_ms[r], pos, n) if r < per_ms.shape[0] else np.zeros(n) for r in rows]
+    cols = [binned_sum(per_ms[r], pos, n, arrays) if r < per_ms.shape[0] else np.zeros(n) for r in rows]
     out = np.stack(cols, axis=1) if cols else np.zeros((n, 0))
     return out * 8.0 / (bin_s * 1e6)
 

@@ -197,24 +197,29 @@ def _parse_numpy(raw: bytes, name: str) -> LinkLog:
 @dataclass
 class _LineCensus:
     """What the polars reader is checked against, counted over the raw bytes chunk by chunk (C-speed
-    ``bytes.count`` / ``find``, no per-line Python): event lines, and the header lines' text and numbers."""
+    ``bytes.count`` / ``find``, no per-line Python): the lines, and the header lines' text and numbers.
+    Polars skips the header (comment) lines and gives every other line a row, a blank one all null."""
 
-    n_events: int = 0
+    n_lines: int = 0
     header_lines: list = None  # (1-based line number, bytes of the line)
     odd_blanks: bool = False  # a tab or CR: whitespace polars does not split on
+
+    @property
+    def n_rows(self) -> int:
+        """Rows polars must give: every line but the header lines."""
+        return self.n_lines - len(self.header_lines)
 
     @classmethod
     def of_chunks(cls, chunks) -> "_LineCensus":
         c = cls(0, [])
         carry = b""
-        line_no = 0  # lines before the current buffer
         for chunk in chunks:
-            buf = carry + chunk
+            buf = carry + chunk if carry else chunk
             cut = buf.rfind(b"\n") + 1  # whole lines only; the rest waits for the next chunk
+            c._lines(buf, cut)
             carry = buf[cut:]
-            line_no = c._lines(buf[:cut], line_no)
         if carry:
-            line_no = c._lines(carry + b"\n", line_no)
+            c._lines(carry + b"\n", len(carry) + 1)
         return c
 
     @classmethod
@@ -223,30 +228,25 @@ class _LineCensus:
         with open(path, "rb") as f:
             return cls.of_chunks(iter(lambda: f.read(1 << 24), b""))
 
-    def _lines(self, buf: bytes, line_no: int) -> int:
-        """Count the whole lines of ``buf`` (ends with a newline); returns the line count so far."""
-        if not buf:
-            return line_no
-        if b"\t" in buf or b"\r" in buf:
+    def _lines(self, buf: bytes, end: int) -> None:
+        """Count the whole lines of ``buf[:end]`` (which ends with a newline)."""
+        if end <= 0:
+            return
+        if buf.find(b"\t", 0, end) >= 0 or buf.find(b"\r", 0, end) >= 0:
             self.odd_blanks = True
-        n = buf.count(b"\n")
-        blank = buf.count(b"\n\n") + (buf[0] == 10)
-        heads = buf.count(b"\n#") + (buf[0] == 35)
-        pos = 0 if buf[0] == 35 else buf.find(b"\n#") + 1  # 0: none (a match is never at 0 then)
-        if buf[0] == 35:
-            pos = 0
-        elif pos == 0:
+        before = self.n_lines  # lines before byte `counted`
+        counted = 0
+        pos = 0 if buf[0] == 35 else buf.find(b"\n#", 0, end) + 1  # a header line starts at pos (0: none)
+        if pos == 0 and buf[0] != 35:
             pos = -1
-        counted, before = 0, line_no  # lines before byte `counted`
         while pos >= 0:
             before += buf.count(b"\n", counted, pos)
             counted = pos
-            end = buf.index(b"\n", pos)
-            self.header_lines.append((before + 1, buf[pos:end]))
-            nxt = buf.find(b"\n#", end)
+            stop = buf.index(b"\n", pos)
+            self.header_lines.append((before + 1, buf[pos:stop]))
+            nxt = buf.find(b"\n#", stop, end)
             pos = nxt + 1 if nxt >= 0 else -1
-        self.n_events += n - blank - heads
-        return line_no + n
+        self.n_lines += buf.count(b"\n", 0, end)
 
 
 _POLARS_SCHEMA = None
@@ -264,18 +264,18 @@ def _parse_polars(source: bytes | Path, name: str, census: _LineCensus | None = 
         _POLARS_SCHEMA = {"t": pl.Int64, "s": pl.Enum(["+", "-", "#", "d"]), "a": pl.Int64, "b": pl.Float64}
     if census is None:
         census = _LineCensus.of_path(source) if isinstance(source, Path) else _LineCensus.of_chunks([source])
-    if census.n_events <= 0 or census.odd_blanks:
+    if census.n_rows <= 0 or census.odd_blanks:
         return None
     s, t, a, b = pl.col("s"), pl.col("t"), pl.col("a"), pl.col("b")
     four = (s == "-") | (s == "d")  # departures and drops carry 4 fields, the others 3
-    ok = (t.is_not_null() & s.is_not_null() & a.is_not_null() & (t >= 0) & (a >= 0)
-          & pl.when(four).then(b.is_not_null() & (b >= 0)).otherwise(b.is_null())
-          & ((s != "d") | (b == b.floor())))
+    blank = t.is_null() & s.is_null() & a.is_null() & b.is_null()
+    ok = blank | (t.is_not_null() & s.is_not_null() & a.is_not_null() & (t >= 0) & (a >= 0)
+                  & pl.when(four).then(b.is_not_null() & (b >= 0)).otherwise(b.is_null())
+                  & ((s != "d") | (b == b.floor())))
     try:
         # one streaming pass: the columns we keep are computed as the text is read (no wide copy)
         df = (pl.scan_csv(source if isinstance(source, bytes) else str(source), has_header=False, separator=" ",
                           comment_prefix="#", schema=_POLARS_SCHEMA, quote_char=None, missing_columns="insert")
-              .filter(pl.any_horizontal(pl.all().is_not_null()))  # blank lines
               .select(t, code=s.to_physical().cast(pl.Int8),
                       nbytes=pl.when(s == "d").then(b.cast(pl.Int64, strict=False)).otherwise(a),
                       delay=pl.when(s == "-").then(b).otherwise(None),
@@ -284,8 +284,12 @@ def _parse_polars(source: bytes | Path, name: str, census: _LineCensus | None = 
               .collect(engine="streaming"))
     except Exception:  # noqa: BLE001 - any complaint of polars: let the numpy reader word it
         return None
-    if df.height != census.n_events or not df.get_column("ok").all():
+    if df.height != census.n_rows or not df.get_column("ok").all():
         return None
+    if df.get_column("t").null_count():
+        df = df.filter(pl.col("t").is_not_null())  # blank lines
+    if df.height == 0:
+        return None  # no events: the numpy reader says so
     df.drop_in_place("ok")
     # one column at a time out of polars, so at most one is held twice
     t = df.drop_in_place("t").to_numpy()

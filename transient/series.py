@@ -94,8 +94,6 @@ class LogArrays:
         ms = (t - self.first_ms) if self.first_ms else t
         code = code.astype(np.int8, copy=False)
         masks = [code == c for c in range(4)]
-        if flow is None:
-            flow = np.where(masks[2], np.int16(-1), np.int16(0))
         self._sums: dict[tuple[int, str], np.ndarray] = {}
         self._flow_sums: dict[int, np.ndarray] = {}
         arr, dep, opp, drop = masks
@@ -111,7 +109,7 @@ class LogArrays:
         self._sums[3, "count"] = np.bincount(ms[drop], minlength=n).astype(np.float64)
         for c in (0, 1, 2):
             self._sums[c, "packets"] = self._sums[c, "count"]
-        d = delay[dep]
+        d = self.dep_delay_ms = delay[dep]
         self.base_delay_ms = float(d.min()) if d.size else float("nan")
         self.queueing_ms_sum = np.bincount(ms_d, weights=d - self.base_delay_ms, minlength=n) if d.size \
             else np.zeros(n)
@@ -127,30 +125,44 @@ class LogArrays:
             np.minimum.at(self.sent_min_delay, sent - self.sent_lo, d)
         else:
             self.sent_lo, self.sent_min_delay = 0, np.empty(0)
-        # per flow: the departure delays as value -> count, drops, first and last data arrival, per-ms bytes
-        fl = flow.astype(np.int16, copy=False)
-        self.n_flows = int(fl.max()) + 1 if n_ev and fl.max() >= 0 else 0
-        self.dep_delay_ms = d
-        self.dep_flow = fl[dep]
+        # the data flow's first and last arrival; per flow: departures' flows, drops, data arrivals, per-ms bytes
         big = arr & (nbytes >= FLOW_START_MIN_BYTES)
+        tb = t[big]
+        self.data_ms = (int(tb.min()), int(tb.max())) if tb.size else None
+        self._cumsums: dict[tuple[int, int], np.ndarray | None] = {}
+        if flow is None:  # one flow, every packet its own: its figures are the link's (no per-event work)
+            self.n_flows = 1 if (arr | dep | drop).any() else 0
+            self.dep_flow = np.zeros(d.size, np.int16)
+            self.flow_data_ms = {0: self.data_ms} if self.n_flows else {}
+            self.flow_drops = {0: int(self._sums[3, "packets"].sum())} if self.n_flows else {}
+            for c in (0, 1):
+                self._flow_sums[c] = np.stack([np.zeros(n), self._sums[c, "bytes"]])
+            return
+        fl = np.asarray(flow).astype(np.int16, copy=False)
+        self.n_flows = int(fl.max()) + 1 if n_ev and fl.max() >= 0 else 0
+        self.dep_flow = fl[dep]
         self.flow_data_ms = {}
         self.flow_drops = {}
         for k in range(self.n_flows):
             tk = t[big & (fl == k)]
             self.flow_data_ms[k] = (int(tk.min()), int(tk.max())) if tk.size else None
             self.flow_drops[k] = int(packets[drop & (fl == k)].sum())
-        tb = t[big]
-        self.data_ms = (int(tb.min()), int(tb.max())) if tb.size else None
-        if self.n_flows > 1 or (fl[arr | dep | drop] != 0).any():
-            for c in (0, 1):
-                m = masks[c]
-                key = (fl[m].astype(np.int64) + 1) * n + ms[m]
-                self._flow_sums[c] = np.bincount(key, weights=nbytes[m], minlength=(self.n_flows + 1) * n
-                                                 ).reshape(self.n_flows + 1, n)
-        else:  # one flow, every packet its own: its sums are the link's
-            for c in (0, 1):
-                self._flow_sums[c] = np.stack([np.zeros(n), self._sums[c, "bytes"]]) if self.n_flows else \
-                    np.zeros((1, n))
+        for c in (0, 1):
+            m = masks[c]
+            key = (fl[m].astype(np.int64) + 1) * n + ms[m]
+            self._flow_sums[c] = np.bincount(key, weights=nbytes[m], minlength=(self.n_flows + 1) * n
+                                             ).reshape(self.n_flows + 1, n)
+
+    def cumulative(self, per_ms: np.ndarray) -> np.ndarray | None:
+        """[0, cumsum...] of one of this log's per-ms arrays when every value is a whole number (then a
+        span's sum is a difference of two entries, exactly: whole numbers below 2**53 add without
+        rounding); None for an array with fractions (summed bin by bin instead). Computed once."""
+        key = (per_ms.__array_interface__["data"][0], per_ms.size)
+        if key not in self._cumsums:
+            whole = bool(np.all(np.isfinite(per_ms))) and bool(np.array_equal(per_ms, np.trunc(per_ms))) \
+                and float(np.abs(per_ms).sum()) < 2.0 ** 53
+            self._cumsums[key] = np.concatenate([[0.0], np.cumsum(per_ms)]) if whole else None
+        return self._cumsums[key]
 
     def ms_sum(self, kind: str, what: str) -> np.ndarray:
         """Per-ms sum (float64, n_ms) of "bytes", "count" or "packets" of the events of one kind."""
@@ -202,7 +214,7 @@ def binned_series(
     scale = 8.0 / (bin_s * 1e6)
 
     def binned(per_ms: np.ndarray) -> np.ndarray:
-        return binned_sum(per_ms, pos, n)
+        return binned_sum(per_ms, pos, n, arrays)
 
     n_dep = binned(arrays.ms_sum("departure", "count"))
     qsum = binned(arrays.queueing_ms_sum)
@@ -210,7 +222,7 @@ def binned_series(
         qdelay = np.where(n_dep > 0, qsum / np.maximum(n_dep, 1), np.nan)
     throughput = binned(arrays.ms_sum("departure", "bytes")) * scale
     capacity = binned(arrays.ms_sum("opportunity", "bytes")) * scale
-    n_ms = np.bincount(idx, minlength=n)[:n]
+    n_ms = np.diff(pos[2])
     queue = binned(arrays.queue_ms)
     with np.errstate(invalid="ignore", divide="ignore"):
         queue = np.where(n_ms > 0, queue / np.maximum(n_ms, 1), np.nan)
@@ -230,8 +242,9 @@ def binned_series(
     return frame
 
 
-def bin_positions(arrays: LogArrays, origin_s: float, bin_s: float, n: int) -> tuple[slice, np.ndarray]:
-    """Which ms fall into bins 0..n-1 of ``bin_s`` from ``origin_s``, and the bin of each (for `binned_sum`).
+def bin_positions(arrays: LogArrays, origin_s: float, bin_s: float, n: int) -> tuple[slice, np.ndarray, np.ndarray]:
+    """Which ms fall into bins 0..n-1 of ``bin_s`` from ``origin_s`` (for `binned_sum`): their
+    positions in the per-ms arrays, the bin of each, and where each bin's run of ms starts (n + 1 edges).
 
     A ms t is in bin floor((t - origin) / width + 1e-9) (the slack keeps a
     bin edge that lands on a whole ms, up to float rounding, in the later bin).
@@ -241,13 +254,19 @@ def bin_positions(arrays: LogArrays, origin_s: float, bin_s: float, n: int) -> t
     span = arrays.ms_window(np.floor(origin_ms) - 1, np.ceil(origin_ms + n * bin_ms) + 2)
     ms = np.arange(arrays.first_ms + span.start, arrays.first_ms + span.stop)
     idx = np.floor((ms - origin_ms) / bin_ms + 1e-9).astype(np.int64)
-    # the bin of a ms grows with it: the kept ms are one contiguous run
-    lo, hi = int(np.searchsorted(idx, 0, side="left")), int(np.searchsorted(idx, n, side="left"))
-    return slice(span.start + lo, span.start + hi), idx[lo:hi]
+    # the bin of a ms grows with it: the kept ms are one contiguous run, each bin a run within it
+    edges = span.start + np.searchsorted(idx, np.arange(n + 1), side="left")
+    lo, hi = int(edges[0]), int(edges[-1])
+    return slice(lo, hi), idx[lo - span.start : hi - span.start], edges
 
 
-def binned_sum(per_ms: np.ndarray, pos: tuple[slice, np.ndarray], n: int) -> np.ndarray:
-    """Sum of a per-ms array (`LogArrays`) over each of n bins at `bin_positions` ``pos``."""
+def binned_sum(per_ms: np.ndarray, pos: tuple[slice, np.ndarray, np.ndarray], n: int,
+               arrays: LogArrays | None = None) -> np.ndarray:
+    """Sum of a per-ms array over each of n bins at `bin_positions` ``pos``: differences of its
+    running sum when ``arrays`` holds one (`LogArrays.cumulative`, whole numbers: exact), else bin by bin."""
+    cs = arrays.cumulative(per_ms) if arrays is not None else None
+    if cs is not None:
+        return cs[pos[2][1:]] - cs[pos[2][:-1]]
     return np.bincount(pos[1], weights=per_ms[pos[0]], minlength=n)[:n]
 
 

@@ -171,7 +171,7 @@ def test_line_census_is_the_same_in_chunks_of_any_size(size):
     raw = b"# a: 1\n0 # 1504\n\n# base timestamp: 0\n1 + 1504\n2 - 1504 1\n#tail\n3 d 1 1504"
     whole = mahimahi._LineCensus.of_chunks([raw])
     parts = mahimahi._LineCensus.of_chunks(raw[i : i + size] for i in range(0, len(raw), size))
-    assert whole.n_events == parts.n_events == 4
+    assert whole.n_lines == parts.n_lines == 8 and whole.n_rows == parts.n_rows == 5  # 4 events, 1 blank
     assert whole.header_lines == parts.header_lines == [(1, b"# a: 1"), (4, b"# base timestamp: 0"), (7, b"#tail")]
 
 
