@@ -4,17 +4,22 @@ SHELL := /bin/bash
 VENV  := .venv
 PY    := $(VENV)/bin/python
 CARGO ?= cargo
-# Debian packages: iperf3 (flows), clang/llvm + bpftool + libelf/zlib (BPF build),
-# iproute2 + ethtool (namespaces, veths, offloads), chromium (headless check of the report page).
-APT_PACKAGES := iperf3 clang llvm bpftool libbpf-dev libelf-dev zlib1g-dev pkg-config iproute2 ethtool chromium
-APT_COMMANDS := iperf3 clang llc bpftool pkg-config ip ss ethtool chromium
+# Debian packages the demo needs: iperf3 (flows), clang/llvm + bpftool + libelf/zlib (BPF build),
+# iproute2 + ethtool (namespaces, veths, offloads). `make test` adds chromium (the headless check of
+# the report page), which nothing else uses. All without recommends: those were most of the download.
+APT_PACKAGES := iperf3 clang llvm bpftool libbpf-dev libelf-dev zlib1g-dev pkg-config iproute2 ethtool
+APT_COMMANDS := iperf3 clang llc bpftool pkg-config ip ss ethtool
+APT_TEST_PACKAGES := chromium
+APT_TEST_COMMANDS := chromium
+APT_INSTALL := apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends
 
-.PHONY: demo test build deps deps-apt deps-rust deps-python test-rust test-python bench clean kmod-check deps-kmod
+.PHONY: demo test build deps deps-test deps-apt deps-apt-test deps-rust deps-python deps-python-test \
+	test-rust test-python bench clean kmod-check deps-kmod
 
 demo: build
 	$(VENV)/bin/ccplab demo
 
-test: build test-rust test-python
+test: deps-test build test-rust test-python
 
 # Real-flow tests take the host lock, so they never overlap another emulation
 # (`ccp` registers once per host; concurrent emulations distort each other).
@@ -31,12 +36,22 @@ build: deps
 
 deps: deps-apt deps-rust deps-python
 
+# what only the tests use, on top of deps
+deps-test: deps deps-apt-test deps-python-test
+
 deps-apt:
 	@missing=""; for c in $(APT_COMMANDS); do command -v $$c >/dev/null || missing="$$missing $$c"; done; \
 	[ -f /usr/include/gelf.h ] || missing="$$missing libelf-dev"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages (missing:$$missing)"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES); \
+	  $(APT_INSTALL) $(APT_PACKAGES); \
+	fi
+
+deps-apt-test:
+	@missing=""; for c in $(APT_TEST_COMMANDS); do command -v $$c >/dev/null || missing="$$missing $$c"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages for the tests (missing:$$missing)"; \
+	  $(APT_INSTALL) $(APT_TEST_PACKAGES); \
 	fi
 
 deps-rust:
@@ -46,13 +61,20 @@ deps-python: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e .
+	touch $@
+
+deps-python-test: $(VENV)/.installed-test
+
+$(VENV)/.installed-test: $(VENV)/.installed
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
 # Benchmarks print figures (not timed tests): the log reader vs a line-by-line baseline.
 bench: build
 	$(PY) -m transient.bench
+	# what a run costs beyond its flow, kernel:cubic and ccp:cubic alternating (about 2 minutes)
+	$(NETLAB_LOCK) $(PY) -m ccplab.runbench --runs 5 --duration-s 5
 	CCPLAB_FUZZ_CASES=1000000 $(CARGO) test --release -p ccp-datapath --test fuzz_messages -- --nocapture
 	# 1,000,000 structurally valid messages to the datapath during a real flow (the control guard)
 	CCPLAB_GUARD_FUZZ_MESSAGES=1000000 $(NETLAB_LOCK) $(CARGO) test --release -p ccp-datapath --test control_guard -- --nocapture

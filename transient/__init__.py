@@ -24,38 +24,39 @@ Command line: ``python -m transient PATH [--json] [--method M] [--step AT:FROM:T
 (also ``ccplab analyze``).
 """
 
-from .analyze import (
-    DEFAULT_RTT_MS,
-    JSON_RUN_FIELDS,
-    METHODS,
-    RUN_COLUMNS,
-    STEP_COLUMNS,
-    Analysis,
-    AnalysisOptions,
-    RunResult,
-    analyze_all,
-    analyze_log,
-    analyze_paths,
-    analyze_results,
-    analyze_run,
-    find_run_dirs,
-    load_metadata,
-)
-from .atomic import write_atomic
-from .flows import (
-    FAIRNESS_COLUMNS, FLOW_COLUMNS, FLOW_STEP_COLUMNS, coexistence_matrix, delta_fair_convergence_time, harm, jain_index,
-    smoothness_cv,
-)
-from .convergence import ConvergenceParams
-from .errors import AnalysisError, LogFormatError, StepFormatError, TransientError
-from .mahimahi import EVENT_KINDS, LinkLog, parse_link_log, read_link_log
-from .metrics import LinkMetrics, link_metrics, mahimahi_percentile, signal_delay_series
-from .report import write_report
-from .secondorder import SecondOrder, second_order_metrics, unit_step_response
-from .series import SERIES_COLUMNS, binned_series, rate_series
-from .steps import Step, parse_steps
-from .timezero import FLOW_START_MIN_BYTES, flow_bounds_s, flow_start_s
-from .tpcca import TPCCA_FAULTS, tpcca_analysis
+# Every name is loaded from its module on first use (PEP 562): ``import transient`` (and the runner,
+# which needs one function) costs no numpy/pandas/scipy/matplotlib import until an analysis runs.
+_HOME = {
+    **dict.fromkeys(['Analysis', 'AnalysisOptions', 'DEFAULT_RTT_MS', 'JSON_RUN_FIELDS', 'METHODS', 'RUN_COLUMNS', 'RunResult', 'STEP_COLUMNS', 'analyze_all', 'analyze_log', 'analyze_paths', 'analyze_results', 'analyze_run', 'find_run_dirs', 'load_metadata'], "analyze"),
+    **dict.fromkeys(['write_atomic'], "atomic"),
+    **dict.fromkeys(['ConvergenceParams'], "convergence"),
+    **dict.fromkeys(['AnalysisError', 'LogFormatError', 'StepFormatError', 'TransientError'], "errors"),
+    **dict.fromkeys(['FAIRNESS_COLUMNS', 'FLOW_COLUMNS', 'FLOW_STEP_COLUMNS', 'coexistence_matrix', 'delta_fair_convergence_time', 'harm', 'jain_index', 'smoothness_cv'], "flows"),
+    **dict.fromkeys(['EVENT_KINDS', 'LinkLog', 'parse_link_log', 'read_link_log'], "mahimahi"),
+    **dict.fromkeys(['LinkMetrics', 'link_metrics', 'mahimahi_percentile', 'signal_delay_series'], "metrics"),
+    **dict.fromkeys(['write_report'], "report"),
+    **dict.fromkeys(['SecondOrder', 'second_order_metrics', 'unit_step_response'], "secondorder"),
+    **dict.fromkeys(['SERIES_COLUMNS', 'binned_series', 'rate_series'], "series"),
+    **dict.fromkeys(['Step', 'parse_steps'], "steps"),
+    **dict.fromkeys(['FLOW_START_MIN_BYTES', 'flow_bounds_s', 'flow_start_s'], "timezero"),
+    **dict.fromkeys(['TPCCA_FAULTS', 'tpcca_analysis'], "tpcca"),
+}
+
+
+def __getattr__(name: str):
+    mod = _HOME.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'transient' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{mod}", __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOME))
+
 
 __all__ = [
     "DEFAULT_RTT_MS", "JSON_RUN_FIELDS", "METHODS", "RUN_COLUMNS", "STEP_COLUMNS", "SERIES_COLUMNS",

@@ -52,24 +52,23 @@ import pandas as pd
 from .convergence import ConvergenceParams, step_convergence
 from .delayside import delay_side
 from .errors import AnalysisError, TransientError
-from .flowlog import NO_FLOW, attribute_flows, read_flow_ports
+from .flowlog import attribute_flow_codes, read_flow_ports
 from .flows import (
     DEFAULT_FAIR_DELTA, FAIRNESS_COLUMNS, FLOW_COLUMNS, FLOW_STEP_COLUMNS, FlowSpec, FlowTables, analyze_flows,
     flows_from_metadata,
 )
-from .mahimahi import LinkLog, read_link_log
-from .metrics import LinkMetrics, link_metrics
+from .mahimahi import LinkColumns, read_link_columns
+from .metrics import LinkMetrics, link_metrics_of
 from .secondorder import NAN_SECOND_ORDER, second_order_metrics
 from .series import LogArrays, binned_series
 from .steps import Step
-from .timezero import flow_end_s, flow_start_s
+from .timezero import no_data_flow_message
 from .tpcca import TPCCA_FAULTS, tpcca_analysis
 
 DEFAULT_RTT_MS = 50.0
 """RTT used when neither the caller nor metadata.json gives one (TPCCA's 2 x 25 ms)."""
 
-METHODS = ("ccplab", "tpcca")
-"""Analysis methods: the corrected default and TPCCA's exact reference analysis."""
+from .methods import METHODS  # noqa: E402 - re-exported here, where it always was
 
 SCHEMAS = (1, 2, 3)
 """metadata.json schemas this reader understands (3: several flows, ``flows`` and ``files.flow_log``)."""
@@ -395,16 +394,14 @@ def _ccplab_rows(arrays: LogArrays, spec: _RunSpec, flow_start: float, run_end: 
     return rows
 
 
-def _tpcca_rows(log: LinkLog, spec: _RunSpec, run_end: float, opts: AnalysisOptions) -> list[dict]:
+def _tpcca_rows(arrivals: tuple[np.ndarray, np.ndarray], spec: _RunSpec, run_end: float,
+                opts: AnalysisOptions) -> list[dict]:
     b = opts.capacity_mbps if opts.capacity_mbps is not None else (spec.steps[0].to_mbps if spec.steps else None)
     if b is None:
         raise AnalysisError(f"{spec.where}: --method tpcca needs the capacity B of the step at 0 s: give --capacity-mbps")
-    ev = log.events
-    arr = (ev["kind"] == "arrival").to_numpy()
     duration = spec.duration_s if spec.duration_s is not None else run_end
     try:
-        res = tpcca_analysis(ev["time_ms"].to_numpy()[arr] / 1000.0, ev["bytes"].to_numpy()[arr], b,
-                             spec.rtt_ms / 2.0, duration)
+        res = tpcca_analysis(arrivals[0], arrivals[1], b, spec.rtt_ms / 2.0, duration)
     except ValueError as exc:
         raise AnalysisError(f"{spec.where}: {exc}") from None
     ok = math.isfinite(res.convergence_s)
@@ -422,15 +419,17 @@ def _tpcca_rows(log: LinkLog, spec: _RunSpec, run_end: float, opts: AnalysisOpti
 
 def _analyze(spec: _RunSpec, opts: AnalysisOptions) -> RunResult:
     try:
-        log = read_link_log(spec.log_path)
-        metrics = link_metrics(log.events)
+        cols = read_link_columns(spec.log_path)
+        flow = _event_flows(cols, spec)
+        # the analysis holds per-ms sums, not the events (`LogArrays`); tpcca alone reads the arrivals
+        arrivals = _arrivals(cols) if opts.method == "tpcca" else None
+        arrays = LogArrays.from_columns(cols.time_ms, cols.code, cols.nbytes, cols.delay_ms, cols.packets, flow)
+        del cols, flow
+        metrics = link_metrics_of(arrays)
     except (TransientError, ValueError, OSError) as exc:
         raise AnalysisError(f"{spec.where}: {exc}") from exc
-    flow = _event_flows(log, spec)
-    log.events["flow"] = flow
-    arrays = LogArrays(log.events)
     run_end = (arrays.last_ms + 1) / 1000.0
-    start = spec.flow_start_s if spec.flow_start_s is not None else flow_start_s(log)
+    start = spec.flow_start_s if spec.flow_start_s is not None else _data_ms(arrays, spec)[0] / 1000.0
     if opts.auto_steps:
         spec = replace(spec, steps=tuple(_auto_steps(arrays)))
     elif opts.steps is not None:
@@ -438,10 +437,10 @@ def _analyze(spec: _RunSpec, opts: AnalysisOptions) -> RunResult:
     elif not spec.steps and opts.capacity_mbps is not None:
         spec = replace(spec, steps=(Step(0.0, 0.0, opts.capacity_mbps),))
     if opts.method == "tpcca":
-        rows = _tpcca_rows(log, spec, run_end, opts)
+        rows = _tpcca_rows(arrivals, spec, run_end, opts)
     else:
         # steps end with the data flow, not with the log's idle tail (`flow_end_s`)
-        rows = _ccplab_rows(arrays, spec, start, min(run_end, flow_end_s(log.events, str(spec.log_path))), opts)
+        rows = _ccplab_rows(arrays, spec, start, min(run_end, (_data_ms(arrays, spec)[1] + 1) / 1000.0), opts)
     info = {**spec.info, "rtt_ms": spec.rtt_ms, "flow_start_s": start, "method": opts.method,
             "duration_s": spec.duration_s if spec.duration_s is not None else metrics.duration_s}
     ident = {k: info.get(k) for k in ("cca", "cca_params", "label", "run", "scenario")}
@@ -455,24 +454,36 @@ def _analyze(spec: _RunSpec, opts: AnalysisOptions) -> RunResult:
         specs = spec.flows or (FlowSpec(0, info.get("cca"), info.get("cca_params") or "", None, 0.0, math.nan,
                                         start, math.nan, 0.0, None),)
         in_force = [s.at_s for s in spec.steps or () if s.at_s <= start + 1e-9]  # as the steps table's start
-        flow_tables = analyze_flows(arrays, flow, specs, run_id=spec.run_id, info=info, bin_s=bin_s,
+        flow_tables = analyze_flows(arrays, None, specs, run_id=spec.run_id, info=info, bin_s=bin_s,
                                     origin_s=origin, run_end=run_end, params=opts.params,
                                     smooth_bins=opts.smooth_bins, fair_delta=opts.fair_delta, run_dir=spec.run_dir,
                                     first_input_s=in_force[-1] if in_force else start)
     return RunResult(spec.run_id, spec.where, info, metrics, steps_df, series, flow_tables)
 
 
-def _event_flows(log: LinkLog, spec: _RunSpec) -> np.ndarray:
-    """Each event's flow index (int16): from the flow attribution file, or 0 for every packet of a lone flow."""
+def _event_flows(cols: LinkColumns, spec: _RunSpec) -> np.ndarray | None:
+    """Each event's flow index (int16) from the flow attribution file, or None: a lone flow, every packet."""
     if spec.flow_log is not None:
         ports = read_flow_ports(spec.flow_log)
         port_to_flow = {f.port: f.index for f in spec.flows or () if f.port is not None}
-        return attribute_flows(log.events, ports, port_to_flow, str(spec.log_path), str(spec.flow_log))
+        return attribute_flow_codes(cols.code, ports, port_to_flow, str(spec.log_path), str(spec.flow_log))
     if spec.flows is not None and len(spec.flows) > 1:
         raise AnalysisError(f"{spec.where}: metadata lists {len(spec.flows)} flows but no files.flow_log "
                             "attributes the packets to them")
-    is_packet = (log.events["kind"] != "opportunity").to_numpy()
-    return np.where(is_packet, 0, NO_FLOW).astype(np.int16)
+    return None  # one flow, every packet (`LogArrays` needs no per-event flow for that)
+
+
+def _arrivals(cols: LinkColumns) -> tuple[np.ndarray, np.ndarray]:
+    """The arrival events' times (s) and bytes, in file order (what TPCCA bins)."""
+    arr = cols.code == 0
+    return cols.time_ms[arr] / 1000.0, cols.nbytes[arr]
+
+
+def _data_ms(arrays: LogArrays, spec: _RunSpec) -> tuple[int, int]:
+    """(first, last) data arrival of the log, ms (the rule of `transient.flow_start_s` / `flow_end_s`)."""
+    if arrays.data_ms is None:
+        raise AnalysisError(no_data_flow_message(str(spec.log_path)))
+    return arrays.data_ms
 
 
 def _auto_steps(arrays: LogArrays) -> list[Step]:

@@ -13,8 +13,13 @@ import math
 import sys
 from typing import Callable, Sequence, TextIO
 
-from .analyze import METHODS, AnalysisOptions, RunResult
+from typing import TYPE_CHECKING
+
+from .methods import METHODS
 from .steps import SYNTAX, Step
+
+if TYPE_CHECKING:  # the analysis (pandas, numpy) is imported when a command runs, not to build its parser
+    from .analyze import AnalysisOptions, RunResult
 
 
 def whole(lo: int, hi: int) -> Callable[[str], int]:
@@ -85,8 +90,10 @@ def add_analysis_arguments(p: argparse.ArgumentParser) -> None:
                    help="processes analysing the runs of a results directory in parallel (default 1)")
 
 
-def options_from_args(args: argparse.Namespace) -> AnalysisOptions:
+def options_from_args(args: argparse.Namespace) -> "AnalysisOptions":
     """`AnalysisOptions` from parsed flags. Raises AnalysisError on a bad combination."""
+    from .analyze import AnalysisOptions
+
     if args.step is not None and args.steps == "auto":
         raise argparse.ArgumentTypeError("give either --step or --steps auto, not both")
     delta = getattr(args, "fair_delta", None)
@@ -95,7 +102,7 @@ def options_from_args(args: argparse.Namespace) -> AnalysisOptions:
                            **({"fair_delta": delta} if delta is not None else {}))
 
 
-def print_json_lines(results: Sequence[RunResult], out: TextIO | None = None) -> None:
+def print_json_lines(results: Sequence["RunResult"], out: TextIO | None = None) -> None:
     """One JSON object per run per line (`RunResult.as_json`) on ``out`` (default: the current stdout)."""
     out = out or sys.stdout
     for r in results:

@@ -69,12 +69,11 @@ def delay_side(
     window = t_bins < t_q - 1e-9
     steady = ~window
 
-    dep = arrays.mask("departure")
-    in_win = dep & (arrays.t >= at_s * 1000.0) & (arrays.t < t_q * 1000.0)
-    q = arrays.delay[in_win] - arrays.base_delay_ms
-    peak = float(q.max()) if q.size else math.nan
-    drop = arrays.mask("drop") & (arrays.t >= at_s * 1000.0) & (arrays.t < t_q * 1000.0)
-    drops = int(arrays.packets[drop].sum())
+    win = arrays.ms_window(at_s * 1000.0, t_q * 1000.0)
+    peaks = arrays.peak_delay_ms[win]
+    # max(delay - base) = max(delay) - base: the subtraction keeps the order
+    peak = float(np.nanmax(peaks)) - arrays.base_delay_ms if np.isfinite(peaks).any() else math.nan
+    drops = int(arrays.ms_sum("drop", "packets")[win].sum())
 
     qd = series["queueing_delay_ms"].to_numpy()
     if not converged or not steady.any():

@@ -111,7 +111,13 @@ def attribute_flows(events: pd.DataFrame, ports: np.ndarray, port_to_flow: Mappi
         AnalysisError: the file's line count is not the log's number of
             arrival, departure and drop events (both files and counts named).
     """
-    is_packet = (events["kind"] != "opportunity").to_numpy()
+    return attribute_flow_codes(events["kind"].cat.codes.to_numpy(), ports, port_to_flow, log_name, flow_log_name)
+
+
+def attribute_flow_codes(code: np.ndarray, ports: np.ndarray, port_to_flow: Mapping[int, int],
+                         log_name: str, flow_log_name: str) -> np.ndarray:
+    """`attribute_flows` from the events' kind codes (0..3 of `transient.EVENT_KINDS`, 2 = opportunity)."""
+    is_packet = code != 2
     n_packet = int(is_packet.sum())
     if n_packet != ports.size:
         raise AnalysisError(
@@ -120,6 +126,6 @@ def attribute_flows(events: pd.DataFrame, ports: np.ndarray, port_to_flow: Mappi
     lut = np.full(MAX_PORT + 1, NO_FLOW, np.int16)
     for port, flow in port_to_flow.items():
         lut[int(port)] = int(flow)
-    flow = np.full(len(events), NO_FLOW, np.int16)
+    flow = np.full(code.size, NO_FLOW, np.int16)
     flow[is_packet] = lut[ports]
     return flow

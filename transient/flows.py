@@ -82,7 +82,7 @@ from .delayside import delay_side
 from .errors import AnalysisError
 from .metrics import mahimahi_percentile
 from .secondorder import NAN_SECOND_ORDER, second_order_metrics
-from .series import LogArrays, _smooth, binned_series, n_complete_bins
+from .series import LogArrays, _smooth, bin_positions, binned_series, binned_sum, n_complete_bins
 from .timezero import FLOW_START_MIN_BYTES
 
 FLOW_COLUMNS = [
@@ -461,27 +461,29 @@ class FlowTables:
     series: pd.DataFrame
 
 
-def _spans(arrays: LogArrays, flow: np.ndarray, specs: Sequence[FlowSpec]) -> list[tuple[float, float]]:
-    """Each flow's [start, end) on the log clock, s: metadata's measured times, else its data arrivals."""
-    arr = arrays.mask("arrival") & (arrays.nbytes >= FLOW_START_MIN_BYTES)
+def _spans(arrays: LogArrays, flow: np.ndarray | None, specs: Sequence[FlowSpec]) -> list[tuple[float, float]]:
+    """Each flow's [start, end) on the log clock, s: metadata's measured times, else its data arrivals.
+
+    ``flow`` is unused (the flows are the ones ``arrays`` was built with); kept for the callers' shape."""
     spans = []
     for s in specs:
-        mine = arr & (flow == s.index)
-        t = arrays.t[mine]
-        start = s.flow_start_s if math.isfinite(s.flow_start_s) else (t.min() / 1000.0 if t.size else math.nan)
-        end = s.flow_end_s + 0.001 if math.isfinite(s.flow_end_s) else ((t.max() + 1) / 1000.0 if t.size else math.nan)
+        data = arrays.flow_data_ms.get(s.index)
+        start = s.flow_start_s if math.isfinite(s.flow_start_s) else (data[0] / 1000.0 if data else math.nan)
+        end = s.flow_end_s + 0.001 if math.isfinite(s.flow_end_s) else ((data[1] + 1) / 1000.0 if data else math.nan)
         spans.append((float(start), float(end)))
     return spans
 
 
-def _per_flow_bins(arrays: LogArrays, flow: np.ndarray, n_flows: int, origin_s: float, n: int, bin_s: float,
-                   kind: str) -> np.ndarray:
-    """(n bins x n_flows) Mbit/s of one event kind's bytes per flow, bins from ``origin_s``."""
-    idx = np.floor((arrays.t - origin_s * 1000.0) / (bin_s * 1000.0) + 1e-9).astype(np.int64)
-    keep = arrays.mask(kind) & (flow >= 0) & (flow < n_flows) & (idx >= 0) & (idx < n)
-    key = idx[keep] * n_flows + flow[keep]
-    out = np.bincount(key, weights=arrays.nbytes[keep], minlength=n * n_flows)[: n * n_flows]
-    return out.reshape(n, n_flows) * 8.0 / (bin_s * 1e6)
+def _per_flow_bins(arrays: LogArrays, n_flows: int, origin_s: float, n: int, bin_s: float, kind: str,
+                   with_no_flow: bool = False) -> np.ndarray:
+    """(n bins x n_flows) Mbit/s of one event kind's bytes per flow, bins from ``origin_s``
+    (with_no_flow: n_flows + 1 columns, column 0 the packets of no flow)."""
+    per_ms = arrays.flow_ms_bytes(kind)
+    pos = bin_positions(arrays, origin_s, bin_s, n)
+    rows = range(0, n_flows + 1) if with_no_flow else range(1, n_flows + 1)
+    cols = [binned_sum(per_ms[r], pos, n, arrays) if r < per_ms.shape[0] else np.zeros(n) for r in rows]
+    out = np.stack(cols, axis=1) if cols else np.zeros((n, 0))
+    return out * 8.0 / (bin_s * 1e6)
 
 
 def _intervals(spans: list[tuple[float, float]], run_start: float, run_end: float) -> list[tuple[float, float, tuple]]:
@@ -525,7 +527,7 @@ def analyze_flows(arrays: LogArrays, flow: np.ndarray, specs: Sequence[FlowSpec]
     n = n_complete_bins(origin_s, run_end, bin_s)
     t0 = origin_s + np.arange(n) * bin_s
     # column 0: packets of no flow (unknown port), so a bin's total is every departure of the link
-    dep_all = _per_flow_bins(arrays, (flow + 1).astype(np.int16), nf + 1, origin_s, n, bin_s, "departure")
+    dep_all = _per_flow_bins(arrays, nf, origin_s, n, bin_s, "departure", with_no_flow=True)
     dep = dep_all[:, 1:]
     link = binned_series(arrays, origin_s, run_end, bin_s, smooth_bins)
     active = np.stack([(t0 >= s - 1e-9) & (t0 + bin_s <= e + 1e-9) for s, e in spans], axis=1) if n else \
@@ -593,8 +595,8 @@ def _event_rows(arrays, flow, specs, ident, i, prev, cur, bin_s, params, smooth_
     if before:
         prev_link = binned_series(arrays, prev[0], prev[1], bin_s, smooth_bins)
         cap_before = float(prev_link["reference_mbps"].mean()) if len(prev_link) else cap_after
-    dep = _per_flow_bins(arrays, flow, len(specs), a, n, bin_s, "departure")
-    arr = _per_flow_bins(arrays, flow, len(specs), a, n, bin_s, "arrival")
+    dep = _per_flow_bins(arrays, len(specs), a, n, bin_s, "departure")
+    arr = _per_flow_bins(arrays, len(specs), a, n, bin_s, "arrival")
     r = link["reference_mbps"].to_numpy() / len(act)
     to = cap_after / len(act)
     dfc = math.nan
@@ -631,17 +633,18 @@ def _event_rows(arrays, flow, specs, ident, i, prev, cur, bin_s, params, smooth_
 
 
 def _flow_rows(arrays, flow, specs, spans, ident, steps_df, run_dir) -> pd.DataFrame:
-    dep = arrays.mask("departure")
-    known = dep  # every departure of the link, a packet of no flow too
+    dep_ms = arrays.flow_ms_bytes("departure")
+    all_ms = arrays.ms_sum("departure", "bytes")  # every departure of the link, a packet of no flow too
     rows = []
     for s, (start, end) in zip(specs, spans):
-        mine = dep & (flow == s.index)
-        in_span = (arrays.t >= start * 1000.0) & (arrays.t < end * 1000.0)
-        bytes_span = float(arrays.nbytes[mine & in_span].sum())
-        all_span = float(arrays.nbytes[known & in_span].sum())
+        mine_ms = dep_ms[s.index + 1] if s.index + 1 < dep_ms.shape[0] else np.zeros(arrays.n_ms)
+        win = arrays.ms_window(start * 1000.0, end * 1000.0) if math.isfinite(start) and math.isfinite(end) \
+            else slice(0, 0)
+        bytes_span = float(mine_ms[win].sum())
+        all_span = float(all_ms[win].sum())
         dur = end - start
-        q = arrays.delay[mine] - arrays.base_delay_ms
-        drops = int(arrays.packets[arrays.mask("drop") & (flow == s.index)].sum())
+        q = arrays.dep_delay_ms[arrays.dep_flow == s.index] - arrays.base_delay_ms
+        drops = arrays.flow_drops.get(s.index, 0)
         retx, recv = iperf3_figures(run_dir / s.iperf3 if run_dir is not None and s.iperf3 else None)
         mine_steps = steps_df[steps_df["flow"] == s.index]
         own = mine_steps[mine_steps["event_flows"].map(lambda v: str(s.index) in v.split(","))
@@ -654,7 +657,7 @@ def _flow_rows(arrays, flow, specs, spans, ident, steps_df, run_dir) -> pd.DataF
             "throughput_mbps": bytes_span * 8 / dur / 1e6 if dur > 0 else math.nan,
             "share": bytes_span / all_span if all_span > 0 else math.nan,
             "p95_queueing_delay_ms": mahimahi_percentile(q), "drops": drops, "retransmits": retx,
-            "delivered_bytes": int(arrays.nbytes[mine].sum()), "iperf3_receiver_bytes": recv,
+            "delivered_bytes": int(mine_ms.sum()), "iperf3_receiver_bytes": recv,
             "smoothness_cv": float(mine_steps["smoothness_cv"].median()) if mine_steps["smoothness_cv"].notna().any()
             else math.nan,
             "start_converged": bool(own["converged"]) if own is not None else pd.NA,

@@ -78,6 +78,66 @@ class LinkLog:
     events: pd.DataFrame
 
 
+@dataclass(frozen=True)
+class LinkColumns:
+    """A parsed mm-link log as numpy columns (what the analysis reads; `LinkLog` without pandas).
+
+    Attributes: path, header, base_timestamp_ms, time_origin as in `LinkLog`;
+    ``time_ms`` (int64), ``code`` (int8 kind codes 0..3 of `EVENT_KINDS`),
+    ``nbytes`` (int64), ``delay_ms`` (float64, NaN unless departure),
+    ``packets`` (int64): the columns of `LinkLog.events`, in file order.
+    """
+
+    path: str
+    header: dict[str, str]
+    base_timestamp_ms: int | None
+    time_origin: str
+    time_ms: np.ndarray
+    code: np.ndarray
+    nbytes: np.ndarray
+    delay_ms: np.ndarray
+    packets: np.ndarray
+
+    def to_log(self) -> LinkLog:
+        """The same log as a `LinkLog` (events DataFrame)."""
+        events = pd.DataFrame({
+            "time_ms": self.time_ms,
+            "kind": pd.Categorical.from_codes(self.code, dtype=KIND_DTYPE, validate=False),
+            "bytes": self.nbytes,
+            "delay_ms": self.delay_ms,
+            "packets": self.packets,
+        })
+        return LinkLog(self.path, self.header, self.base_timestamp_ms, self.time_origin, events)
+
+    @classmethod
+    def of_log(cls, log: LinkLog) -> "LinkColumns":
+        ev = log.events
+        return cls(log.path, log.header, log.base_timestamp_ms, log.time_origin, ev["time_ms"].to_numpy(np.int64),
+                   ev["kind"].cat.codes.to_numpy().astype(np.int8), ev["bytes"].to_numpy(np.int64),
+                   ev["delay_ms"].to_numpy(np.float64), ev["packets"].to_numpy(np.int64))
+
+
+def read_link_columns(path: str | Path, *, cache: bool = True) -> LinkColumns:
+    """`read_link_log` as numpy columns (`LinkColumns`): the same checks, errors and cache, no DataFrame.
+
+    The file goes to polars by name (never whole into a Python bytes
+    object); a log polars cannot take is read again by the numpy reader.
+    """
+    if cache:
+        from .cache import cached_columns
+
+        return cached_columns(Path(path))
+    return parse_link_file(Path(path))
+
+
+def parse_link_file(path: Path) -> LinkColumns:
+    """Parse the log file at ``path`` (no cache); see `read_link_log` for the errors."""
+    fast = _parse_polars(path, str(path), _LineCensus.of_path(path))
+    if fast is not None:
+        return fast
+    return LinkColumns.of_log(_parse_numpy(Path(path).read_bytes(), str(path)))
+
+
 def read_link_log(path: str | Path, *, cache: bool = True) -> LinkLog:
     """Read a mahimahi mm-link log file.
 
@@ -93,11 +153,7 @@ def read_link_log(path: str | Path, *, cache: bool = True) -> LinkLog:
             unknown event kind, missing or extra field, non-integer time or
             size, negative delay), a bad base timestamp, or no events at all.
     """
-    if cache:
-        from .cache import cached_read
-
-        return cached_read(Path(path))
-    return parse_link_bytes(Path(path).read_bytes(), str(path))
+    return read_link_columns(path, cache=cache).to_log()
 
 
 def parse_link_log(text: str, name: str = "<text>") -> LinkLog:
@@ -117,9 +173,16 @@ def parse_link_bytes(raw: bytes, name: str = "<bytes>") -> LinkLog:
     """
     if not raw.endswith(b"\n"):
         raw += b"\n"
-    fast = _parse_polars(raw, name)
+    fast = _parse_polars(raw, name, _LineCensus.of_chunks([raw]))
     if fast is not None:
-        return fast
+        return fast.to_log()
+    return _parse_numpy(raw, name)
+
+
+def _parse_numpy(raw: bytes, name: str) -> LinkLog:
+    """The numpy reader (any log polars cannot take; words every error)."""
+    if not raw.endswith(b"\n"):
+        raw += b"\n"
     try:
         return _parse(raw, name)
     except LogFormatError:
@@ -131,11 +194,67 @@ def parse_link_bytes(raw: bytes, name: str = "<bytes>") -> LinkLog:
         return _parse(tidy, name)
 
 
+@dataclass
+class _LineCensus:
+    """What the polars reader is checked against, counted over the raw bytes chunk by chunk (C-speed
+    ``bytes.count`` / ``find``, no per-line Python): the lines, and the header lines' text and numbers.
+    Polars skips the header (comment) lines and gives every other line a row, a blank one all null."""
+
+    n_lines: int = 0
+    header_lines: list = None  # (1-based line number, bytes of the line)
+    odd_blanks: bool = False  # a tab or CR: whitespace polars does not split on
+
+    @property
+    def n_rows(self) -> int:
+        """Rows polars must give: every line but the header lines."""
+        return self.n_lines - len(self.header_lines)
+
+    @classmethod
+    def of_chunks(cls, chunks) -> "_LineCensus":
+        c = cls(0, [])
+        carry = b""
+        for chunk in chunks:
+            buf = carry + chunk if carry else chunk
+            cut = buf.rfind(b"\n") + 1  # whole lines only; the rest waits for the next chunk
+            c._lines(buf, cut)
+            carry = buf[cut:]
+        if carry:
+            c._lines(carry + b"\n", len(carry) + 1)
+        return c
+
+    @classmethod
+    def of_path(cls, path: Path) -> "_LineCensus":
+        """The census of a file, read 16 MiB at a time."""
+        with open(path, "rb") as f:
+            return cls.of_chunks(iter(lambda: f.read(1 << 24), b""))
+
+    def _lines(self, buf: bytes, end: int) -> None:
+        """Count the whole lines of ``buf[:end]`` (which ends with a newline)."""
+        if end <= 0:
+            return
+        if buf.find(b"\t", 0, end) >= 0 or buf.find(b"\r", 0, end) >= 0:
+            self.odd_blanks = True
+        before = self.n_lines  # lines before byte `counted`
+        counted = 0
+        pos = 0 if buf[0] == 35 else buf.find(b"\n#", 0, end) + 1  # a header line starts at pos (0: none)
+        if pos == 0 and buf[0] != 35:
+            pos = -1
+        while pos >= 0:
+            before += buf.count(b"\n", counted, pos)
+            counted = pos
+            stop = buf.index(b"\n", pos)
+            self.header_lines.append((before + 1, buf[pos:stop]))
+            nxt = buf.find(b"\n#", stop, end)
+            pos = nxt + 1 if nxt >= 0 else -1
+        self.n_lines += buf.count(b"\n", 0, end)
+
+
 _POLARS_SCHEMA = None
 
 
-def _parse_polars(raw: bytes, name: str) -> LinkLog | None:
-    """The log through polars, or None when the numpy reader must decide (see `parse_link_bytes`)."""
+def _parse_polars(source: bytes | Path, name: str, census: _LineCensus | None = None) -> LinkColumns | None:
+    """The log (bytes, or a file by name) through polars, or None when the numpy reader must decide
+    (see `parse_link_bytes`); ``census``: the same text's `_LineCensus` (counted here from bytes)."""
     global _POLARS_SCHEMA
     try:
         import polars as pl
@@ -143,55 +262,56 @@ def _parse_polars(raw: bytes, name: str) -> LinkLog | None:
         return None
     if _POLARS_SCHEMA is None:  # the symbol as an enum: its physical value is our kind code
         _POLARS_SCHEMA = {"t": pl.Int64, "s": pl.Enum(["+", "-", "#", "d"]), "a": pl.Int64, "b": pl.Float64}
-    buf = np.frombuffer(raw, dtype=np.uint8)
-    nl = np.flatnonzero(buf == 10)
-    starts = np.empty_like(nl)
-    starts[:1] = 0
-    starts[1:] = nl[:-1] + 1
-    nonempty = nl > starts
-    is_header = nonempty & (buf[np.minimum(starts, buf.size - 1)] == ord("#"))
-    n_events = int(nonempty.sum() - is_header.sum())
-    if n_events == 0 or b"\t" in raw or b"\r" in raw:
+    if census is None:
+        census = _LineCensus.of_path(source) if isinstance(source, Path) else _LineCensus.of_chunks([source])
+    if census.n_rows <= 0 or census.odd_blanks:
         return None
+    s, t, a, b = pl.col("s"), pl.col("t"), pl.col("a"), pl.col("b")
+    four = (s == "-") | (s == "d")  # departures and drops carry 4 fields, the others 3
+    blank = t.is_null() & s.is_null() & a.is_null() & b.is_null()
+    ok = blank | (t.is_not_null() & s.is_not_null() & a.is_not_null() & (t >= 0) & (a >= 0)
+                  & pl.when(four).then(b.is_not_null() & (b >= 0)).otherwise(b.is_null())
+                  & ((s != "d") | (b == b.floor())))
     try:
-        df = pl.read_csv(raw, has_header=False, separator=" ", comment_prefix="#", schema=_POLARS_SCHEMA,
-                         quote_char=None, missing_columns="insert")
+        # one streaming pass: the columns we keep are computed as the text is read (no wide copy)
+        df = (pl.scan_csv(source if isinstance(source, bytes) else str(source), has_header=False, separator=" ",
+                          comment_prefix="#", schema=_POLARS_SCHEMA, quote_char=None, missing_columns="insert")
+              .select(t, code=s.to_physical().cast(pl.Int8),
+                      nbytes=pl.when(s == "d").then(b.cast(pl.Int64, strict=False)).otherwise(a),
+                      delay=pl.when(s == "-").then(b).otherwise(None),
+                      packets=pl.when(s == "d").then(a).otherwise(1).cast(pl.Int64),
+                      ok=ok.fill_null(False))
+              .collect(engine="streaming"))
     except Exception:  # noqa: BLE001 - any complaint of polars: let the numpy reader word it
         return None
+    if df.height != census.n_rows or not df.get_column("ok").all():
+        return None
     if df.get_column("t").null_count():
-        df = df.filter(pl.any_horizontal(pl.all().is_not_null()))  # blank lines
-    if df.height != n_events:
-        return None
-    code = df.get_column("s").to_physical().to_numpy()
-    if code.dtype != np.uint8:
-        return None  # a null: a missing field
-    code = code.astype(np.int8)
-    t = df.get_column("t").to_numpy()
-    a = df.get_column("a").to_numpy()
-    b = df.get_column("b").to_numpy()
-    if t.dtype != np.int64 or a.dtype != np.int64:
-        return None  # a null in a column polars did fill: a missing field
-    four = (code == 1) | (code == 3)
-    with np.errstate(invalid="ignore"):
-        ok = (code >= 0) & (t >= 0) & (a >= 0) & np.where(four, b >= 0, np.isnan(b))
-        ok &= (code != 3) | (b == np.floor(b))
-    if not ok.all():
-        return None
-    header_idx = np.flatnonzero(is_header)
-    header, base = _parse_header(raw, starts[header_idx], nl[header_idx], header_idx + 1, name)
-    is_drop = code == 3
-    events = pd.DataFrame({
-        "time_ms": t,
-        "kind": pd.Categorical.from_codes(code, dtype=KIND_DTYPE, validate=False),
-        "bytes": np.where(is_drop, b, a).astype(np.int64),  # b is whole (checked) where selected
-        "delay_ms": np.where(code == 1, b, np.nan),
-        "packets": np.where(is_drop, a, 1),
-    })
+        df = df.filter(pl.col("t").is_not_null())  # blank lines
+    if df.height == 0:
+        return None  # no events: the numpy reader says so
+    df.drop_in_place("ok")
+    # one column at a time out of polars, so at most one is held twice
+    t = df.drop_in_place("t").to_numpy()
+    code = df.drop_in_place("code").to_numpy()
+    nbytes = df.drop_in_place("nbytes").to_numpy()
+    delay = df.drop_in_place("delay").to_numpy().astype(np.float64, copy=False)
+    packets = df.drop_in_place("packets").to_numpy()
+    del df
+    lines = census.header_lines
+    raw_head = b"\n".join(text for _, text in lines)
+    starts, ends, pos = [], [], 0
+    for _, text in lines:
+        starts.append(pos)
+        ends.append(pos + len(text))
+        pos += len(text) + 1
+    header, base = _parse_header(raw_head, np.array(starts, np.int64), np.array(ends, np.int64),
+                                 np.array([n for n, _ in lines], np.int64), name)
     origin = "relative"
     if base is not None and int(t.min()) >= base:
-        events["time_ms"] -= base
+        t = t - base
         origin = "base-subtracted"
-    return LinkLog(name, header, base, origin, events)
+    return LinkColumns(name, header, base, origin, t, code, nbytes, delay, packets)
 
 
 def _normalize_whitespace(raw: bytes) -> bytes:

@@ -31,9 +31,13 @@ cumulative minimum of ``sig_direct[u] + u`` minus t.)
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:
+    from .series import LogArrays
 
 
 @dataclass(frozen=True)
@@ -86,18 +90,22 @@ def signal_delay_series(events: pd.DataFrame) -> pd.Series:
     sent = (dep["time_ms"].to_numpy(np.float64) - dep["delay_ms"].to_numpy()).astype(np.int64)
     delay = dep["delay_ms"].to_numpy()
     lo, hi = int(sent.min()), int(sent.max())
-    n = hi - lo + 1
-    sig_direct = np.full(n, np.inf)
+    sig_direct = np.full(hi - lo + 1, np.inf)
     np.minimum.at(sig_direct, sent - lo, delay)  # the smallest delay of each sending ms
+    return pd.Series(_walk_back(sig_direct), index=pd.Index(np.arange(lo, hi + 1), name="sent_ms"),
+                     name="signal_delay_ms")
+
+
+def _walk_back(sig_direct: np.ndarray) -> np.ndarray:
+    """Signal delay of every sending ms from the smallest direct sample of each (inf: none); see module docstring."""
+    n = sig_direct.size
     pos = np.flatnonzero(np.isfinite(sig_direct))
     # u(t): next position >= t with a direct sample (reverse running minimum of
     # the sample positions; positions without a sample hold n = "none yet").
     cand = np.full(n, n, dtype=np.int64)
     cand[pos] = pos
     nxt = np.minimum.accumulate(cand[::-1])[::-1]
-    t = np.arange(n)
-    sig = sig_direct[nxt] + (nxt - t)
-    return pd.Series(sig, index=pd.Index(np.arange(lo, hi + 1), name="sent_ms"), name="signal_delay_ms")
+    return sig_direct[nxt] + (nxt - np.arange(n))
 
 
 def link_metrics(events: pd.DataFrame) -> LinkMetrics:
@@ -109,19 +117,26 @@ def link_metrics(events: pd.DataFrame) -> LinkMetrics:
     """
     if events.empty:
         raise ValueError("no events")
-    times = events["time_ms"].to_numpy()
-    duration_s = (int(times.max()) - int(times[0])) / 1000.0
+    from .series import LogArrays
+
+    return link_metrics_of(LogArrays(events))
+
+
+def link_metrics_of(arrays: "LogArrays") -> LinkMetrics:
+    """`link_metrics` of a log already reduced to `transient.series.LogArrays` (what the analysis holds).
+
+    Raises:
+        ValueError: zero duration (all events in the same millisecond).
+    """
+    duration_s = (arrays.last_ms - arrays.first_event_ms) / 1000.0
     if duration_s <= 0:
         raise ValueError("zero duration: all events happen in the same millisecond")
-    kind = events["kind"]  # categorical: comparisons are on integer codes
-    nbytes = events["bytes"].to_numpy()
-    cap_bits = 8.0 * nbytes[(kind == "opportunity").to_numpy()].sum()
-    dep_mask = (kind == "departure").to_numpy()
-    dep_bits = 8.0 * nbytes[dep_mask].sum()
+    cap_bits = 8.0 * arrays.ms_sum("opportunity", "bytes").sum()
+    dep_bits = 8.0 * arrays.ms_sum("departure", "bytes").sum()
     capacity = cap_bits / duration_s / 1e6
     throughput = dep_bits / duration_s / 1e6
     utilization = throughput / capacity if capacity > 0 else float("nan")
-    p95_q = mahimahi_percentile(events["delay_ms"].to_numpy()[dep_mask])
-    p95_s = mahimahi_percentile(signal_delay_series(events).to_numpy())
+    p95_q = mahimahi_percentile(arrays.dep_delay_ms)
+    p95_s = mahimahi_percentile(_walk_back(arrays.sent_min_delay)) if arrays.sent_min_delay.size else float("nan")
     power = throughput / (p95_s / 1000.0) if p95_s > 0 else float("nan")
     return LinkMetrics(duration_s, capacity, throughput, utilization, p95_q, p95_s, power)

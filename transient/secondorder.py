@@ -57,7 +57,6 @@ import warnings
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from scipy.optimize import OptimizeWarning, curve_fit
 
 FIT_HORIZON_S = 10.0
 """Longest stretch after a step that the fit sees, s."""
@@ -122,6 +121,7 @@ def fit_second_order(t: np.ndarray, u: np.ndarray, bin_s: float) -> tuple[float,
     ss_tot = float(((u - u.mean()) ** 2).sum()) if u.size else 0.0
     if u.size < 6 or ss_tot <= 0:
         return math.nan, math.nan, math.nan, math.nan
+    from scipy.optimize import OptimizeWarning, curve_fit  # here: scipy.optimize alone takes 0.5-1 s to import
     span = float(t[-1])
     lead = max(float(t[0]) - bin_s / 2, 0.0)  # the input came this long before the first bin
     wn_max = math.pi / bin_s  # faster than Nyquist cannot be seen in the bins

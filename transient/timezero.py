@@ -88,14 +88,18 @@ def flow_end_s(events: pd.DataFrame, name: str = "<events>") -> float:
     return (float(_data_arrival_ms(events, name).max()) + 1.0) / 1000.0
 
 
+def no_data_flow_message(name: str) -> str:
+    """The error of a log without a data flow (``name``: the log)."""
+    return (f"{name}: no data flow: no arrival ('+' line) of >= {FLOW_START_MIN_BYTES} bytes, "
+            "so the flow's start (time zero) cannot be found")
+
+
 def _data_arrival_ms(events: pd.DataFrame, name: str) -> np.ndarray:
     """Arrival times (ms) of the data flow's packets (>= `FLOW_START_MIN_BYTES`)."""
     big = (events["kind"] == "arrival").to_numpy() & (events["bytes"].to_numpy() >= FLOW_START_MIN_BYTES)
     idx = np.flatnonzero(big)
     if idx.size == 0:
-        raise AnalysisError(
-            f"{name}: no data flow: no arrival ('+' line) of >= {FLOW_START_MIN_BYTES} bytes, "
-            "so the flow's start (time zero) cannot be found")
+        raise AnalysisError(no_data_flow_message(name))
     return events["time_ms"].to_numpy()[idx]
 
 

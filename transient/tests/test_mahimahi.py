@@ -125,10 +125,10 @@ def test_parquet_cache_is_used_and_invalidated_when_the_log_changes(tmp_path):
 def test_unwritable_cache_directory_still_parses(tmp_path, monkeypatch):
     import transient.cache as c
 
-    def refuse(path, data):
+    def refuse(path, table, metadata):
         raise PermissionError(f"{path}: read-only")
 
-    monkeypatch.setattr(c, "write_atomic", refuse)
+    monkeypatch.setattr(c, "_write_table", refuse)
     p = tmp_path / "uplink.log"
     p.write_text(LOG)
     assert len(read_link_log(p).events) == 6 and not c.cache_path(p).exists()
@@ -153,12 +153,26 @@ def test_polars_and_numpy_readers_agree(tmp_path):
 
     golden = Path(__file__).parent / "golden"
     texts = [LOG.encode()] + [gzip.decompress(p.read_bytes()) for p in sorted(golden.glob("*.log.gz"))]
-    for raw in texts:
-        fast = mahimahi._parse_polars(raw, "x")
+    for k, raw in enumerate(texts):
         slow = mahimahi._parse(raw, "x")
-        assert fast is not None, "a well-formed log must take the fast path"
-        pd.testing.assert_frame_equal(fast.events, slow.events)
-        assert (fast.header, fast.base_timestamp_ms, fast.time_origin) == (slow.header, slow.base_timestamp_ms, slow.time_origin)
+        path = tmp_path / f"{k}.log"
+        path.write_bytes(raw)
+        for fast in (mahimahi._parse_polars(raw, "x"), mahimahi._parse_polars(path, "x")):
+            assert fast is not None, "a well-formed log must take the fast path"
+            fast = fast.to_log()
+            pd.testing.assert_frame_equal(fast.events, slow.events)
+            assert (fast.header, fast.base_timestamp_ms, fast.time_origin) == (slow.header, slow.base_timestamp_ms, slow.time_origin)
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 7, 64])
+def test_line_census_is_the_same_in_chunks_of_any_size(size):
+    from transient import mahimahi
+
+    raw = b"# a: 1\n0 # 1504\n\n# base timestamp: 0\n1 + 1504\n2 - 1504 1\n#tail\n3 d 1 1504"
+    whole = mahimahi._LineCensus.of_chunks([raw])
+    parts = mahimahi._LineCensus.of_chunks(raw[i : i + size] for i in range(0, len(raw), size))
+    assert whole.n_lines == parts.n_lines == 8 and whole.n_rows == parts.n_rows == 5  # 4 events, 1 blank
+    assert whole.header_lines == parts.header_lines == [(1, b"# a: 1"), (4, b"# base timestamp: 0"), (7, b"#tail")]
 
 
 @pytest.mark.parametrize("line", ["12 x 1504", "12 +", "12 - 1504", "-3 + 1504", "12 + 1504 9", "12 d 2 30.5", "12\t+ 1504"])
