@@ -107,7 +107,7 @@ deps-kmod: deps-apt
 	@missing=""; for c in $(KMOD_COMMANDS); do command -v $$c >/dev/null || missing="$$missing $$c"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages for kmod-check (missing:$$missing)"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(KMOD_PACKAGES); \
+	  $(APT_INSTALL) $(KMOD_PACKAGES); \
 	fi
 
 clean:
