@@ -314,8 +314,10 @@ def test_cli_out_writes_the_flow_tables(two_flow_dir, tmp_path, capsys):
     assert set(steps["flow"]) == {0, 1} and (out / "fairness.csv").exists() and (out / "flows.csv").exists()
     printed = capsys.readouterr().out
     assert "jain_median" in printed and "kernel:bbr" in printed  # the per-flow lines after the step table
-    assert main([str(two_flow_dir), "--fair-delta", "2"]) == 2
-    assert "fair_delta must be in (0, 1)" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main([str(two_flow_dir), "--fair-delta", "2"])
+    assert exit_.value.code == 2
+    assert "argument --fair-delta: must be <= 1, got 2" in capsys.readouterr().err
 
 
 def test_coexistence_matrix_by_hand():
