@@ -583,6 +583,19 @@ def analyze_run(
     return _analyze(spec, options)
 
 
+def invalid_reason(run_dir: Path) -> str | None:
+    """Why the runner marked ``run_dir`` invalid (metadata ``"valid": false``, e.g. its ccp flows ran
+    under the kernel's cubic fallback), or None for a valid run or one whose metadata cannot say."""
+    try:
+        meta = json.loads((Path(run_dir) / "metadata.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # analyze_run words the problem
+    if isinstance(meta, dict) and meta.get("valid") is False:
+        control = meta.get("control") if isinstance(meta.get("control"), dict) else {}
+        return str(control.get("reason") or "no reason recorded")
+    return None
+
+
 def find_run_dirs(root: str | Path) -> list[Path]:
     """All directories under ``root`` (inclusive) holding a metadata.json, sorted.
 
@@ -662,10 +675,16 @@ def analyze_paths(
     run_dirs = find_run_dirs(root)
     if not run_dirs:
         raise AnalysisError(f"{root}: no run directories (directories with a metadata.json) found")
+    errors: list[tuple[str, str]] = []
+    invalid = {d: reason for d in run_dirs if (reason := invalid_reason(d)) is not None}
+    for d, reason in invalid.items():  # kept by the runner only to be shown apart, never scored
+        errors.append((str(d), f"marked invalid by the runner: {reason}"))
+    run_dirs = [d for d in run_dirs if d not in invalid]
+    if not run_dirs:
+        raise AnalysisError(f"{root}: every run is marked invalid; first: {errors[0][1]}")
     jobs = [(d, options, d.name if d.relative_to(root).as_posix() == "." else d.relative_to(root).as_posix())
             for d in run_dirs]
     results: list[RunResult] = []
-    errors: list[tuple[str, str]] = []
     for d, outcome in zip(run_dirs, _map_runs(jobs, workers)):
         if isinstance(outcome, RunResult):
             results.append(outcome)

@@ -45,6 +45,23 @@ def _link_args(p: argparse.ArgumentParser, defaults: bool) -> None:
                    required=not defaults, help="flow duration, s")
 
 
+def _validity_args(p: argparse.ArgumentParser) -> None:
+    from .control import DEFAULT_MAX_FALLBACK_SHARE
+
+    p.add_argument("--max-fallback-share", type=number(0.0, 1.0), default=DEFAULT_MAX_FALLBACK_SHARE,
+                   help="largest share of the ccp flows' ACKs the datapath's kernel-cubic fallback may drive for "
+                        "the run to count as a result of its algorithm (default %(default)s)")
+    p.add_argument("--keep-invalid", action="store_true",
+                   help="save a ccp run beyond --max-fallback-share marked invalid (listed apart by the "
+                        "analysis) instead of failing it")
+
+
+def _policy(args):
+    from .control import ValidityPolicy
+
+    return ValidityPolicy(args.max_fallback_share, args.keep_invalid)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="ccplab",
@@ -63,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--step", action="append", default=[], metavar="AT_S:FROM_MBPS:TO_MBPS",
                      help="a capacity step in the trace, for the analysis (default: the trace's sidecar)")
     _link_args(run, defaults=False)
+    _validity_args(run)
     run.add_argument("--out", required=True, type=Path, help="run directory to create (must not exist)")
 
     cmp_ = sub.add_parser("compare", help="several CCAs (or one set of competing flows) x several runs of one "
@@ -81,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="per-ms capacity noise of a generated trace, Mbit/s (default %(default)s)")
     cmp_.add_argument("--seed", type=SEED, default=sc.DEMO_SEED, help="seed of a generated trace")
     _link_args(cmp_, defaults=True)
+    _validity_args(cmp_)
     cmp_.add_argument("--out", type=Path, required=True, help="comparison directory (new or empty)")
     cmp_.add_argument("--no-analysis", action="store_true", help="only run; analyse later with ccplab analyze")
 
@@ -193,17 +212,18 @@ def cmd_run(args) -> int:
     check_flows(flows, scenario.duration_s)
     print(f"running {flows_label(flows)} for {scenario.duration_s} s through {scenario.trace.name} ...",
           file=sys.stderr, flush=True)
-    result = run_flows(flows, scenario, args.out)
+    result = run_flows(flows, scenario, args.out, policy=_policy(args))
     print(f"{result.describe(flows)} (iperf3); run saved in {result.run_dir}")
     return 0
 
 
-def _comparison(ccas, trace, steps, sigma, seed, owd, queue, duration, runs, out, analyze=True) -> int:
+def _comparison(ccas, trace, steps, sigma, seed, owd, queue, duration, runs, out, analyze=True,
+                policy=None) -> int:
     from .compare import compare, setup_comparison
 
     out, scenario = setup_comparison(ccas, runs, out, owd, queue, duration, trace=trace, steps=steps,
                                      sigma_mbps=sigma, seed=seed)
-    report = compare(ccas, scenario, runs, out, analyze=analyze)
+    report = compare(ccas, scenario, runs, out, analyze=analyze, **({"policy": policy} if policy else {}))
     print(f"results in {out}" + (f"; report: {report}" if report != out else ""))
     return 0
 
@@ -215,7 +235,8 @@ def cmd_compare(args) -> int:
         ccas = [parse_cca(n.strip()) for item in args.cca for n in item.split(",") if n.strip()]
     steps = () if args.trace else sc.parse_step_args(args.step or ["0:0:12"])
     return _comparison(ccas, args.trace, steps, args.sigma_mbps, args.seed, args.one_way_delay_ms,
-                       args.queue_packets, args.duration_s, args.runs, args.out, not args.no_analysis)
+                       args.queue_packets, args.duration_s, args.runs, args.out, not args.no_analysis,
+                       policy=_policy(args))
 
 
 def cmd_demo(args) -> int:

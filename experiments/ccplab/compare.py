@@ -25,6 +25,7 @@ from transient.atomic import write_atomic
 
 from . import scenario as sc
 from .cca import Cca
+from .control import ValidityPolicy
 from .errors import CcplabError
 from .flows import FlowSpec, check_flows, flows_label, flows_slug, single_flow
 from .run import preflight_flows, run_flows
@@ -93,9 +94,10 @@ def setup_comparison(ccas: Sequence[Entry], runs: int, out: Path, one_way_delay_
     return out, sc.scenario_for_trace(name, path, one_way_delay_ms, queue_packets, duration_s)
 
 
-def compare(ccas: Sequence[Entry], scenario: Scenario, runs: int, out: Path, analyze: bool = True) -> Path:
+def compare(ccas: Sequence[Entry], scenario: Scenario, runs: int, out: Path, analyze: bool = True,
+            policy: ValidityPolicy = ValidityPolicy()) -> Path:
     """Run every entry (a CCA or a set of flows) ``runs`` times on ``scenario`` into ``out``; returns the
-    report path (or ``out``).
+    report path (or ``out``). ``policy``: what makes a ccp run valid (``ccplab.control``).
 
     Progress goes to stderr, one line a run. The first failing run stops the
     comparison with a CcplabError; finished runs stay in place.
@@ -116,7 +118,8 @@ def compare(ccas: Sequence[Entry], scenario: Scenario, runs: int, out: Path, ana
             done += 1
             started = time.monotonic()
             _progress(f"[{done}/{total}] {label} run {k}/{runs} ({scenario.duration_s} s) ...")
-            result = run_flows(flows, scenario, out / "runs" / flows_slug(flows) / f"run-{k}", run_index=k)
+            result = run_flows(flows, scenario, out / "runs" / flows_slug(flows) / f"run-{k}", run_index=k,
+                               policy=policy)
             _progress(f"[{done}/{total}] {label} run {k}/{runs}: {result.describe(flows)}, "
                       f"{time.monotonic() - started:.1f} s")
     if not analyze:

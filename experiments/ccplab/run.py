@@ -53,6 +53,7 @@ import os
 import platform
 import shutil
 import subprocess
+import sys
 import time
 from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass
@@ -68,6 +69,7 @@ from typing import Sequence
 from .cca import Cca, DATAPATH_CA, kernel_ccs
 from .flows import BASE_PORT, FlowSpec, check_flows, flows_label, port_of, single_flow
 from .errors import CcplabError
+from .control import ValidityPolicy, control_evidence
 from .hostlock import ccp_host_claim
 from .cleanup import find_leftovers, remove_stale_partials
 from .processes import Daemon, child_env, supervised
@@ -145,21 +147,25 @@ def run_one(cca: Cca, scenario: Scenario, out: Path, run_index: int = 1) -> RunR
     return run_flows(single_flow(cca), scenario, out, run_index)
 
 
-def run_flows(flows: Sequence[FlowSpec], scenario: Scenario, out: Path, run_index: int = 1) -> RunResult:
+def run_flows(flows: Sequence[FlowSpec], scenario: Scenario, out: Path, run_index: int = 1,
+              policy: ValidityPolicy = ValidityPolicy()) -> RunResult:
     """Run ``flows`` (``ccplab.flows``) together through ``scenario``'s link and save the run in ``out``.
 
     ``out`` must not exist yet (nothing already written is overwritten).
-    Raises CcplabError on bad input, a flow that fails (named) or a daemon that
-    dies during the run; KeyboardInterrupt passes through after cleanup.
+    Raises CcplabError on bad input, a flow that fails (named), a daemon that
+    dies during the run, or ccp flows the kernel's cubic fallback drove beyond
+    ``policy`` (``ccplab.control``; kept, marked invalid, with
+    ``policy.keep_invalid``); KeyboardInterrupt passes through after cleanup.
     Either way no partial directory remains.
     """
     scenario.validate()
     check_flows(flows, scenario.duration_s)
     with ccp_host_claim() if any(f.cca.kind == "ccp" for f in flows) else nullcontext():
-        return _claimed_run(flows, scenario, out, run_index)
+        return _claimed_run(flows, scenario, out, run_index, policy)
 
 
-def _claimed_run(flows: Sequence[FlowSpec], scenario: Scenario, out: Path, run_index: int) -> RunResult:
+def _claimed_run(flows: Sequence[FlowSpec], scenario: Scenario, out: Path, run_index: int,
+                 policy: ValidityPolicy) -> RunResult:
     """`run_flows` once the host is claimed (ccp) or needs no claim (kernel flows only)."""
     preflight_flows(flows)
     check_trace(scenario.trace)
@@ -179,6 +185,10 @@ def _claimed_run(flows: Sequence[FlowSpec], scenario: Scenario, out: Path, run_i
         entries = _with_measured_times(entries, partial)
         first = flows[0].cca
         any_ccp = any(f.cca.kind == "ccp" for f in flows)
+        control = control_evidence(partial / "datapath.log", policy) if any_ccp else None
+        if control is not None and not control["valid"] and not policy.keep_invalid:
+            raise CcplabError(f"{control['reason']}: the run is not a valid result of "
+                              f"{flows_label(flows)} and was not saved (--keep-invalid keeps it, marked)")
         metadata = {
             "schema": 3, "cca": first.base, "cca_params": first.param_dict, "label": flows_label(flows),
             "run": run_index, "scenario": scenario.to_json(), "flow_start_s": entries[0]["flow_start_s"],
@@ -188,6 +198,7 @@ def _claimed_run(flows: Sequence[FlowSpec], scenario: Scenario, out: Path, run_i
                       "datapath_log": "datapath.log" if any_ccp else None,
                       "algorithm_log": "algorithm.log" if any_ccp else None},
             "socket_congestion_control": checked[0][1], "iperf3_receiver_mbps": checked[0][0],
+            "valid": control is None or control["valid"], "control": control,
             "started_at": started, "finished_at": _now(), "host": _host_info(),
         }
         write_atomic(partial / "metadata.json", json.dumps(metadata, indent=2) + "\n")
@@ -366,6 +377,9 @@ def _run_iperf_clients(flows: Sequence[FlowSpec], scenario: Scenario, ready: dic
                     _start_client(c, scenario, ready)
             for d in daemons:
                 if not d.running():
+                    # said at once: stopping the other daemons takes a few seconds more
+                    print(f"ccplab: {d.name} exited (status {d.proc.returncode}) while the flows ran; "
+                          "stopping the run", file=sys.stderr, flush=True)
                     raise CcplabError(f"{d.name} exited (status {d.proc.returncode}) while the flows ran:\n"
                                       f"{d.log_tail()}")
             if all(c.proc is not None and c.proc.poll() is not None for c in clients):

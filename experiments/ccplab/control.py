@@ -1,0 +1,69 @@
+"""Who controlled a run's ccp flows: the datapath's evidence, and whether the run is a valid ccp result.
+
+ccp-datapath never freezes a flow: while the algorithm is away, silent or
+stuck, the kernel's cubic runs it (its "fallback"). A run whose ccp flows
+were driven by that fallback measured kernel cubic, not the algorithm named
+on its label, so the runner checks, after every ccp run, the datapath's exit
+summary (the ``key=value`` counters of its last summary line in
+datapath.log): ACKs under the algorithm's commands (``command_acks``), ACKs
+under the fallback (``fallback_acks``) and flows the control guard took
+(``guard_fallbacks``). A run whose fallback share exceeds the allowed one
+(`DEFAULT_MAX_FALLBACK_SHARE`, ``--max-fallback-share``), or whose datapath
+left no summary, is not a valid result: the run fails naming what happened,
+unless the user keeps it (``--keep-invalid``), marked ``"valid": false`` in
+metadata.json; the analysis then lists it apart instead of scoring it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_MAX_FALLBACK_SHARE = 0.01
+"""Largest share of a run's ccp ACKs the kernel's cubic fallback may have driven (1 %)."""
+
+_SUMMARY_MARK = "command_acks="
+_PAIR = re.compile(r"\b([a-z_]+)=(\d+)\b")
+
+
+@dataclass(frozen=True)
+class ValidityPolicy:
+    """How strict the runner is about ccp runs: the largest fallback share allowed (0..1), and
+    whether a run beyond it is kept (marked invalid) instead of failing."""
+
+    max_fallback_share: float = DEFAULT_MAX_FALLBACK_SHARE
+    keep_invalid: bool = False
+
+
+def datapath_counters(log: Path) -> dict[str, int] | None:
+    """The whole-number ``key=value`` counters of the last exit summary in a datapath log, or None when
+    the log holds none (the datapath was killed, or its summary changed: either way no evidence)."""
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    summaries = [line for line in lines if _SUMMARY_MARK in line]
+    if not summaries:
+        return None
+    return {k: int(v) for k, v in _PAIR.findall(summaries[-1])}
+
+
+def control_evidence(log: Path, policy: ValidityPolicy) -> dict:
+    """metadata.json's ``control`` entry of a ccp run: the counters, the fallback share, ``valid`` and,
+    when not valid, ``reason`` (one sentence naming the evidence)."""
+    counters = datapath_counters(log)
+    if counters is None or "fallback_acks" not in counters:
+        return {"valid": False, "reason": f"{log.name} has no exit summary of the datapath (command_acks=, "
+                "fallback_acks=): nothing shows who controlled the ccp flows", "max_fallback_share":
+                policy.max_fallback_share}
+    commanded, fallback = counters["command_acks"], counters["fallback_acks"]
+    share = fallback / (commanded + fallback) if commanded + fallback else 1.0
+    entry = {"command_acks": commanded, "fallback_acks": fallback,
+             "guard_fallbacks": counters.get("guard_fallbacks"), "fallback_share": round(share, 6),
+             "max_fallback_share": policy.max_fallback_share, "valid": share <= policy.max_fallback_share}
+    if not entry["valid"]:
+        entry["reason"] = (f"the kernel's cubic fallback drove {share:.1%} of the ccp flows' ACKs "
+                           f"(command_acks={commanded} fallback_acks={fallback} in {log.name}), more than the "
+                           f"{policy.max_fallback_share:.1%} allowed (--max-fallback-share)")
+    return entry

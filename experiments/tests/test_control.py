@@ -1,0 +1,64 @@
+"""A ccp run is a result of its algorithm only if the algorithm controlled its flows: the datapath's
+evidence is read, a run driven by the kernel's cubic fallback fails (or is kept marked invalid), and the
+analysis lists such a run apart instead of scoring it. No network: real runs record the same evidence."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import transient
+from ccplab import scenario as sc
+from ccplab.control import ValidityPolicy, control_evidence, datapath_counters
+
+from netlab import synthetic_flow
+
+SUMMARY = ("2026-11-27T05:57:14Z  INFO ccp_datapath: flows=0 (bpf ids 2) active=0 invokes=0 commands=0 bpf: "
+           "command_acks={c} fallback_acks={f} dropped_events=0 guard_fallbacks={g} kernel fold: invocations=9\n")
+
+
+def _log(tmp_path: Path, *lines: str) -> Path:
+    path = tmp_path / "datapath.log"
+    path.write_text("".join(lines))
+    return path
+
+
+def test_a_run_its_algorithm_controlled_is_valid(tmp_path):
+    log = _log(tmp_path, "starting\n", SUMMARY.format(c=15837, f=0, g=0))
+    entry = control_evidence(log, ValidityPolicy())
+    assert entry["valid"] and entry["fallback_share"] == 0 and entry["command_acks"] == 15837
+    assert datapath_counters(log)["guard_fallbacks"] == 0
+
+
+def test_a_run_the_fallback_drove_is_invalid_and_says_why(tmp_path):
+    # the last summary counts (an earlier datapath of the same log, e.g. a restart, does not)
+    log = _log(tmp_path, SUMMARY.format(c=9000, f=10, g=0), SUMMARY.format(c=0, f=5574, g=1))
+    entry = control_evidence(log, ValidityPolicy())
+    assert not entry["valid"] and entry["fallback_share"] == 1.0
+    assert "command_acks=0 fallback_acks=5574" in entry["reason"] and "--max-fallback-share" in entry["reason"]
+    assert control_evidence(log, ValidityPolicy(max_fallback_share=1.0))["valid"], "the threshold is the flag's"
+    just_over = _log(tmp_path, SUMMARY.format(c=980, f=20, g=0))
+    assert not control_evidence(just_over, ValidityPolicy())["valid"]  # 2 % > 1 %
+
+
+def test_a_datapath_without_a_summary_leaves_no_evidence(tmp_path):
+    entry = control_evidence(_log(tmp_path, "started\nkilled\n"), ValidityPolicy())
+    assert not entry["valid"] and "no exit summary" in entry["reason"]
+    assert not control_evidence(tmp_path / "missing.log", ValidityPolicy())["valid"]
+
+
+def test_the_analysis_lists_invalid_runs_apart(tmp_path):
+    trace = tmp_path / "t.trace"
+    trace.write_text("\n".join(str(t) for t in range(1, 6001)) + "\n")
+    scenario = sc.scenario_for_trace("flat", trace, 10, 40, 4)
+    synthetic_flow({"cca": "ccp:reno", "repetition": 1}, scenario, tmp_path / "res" / "ok")
+    synthetic_flow({"cca": "ccp:reno", "repetition": 2}, scenario, tmp_path / "res" / "bad")
+    meta_path = tmp_path / "res" / "bad" / "metadata.json"
+    meta = json.loads(meta_path.read_text())
+    meta.update(valid=False, control={"valid": False, "reason": "the kernel's cubic fallback drove 100.0%"})
+    meta_path.write_text(json.dumps(meta))
+    a = transient.analyze_all(tmp_path / "res")
+    assert list(a.runs["run_id"]) == ["ok"], "the invalid run is not scored"
+    assert a.errors == [(str(tmp_path / "res" / "bad"),
+                         "marked invalid by the runner: the kernel's cubic fallback drove 100.0%")]
+
