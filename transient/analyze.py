@@ -116,6 +116,8 @@ class AnalysisOptions:
         smooth_bins: moving average (bins) applied alike to throughput and reference.
         fair_delta: delta of RFC 5166's delta-fair convergence time of two
             flows (`transient.flows`), in (0, 1).
+        cache: read and write the Parquet cache beside each log
+            (`transient.cache`); False writes nothing beside the inputs.
     """
 
     method: str = "ccplab"
@@ -126,6 +128,7 @@ class AnalysisOptions:
     params: ConvergenceParams = ConvergenceParams()
     smooth_bins: int = 1
     fair_delta: float = DEFAULT_FAIR_DELTA
+    cache: bool = True
 
     def __post_init__(self) -> None:
         if not (isinstance(self.fair_delta, (int, float)) and 0 < self.fair_delta < 1):
@@ -419,7 +422,7 @@ def _tpcca_rows(arrivals: tuple[np.ndarray, np.ndarray], spec: _RunSpec, run_end
 
 def _analyze(spec: _RunSpec, opts: AnalysisOptions) -> RunResult:
     try:
-        cols = read_link_columns(spec.log_path)
+        cols = read_link_columns(spec.log_path, cache=opts.cache)
         flow = _event_flows(cols, spec)
         # the analysis holds per-ms sums, not the events (`LogArrays`); tpcca alone reads the arrivals
         arrivals = _arrivals(cols) if opts.method == "tpcca" else None

@@ -99,6 +99,7 @@ def options_from_args(args: argparse.Namespace) -> "AnalysisOptions":
     delta = getattr(args, "fair_delta", None)
     return AnalysisOptions(method=args.method, rtt_ms=args.rtt_ms, capacity_mbps=args.capacity_mbps,
                            steps=tuple(args.step) if args.step else None, auto_steps=args.steps == "auto",
+                           cache=not getattr(args, "no_report", False),
                            **({"fair_delta": delta} if delta is not None else {}))
 
 

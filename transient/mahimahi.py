@@ -35,6 +35,7 @@ beside the log (see `transient.cache`), so re-analysis skips parsing.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,6 +133,7 @@ def read_link_columns(path: str | Path, *, cache: bool = True) -> LinkColumns:
 
 def parse_link_file(path: Path) -> LinkColumns:
     """Parse the log file at ``path`` (no cache); see `read_link_log` for the errors."""
+    _check_last_line_whole(Path(path))
     fast = _parse_polars(path, str(path), _LineCensus.of_path(path))
     if fast is not None:
         return fast
@@ -177,6 +179,23 @@ def parse_link_bytes(raw: bytes, name: str = "<bytes>") -> LinkLog:
     if fast is not None:
         return fast.to_log()
     return _parse_numpy(raw, name)
+
+
+def _check_last_line_whole(path: Path) -> None:
+    """LogFormatError naming the file and line when the log does not end with a newline: mahimahi ends every
+    line with one, so its last line was cut (a killed run, an incomplete copy) and even a last number that
+    parses may have lost digits."""
+    with open(path, "rb") as f:
+        size = f.seek(0, os.SEEK_END)
+        if size == 0:
+            return
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return
+        f.seek(0)
+        lines = sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 24), b"")) + 1
+    raise LogFormatError(str(path), lines, "the last line has no newline: the log was cut mid-line (a killed "
+                         "run or an incomplete copy); its last event cannot be trusted")
 
 
 def _parse_numpy(raw: bytes, name: str) -> LinkLog:

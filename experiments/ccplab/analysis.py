@@ -32,7 +32,8 @@ def add_analyze_arguments(p: argparse.ArgumentParser) -> None:
 
     add_analysis_arguments(p)
     p.add_argument("--no-report", action="store_true",
-                   help="do not write runs.csv, steps.csv and report.html into an analysed directory")
+                   help="write nothing: no runs.csv, steps.csv or report.html into an analysed directory, no "
+                        "Parquet cache beside a log")
 
 
 def analyze_command(args: argparse.Namespace) -> int:

@@ -255,3 +255,18 @@ def test_out_on_a_read_only_file_system_is_one_line(tmp_path, capsys, needs_root
         assert code == 2 and err.count("\n") == 1 and "Read-only file system" in err and str(ro) in err, err
     finally:
         subprocess.run(["umount", str(ro)], check=True)
+
+
+def test_analyze_names_a_log_cut_mid_line_and_no_report_writes_nothing(tmp_path, capsys):
+    lines = ["# mahimahi mm-link (ccplab-link) [t] > log", "# base timestamp: 0"]
+    lines += [f"{t} # 1504\n{t} + 1504\n{t} - 1504 1" for t in range(1, 400)]
+    log = tmp_path / "uplink.log"
+    log.write_text("\n".join(lines) + "\n")
+    assert cli.main(["analyze", str(log), "--no-report"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["uplink.log"], "--no-report: no cache beside the log"
+    capsys.readouterr()
+    log.write_text("\n".join(lines) + "\n400 + 15")  # a killed run: the last line lost its end
+    assert cli.main(["analyze", str(log), "--no-report"]) == 2
+    err = capsys.readouterr().err
+    assert f"{log}:{len(lines) + 2 * 399 + 1}: the last line has no newline" in err, err
+    assert err.count("\n") == 1
