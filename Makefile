@@ -14,7 +14,7 @@ APT_TEST_COMMANDS := chromium
 APT_INSTALL := apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends
 
 .PHONY: demo test build deps deps-test deps-apt deps-apt-test deps-rust deps-python deps-python-test \
-	test-rust test-python bench clean kmod-check deps-kmod
+	test-rust test-python bench clean kmod-check kmod-src deps-kmod
 
 demo: build
 	$(VENV)/bin/ccplab demo
@@ -99,9 +99,15 @@ KMOD_COMMANDS := qemu-system-x86_64 busybox pahole gcc-12 zstd
 KMOD_CYCLES ?= 10
 KMOD_ARGS ?=
 
-kmod-check: deps-kmod deps-python
+kmod-check: kmod-src deps-kmod deps-python
 	$(CARGO) build --release -p ccp-algorithms
 	$(PY) -m kmod check --ccp-kernel-src "$(CCP_KERNEL_SRC)" --cycles $(KMOD_CYCLES) $(KMOD_ARGS)
+
+# Before anything is installed or built: CCP_KERNEL_SRC must be a ccp-kernel tree (kmod.source
+# checks it again, and which of its branches fits which kernel).
+kmod-src:
+	@[ -n "$(CCP_KERNEL_SRC)" ] || { echo "error: CCP_KERNEL_SRC is not set: make kmod-check CCP_KERNEL_SRC=DIR, DIR a checkout of github.com/ccp-project/ccp-kernel with its libccp submodule" >&2; exit 2; }
+	@[ -f "$(CCP_KERNEL_SRC)/tcp_ccp.c" ] && [ -f "$(CCP_KERNEL_SRC)/libccp/ccp.c" ] || { echo "error: CCP_KERNEL_SRC=$(CCP_KERNEL_SRC) is not a ccp-kernel tree with its libccp submodule (tcp_ccp.c, libccp/ccp.c)" >&2; exit 2; }
 
 deps-kmod: deps-apt
 	@missing=""; for c in $(KMOD_COMMANDS); do command -v $$c >/dev/null || missing="$$missing $$c"; done; \

@@ -39,9 +39,9 @@ def newc(entries: list[Entry]) -> bytes:
     out = bytearray()
     for ino, e in enumerate([*entries, Entry(TRAILER, 0)], start=1):
         name = e.name.encode() + b"\0"
-        fields = [ino, e.mode, 0, 0, 1 if e.name != TRAILER else 1, 0, len(e.data), 0, 0, 0, 0, len(name), 0]
-        if e.name == TRAILER:
-            fields[0] = 0
+        # ino, mode, uid, gid, nlink, mtime, filesize, devmajor, devminor, rdevmajor, rdevminor,
+        # namesize, check (0: no checksum in "070701" archives)
+        fields = [0 if e.name == TRAILER else ino, e.mode, 0, 0, 1, 0, len(e.data), 0, 0, 0, 0, len(name), 0]
         hdr = b"070701" + b"".join(b"%08X" % f for f in fields)
         out += hdr + name
         out += _pad(len(hdr) + len(name))

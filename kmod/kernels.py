@@ -98,17 +98,13 @@ def download(kernel: Kernel, debs: Path) -> list[Path]:
     Raises RuntimeError with apt's message when a package cannot be fetched.
     """
     debs.mkdir(parents=True, exist_ok=True)
-    missing = [p for p in kernel.packages if not list(debs.glob(f"{_deb_prefix(p)}_*.deb"))]
+    # A .deb is named PACKAGE_VERSION_ARCH.deb ('+' is literal in a glob pattern).
+    missing = [p for p in kernel.packages if not list(debs.glob(f"{p}_*.deb"))]
     if missing:
         r = subprocess.run(["apt-get", "download", *missing], cwd=debs, capture_output=True, text=True)
         if r.returncode != 0:
             raise RuntimeError(f"apt-get download {' '.join(missing)} failed: {r.stderr.strip()}")
-    return [next(iter(sorted(debs.glob(f"{_deb_prefix(p)}_*.deb")))) for p in kernel.packages]
-
-
-def _deb_prefix(package: str) -> str:
-    # A .deb file name spells the package name as is; '+' stays literal in glob patterns.
-    return package
+    return [sorted(debs.glob(f"{p}_*.deb"))[-1] for p in kernel.packages]
 
 
 def unpack(kernel: Kernel, debs: list[Path], root: Path) -> Unpacked:
