@@ -140,8 +140,7 @@ def clean(leftovers: Leftovers) -> list[str]:
         _signal(proc, signal.SIGKILL)
     psutil.wait_procs(alive, timeout=KILL_GRACE_S)
     for ns in leftovers.namespaces:
-        _kill_namespace_processes(ns)
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        remove_namespace(ns)
         done.append(f"deleted network namespace {ns}")
     if leftovers.ccp_registered:
         done.append(_unregister_ccp())
@@ -162,6 +161,12 @@ def _link_namespaces() -> list[str]:
         return sorted(p.name for p in NETNS_DIR.iterdir() if LINK_NETNS.match(p.name))
     except FileNotFoundError:
         return []
+
+
+def remove_namespace(ns: str) -> None:
+    """Stop what runs in network namespace ``ns`` and delete it (no error if it is gone already)."""
+    _kill_namespace_processes(ns)
+    subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
 def _kill_namespace_processes(ns: str) -> None:

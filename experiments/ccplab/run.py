@@ -52,26 +52,26 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import time
 from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 import transient
 from transient.atomic import write_atomic
 
 from . import registry
 from .binaries import REPO_ROOT, project_binary, system_binary
-from typing import Sequence
-
 from .cca import Cca, DATAPATH_CA, kernel_ccs
 from .flows import BASE_PORT, FlowSpec, check_flows, flows_label, port_of, single_flow
 from .errors import CcplabError
 from .control import ValidityPolicy, control_evidence
 from .hostlock import ccp_host_claim
-from .cleanup import find_leftovers, remove_stale_partials
+from .cleanup import find_leftovers, remove_namespace, remove_stale_partials
 from .processes import Daemon, child_env, supervised
 from .scenario import Scenario, check_trace
 
@@ -219,6 +219,7 @@ def _run_flows(flows: Sequence[FlowSpec], scenario: Scenario, rundir: Path) -> l
     with ExitStack() as stack:
         link = stack.enter_context(_start_link(flows, scenario, rundir))
         ready = json.loads((rundir / ".link-ready.json").read_text())
+        stack.callback(_remove_namespaces_of_a_killed_link, link, ready)  # runs after the link's stop
         watched = [link]
         if any(f.cca.kind == "ccp" for f in flows):
             watched.append(stack.enter_context(_start_algorithm(flows, rundir)))
@@ -235,6 +236,17 @@ def _run_flows(flows: Sequence[FlowSpec], scenario: Scenario, rundir: Path) -> l
     (rundir / ".link-ready.json").unlink(missing_ok=True)
     (rundir / ".datapath-ready.json").unlink(missing_ok=True)
     return results
+
+
+def _remove_namespaces_of_a_killed_link(link: Daemon, ready: dict) -> None:
+    """A link killed outright (SIGKILL) could not delete its namespaces: the runner deletes those its
+    ready file named, and stops what still runs inside them (``ccplab.cleanup``), so the next run finds
+    the host clean."""
+    if link.running() or link.proc is None or link.proc.returncode != -signal.SIGKILL:
+        return
+    for key in ("sender_netns", "emulator_netns", "receiver_netns"):
+        if ready.get(key):
+            remove_namespace(ready[key])
 
 
 def _with_measured_times(entries: list[dict], rundir: Path) -> list[dict]:
