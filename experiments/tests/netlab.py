@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from ccplab.binaries import REPO_ROOT, bin_dir
+from ccplab.binaries import REPO_ROOT, bin_dir, project_binary
 
 SWEEPS = REPO_ROOT / "experiments" / "sweeps"
 PACKET_BYTES = 1500
@@ -68,6 +68,15 @@ def wait_for(condition, timeout_s: float, what: str, interval_s: float = 0.05):
             return value
         time.sleep(interval_s)  # poll interval of a bounded wait, not a synchronisation
     pytest.fail(f"timed out after {timeout_s:g} s waiting for {what}", pytrace=False)
+
+
+def step_trace_file(path: Path, mbps: float, duration_s: int, sigma_mbps: float, seed: int) -> Path:
+    """A seeded mahimahi trace at ``path``: 0 -> ``mbps`` at t = 0, noise ``sigma_mbps``, ``duration_s`` long
+    (``ccplab-trace step``)."""
+    subprocess.run([str(project_binary("ccplab-trace")), "step", "--before-mbps", "0", "--after-mbps", str(mbps),
+                    "--at-s", "0", "--duration-s", str(duration_s), "--sigma-mbps", str(sigma_mbps),
+                    "--seed", str(seed), "--out", str(path)], check=True, capture_output=True)
+    return path
 
 
 def link_ready(run_partial_dir: Path) -> dict | None:

@@ -7,16 +7,14 @@ import json
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 import transient
 from transient.flowlog import attribute_flows, read_flow_ports
 from ccplab import cli
-from ccplab.binaries import project_binary
 from ccplab.cca import kernel_ccs
 
-from netlab import data_socket_acked_bytes, link_ready, namespaces as _namespaces, wait_for
+from netlab import data_socket_acked_bytes, link_ready, namespaces as _namespaces, step_trace_file, wait_for
 
 pytestmark = pytest.mark.network
 
@@ -26,11 +24,7 @@ LINK_MBPS = 12.0
 @pytest.fixture
 def flat_trace(tmp_path, needs_root):
     """A constant 12 Mbit/s trace (one delivery opportunity per ms)."""
-    path = tmp_path / "flat.trace"
-    subprocess.run([str(project_binary("ccplab-trace")), "step", "--before-mbps", "0", "--after-mbps", "12",
-                    "--at-s", "0", "--duration-s", "20", "--sigma-mbps", "0", "--seed", "1", "--out", str(path)],
-                   check=True, capture_output=True)
-    return path
+    return step_trace_file(tmp_path / "flat.trace", LINK_MBPS, duration_s=20, sigma_mbps=0, seed=1)
 
 
 def _run_args(flows: list[str], trace, out, duration_s: int, queue_packets: int = 60) -> list[str]:

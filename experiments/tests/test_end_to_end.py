@@ -19,11 +19,10 @@ import pytest
 
 import transient
 from ccplab import cli
-from ccplab.binaries import project_binary
 from ccplab.cca import kernel_ccs
 from ccplab.processes import RUNNER_ENV
 
-from netlab import data_socket_acked_bytes, link_ready, namespaces as _namespaces, wait_for
+from netlab import data_socket_acked_bytes, link_ready, namespaces as _namespaces, step_trace_file, wait_for
 
 pytestmark = pytest.mark.network
 
@@ -33,11 +32,7 @@ LINK_MBPS = 12.0
 @pytest.fixture
 def step_trace(tmp_path, needs_root):
     """A seeded 0 -> 12 Mbit/s step at t = 0 with sigma 2 Mbit/s, 12 s long."""
-    path = tmp_path / "step.trace"
-    subprocess.run([str(project_binary("ccplab-trace")), "step", "--before-mbps", "0", "--after-mbps", "12",
-                    "--at-s", "0", "--duration-s", "12", "--sigma-mbps", "2", "--seed", "7", "--out", str(path)],
-                   check=True, capture_output=True)
-    return path
+    return step_trace_file(tmp_path / "step.trace", 12, duration_s=12, sigma_mbps=2, seed=7)
 
 
 def _run(cca: str, trace, out, duration_s: int = 8) -> int:
