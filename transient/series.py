@@ -156,11 +156,13 @@ class LogArrays:
     def cumulative(self, per_ms: np.ndarray) -> np.ndarray | None:
         """[0, cumsum...] of one of this log's per-ms arrays when every value is a whole number (then a
         span's sum is a difference of two entries, exactly: whole numbers below 2**53 add without
-        rounding); None for an array with fractions (summed bin by bin instead). Computed once."""
+        rounding); None for an array with fractions (summed bin by bin instead). Computed once.
+
+        Sums of bytes, packets and counts are whole by construction; only the queueing delays (a
+        departure's delay may be written with a fraction) are checked."""
         key = (per_ms.__array_interface__["data"][0], per_ms.size)
         if key not in self._cumsums:
-            whole = bool(np.all(np.isfinite(per_ms))) and bool(np.array_equal(per_ms, np.trunc(per_ms))) \
-                and float(np.abs(per_ms).sum()) < 2.0 ** 53
+            whole = per_ms is not self.queueing_ms_sum or bool(np.array_equal(per_ms, np.trunc(per_ms)))
             self._cumsums[key] = np.concatenate([[0.0], np.cumsum(per_ms)]) if whole else None
         return self._cumsums[key]
 
