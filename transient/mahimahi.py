@@ -39,16 +39,35 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 
 from .errors import LogFormatError
+
+if TYPE_CHECKING:  # pandas is imported when a DataFrame is made: reading a log for its columns needs none
+    import pandas as pd
 
 EVENT_KINDS = ("arrival", "departure", "opportunity", "drop")
 """Categories of ``LinkLog.events['kind']`` (codes 0..3 in this order)."""
 
-KIND_DTYPE = pd.CategoricalDtype(list(EVENT_KINDS))
-"""dtype of ``LinkLog.events['kind']``."""
+_KIND_DTYPE = None
+
+
+def _kind_dtype() -> "pd.CategoricalDtype":
+    """dtype of ``LinkLog.events['kind']`` (also ``KIND_DTYPE``; made on first use)."""
+    global _KIND_DTYPE
+    if _KIND_DTYPE is None:
+        import pandas as pd
+
+        _KIND_DTYPE = pd.CategoricalDtype(list(EVENT_KINDS))
+    return _KIND_DTYPE
+
+
+def __getattr__(name: str):
+    if name == "KIND_DTYPE":  # dtype of ``LinkLog.events['kind']``
+        return _kind_dtype()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 _SYMBOLS = {ord("+"): 0, ord("-"): 1, ord("#"): 2, ord("d"): 3}
 _MAX_DIGITS = 16  # two 8-byte SWAR words; unix-ms timestamps have 13
@@ -100,9 +119,11 @@ class LinkColumns:
 
     def to_log(self) -> LinkLog:
         """The same log as a `LinkLog` (events DataFrame)."""
+        import pandas as pd
+
         events = pd.DataFrame({
             "time_ms": self.time_ms,
-            "kind": pd.Categorical.from_codes(self.code, dtype=KIND_DTYPE, validate=False),
+            "kind": pd.Categorical.from_codes(self.code, dtype=_kind_dtype(), validate=False),
             "bytes": self.nbytes,
             "delay_ms": self.delay_ms,
             "packets": self.packets,
@@ -453,10 +474,12 @@ def _parse_events(padded: bytes, buf: np.ndarray, words: np.ndarray, bounds: np.
         line_end = bounds[int(ft[i] + n_tok[i])]
         raise LogFormatError(name, int(linenos[i]), _diagnose(padded[b0[i] + 1 : line_end].decode("utf-8", "replace")))
 
+    import pandas as pd
+
     is_drop = code == 3
     return pd.DataFrame({
         "time_ms": t,
-        "kind": pd.Categorical.from_codes(code, dtype=KIND_DTYPE, validate=False),
+        "kind": pd.Categorical.from_codes(code, dtype=_kind_dtype(), validate=False),
         "bytes": np.where(is_drop, f2, f1),
         "delay_ms": np.where(dep, delay, np.nan),
         "packets": np.where(is_drop, f1, 1),

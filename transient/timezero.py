@@ -23,15 +23,17 @@ analysis uses that value when present and computes it otherwise.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence, Union
 
 import numpy as np
-import pandas as pd
 
 from .errors import AnalysisError
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from .mahimahi import LinkLog
 
 FLOW_START_MIN_BYTES = 1000
@@ -62,7 +64,7 @@ def flow_start_s(log_or_path: Union[str, Path, "LinkLog", pd.DataFrame]) -> floa
         events, name = log.events, log.path
     elif isinstance(log_or_path, LinkLog):
         events, name = log_or_path.events, log_or_path.path
-    elif isinstance(log_or_path, pd.DataFrame):
+    elif "pandas" in sys.modules and isinstance(log_or_path, sys.modules["pandas"].DataFrame):  # none without it
         events, name = log_or_path, "<events>"
     else:
         raise TypeError(f"flow_start_s: expected a path, LinkLog or events DataFrame, got {type(log_or_path).__name__}")
@@ -119,14 +121,14 @@ def flow_bounds_s(log_path: Union[str, Path], flow_log_path: Union[str, Path],
     Raises:
         AnalysisError: unreadable or mismatched flow log (names the files).
     """
-    from .flowlog import attribute_flows, read_flow_ports
-    from .mahimahi import read_link_log
+    from .flowlog import attribute_flow_codes, read_flow_ports
+    from .mahimahi import read_link_columns
 
-    events = read_link_log(log_path).events
-    flow = attribute_flows(events, read_flow_ports(flow_log_path), {p: k for k, p in enumerate(ports)},
-                           str(log_path), str(flow_log_path))
-    big = (events["kind"] == "arrival").to_numpy() & (events["bytes"].to_numpy() >= FLOW_START_MIN_BYTES)
-    t_ms = events["time_ms"].to_numpy()
+    cols = read_link_columns(log_path)  # numpy columns: no DataFrame (the runner calls this after every run)
+    flow = attribute_flow_codes(cols.code, read_flow_ports(flow_log_path), {p: k for k, p in enumerate(ports)},
+                                str(log_path), str(flow_log_path))
+    big = (cols.code == 0) & (cols.nbytes >= FLOW_START_MIN_BYTES)
+    t_ms = cols.time_ms
     out: list[tuple[float | None, float | None]] = []
     for k in range(len(ports)):
         mine = t_ms[big & (flow == k)]
