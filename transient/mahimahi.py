@@ -103,8 +103,9 @@ class LinkColumns:
 
     Attributes: path, header, base_timestamp_ms, time_origin as in `LinkLog`;
     ``time_ms`` (int64), ``code`` (int8 kind codes 0..3 of `EVENT_KINDS`),
-    ``nbytes`` (int64), ``delay_ms`` (float64, NaN unless departure),
-    ``packets`` (int64): the columns of `LinkLog.events`, in file order.
+    ``nbytes`` (int32, or int64 from the numpy reader), ``delay_ms``
+    (float64, NaN unless departure), ``packets`` (int32 or int64): the
+    columns of `LinkLog.events` (which are all int64), in file order.
     """
 
     path: str
@@ -124,9 +125,9 @@ class LinkColumns:
         events = pd.DataFrame({
             "time_ms": self.time_ms,
             "kind": pd.Categorical.from_codes(self.code, dtype=_kind_dtype(), validate=False),
-            "bytes": self.nbytes,
+            "bytes": self.nbytes.astype(np.int64, copy=False),
             "delay_ms": self.delay_ms,
-            "packets": self.packets,
+            "packets": self.packets.astype(np.int64, copy=False),
         })
         return LinkLog(self.path, self.header, self.base_timestamp_ms, self.time_origin, events)
 
@@ -298,9 +299,11 @@ def _parse_polars(source: bytes | Path, name: str, census: _LineCensus | None = 
         df = (pl.scan_csv(source if isinstance(source, bytes) else str(source), has_header=False, separator=" ",
                           comment_prefix="#", schema=_POLARS_SCHEMA, quote_char=None, missing_columns="insert")
               .select(t, code=s.to_physical().cast(pl.Int8),
-                      nbytes=pl.when(s == "d").then(b.cast(pl.Int64, strict=False)).otherwise(a),
+                      # 32 bits hold any packet size and drop count (a larger value fails the cast, and
+                      # the numpy reader takes the log); half the memory of the widest column
+                      nbytes=pl.when(s == "d").then(b).otherwise(a).cast(pl.Int32),
                       delay=pl.when(s == "-").then(b).otherwise(None),
-                      packets=pl.when(s == "d").then(a).otherwise(1).cast(pl.Int64),
+                      packets=pl.when(s == "d").then(a).otherwise(1).cast(pl.Int32),
                       ok=ok.fill_null(False))
               .collect(engine="streaming"))
     except Exception:  # noqa: BLE001 - any complaint of polars: let the numpy reader word it
