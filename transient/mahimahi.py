@@ -272,6 +272,7 @@ class _LineCensus:
 
 
 _POLARS_SCHEMA = None
+_STREAMING_BYTES = 32 << 20  # logs above this are read by polars' streaming engine
 
 
 def _parse_polars(source: bytes | Path, name: str, census: _LineCensus | None = None) -> LinkColumns | None:
@@ -294,8 +295,11 @@ def _parse_polars(source: bytes | Path, name: str, census: _LineCensus | None = 
     ok = blank | (t.is_not_null() & s.is_not_null() & a.is_not_null() & (t >= 0) & (a >= 0)
                   & pl.when(four).then(b.is_not_null() & (b >= 0)).otherwise(b.is_null())
                   & ((s != "d") | (b == b.floor())))
+    # a big log in one streaming pass (the columns kept are computed as the text is read, no wide copy);
+    # a small one in memory, which starts faster
+    size = len(source) if isinstance(source, bytes) else source.stat().st_size
+    engine = "streaming" if size > _STREAMING_BYTES else "in-memory"
     try:
-        # one streaming pass: the columns we keep are computed as the text is read (no wide copy)
         df = (pl.scan_csv(source if isinstance(source, bytes) else str(source), has_header=False, separator=" ",
                           comment_prefix="#", schema=_POLARS_SCHEMA, quote_char=None, missing_columns="insert")
               .select(t, code=s.to_physical().cast(pl.Int8),
@@ -305,7 +309,7 @@ def _parse_polars(source: bytes | Path, name: str, census: _LineCensus | None = 
                       delay=pl.when(s == "-").then(b).otherwise(None),
                       packets=pl.when(s == "d").then(a).otherwise(1).cast(pl.Int32),
                       ok=ok.fill_null(False))
-              .collect(engine="streaming"))
+              .collect(engine=engine))
     except Exception:  # noqa: BLE001 - any complaint of polars: let the numpy reader word it
         return None
     if df.height != census.n_rows or not df.get_column("ok").all():
