@@ -219,12 +219,13 @@ def _parse_numpy(raw: bytes, name: str) -> LinkLog:
 @dataclass
 class _LineCensus:
     """What the polars reader is checked against, counted over the raw bytes chunk by chunk (C-speed
-    ``bytes.count`` / ``find``, no per-line Python): the lines, and the header lines' text and numbers.
-    Polars skips the header (comment) lines and gives every other line a row, a blank one all null."""
+    ``bytes.count`` / ``find``, no per-line Python): the lines, and the text and numbers of the header
+    lines at the top. Polars skips comment lines and gives every other line a row, a blank one all null."""
 
     n_lines: int = 0
-    header_lines: list = None  # (1-based line number, bytes of the line)
+    header_lines: list = None  # (1-based line number, bytes of the line) of the header block at the top
     odd_blanks: bool = False  # a tab or CR: whitespace polars does not split on
+    _in_head: bool = True
 
     @property
     def n_rows(self) -> int:
@@ -256,19 +257,18 @@ class _LineCensus:
             return
         if buf.find(b"\t", 0, end) >= 0 or buf.find(b"\r", 0, end) >= 0:
             self.odd_blanks = True
-        before = self.n_lines  # lines before byte `counted`
-        counted = 0
-        pos = 0 if buf[0] == 35 else buf.find(b"\n#", 0, end) + 1  # a header line starts at pos (0: none)
-        if pos == 0 and buf[0] != 35:
-            pos = -1
-        while pos >= 0:
-            before += buf.count(b"\n", counted, pos)
-            counted = pos
+        pos = 0
+        while self._in_head and pos < end:  # the header block: the lines starting with '#' at the top
+            if buf[pos] != 35:
+                self._in_head = False
+                break
             stop = buf.index(b"\n", pos)
-            self.header_lines.append((before + 1, buf[pos:stop]))
-            nxt = buf.find(b"\n#", stop, end)
-            pos = nxt + 1 if nxt >= 0 else -1
-        self.n_lines += buf.count(b"\n", 0, end)
+            self.header_lines.append((self.n_lines + 1, buf[pos:stop]))
+            self.n_lines += 1
+            pos = stop + 1
+        # a '#' line further down is one polars skips but this count does not: the row counts then
+        # differ, and the numpy reader takes the log
+        self.n_lines += buf.count(b"\n", pos, end)
 
 
 _POLARS_SCHEMA = None
