@@ -83,7 +83,6 @@ from .errors import AnalysisError
 from .metrics import mahimahi_percentile
 from .secondorder import NAN_SECOND_ORDER, second_order_metrics
 from .series import LogArrays, _smooth, bin_positions, binned_series, binned_sum, n_complete_bins
-from .timezero import FLOW_START_MIN_BYTES
 
 FLOW_COLUMNS = [
     "run_id", "run", "scenario", "flow", "cca", "cca_params", "label", "port", "start_s", "stop_s",

@@ -29,6 +29,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .timezero import FLOW_START_MIN_BYTES
+
 SERIES_COLUMNS = [
     "throughput_mbps", "capacity_mbps", "reference_mbps", "sending_mbps",
     "queueing_delay_ms", "queue_packets", "drops",
@@ -36,7 +38,6 @@ SERIES_COLUMNS = [
 """Columns of `binned_series` (see the module docstring)."""
 
 _CODES = {"arrival": 0, "departure": 1, "opportunity": 2, "drop": 3}
-FLOW_START_MIN_BYTES = 1000  # = transient.timezero.FLOW_START_MIN_BYTES (not imported: timezero imports pandas users)
 
 
 class LogArrays:
