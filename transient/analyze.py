@@ -479,7 +479,7 @@ def _event_flows(cols: LinkColumns, spec: _RunSpec) -> np.ndarray | None:
 def _arrivals(cols: LinkColumns) -> tuple[np.ndarray, np.ndarray]:
     """The arrival events' times (s) and bytes, in file order (what TPCCA bins)."""
     arr = cols.code == 0
-    return cols.time_ms[arr] / 1000.0, cols.nbytes[arr]
+    return cols.time_ms[arr] / 1000.0, cols.nbytes[arr].astype(np.int64)
 
 
 def _data_ms(arrays: LogArrays, spec: _RunSpec) -> tuple[int, int]:

@@ -46,8 +46,7 @@ def _load(cpath: Path, stamp: dict, name: str) -> LinkColumns | None:
     cols = {c: df.drop_in_place(c).to_numpy() for c in ("time_ms", "kind", "bytes", "delay_ms", "packets")}
     return LinkColumns(name, meta["header"], meta["base"], meta["origin"],
                        cols["time_ms"].astype(np.int64, copy=False), cols["kind"].astype(np.int8, copy=False),
-                       cols["bytes"].astype(np.int64, copy=False), cols["delay_ms"].astype(np.float64, copy=False),
-                       cols["packets"].astype(np.int64, copy=False))
+                       cols["bytes"], cols["delay_ms"].astype(np.float64, copy=False), cols["packets"])
 
 
 def _store(cpath: Path, cols: LinkColumns, stamp: dict) -> None:

@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
-import pandas as pd
 
 from .errors import AnalysisError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 NO_FLOW = -1
 """Flow index of a packet no flow claims (unknown port) and of every delivery opportunity."""

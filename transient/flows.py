@@ -483,7 +483,7 @@ def _per_flow_bins(arrays: LogArrays, n_flows: int, origin_s: float, n: int, bin
     per_ms = arrays.flow_ms_bytes(kind)
     pos = bin_positions(arrays, origin_s, bin_s, n)
     rows = range(0, n_flows + 1) if with_no_flow else range(1, n_flows + 1)
-    cols = [binned_sum(per_ms[r], pos, n, arrays) if r < per_ms.shape[0] else np.zeros(n) for r in rows]
+    cols = [binned_sum(per_ms[r], pos, n, arrays) if r < len(per_ms) else np.zeros(n) for r in rows]
     out = np.stack(cols, axis=1) if cols else np.zeros((n, 0))
     return out * 8.0 / (bin_s * 1e6)
 
@@ -639,7 +639,7 @@ def _flow_rows(arrays, flow, specs, spans, ident, steps_df, run_dir) -> pd.DataF
     all_ms = arrays.ms_sum("departure", "bytes")  # every departure of the link, a packet of no flow too
     rows = []
     for s, (start, end) in zip(specs, spans):
-        mine_ms = dep_ms[s.index + 1] if s.index + 1 < dep_ms.shape[0] else np.zeros(arrays.n_ms)
+        mine_ms = dep_ms[s.index + 1] if s.index + 1 < len(dep_ms) else np.zeros(arrays.n_ms)
         win = arrays.ms_window(start * 1000.0, end * 1000.0) if math.isfinite(start) and math.isfinite(end) \
             else slice(0, 0)
         bytes_span = float(mine_ms[win].sum())

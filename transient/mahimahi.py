@@ -40,16 +40,35 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 
 from .errors import LogFormatError
+
+if TYPE_CHECKING:  # pandas is imported when a DataFrame is made: reading a log for its columns needs none
+    import pandas as pd
 
 EVENT_KINDS = ("arrival", "departure", "opportunity", "drop")
 """Categories of ``LinkLog.events['kind']`` (codes 0..3 in this order)."""
 
-KIND_DTYPE = pd.CategoricalDtype(list(EVENT_KINDS))
-"""dtype of ``LinkLog.events['kind']``."""
+_KIND_DTYPE = None
+
+
+def _kind_dtype() -> "pd.CategoricalDtype":
+    """dtype of ``LinkLog.events['kind']`` (also ``KIND_DTYPE``; made on first use)."""
+    global _KIND_DTYPE
+    if _KIND_DTYPE is None:
+        import pandas as pd
+
+        _KIND_DTYPE = pd.CategoricalDtype(list(EVENT_KINDS))
+    return _KIND_DTYPE
+
+
+def __getattr__(name: str):
+    if name == "KIND_DTYPE":  # dtype of ``LinkLog.events['kind']``
+        return _kind_dtype()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 _SYMBOLS = {ord("+"): 0, ord("-"): 1, ord("#"): 2, ord("d"): 3}
 _MAX_DIGITS = 16  # two 8-byte SWAR words; unix-ms timestamps have 13
@@ -85,8 +104,9 @@ class LinkColumns:
 
     Attributes: path, header, base_timestamp_ms, time_origin as in `LinkLog`;
     ``time_ms`` (int64), ``code`` (int8 kind codes 0..3 of `EVENT_KINDS`),
-    ``nbytes`` (int64), ``delay_ms`` (float64, NaN unless departure),
-    ``packets`` (int64): the columns of `LinkLog.events`, in file order.
+    ``nbytes`` (int32, or int64 from the numpy reader), ``delay_ms``
+    (float64, NaN unless departure), ``packets`` (int32 or int64): the
+    columns of `LinkLog.events` (which are all int64), in file order.
     """
 
     path: str
@@ -101,12 +121,14 @@ class LinkColumns:
 
     def to_log(self) -> LinkLog:
         """The same log as a `LinkLog` (events DataFrame)."""
+        import pandas as pd
+
         events = pd.DataFrame({
             "time_ms": self.time_ms,
-            "kind": pd.Categorical.from_codes(self.code, dtype=KIND_DTYPE, validate=False),
-            "bytes": self.nbytes,
+            "kind": pd.Categorical.from_codes(self.code, dtype=_kind_dtype(), validate=False),
+            "bytes": self.nbytes.astype(np.int64, copy=False),
             "delay_ms": self.delay_ms,
-            "packets": self.packets,
+            "packets": self.packets.astype(np.int64, copy=False),
         })
         return LinkLog(self.path, self.header, self.base_timestamp_ms, self.time_origin, events)
 
@@ -216,12 +238,13 @@ def _parse_numpy(raw: bytes, name: str) -> LinkLog:
 @dataclass
 class _LineCensus:
     """What the polars reader is checked against, counted over the raw bytes chunk by chunk (C-speed
-    ``bytes.count`` / ``find``, no per-line Python): the lines, and the header lines' text and numbers.
-    Polars skips the header (comment) lines and gives every other line a row, a blank one all null."""
+    ``bytes.count`` / ``find``, no per-line Python): the lines, and the text and numbers of the header
+    lines at the top. Polars skips comment lines and gives every other line a row, a blank one all null."""
 
     n_lines: int = 0
-    header_lines: list = None  # (1-based line number, bytes of the line)
+    header_lines: list = None  # (1-based line number, bytes of the line) of the header block at the top
     odd_blanks: bool = False  # a tab or CR: whitespace polars does not split on
+    _in_head: bool = True
 
     @property
     def n_rows(self) -> int:
@@ -253,22 +276,22 @@ class _LineCensus:
             return
         if buf.find(b"\t", 0, end) >= 0 or buf.find(b"\r", 0, end) >= 0:
             self.odd_blanks = True
-        before = self.n_lines  # lines before byte `counted`
-        counted = 0
-        pos = 0 if buf[0] == 35 else buf.find(b"\n#", 0, end) + 1  # a header line starts at pos (0: none)
-        if pos == 0 and buf[0] != 35:
-            pos = -1
-        while pos >= 0:
-            before += buf.count(b"\n", counted, pos)
-            counted = pos
+        pos = 0
+        while self._in_head and pos < end:  # the header block: the lines starting with '#' at the top
+            if buf[pos] != 35:
+                self._in_head = False
+                break
             stop = buf.index(b"\n", pos)
-            self.header_lines.append((before + 1, buf[pos:stop]))
-            nxt = buf.find(b"\n#", stop, end)
-            pos = nxt + 1 if nxt >= 0 else -1
-        self.n_lines += buf.count(b"\n", 0, end)
+            self.header_lines.append((self.n_lines + 1, buf[pos:stop]))
+            self.n_lines += 1
+            pos = stop + 1
+        # a '#' line further down is one polars skips but this count does not: the row counts then
+        # differ, and the numpy reader takes the log
+        self.n_lines += buf.count(b"\n", pos, end)
 
 
 _POLARS_SCHEMA = None
+_STREAMING_BYTES = 32 << 20  # logs above this are read by polars' streaming engine
 
 
 def _parse_polars(source: bytes | Path, name: str, census: _LineCensus | None = None) -> LinkColumns | None:
@@ -291,16 +314,21 @@ def _parse_polars(source: bytes | Path, name: str, census: _LineCensus | None = 
     ok = blank | (t.is_not_null() & s.is_not_null() & a.is_not_null() & (t >= 0) & (a >= 0)
                   & pl.when(four).then(b.is_not_null() & (b >= 0)).otherwise(b.is_null())
                   & ((s != "d") | (b == b.floor())))
+    # a big log in one streaming pass (the columns kept are computed as the text is read, no wide copy);
+    # a small one in memory, which starts faster
+    size = len(source) if isinstance(source, bytes) else source.stat().st_size
+    engine = "streaming" if size > _STREAMING_BYTES else "in-memory"
     try:
-        # one streaming pass: the columns we keep are computed as the text is read (no wide copy)
         df = (pl.scan_csv(source if isinstance(source, bytes) else str(source), has_header=False, separator=" ",
                           comment_prefix="#", schema=_POLARS_SCHEMA, quote_char=None, missing_columns="insert")
               .select(t, code=s.to_physical().cast(pl.Int8),
-                      nbytes=pl.when(s == "d").then(b.cast(pl.Int64, strict=False)).otherwise(a),
+                      # 32 bits hold any packet size and drop count (a larger value fails the cast, and
+                      # the numpy reader takes the log); half the memory of the widest column
+                      nbytes=pl.when(s == "d").then(b).otherwise(a).cast(pl.Int32),
                       delay=pl.when(s == "-").then(b).otherwise(None),
-                      packets=pl.when(s == "d").then(a).otherwise(1).cast(pl.Int64),
+                      packets=pl.when(s == "d").then(a).otherwise(1).cast(pl.Int32),
                       ok=ok.fill_null(False))
-              .collect(engine="streaming"))
+              .collect(engine=engine))
     except Exception:  # noqa: BLE001 - any complaint of polars: let the numpy reader word it
         return None
     if df.height != census.n_rows or not df.get_column("ok").all():
@@ -472,10 +500,12 @@ def _parse_events(padded: bytes, buf: np.ndarray, words: np.ndarray, bounds: np.
         line_end = bounds[int(ft[i] + n_tok[i])]
         raise LogFormatError(name, int(linenos[i]), _diagnose(padded[b0[i] + 1 : line_end].decode("utf-8", "replace")))
 
+    import pandas as pd
+
     is_drop = code == 3
     return pd.DataFrame({
         "time_ms": t,
-        "kind": pd.Categorical.from_codes(code, dtype=KIND_DTYPE, validate=False),
+        "kind": pd.Categorical.from_codes(code, dtype=_kind_dtype(), validate=False),
         "bytes": np.where(is_drop, f2, f1),
         "delay_ms": np.where(dep, delay, np.nan),
         "packets": np.where(is_drop, f1, 1),

@@ -29,6 +29,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .timezero import FLOW_START_MIN_BYTES
+
 SERIES_COLUMNS = [
     "throughput_mbps", "capacity_mbps", "reference_mbps", "sending_mbps",
     "queueing_delay_ms", "queue_packets", "drops",
@@ -36,7 +38,6 @@ SERIES_COLUMNS = [
 """Columns of `binned_series` (see the module docstring)."""
 
 _CODES = {"arrival": 0, "departure": 1, "opportunity": 2, "drop": 3}
-FLOW_START_MIN_BYTES = 1000  # = transient.timezero.FLOW_START_MIN_BYTES (not imported: timezero imports pandas users)
 
 
 class LogArrays:
@@ -62,7 +63,7 @@ class LogArrays:
         data_ms, flow_data_ms[k]: (first, last) arrival of >= 1000 bytes, of
             the log and of flow k (None without one); flow_drops[k]: packets;
         ms_sum(kind, what): per-ms sum of "bytes", "count" or "packets" of
-            one event kind; queueing_ms_sum: per-ms sum over departures of
+            arrivals or departures, opportunities' bytes, drops' packets; queueing_ms_sum: per-ms sum over departures of
             delay - base; peak_delay_ms: per-ms largest departure delay
             (NaN where none); queue_ms: queue occupancy (packets) at the end
             of each ms (cumulative arrivals - departures - drops);
@@ -103,11 +104,8 @@ class LogArrays:
         self._sums[1, "count"] = np.bincount(ms_d, minlength=n).astype(np.float64)
         self._sums[1, "bytes"] = np.bincount(ms_d, weights=nbytes[dep], minlength=n)
         self._sums[2, "bytes"] = np.bincount(ms[opp], weights=nbytes[opp], minlength=n)
-        self._sums[2, "count"] = np.bincount(ms[opp], minlength=n).astype(np.float64)
         self._sums[3, "packets"] = np.bincount(ms[drop], weights=packets[drop], minlength=n)
-        self._sums[3, "bytes"] = np.bincount(ms[drop], weights=nbytes[drop], minlength=n)
-        self._sums[3, "count"] = np.bincount(ms[drop], minlength=n).astype(np.float64)
-        for c in (0, 1, 2):
+        for c in (0, 1):
             self._sums[c, "packets"] = self._sums[c, "count"]
         d = self.dep_delay_ms = delay[dep]
         self.base_delay_ms = float(d.min()) if d.size else float("nan")
@@ -135,8 +133,9 @@ class LogArrays:
             self.dep_flow = np.zeros(d.size, np.int16)
             self.flow_data_ms = {0: self.data_ms} if self.n_flows else {}
             self.flow_drops = {0: int(self._sums[3, "packets"].sum())} if self.n_flows else {}
+            none = np.broadcast_to(np.float64(0.0), (n,))  # no packet without a flow: no memory for zeros
             for c in (0, 1):
-                self._flow_sums[c] = np.stack([np.zeros(n), self._sums[c, "bytes"]])
+                self._flow_sums[c] = [none, self._sums[c, "bytes"]]
             return
         fl = np.asarray(flow).astype(np.int16, copy=False)
         self.n_flows = int(fl.max()) + 1 if n_ev and fl.max() >= 0 else 0
@@ -156,20 +155,27 @@ class LogArrays:
     def cumulative(self, per_ms: np.ndarray) -> np.ndarray | None:
         """[0, cumsum...] of one of this log's per-ms arrays when every value is a whole number (then a
         span's sum is a difference of two entries, exactly: whole numbers below 2**53 add without
-        rounding); None for an array with fractions (summed bin by bin instead). Computed once."""
+        rounding); None for an array with fractions (summed bin by bin instead). Computed once.
+
+        Sums of bytes, packets and counts are whole by construction; only the queueing delays (a
+        departure's delay may be written with a fraction) are checked."""
         key = (per_ms.__array_interface__["data"][0], per_ms.size)
         if key not in self._cumsums:
-            whole = bool(np.all(np.isfinite(per_ms))) and bool(np.array_equal(per_ms, np.trunc(per_ms))) \
-                and float(np.abs(per_ms).sum()) < 2.0 ** 53
+            whole = per_ms is not self.queueing_ms_sum or bool(np.array_equal(per_ms, np.trunc(per_ms)))
             self._cumsums[key] = np.concatenate([[0.0], np.cumsum(per_ms)]) if whole else None
         return self._cumsums[key]
 
     def ms_sum(self, kind: str, what: str) -> np.ndarray:
-        """Per-ms sum (float64, n_ms) of "bytes", "count" or "packets" of the events of one kind."""
-        return self._sums[_CODES[kind], what]
+        """Per-ms sum (float64, n_ms): "bytes", "count" or "packets" of arrivals and departures,
+        "bytes" of opportunities, "packets" of drops (what the analysis uses; KeyError for others)."""
+        try:
+            return self._sums[_CODES[kind], what]
+        except KeyError:
+            raise KeyError(f"LogArrays keeps no per-ms {what!r} of {kind!r} events") from None
 
-    def flow_ms_bytes(self, kind: str) -> np.ndarray:
-        """(n_flows + 1) x n_ms bytes per ms of "arrival" or "departure" events: row 0 no flow, row k + 1 flow k."""
+    def flow_ms_bytes(self, kind: str) -> "np.ndarray | list[np.ndarray]":
+        """Bytes per ms of "arrival" or "departure" events per flow, n_flows + 1 rows of n_ms: row 0 no
+        flow, row k + 1 flow k (index it by row; ``len`` is the row count)."""
         return self._flow_sums[_CODES[kind]]
 
     def ms_window(self, start_ms: float, end_ms: float) -> slice:

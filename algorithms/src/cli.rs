@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use tracing::{error, info};
+use tracing::{debug, error, info};
 
 /// Directory in which Portus binds its unix socket (hard-coded in portus 0.9).
 pub const UNIX_SOCKET_DIR: &str = "/tmp/ccp";
@@ -430,10 +430,14 @@ pub fn run<S: AlgorithmSpec>(cli: &Cli<S::Args>) -> anyhow::Result<()> {
         names => format!(" hosted={}", names.join(",")),
     };
     let keep_running = Arc::new(AtomicBool::new(true));
-    install_signal_handlers(keep_running.clone())?;
+    let unix_path = match cli.common.ipc {
+        IpcKind::Unix => Some(cli.common.unix_socket_path().map_err(anyhow::Error::msg)?),
+        IpcKind::Netlink => None,
+    };
+    install_signal_handlers(keep_running.clone(), unix_path.clone())?;
     let result = match cli.common.ipc {
         IpcKind::Unix => {
-            let path = cli.common.unix_socket_path().map_err(anyhow::Error::msg)?;
+            let path = unix_path.expect("set for unix above");
             ensure_not_in_use(&path)?;
             let sock = crate::portus_glue::UnixIpc::bind(&path).context("cannot bind the unix socket")?;
             let _cleanup = SocketFile::claim(&path);
@@ -496,10 +500,15 @@ impl Drop for SocketFile {
     }
 }
 
-/// SIGINT/SIGTERM clear `keep_running`; Portus notices within its 1 s receive
-/// timeout and returns. A second signal exits at once (status 130).
-/// (signal-hook, through the project's one helper ccplab_util::signals.)
-fn install_signal_handlers(keep_running: Arc<AtomicBool>) -> anyhow::Result<()> {
+/// SIGINT/SIGTERM clear `keep_running`, and with the unix IPC a one-byte
+/// datagram from an unbound socket to `wake` (the daemon's own socket) ends
+/// the blocking receive at once: Portus's receive loop checks the flag only
+/// between receives, so without the wake-up it noticed only at its 1 s
+/// receive timeout (the daemon took up to 1 s to exit). The datagram has no
+/// sender address, so the receive reports an error, which Portus skips.
+/// Netlink (ccp-kernel) keeps the 1 s bound. A second signal exits at once
+/// (status 130). (signal-hook, through the project's one helper ccplab_util::signals.)
+fn install_signal_handlers(keep_running: Arc<AtomicBool>, wake: Option<PathBuf>) -> anyhow::Result<()> {
     use ccplab_util::signals::{StopSignals, SIGINT, SIGTERM};
     let signals = StopSignals::install(&[SIGINT, SIGTERM]).context("installing signal handlers")?;
     std::thread::Builder::new()
@@ -509,7 +518,13 @@ fn install_signal_handlers(keep_running: Arc<AtomicBool>) -> anyhow::Result<()> 
                 if !keep_running.swap(false, Ordering::SeqCst) {
                     std::process::exit(130);
                 }
-                info!(target: "ccp", "signal {sig}: stopping (within 1 s)");
+                info!(target: "ccp", "signal {sig}: stopping");
+                if let Some(path) = &wake {
+                    let sent = std::os::unix::net::UnixDatagram::unbound().and_then(|s| s.send_to(&[0], path));
+                    if let Err(e) = sent {
+                        debug!(target: "ccp", "wake-up datagram to {} not sent ({e}): stopping within 1 s", path.display());
+                    }
+                }
             }
         })
         .context("spawning the signal thread")?;

@@ -16,6 +16,7 @@ the processes of a dead runner should one survive anyway.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import time
@@ -26,6 +27,29 @@ from .errors import CcplabError
 
 RUNNER_ENV = "CCPLAB_RUNNER_PID"
 """Environment variable naming the runner's pid in every child (see ``ccplab.cleanup``)."""
+
+
+def wait_exit(procs: Sequence[subprocess.Popen], timeout_s: float) -> bool:
+    """Block until one of ``procs`` exits or ``timeout_s`` passes; True when one has exited.
+
+    Woken by the kernel at the exit (a pidfd per process, poll(2)), not by
+    polling: ``Popen.wait(timeout)`` sleeps in steps of up to 50 ms, which a
+    run pays once per daemon it stops. Does not reap (call ``poll``/``wait`` after).
+    """
+    fds = []
+    try:
+        for proc in procs:
+            try:
+                fds.append(os.pidfd_open(proc.pid))
+            except ProcessLookupError:
+                return True  # already gone
+        poller = select.poll()
+        for fd in fds:
+            poller.register(fd, select.POLLIN)
+        return bool(poller.poll(max(timeout_s, 0.0) * 1000.0))
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def supervised(argv: Sequence[str]) -> list[str]:
@@ -101,11 +125,9 @@ class Daemon:
             return None
         if self.proc.poll() is None:
             self._signal(signal.SIGTERM)
-            try:
-                self.proc.wait(self.stop_timeout_s)
-            except subprocess.TimeoutExpired:
+            if not wait_exit([self.proc], self.stop_timeout_s) and self.proc.poll() is None:
                 self._signal(signal.SIGKILL)
-                self.proc.wait()
+            self.proc.wait()
         return self.proc.returncode
 
     def _signal(self, sig: int) -> None:

@@ -72,7 +72,7 @@ from .errors import CcplabError
 from .control import ValidityPolicy, control_evidence
 from .hostlock import ccp_host_claim
 from .cleanup import find_leftovers, remove_namespace, remove_stale_partials
-from .processes import Daemon, child_env, supervised
+from .processes import Daemon, child_env, supervised, wait_exit
 from .scenario import Scenario, check_trace
 
 PORTUS_SOCKET = Path("/tmp/ccp/portus")
@@ -400,7 +400,14 @@ def _run_iperf_clients(flows: Sequence[FlowSpec], scenario: Scenario, ready: dic
                 if c.proc is not None and c.proc.poll() is None and now - c.started_at > c.limit_s:
                     raise CcplabError(f"flow {c.index} ({c.flow}): its iperf3 client did not finish within "
                                       f"{c.limit_s:.0f} s")
-            time.sleep(WATCH_PERIOD_S)
+            # until a client exits (woken at once), the next client's start, or the next look at the daemons
+            starts = [t0 + c.flow.start_s - time.monotonic() for c in clients if c.proc is None]
+            running = [c.proc for c in clients if c.proc is not None and c.proc.poll() is None]
+            wait_s = min([WATCH_PERIOD_S, *starts])
+            if running:
+                wait_exit(running, wait_s)
+            elif wait_s > 0:
+                time.sleep(wait_s)
     finally:
         for c in clients:
             if c.proc is not None and c.proc.poll() is None:

@@ -52,3 +52,32 @@ def test_env_reaches_only_that_daemon_over_the_runner_environment(tmp_path, monk
     assert log.read_text().split() == ["info,ccp::report=off", "runner"]
     plain = Daemon("sleeper", SLEEPER, tmp_path / "log2")
     assert plain.env == {}, "no extra variables unless asked"
+
+
+def test_wait_exit_wakes_at_the_exit_and_times_out_without_one():
+    import subprocess
+    import time
+
+    from ccplab.processes import wait_exit
+
+    quick = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.2)"])
+    start = time.monotonic()
+    assert wait_exit([quick], 30.0)
+    assert time.monotonic() - start < 15.0  # woken by the exit, not at the 30 s timeout
+    assert quick.wait() == 0
+    sleeper = subprocess.Popen(SLEEPER, stdout=subprocess.DEVNULL)
+    try:
+        start = time.monotonic()
+        assert not wait_exit([sleeper], 0.2)
+        assert time.monotonic() - start >= 0.19
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_a_daemon_ignoring_sigterm_is_killed_after_its_stop_timeout(tmp_path):
+    argv = [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "print('up', flush=True); time.sleep(60)"]
+    with Daemon("stubborn", argv, tmp_path / "log", stop_timeout_s=0.5) as daemon:
+        daemon.wait_ready(lambda: "up" in (tmp_path / "log").read_text(), timeout_s=10)
+    assert daemon.proc.returncode == -9  # SIGKILL

@@ -168,11 +168,18 @@ def test_polars_and_numpy_readers_agree(tmp_path):
 def test_line_census_is_the_same_in_chunks_of_any_size(size):
     from transient import mahimahi
 
-    raw = b"# a: 1\n0 # 1504\n\n# base timestamp: 0\n1 + 1504\n2 - 1504 1\n#tail\n3 d 1 1504"
+    raw = b"# a: 1\n# base timestamp: 0\n0 # 1504\n\n1 + 1504\n2 - 1504 1\n#tail\n3 d 1 1504"
     whole = mahimahi._LineCensus.of_chunks([raw])
     parts = mahimahi._LineCensus.of_chunks(raw[i : i + size] for i in range(0, len(raw), size))
-    assert whole.n_lines == parts.n_lines == 8 and whole.n_rows == parts.n_rows == 5  # 4 events, 1 blank
-    assert whole.header_lines == parts.header_lines == [(1, b"# a: 1"), (4, b"# base timestamp: 0"), (7, b"#tail")]
+    assert whole.n_lines == parts.n_lines == 8 and whole.n_rows == parts.n_rows == 6  # '#tail' counts as a row
+    assert whole.header_lines == parts.header_lines == [(1, b"# a: 1"), (2, b"# base timestamp: 0")]
+
+
+def test_a_header_line_below_the_events_still_parses_with_its_line_numbers():
+    log = parse_link_log("# base timestamp: 0\n0 # 1504\n# late: x\n1 + 1504\n2 - 1504 1\n")
+    assert log.header == {"base timestamp": "0", "late": "x"} and len(log.events) == 3
+    with pytest.raises(LogFormatError, match=r":5\b|line 5"):
+        parse_link_log("# base timestamp: 0\n0 # 1504\n# late: x\n1 + 1504\n2 ? 1504 1\n")
 
 
 @pytest.mark.parametrize("line", ["12 x 1504", "12 +", "12 - 1504", "-3 + 1504", "12 + 1504 9", "12 d 2 30.5", "12\t+ 1504"])

@@ -69,3 +69,40 @@ def test_flow_start_from_path_and_missing_flow(tmp_path):
     p.write_text("# base timestamp: 0\n5 + 100\n7 # 1504\n")
     with pytest.raises(AnalysisError, match=r"up\.log: no data flow"):
         flow_start_s(str(p))
+
+
+@pytest.mark.parametrize("base", [0, 1795365488000])
+def test_flow_bounds_by_line_scan_equal_the_columnar_readers(tmp_path, monkeypatch, base):
+    import numpy as np
+
+    from transient import flow_bounds_s, timezero
+
+    rng = np.random.default_rng(7)
+    lines, ports = [f"# base timestamp: {base}"], []
+    for t in range(400):
+        lines.append(f"{base + t} # 1504")
+        for _ in range(int(rng.integers(0, 3))):
+            port = int(rng.choice([5201, 5202, 0, 5203]))
+            kind = str(rng.choice(["+", "-", "d"]))
+            size = int(rng.choice([60, 1504]))
+            lines.append({"+": f"{base + t} + {size}", "-": f"{base + t} - {size} {int(rng.integers(0, 40))}",
+                          "d": f"{base + t} d 1 {size}"}[kind])
+            ports.append(port)
+    log, flows = tmp_path / "uplink.log", tmp_path / "uplink.flows"
+    log.write_text("\n".join(lines) + "\n")
+    flows.write_text("".join(f"{p}\n" for p in ports))
+    assert timezero._flow_bounds_small(log, flows, [5201, 5202, 5204]) is not None  # the scan takes this log
+    by_scan = flow_bounds_s(log, flows, [5201, 5202, 5204])
+    monkeypatch.setattr(timezero, "SMALL_LOG_BYTES", 0)  # the columnar reader for every size
+    assert by_scan == flow_bounds_s(log, flows, [5201, 5202, 5204])
+    assert by_scan[2] == (None, None) and by_scan[0][0] is not None
+
+
+def test_flow_bounds_of_a_mismatched_flow_log_fail_by_the_columnar_readers_words(tmp_path):
+    from transient import flow_bounds_s
+
+    log, flows = tmp_path / "uplink.log", tmp_path / "uplink.flows"
+    log.write_text("# base timestamp: 0\n0 # 1504\n1 + 1504\n2 - 1504 1\n")
+    flows.write_text("5201\n")
+    with pytest.raises(AnalysisError, match="has 1 lines but .* has 2 arrival/departure/drop"):
+        flow_bounds_s(log, flows, [5201])
