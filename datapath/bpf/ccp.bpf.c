@@ -555,8 +555,8 @@ static __always_inline void stop_commanded_pacing(struct sock *sk, struct ccp_pr
 /* The largest cwnd a command may set, packets: twice the most packets the
  * flow has had in flight under commands, and at least 256 (a flow that
  * paces itself or sends little never fills its cwnd: a fixed 40-packet
- * window with SO_MAX_PACING_RATE at a quarter of the link had 3 in flight,
- * and 2x that would have overruled its algorithm for nothing). A cwnd beyond what the flow ever filled cannot be a measured
+ * window with SO_MAX_PACING_RATE at a quarter of the link never had more
+ * than 10 in flight, and 2x that overruled its algorithm for nothing). A cwnd beyond what the flow ever filled cannot be a measured
  * answer: nimbus, reading a missing RTT as 4294967295, once commanded
  * u32::MAX bytes and the socket's cwnd became 2,966,137 packets with 806
  * in flight. Twice lets an algorithm double its window per RTT, as slow
