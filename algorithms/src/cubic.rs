@@ -423,8 +423,11 @@ impl Cubic {
 
     /// The same flow with the initial slow start run per ACK by the fold
     /// program ([`crate::fold::SLOW_START_IN_FOLD`]) when `on`.
+    /// A flow taken over at or above its ssthresh (a running flow announced
+    /// again, [`crate::portus_glue::WindowBounds::params_for_flow`]) starts in
+    /// congestion avoidance: no slow start in the fold.
     pub fn with_fold_slow_start(mut self, on: bool) -> Self {
-        self.fold_ss = FoldSlowStart::new(on);
+        self.fold_ss = FoldSlowStart::new(on && self.cwnd < self.ssthresh);
         self
     }
 

@@ -56,6 +56,29 @@ impl WindowBounds {
             max_cwnd_pkts: self.max_cwnd_pkts,
         }
     }
+
+    /// The bounds for a flow the datapath announces with `dp_init_cwnd_bytes`
+    /// (the create message's init_cwnd). A cwnd above this daemon's initial
+    /// window is a flow already running, announced to a (re)started
+    /// algorithm: ccp-datapath announces each live flow with the cwnd its
+    /// fallback (the kernel's cubic) left (datapath/README.md "Never
+    /// frozen"). Such a flow starts there, in congestion avoidance
+    /// (ssthresh = that cwnd; the create message carries no ssthresh):
+    /// restarting it from the initial window in slow start cut a 118-packet
+    /// window to 46 and overshot to 146 with 8 retransmissions. This is what
+    /// the fallback does when it takes a flow from the algorithm, the other
+    /// way round. A new flow's init_cwnd (10 packets) leaves the bounds as
+    /// they are; so does a cwnd at or below the initial window.
+    pub fn params_for_flow(&self, mss_bytes: u32, dp_init_cwnd_bytes: u32) -> WindowParams {
+        let mut p = self.params(mss_bytes);
+        let dp_pkts = f64::from(dp_init_cwnd_bytes) / f64::from(mss_bytes.max(1));
+        if dp_pkts > self.init_cwnd_pkts {
+            let pkts = p.clamp(dp_pkts.floor());
+            p.init_cwnd_pkts = pkts;
+            p.init_ssthresh_pkts = pkts.min(self.init_ssthresh_pkts);
+        }
+        p
+    }
 }
 
 /// One algorithm as a Portus `CongAlg`; its name is `S::NAME`.
@@ -100,7 +123,7 @@ impl<I: Ipc, S: AlgorithmSpec> CongAlg<I> for PortusAlg<S> {
         } else {
             info.mss
         };
-        let window = S::new_flow(&self.args, self.bounds.params(mss));
+        let window = S::new_flow(&self.args, self.bounds.params_for_flow(mss, info.init_cwnd));
         let fold = S::program(&self.args);
         let repeats = RepeatFilter::new(self.bounds.skip_repeated_answers && fold.skips_repeated_answers(), mss);
         let program = fold.name;
@@ -620,5 +643,41 @@ mod tests {
         assert_eq!(cli.common.datapath_paces, DatapathPaces::Yes);
         let e = parse_from::<RenoSpec, _>(["reno", "--also", "cubic:datapath-paces=no"]).err().expect("refused");
         assert!(e.to_string().contains("--datapath-paces belongs to the whole daemon"), "{e}");
+
+    use crate::Controller;
+
+    fn bounds() -> WindowBounds {
+        WindowBounds {
+            init_cwnd_pkts: 10.0,
+            init_ssthresh_pkts: f64::INFINITY,
+            min_cwnd_pkts: 1.0,
+            max_cwnd_pkts: 100_000.0,
+            min_report_interval_us: 0,
+            skip_repeated_answers: true,
+        }
+    }
+
+    #[test]
+    fn a_flow_announced_with_a_running_cwnd_starts_there_in_congestion_avoidance() {
+        // the measured case: dp_init_cwnd=170864 bytes at MSS 1448 = 118 packets
+        let p = bounds().params_for_flow(1448, 170_864);
+        assert_eq!((p.init_cwnd_pkts, p.init_ssthresh_pkts), (118.0, 118.0));
+        let reno = crate::reno::Reno::new(p).with_fold_slow_start(true);
+        assert_eq!(reno.initial().cwnd_bytes, Some(170_864), "reno starts from the fallback's cwnd");
+        assert!(!reno.state().contains("slow_start"), "not in slow start: {}", reno.state());
+        let cubic = crate::cubic::Cubic::new(p, Default::default()).with_fold_slow_start(true);
+        assert_eq!(cubic.initial().cwnd_bytes, Some(170_864), "cubic starts from the fallback's cwnd");
+        assert!(!cubic.state().contains("slow_start"), "not in slow start: {}", cubic.state());
+        // a new flow (10 packets) keeps the configured start, in slow start
+        let p = bounds().params_for_flow(1448, 14_480);
+        assert_eq!((p.init_cwnd_pkts, p.init_ssthresh_pkts), (10.0, f64::INFINITY));
+        let reno = crate::reno::Reno::new(p).with_fold_slow_start(true);
+        assert!(reno.state().contains("slow_start"), "{}", reno.state());
+        // clamped to the ceiling, and never above a configured ssthresh
+        let mut b = bounds();
+        b.max_cwnd_pkts = 50.0;
+        b.init_ssthresh_pkts = 30.0;
+        let p = b.params_for_flow(1448, 170_864);
+        assert_eq!((p.init_cwnd_pkts, p.init_ssthresh_pkts), (50.0, 30.0));
     }
 }

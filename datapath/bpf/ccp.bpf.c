@@ -269,19 +269,28 @@ static __always_inline __u64 wake_flag(__u64 now)
  * barrier on both sides a report either sees the zero or is seen by that
  * look. */
 const volatile __u64 report_wake_ns = 20000000;
+/* A prompt flow's report (one of several per RTT: a per-ACK program, or a
+ * timer short against the RTT, fold_report_prompt) waits at most this long
+ * for the promised look instead (--report-prompt-us): on a 50 ms path a
+ * per-ACK reporter's reports used to wait for the 20 ms window (its
+ * report-to-cwnd p99 was 17.2 ms), where ccp-kernel delivers each at once.
+ * Forced wakeups stay at most one per this interval, whatever the number of
+ * prompt flows (the wakeup stamps the promise); per-RTT programs are never
+ * prompt and keep the window. */
+const volatile __u64 report_prompt_ns = 1000000;
 __u64 last_report_look_ns SEC(".data.report_wake") = 0;
 
-static __always_inline __u64 report_wake_flag(__u64 now)
+static __always_inline __u64 report_wake_flag(__u64 now, int prompt)
 {
 	__u64 promised = __sync_fetch_and_add(&last_report_look_ns, 0);
 
-	if (now - promised >= report_wake_ns) {
+	if (now - promised >= (prompt ? report_prompt_ns : report_wake_ns)) {
 		last_report_look_ns = now;	/* racing CPUs may both wake it: harmless */
 		return BPF_RB_FORCE_WAKEUP;
 	}
 	return BPF_RB_NO_WAKEUP;
 }
-#define FOLD_REPORT_WAKE_FLAGS(now) report_wake_flag(now)
+#define FOLD_REPORT_WAKE_FLAGS(now, prompt) report_wake_flag(now, prompt)
 #define FOLD_FLUSH_INCLUDER(cnt, n) ((cnt)->command_acks += (n))
 #define FOLD_CTL_EPOCH ctl_epoch
 #define FOLD_SLOT_PRIV_OFFSET (CUBIC_PRIV_BYTES + __builtin_offsetof(struct ccp_priv, fold_slot))
@@ -544,13 +553,15 @@ static __always_inline void stop_commanded_pacing(struct sock *sk, struct ccp_pr
 }
 
 /* The largest cwnd a command may set, packets: twice the most packets the
- * flow has had in flight under commands (at least twice the initial
- * window). A cwnd beyond what the flow ever filled cannot be a measured
+ * flow has had in flight under commands, and at least 256 (a flow that
+ * paces itself or sends little never fills its cwnd: a fixed 40-packet
+ * window with SO_MAX_PACING_RATE at a quarter of the link never had more
+ * than 10 in flight, and 2x that overruled its algorithm for nothing). A cwnd beyond what the flow ever filled cannot be a measured
  * answer: nimbus, reading a missing RTT as 4294967295, once commanded
  * u32::MAX bytes and the socket's cwnd became 2,966,137 packets with 806
  * in flight. Twice lets an algorithm double its window per RTT, as slow
  * start does: the ceiling rises as the flow fills what it was given. */
-#define CWND_CEILING_MIN_PKTS 20
+#define CWND_CEILING_MIN_PKTS 256
 static __always_inline __u32 cwnd_ceiling(__u32 max_packets_out)
 {
 	__u32 c = max_packets_out < 0x7fffffffU ? 2 * max_packets_out : 0xffffffffU;

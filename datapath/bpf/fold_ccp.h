@@ -125,7 +125,7 @@ struct fold_flow {
 		struct {
 			__u64 _regs_in_use[FOLD_OFF_BOOK];
 			__u32 owner;		/* flow id of the flow holding this slot, 0: free */
-			__u32 _pad;
+			__u32 last_report;	/* fold_ctl_clock of its last report | 1, 0: none (fold_report_prompt) */
 			/* per ACK, FOLD_HOT_BYTES: */
 			struct fold_baseline base;
 			__u64 req_rate;		/* last set_rate (bytes/s), 0: none */
@@ -343,7 +343,7 @@ static __always_inline __u32 fold_flow_claim(__u32 flow_id)
 	ff->awaiting = 0;
 	ff->ctl_epoch = 0;
 	__builtin_memset(&ff->unflushed, 0, sizeof(ff->unflushed));
-	ff->_pad = 0;
+	ff->last_report = 0;
 	ff->rtt_held_us = 0;
 	ff->ctl_seen = 0;
 	/* differs from the flow's generation: its first ACK looks */
@@ -426,12 +426,35 @@ static __always_inline void fold_fill_ack(struct fold_ack *a, const struct tcp_s
 }
 
 #ifndef FOLD_REPORT_WAKE_FLAGS
-/* Ring-buffer flags for a report that is not urgent. A wakeup costs 7-20 us
+/* Ring-buffer flags for a report that is not urgent; `prompt`: the flow
+ * reports several times per RTT (fold_report_prompt). A wakeup costs 7-20 us
  * here (FIELD-NOTES) and a program reporting once per RTT reports on almost
  * every ACK when the RTT is tens of us: the includer should rate-limit, e.g.
- * `#define FOLD_REPORT_WAKE_FLAGS(now) wake_flag(now)` before including. */
-#define FOLD_REPORT_WAKE_FLAGS(now) BPF_RB_FORCE_WAKEUP
+ * `#define FOLD_REPORT_WAKE_FLAGS(now, prompt) wake_flag(now)` before including. */
+#define FOLD_REPORT_WAKE_FLAGS(now, prompt) BPF_RB_FORCE_WAKEUP
 #endif
+
+/* A flow whose reports come more than this many times per RTT reports per
+ * ACK or on a timer short against its RTT: each report matters within a
+ * fraction of an RTT (the algorithm answers it), so the includer may deliver
+ * it sooner than a per-RTT program's (FOLD_REPORT_WAKE_FLAGS's `prompt`). A
+ * per-RTT program reports at most about once per RTT, also on a veth whose
+ * RTT is tens of us, so it is never prompt. */
+#define FOLD_PROMPT_REPORTS_PER_RTT 4
+
+/* Is this report one of a prompt flow's? Notes its time for the next one.
+ * The RTT is the flow's last valid sample (fold_hold_rtt). Reports are
+ * rarer than ACKs, so the slot's colder line (last_report sits by owner) is
+ * touched only then. */
+static __always_inline int fold_report_prompt(struct fold_flow *ff, __u64 now)
+{
+	__u32 clock = fold_ctl_clock(now), last = ff->last_report;
+	__u64 gap_ns = (__u64)(__u32)(clock - (last & ~1u)) << 10;
+
+	ff->last_report = clock | 1;
+	return last && ff->rtt_held_us &&
+	       gap_ns * FOLD_PROMPT_REPORTS_PER_RTT < (__u64)ff->rtt_held_us * 1000;
+}
 
 /* Send the report; one seen with a loss or timeout (urgent) wakes user
  * space at once, others as FOLD_REPORT_WAKE_FLAGS decides. */
@@ -439,7 +462,8 @@ static __always_inline void fold_send_report(struct fold_flow *ff, __u32 flow_id
 					     const struct fold_result *res, __u64 now, int urgent,
 					     struct fold_counters *cnt)
 {
-	__u64 flags = urgent ? BPF_RB_FORCE_WAKEUP : FOLD_REPORT_WAKE_FLAGS(now);
+	int prompt = fold_report_prompt(ff, now);
+	__u64 flags = urgent ? BPF_RB_FORCE_WAKEUP : FOLD_REPORT_WAKE_FLAGS(now, prompt);
 	int sent = 0;
 
 	if (res->n_fields <= FOLD_SMALL_REPORT) {

@@ -46,6 +46,9 @@ pub struct BpfConfig {
     /// reports it looks again this much later, and a report forces a wakeup
     /// only when no such look is promised (src/wake.rs).
     pub report_wake: Duration,
+    /// `--fold kernel`: how long a report of a flow reporting several times
+    /// per RTT may wait for the promised look (ccp.bpf.c report_prompt_ns).
+    pub report_prompt: Duration,
     /// Run the fold programs in the kernel (`--fold kernel`, bpf/fold_ccp.h)
     /// instead of sending every ACK to libccp in user space.
     pub fold_in_kernel: bool,
@@ -64,6 +67,7 @@ impl Default for BpfConfig {
             wake_interval: Duration::from_micros(200),
             stale_after: Duration::from_millis(500),
             report_wake: Duration::from_millis(20),
+            report_prompt: Duration::from_millis(1),
             fold_in_kernel: true,
             fold_jit: true,
             control_floor: Duration::from_millis(250),
@@ -165,6 +169,7 @@ impl BpfDatapath {
         rodata.stale_after_ns = cfg.stale_after.as_nanos() as u64;
         rodata.ctl_guard_floor_ns = cfg.control_floor.as_nanos() as u64;
         rodata.report_wake_ns = cfg.report_wake.as_nanos() as u64;
+        rodata.report_prompt_ns = cfg.report_prompt.as_nanos() as u64;
         rodata.fold_in_kernel = u32::from(cfg.fold_in_kernel);
         // origin of the fold programs' Ack.now (libccp: datapath time zero)
         rodata.fold_time_zero_ns = monotonic_ns();

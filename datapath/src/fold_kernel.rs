@@ -1761,10 +1761,28 @@ impl KernelFold {
         if n > capacity {
             return Err(unsupported(format!("report record claims {n} fields and holds {capacity}")));
         }
+
         let fields: Vec<u64> = rest[..8 * n].chunks_exact(8).map(|w| u64::from_ne_bytes(w.try_into().expect("8 bytes"))).collect();
         self.stats.reports += 1;
         self.unanswered_report_ns.insert(h.flow_id, h.ts_ns);
         Ok((h.flow_id, measure_msg(h.flow_id, h.uid, &fields)))
+    }
+
+    /// [`KernelFold::report_msg`] for sending to Portus: a report without
+    /// fields is refused, since Portus reads a measure without fields as the
+    /// flow's close. A report of a program replaced under a running section
+    /// (a new algorithm's first install clears the table) has none: Portus
+    /// dropped the live flow it had just been told about. (libccp would send
+    /// it; the differential tests compare [`KernelFold::report_msg`].)
+    ///
+    /// Errors: as [`KernelFold::report_msg`], or a report without fields.
+    pub fn report_msg_for_portus(&mut self, record: &[u8]) -> Result<(u32, Vec<u8>), FoldMsgError> {
+        let (flow, msg) = self.report_msg(record)?;
+        // measure_msg: header, program uid, field count, fields
+        if msg.len() <= HDR_LEN + 8 {
+            return Err(unsupported(format!("report of flow {flow} without fields: Portus would take it for a close")));
+        }
+        Ok((flow, msg))
     }
 
     /// A cwnd or rate update for `flow` reached the kernel maps: one
@@ -2100,6 +2118,16 @@ mod tests {
         }
         assert!(matches!(l.handle(&tiny_install(11)).result, Err(FoldMsgError::Libccp { code: -81, .. })));
         assert!(matches!(l.handle(&tiny_install(1)).effects[0], Effect::ClearPrograms));
+    }
+
+    #[test]
+    fn a_report_without_fields_never_reaches_portus_as_a_close() {
+        let mut k = KernelFold::with_clock(fake_now);
+        let mut rec = report(5, 1);
+        assert!(k.report_msg_for_portus(rec.as_bytes()).is_err(), "0 fields: Portus's close");
+        assert_eq!(k.report_msg(rec.as_bytes()).unwrap().1, measure_msg(5, 1, &[]), "libccp's bytes kept for the oracle");
+        rec.n_fields = 1;
+        assert_eq!(k.report_msg_for_portus(rec.as_bytes()).unwrap(), (5, measure_msg(5, 1, &[0])));
     }
 
     #[test]

@@ -123,6 +123,13 @@ struct Cli {
     /// 1000/N times a second each.
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     report_wake_ms: u64,
+    /// With `--fold kernel`: how long, us, a report of a flow that reports
+    /// more than 4 times per RTT (a per-ACK program, or a timer short
+    /// against the RTT) may wait for the daemon's next look, in place of the
+    /// report window. Forced wakeups for such reports come at most once per
+    /// this interval; per-RTT programs keep the window.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    report_prompt_us: u64,
     /// Where the algorithms' fold programs run: `kernel` (in BPF, per ACK;
     /// only reports reach user space) or `userspace` (every ACK goes to
     /// libccp in this daemon).
@@ -218,7 +225,7 @@ impl KernelMode {
     fn forward_reports(&mut self) -> usize {
         let records = std::mem::take(&mut *self.reports.borrow_mut());
         for rec in &records {
-            match self.kf.report_msg(rec) {
+            match self.kf.report_msg_for_portus(rec) {
                 Ok((_, msg)) => self.pending.push((None, msg)),
                 Err(e) => tracing::warn!(error = %e, "report record"),
             }
@@ -658,6 +665,7 @@ fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
         wake_interval: Duration::from_micros(cli.wake_us),
         stale_after: Duration::from_millis(cli.fallback_timeout_ms),
         report_wake: Duration::from_millis(cli.report_wake_ms),
+        report_prompt: Duration::from_micros(cli.report_prompt_us),
         fold_in_kernel: in_kernel,
         fold_jit: cli.fold_jit,
         control_floor: Duration::from_millis(cli.control_timeout_ms),
