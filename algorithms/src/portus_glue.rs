@@ -643,6 +643,7 @@ mod tests {
         assert_eq!(cli.common.datapath_paces, DatapathPaces::Yes);
         let e = parse_from::<RenoSpec, _>(["reno", "--also", "cubic:datapath-paces=no"]).err().expect("refused");
         assert!(e.to_string().contains("--datapath-paces belongs to the whole daemon"), "{e}");
+    }
 
     use crate::Controller;
 
