@@ -55,6 +55,7 @@ def test_a_daemon_killed_mid_run_fails_the_run_within_a_second(step_trace, tmp_p
         killed = time.monotonic()
         os.kill(victim, signal.SIGKILL)
         proc.wait(60)
+        exited = time.monotonic()
         reader.join(10)
     finally:
         if proc.poll() is None:
@@ -65,6 +66,8 @@ def test_a_daemon_killed_mid_run_fails_the_run_within_a_second(step_trace, tmp_p
     assert proc.returncode == 2, err
     notice = [t for t, line in lines if f"{named} exited" in line and "stopping the run" in line]
     assert notice, err
+    print(f"{daemon} killed: the runner said so {notice[0] - killed:.3f} s later, exited "
+          f"{exited - killed:.3f} s later")
     assert notice[0] - killed < 1.0, f"noticed {notice[0] - killed:.2f} s after the kill"
     assert any(line.startswith(f"ccplab: error: {named} exited") for _, line in lines), err
     assert not out.exists() and not partial.exists(), "a failed run is not saved"
