@@ -1,4 +1,4 @@
-"""The ``ccplab`` command: run, compare, demo, sweep, clean, algorithms, analyze.
+"""The ``ccplab`` command: run, compare, coexist, demo, sweep, contest, fidelity, clean, algorithms, analyze, report.
 
 Exit status: 0 on success, 2 on bad input or an unusable machine (the message
 names what is wrong), 130 when interrupted (after cleaning up).
