@@ -331,6 +331,11 @@ pub struct TapIpc<I: Ipc> {
     watch: Mutex<InstallWatch<I::Addr>>,
     /// Install messages still to drop ([`DROP_INSTALLS_ENV`]).
     drop_installs: std::sync::atomic::AtomicU32,
+    /// Whether installs are sent again ([`crate::reinstall`]): only over netlink, to ccp-kernel,
+    /// whose libccp can refuse installs that arrive before its program table exists. ccp-datapath
+    /// announces its flows again itself and guards its program table, so re-sent installs there
+    /// would be refused or undo a program change the algorithm made since.
+    reinstall: bool,
 }
 
 /// Fault injection for the start-order check: the daemon drops this many of the first
@@ -338,6 +343,9 @@ pub struct TapIpc<I: Ipc> {
 /// its program table), so the guest check can show the recovery of [`crate::reinstall`]
 /// on the real module. Unset or 0 in normal use.
 pub const DROP_INSTALLS_ENV: &str = "CCPLAB_DROP_INSTALLS";
+
+/// `Ipc::name()` of Portus's netlink socket (the ccp-kernel module's IPC).
+const NETLINK_IPC_NAME: &str = "netlink";
 
 impl<I: Ipc> TapIpc<I> {
     /// `inner` with an empty create table and install watch.
@@ -351,11 +359,15 @@ impl<I: Ipc> TapIpc<I> {
             requested,
             watch: Mutex::new(InstallWatch::default()),
             drop_installs: std::sync::atomic::AtomicU32::new(drop),
+            reinstall: I::name() == NETLINK_IPC_NAME,
         }
     }
 
     /// Send again what the install watch says is due (logged once per round).
     fn resend_due(&self) {
+        if !self.reinstall {
+            return;
+        }
         let (again, overdue) = self.watch.lock().unwrap_or_else(|e| e.into_inner()).due(Instant::now());
         if again.is_empty() {
             return;
@@ -619,6 +631,7 @@ mod tests {
             watch: Mutex::new(InstallWatch::new(std::time::Duration::ZERO)),
             // The install is lost, as the kernel refuses one that comes before its program table.
             drop_installs: std::sync::atomic::AtomicU32::new(1),
+            reinstall: true, // as over netlink
         };
         let install = libccp_msg(MSG_INSTALL, 0, &[1, 0, 0]);
         tap.send(&install, &()).unwrap();
