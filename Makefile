@@ -77,7 +77,7 @@ bench: build
 	$(NETLAB_LOCK) $(PY) -m ccplab.runbench --runs 5 --duration-s 5
 	CCPLAB_FUZZ_CASES=1000000 $(CARGO) test --release -p ccp-datapath --test fuzz_messages -- --nocapture
 	# 1,000,000 structurally valid messages to the datapath during a real flow (the control guard)
-	CCPLAB_GUARD_FUZZ_MESSAGES=1000000 $(NETLAB_LOCK) $(CARGO) test --release -p ccp-datapath --test control_guard -- --nocapture
+	CCPLAB_GUARD_FUZZ_MESSAGES=1000000 $(NETLAB_LOCK) $(CARGO) test --release -p ccp-datapath --test control_guard -- --include-ignored --nocapture
 	# one fold invocation, warm: compiled main section vs the BPF interpreter, per suite program
 	$(CARGO) test --release -p ccp-datapath --test fold_jit -- --ignored --nocapture
 	$(NETLAB_LOCK) $(VENV)/bin/ccplab fidelity --runs 5 --duration-s 20 \
