@@ -2,9 +2,8 @@
 
 Source: "Transient Performance of Congestion Control Algorithms" (SIGCOMM'21
 poster), code github BobAnkh/TPCCA, ``utils/parse_tput_delay.py`` (bins)
-and ``utils/area.py`` (steady-state detector, area); described to the bin in
-../shared/FIELD-NOTES.md ("Transient performance (TPCCA ...)").  Re-written
-here from that description (no code copied).
+and ``utils/area.py`` (steady-state detector, area).  Re-written here from
+the poster's and those files' definitions, described below (no code copied).
 
 1. Input: only the arrival (``+``) events, time t = ms on the log clock / 1000
    (i.e. minus the base timestamp), size in bytes.

@@ -1,5 +1,5 @@
 //! Small helpers shared by the cellular-contest algorithms
-//! (../shared/ALGORITHMS.md section 2): an EWMA, a tick clock that turns
+//! (algorithms/README.md, "The cellular-contest algorithms"): an EWMA, a tick clock that turns
 //! reports into fixed-length delivery-rate ticks, a once-per-RTT guard, the
 //! contest's congestion signal, a seeded random generator, and float
 //! logarithm / exponential that never call the C library.

@@ -1,4 +1,4 @@
-//! The libccp `log` hazard (FIELD-NOTES): the `libccp` crate exports an
+//! The libccp `log` hazard (docs/NOTES.md, "libccp's `log` symbol"): the `libccp` crate exports an
 //! unmangled C symbol `log` (its logging shim). In a binary linking libccp
 //! the static linker binds every call to libm's `log(double)` (which is
 //! what `f64::ln`, `f64::log`, `powf`-style code and many crates lower to)

@@ -3,7 +3,7 @@
 A generated step-change trace gets a sidecar ``<trace>.meta.json`` that
 records its steps, noise and seed, so ``ccplab run --trace FILE`` and the
 analysis know where the capacity changes. A user's own trace (for example
-../shared/traces/cellular/*) has no steps: only whole-run metrics apply.
+traces/cellular/*) has no steps: only whole-run metrics apply.
 """
 
 from __future__ import annotations
