@@ -81,6 +81,7 @@ def setup_comparison(ccas: Sequence[Entry], runs: int, out: Path, one_way_delay_
         raise CcplabError(f"{dup[0]} is given twice (each entry of a comparison needs its own label)")
     for entry in ccas:
         check_flows(entry_flows(entry), duration_s)
+    for entry in ccas:  # the input first, then the machine
         preflight_flows(entry_flows(entry))
     out = check_out_dir(out)
     if trace is not None:
