@@ -176,3 +176,24 @@ def test_the_report_names_external_algorithms(tmp_path):
     assert "External algorithms: <b>portus:upstream-reno</b>" in text
     plain = write_report(tmp_path / "p", a.runs, a.steps, None, n_resamples=499).read_text()
     assert "External algorithms" not in plain
+
+
+def test_the_docs_table_is_the_summary_of_the_analysis(tmp_path):
+    from ccplab.mdtable import main, markdown_table
+
+    rows = []
+    for label, (thr, rtx) in {"portus:upstream-reno": (22.81, 310.0), "ccp:reno": (22.5, 120.0)}.items():
+        rows += [(label, "s", "throughput_mbps", 3, 3, thr, thr - 0.1, thr + 0.1),
+                 (label, "s", "p95_queueing_delay_ms", 3, 3, 48.0, 47.0, 49.0),
+                 (label, "s", "retransmits", 3, 3, rtx, rtx - 10, rtx + 10)]
+    import pandas as pd
+
+    pd.DataFrame(rows, columns=["label", "scenario", "metric", "n", "n_valid", "median", "q1", "q3"]).to_csv(
+        tmp_path / "summary_runs.csv", index=False)
+    table = markdown_table(tmp_path, labels=["portus:upstream-reno", "ccp:reno"]).splitlines()
+    assert table[0] == "| CCA | throughput (Mbit/s) | p95 queueing delay (ms) | retransmits | runs |"
+    assert table[2] == "| portus:upstream-reno | 22.8 [22.7-22.9] | 48 [47-49] | 310 [300-320] | 3 |"
+    assert table[3].startswith("| ccp:reno | 22.5 ")
+    assert main([str(tmp_path), "--label", "kernel:reno"]) == 2
+    with pytest.raises(CcplabError, match="has no metric power"):
+        markdown_table(tmp_path, metrics=["power"])
