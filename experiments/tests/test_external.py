@@ -197,3 +197,34 @@ def test_the_docs_table_is_the_summary_of_the_analysis(tmp_path):
     assert main([str(tmp_path), "--label", "kernel:reno"]) == 2
     with pytest.raises(CcplabError, match="has no metric power"):
         markdown_table(tmp_path, metrics=["power"])
+
+
+def _script(tmp_path: Path, name: str, body: str) -> Path:
+    path = tmp_path / name
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_an_algorithm_that_never_binds_its_socket_is_named_with_the_socket_it_should_bind(tmp_path, monkeypatch):
+    import ccplab.run as run
+
+    monkeypatch.setattr(run, "READY_TIMEOUT_S", 0.5)
+    silent = _script(tmp_path, "silent", "exec sleep 30")
+    ipc = f"ccplab-test-{os.getpid()}"  # its own name: the host's /tmp/ccp/portus is left alone
+    flows = parse_flows([f"portus:silent={silent} --ipc-name {ipc}"])
+    with pytest.raises(CcplabError) as err:
+        run._start_algorithm(flows, tmp_path)
+    assert f"never bound its Portus socket /tmp/ccp/{ipc}" in str(err.value)
+    assert "was not ready after" in str(err.value)
+
+
+def test_an_algorithm_that_exits_before_it_is_ready_is_named_with_its_status_and_log(tmp_path):
+    import ccplab.run as run
+
+    failing = _script(tmp_path, "failing", "echo 'error: bad argument --nope' >&2; exit 3")
+    flows = parse_flows([f"portus:failing={failing} --nope --ipc-name ccplab-test-{os.getpid()}"])
+    with pytest.raises(CcplabError) as err:
+        run._start_algorithm(flows, tmp_path)
+    assert "portus:failing exited with status 3 before it was ready" in str(err.value)
+    assert "error: bad argument --nope" in str(err.value)
