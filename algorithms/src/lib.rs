@@ -41,6 +41,7 @@ pub mod rocinante;
 pub mod spoderman;
 pub mod sprout_ewma;
 pub mod suite;
+pub mod tutorial;
 pub mod unix_ipc;
 pub mod vegas;
 pub mod window;

@@ -10,7 +10,7 @@
 
 use crate::{bbr, cli, copa, cubic, reno, vegas, AlgorithmSpec};
 use crate::{aimd, delay_threshold, exp3cc, fixed_window, interval_prediction, mixture, pid, rocinante, spoderman,
-    sprout_ewma};
+    sprout_ewma, tutorial};
 use std::ffi::OsString;
 use std::process::ExitCode;
 
@@ -62,6 +62,8 @@ pub const SUITE: &[Entry] = &[
     entry::<mixture::MixtureSpec>(),
     entry::<spoderman::SpodermanSpec>(),
     entry::<exp3cc::Exp3ccSpec>(),
+    // The teaching algorithm docs/writing-an-algorithm.md builds.
+    entry::<tutorial::TutorialSpec>(),
 ];
 
 /// The entry called `name`.
