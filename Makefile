@@ -14,12 +14,17 @@ APT_TEST_COMMANDS := chromium
 APT_INSTALL := apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends
 
 .PHONY: demo test build deps deps-test deps-apt deps-apt-test deps-rust deps-python deps-python-test \
-	test-rust test-python bench clean kmod-check kmod-src deps-kmod
+	test-rust test-python docs bench clean kmod-check kmod-src deps-kmod
 
 demo: build
 	$(VENV)/bin/ccplab demo
 
-test: deps-test build test-rust test-python
+test: deps-test build docs test-rust test-python
+
+# The documentation site, warnings as errors (a broken link or API reference fails it); the
+# command-line reference runs the built binaries' --help. Output in target/site (mkdocs.yml).
+docs: deps-python-test build
+	$(PY) -m mkdocs build --strict --site-dir target/site
 
 # Real-flow tests take the host lock, so they never overlap another emulation
 # (`ccp` registers once per host; concurrent emulations distort each other).
