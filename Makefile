@@ -77,7 +77,8 @@ $(VENV)/.installed-test: $(VENV)/.installed
 
 # Benchmarks print figures (not timed tests): the log reader vs a line-by-line baseline.
 bench: build
-	$(PY) -m transient.bench
+	# the output is kept for docs/gen_results.py analysis-speed
+	mkdir -p results && set -o pipefail && $(PY) -m transient.bench | tee results/bench-analysis-$$(date +%Y%m%d-%H%M%S).txt
 	# what a run costs beyond its flow, kernel:cubic and ccp:cubic alternating (about 2 minutes)
 	$(NETLAB_LOCK) $(PY) -m ccplab.runbench --runs 5 --duration-s 5
 	CCPLAB_FUZZ_CASES=1000000 $(CARGO) test --release -p ccp-datapath --test fuzz_messages -- --nocapture
