@@ -1,11 +1,11 @@
 //! Small helpers shared by the cellular-contest algorithms
-//! (algorithms/README.md, "The cellular-contest algorithms"): an EWMA, a tick clock that turns
+//! (docs/algorithms.md, "The cellular-contest algorithms"): an EWMA, a tick clock that turns
 //! reports into fixed-length delivery-rate ticks, a once-per-RTT guard, the
 //! contest's congestion signal, a seeded random generator, and float
 //! logarithm / exponential that never call the C library.
 //!
 //! Why our own `ln`/`exp`: the `libccp` crate exports an unmangled C symbol
-//! `log` that shadows libm's (FIELD-NOTES), so `f64::ln()` in a binary that
+//! `log` that shadows libm's (docs/NOTES.md, "libccp's `log` symbol"), so `f64::ln()` in a binary that
 //! links libccp may jump into libccp's logger and crash. [`ln`], [`exp`] and
 //! [`pow`] below are short series in plain Rust arithmetic (no C library call
 //! at all; `f64::sqrt` compiles to the sqrtsd instruction). They are accurate
@@ -224,7 +224,7 @@ impl OncePerRtt {
     }
 }
 
-/// The contest's congestion signal, in TCP terms (ALGORITHMS.md section 2):
+/// The contest's congestion signal, in TCP terms (docs/algorithms.md):
 /// any ACK of the report with an RTT sample above `threshold_us` (the
 /// report's largest sample, `Report.maxrtt`, or its latest when that is
 /// absent), or any packet marked lost, or an RTO. Exactly the per-ACK test

@@ -1,4 +1,4 @@
-//! mixture (contest, ALGORITHMS.md section 2): cwnd = w_ip x cwnd(interval-
+//! mixture (contest, docs/algorithms.md): cwnd = w_ip x cwnd(interval-
 //! prediction) + w_dt x cwnd(delay-threshold --mode aimd), the two run side
 //! by side on the same reports, each with its own window and its defaults.
 //! Weights `--ip-weight` 0.3 and `--dt-weight` 0.7.
@@ -36,7 +36,7 @@ pub const PROGRAM: FoldProgram =
 impl AlgorithmSpec for MixtureSpec {
     const NAME: &'static str = "mixture";
     const SUMMARY: &'static str = "contest mixture: 0.3 x interval-prediction + 0.7 x delay-threshold (aimd), run side by side";
-    const SOURCE: &'static str = "cellular congestion-control contest (ALGORITHMS.md section 2)";
+    const SOURCE: &'static str = "cellular congestion-control contest (docs/algorithms.md)";
     type Args = MixtureArgs;
     type Flow = Mixture;
 

@@ -51,7 +51,7 @@ pub const SUITE: &[Entry] = &[
     entry::<bbr::BbrSpec>(),
     entry::<copa::CopaSpec>(),
     entry::<vegas::VegasSpec>(),
-    // The cellular-contest algorithms (ALGORITHMS.md section 2).
+    // The cellular-contest algorithms (docs/algorithms.md).
     entry::<fixed_window::FixedWindowSpec>(),
     entry::<aimd::AimdSpec>(),
     entry::<delay_threshold::DelayThresholdSpec>(),

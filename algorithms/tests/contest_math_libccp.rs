@@ -1,5 +1,5 @@
 //! The contest algorithms' logarithms and exponentials inside a binary that
-//! links libccp, whose exported C symbol `log` shadows libm's (FIELD-NOTES):
+//! links libccp, whose exported C symbol `log` shadows libm's (docs/NOTES.md, "libccp's `log` symbol"):
 //! a C-library `log` call here would run libccp's logger instead (and crash).
 //! `ccp_algorithms::contest::{ln, exp, pow}` are plain Rust series, so they
 //! must give the right numbers here too; exp3cc and spoderman, which use them,

@@ -241,7 +241,7 @@ static __always_inline __u64 sk_cgroup_id(const struct sock *sk)
 }
 
 /* Wake the consumer at most every wake_interval_ns: per-ACK wakeups cost
- * 7-20 us each in this VM, BPF_RB_NO_WAKEUP 0.3-0.5 us (FIELD-NOTES); the
+ * 7-20 us each in this VM, BPF_RB_NO_WAKEUP 0.3-0.5 us (docs/NOTES.md); the
  * daemon also polls with a 1 ms timeout, which bounds the delay of records
  * submitted without a wakeup. */
 static __always_inline __u64 wake_flag(__u64 now)

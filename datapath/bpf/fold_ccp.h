@@ -428,7 +428,7 @@ static __always_inline void fold_fill_ack(struct fold_ack *a, const struct tcp_s
 #ifndef FOLD_REPORT_WAKE_FLAGS
 /* Ring-buffer flags for a report that is not urgent; `prompt`: the flow
  * reports several times per RTT (fold_report_prompt). A wakeup costs 7-20 us
- * here (FIELD-NOTES) and a program reporting once per RTT reports on almost
+ * here (docs/NOTES.md) and a program reporting once per RTT reports on almost
  * every ACK when the RTT is tens of us: the includer should rate-limit, e.g.
  * `#define FOLD_REPORT_WAKE_FLAGS(now, prompt) wake_flag(now)` before including. */
 #define FOLD_REPORT_WAKE_FLAGS(now, prompt) BPF_RB_FORCE_WAKEUP
@@ -496,7 +496,7 @@ static __always_inline void fold_send_report(struct fold_flow *ff, __u32 flow_id
  * or compiled in between, see ccp.bpf.c).
  * Cwnd is seeded with the cwnd the algorithm last set (else the kernel's),
  * Rate with the rate it last set (libccp re-seeds both every invocation and
- * an asynchronous datapath must echo what it applied, FIELD-NOTES). After an
+ * an asynchronous datapath must echo what it applied, docs/NOTES.md). After an
  * RTO the algorithm's earlier requests are stale: they are forgotten and the
  * kernel's loss window stands until the algorithm sets something other than
  * that seed (src/fold.rs awaiting_alg).

@@ -17,7 +17,7 @@
 //! `sendto` follows symlinks), in directories checked and created like the
 //! bind directory: every release's reply reaches the one socket.
 //!
-//! Security (issue 8 item 5, "only root steers flows"): whoever can send to
+//! Security ("only root steers flows", docs/datapath.md): whoever can send to
 //! these sockets sets every `ccp` flow's cwnd and pacing rate. So
 //! - the bind directory is created mode 0700 (0770 group `--allow-gid`) and
 //!   an existing one must be a real directory owned by root that no one else
