@@ -56,10 +56,15 @@ def _head_commit() -> str:
     return out.stdout.strip()
 
 
+NOTE = ""
+"""Set by ``--note``: one sentence on the conditions of the run (e.g. other load on the host)."""
+
+
 def _header(kind: str, source: Path, commit: str, how: str) -> str:
     title = PAGES[kind][0]
+    note = f"{NOTE.rstrip('.')}.\n\n" if NOTE else ""
     return (f"{MARKER}\n# {title}\n\nFrom `{source.name}`, written {_stamp(source)}, "
-            f"commit `{commit}`. Generate it again: {how}\n\n")
+            f"commit `{commit}`. Generate it again: {how}\n\n{note}")
 
 
 def _md_table(rows: list[dict], columns: list[str]) -> str:
@@ -166,7 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("source", type=Path, help="the benchmark's output (file or directory, see above)")
     p.add_argument("--commit", help="the commit that was benchmarked (default: HEAD)")
     p.add_argument("--out-dir", type=Path, default=OUT_DIR, help="where the page goes (default docs/results)")
+    p.add_argument("--note", default="", help="one sentence on the run's conditions, printed under the header")
     args = p.parse_args(argv)
+    global NOTE
+    NOTE = args.note
     try:
         text = RENDER[args.page](args.source, args.commit or _head_commit())
     except InputError as exc:
