@@ -205,7 +205,8 @@ __u64 last_wake_ns = 0;
 	__u64 command_acks;	\
 	__u64 stale_command_acks;	\
 	__u64 guard_fallbacks;	\
-	__u64 cwnd_clamped;
+	__u64 cwnd_clamped;	\
+	__u64 rate_floored;
 
 /* tcp_input.c's FLAG_ECE (a #define, not in BTF): the ACK carried ECE. */
 #define TCP_ACK_FLAG_ECE 0x40
@@ -569,6 +570,18 @@ static __always_inline __u32 cwnd_ceiling(__u32 max_packets_out)
 	return c > CWND_CEILING_MIN_PKTS ? c : CWND_CEILING_MIN_PKTS;
 }
 
+/* The lowest pacing rate a command gets, bytes/s: one MSS per half the
+ * control guard's floor. Everything here, the control guard included, runs
+ * on ACKs; a commanded rate of a few bytes a second (a fold program can set
+ * Rate to anything) would space them minutes apart, and with nothing in
+ * flight no timer fires either: the flow would keep that rate for good. */
+static __always_inline __u64 pacing_floor(__u32 mss)
+{
+	__u64 gap_ns = ctl_guard_floor_ns / 2;
+
+	return gap_ns ? (__u64)mss * 1000000000ULL / gap_ns : 0;
+}
+
 static __always_inline void apply_command(struct sock *sk, struct tcp_sock *tp, struct ccp_priv *ca,
 					  const struct ccp_cmd *cmd)
 {
@@ -597,8 +610,17 @@ static __always_inline void apply_command(struct sock *sk, struct tcp_sock *tp, 
 		tp->snd_cwnd = cwnd;
 	}
 	if (cmd->rate_bytes_per_sec) {
+		__u64 rate = cmd->rate_bytes_per_sec, floor = pacing_floor(mss);
+
+		if (rate < floor) {
+			struct fold_counters *c = counters();
+
+			rate = floor;
+			if (c)
+				c->rate_floored++;
+		}
 		/* cong_control owners must pace themselves: TCP-internal pacing */
-		sk->sk_pacing_rate = cmd->rate_bytes_per_sec;
+		sk->sk_pacing_rate = rate;
 		sk->sk_pacing_status = SK_PACING_NEEDED;
 		ca->flags |= PRIV_PACED;
 	} else {
