@@ -132,6 +132,7 @@ struct ccp_priv {
 	__u32 fold_slot;	/* --fold kernel: the flow's slot in fold_flows (fold_ccp.h's) */
 	__u32 idle_lsndtime;	/* PRIV_IDLE: tp->lsndtime (jiffies) when the pipe emptied */
 	__u32 max_packets_out;	/* largest tp->packets_out a command saw: the cwnd ceiling's base */
+	__u32 fallback_pkts;	/* packets ACKed (rs->acked_sacked) while the fallback ran: who controlled the flow */
 };
 _Static_assert(sizeof(struct bictcp) <= CUBIC_PRIV_BYTES, "bictcp fits before ccp_priv");
 _Static_assert(CUBIC_PRIV_BYTES + sizeof(struct ccp_priv) <=
@@ -361,6 +362,7 @@ void BPF_PROG(ccp_init, struct sock *sk)
 	ca->flags = 0;
 	ca->fold_slot = FOLD_NO_SLOT;
 	ca->max_packets_out = 0;
+	ca->fallback_pkts = 0;
 	cubictcp_init(sk);	/* the fallback's state, ready whenever it is needed */
 	/* A CA set before us (e.g. bbr, the namespace default, before iperf3's
 	 * TCP_CONGESTION) may have left TCP-internal pacing on. The kernel keeps
@@ -417,8 +419,13 @@ void BPF_PROG(ccp_release, struct sock *sk)
 	bpf_map_delete_elem(&flows, &id);
 	fold_flow_end(sk, id);
 	ev = reserve_event(EV_RELEASE, id, bpf_ktime_get_ns());
-	if (ev)
+	if (ev) {
+		/* the flow's control evidence: packets delivered in all, and
+		 * ACKed while the fallback ran */
+		ev->delivered = tcp_sk(sk)->delivered;
+		ev->acked_sacked = ca->fallback_pkts;
 		bpf_ringbuf_submit(ev, BPF_RB_FORCE_WAKEUP);
+	}
 }
 
 /* Slow start threshold: under the fallback, kernel cubic's (beta 0.7, fast
@@ -723,6 +730,7 @@ static __always_inline void cubic_restart_after_idle(struct sock *sk, const stru
 static __always_inline void fallback(struct sock *sk, struct tcp_sock *tp, struct ccp_priv *ca,
 				     __u32 ack, const struct rate_sample *rs)
 {
+	ca->fallback_pkts += rs->acked_sacked;
 	if (!(ca->flags & PRIV_FALLBACK)) {
 		ca->flags |= PRIV_FALLBACK;
 		ca->flags &= ~PRIV_IDLE;	/* noted by an earlier spell of the fallback */

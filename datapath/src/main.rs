@@ -456,7 +456,8 @@ impl Loop {
         for flow_id in found.lost_releases {
             tracing::warn!(flow = flow_id, "flow's release record was lost; releasing it");
             self.resynced_flows += 1;
-            self.handle(Event::Released { flow_id, ts_ns: now });
+            // its record lost, its counts too: 0 of 0 says "no evidence"
+            self.handle(Event::Released { flow_id, ts_ns: now, delivered_pkts: 0, fallback_pkts: 0 });
         }
     }
 
@@ -530,17 +531,18 @@ impl Loop {
                     "control guard: flow not commanded within the bound; it runs the kernel's cubic until the algorithm commands it again"
                 );
             }
-            Event::Released { flow_id, .. } => {
+            Event::Released { flow_id, delivered_pkts, fallback_pkts, .. } => {
                 self.known.remove(&flow_id);
                 self.announced.remove(&flow_id);
                 self.bpf.delete_command(flow_id);
                 if let Some(k) = &mut self.kernel {
                     k.released(flow_id);
-                    tracing::info!(flow = flow_id, "flow released");
                 }
-                if self.fold.as_mut().is_some_and(|f| f.release(flow_id)) {
-                    tracing::info!(flow = flow_id, "flow released");
+                if let Some(f) = self.fold.as_mut() {
+                    f.release(flow_id);
                 }
+                // the runner reads these per flow (experiments/ccplab/control.py)
+                tracing::info!(flow = flow_id, delivered_pkts, fallback_pkts, "flow released");
             }
         }
     }

@@ -69,7 +69,7 @@ from .binaries import REPO_ROOT, project_binary, system_binary
 from .cca import Cca, DATAPATH_CA, kernel_ccs
 from .flows import BASE_PORT, FlowSpec, check_flows, flows_label, port_of, single_flow
 from .errors import CcplabError
-from .control import ValidityPolicy, control_evidence
+from .control import ValidityPolicy, control_evidence, flow_evidence
 from .hostlock import ccp_host_claim
 from .cleanup import find_leftovers, remove_namespace, remove_stale_partials
 from .processes import Daemon, child_env, supervised, wait_exit
@@ -186,6 +186,8 @@ def _claimed_run(flows: Sequence[FlowSpec], scenario: Scenario, out: Path, run_i
         first = flows[0].cca
         any_ccp = any(f.cca.kind == "ccp" for f in flows)
         control = control_evidence(partial / "datapath.log", policy) if any_ccp else None
+        if any_ccp:
+            entries, control = _with_flow_control(entries, flows, partial / "datapath.log", policy, control)
         if control is not None and not control["valid"] and not policy.keep_invalid:
             raise CcplabError(f"{control['reason']}: the run is not a valid result of "
                               f"{flows_label(flows)} and was not saved (--keep-invalid keeps it, marked)")
@@ -207,6 +209,27 @@ def _claimed_run(flows: Sequence[FlowSpec], scenario: Scenario, out: Path, run_i
         shutil.rmtree(partial, ignore_errors=True)
         raise
     return RunResult(out, [mbps for mbps, _ in checked], [cc for _, cc in checked])
+
+
+def _with_flow_control(entries: list[dict], flows: Sequence[FlowSpec], log: Path, policy: ValidityPolicy,
+                       control: dict) -> tuple[list[dict], dict]:
+    """Each ccp flow's entry gains its ``control`` evidence (``ccplab.control.flow_evidence``, None when
+    the datapath logged none for its port); a flow beyond ``policy`` makes the run's ``control`` invalid,
+    naming the flow."""
+    by_port = flow_evidence(log, policy)
+    out = []
+    for entry, f in zip(entries, flows):
+        if f.cca.kind == "ccp":
+            ev = by_port.get(entry["port"])
+            entry = {**entry, "control": ev}
+            if ev is not None and not ev["valid"] and control.get("valid", False):
+                control = {**control, "valid": False, "reason": (
+                    f"the kernel's cubic fallback drove {ev['fallback_share']:.1%} of flow {entry['index']} "
+                    f"({entry['label']}, port {entry['port']})'s packets ({ev['fallback_pkts']} of "
+                    f"{ev['delivered_pkts']} in {log.name}), more than the {policy.max_fallback_share:.1%} "
+                    "allowed (--max-fallback-share)")}
+        out.append(entry)
+    return out, control
 
 
 def _iperf3_file(index: int, n_flows: int) -> str:
