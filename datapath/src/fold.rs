@@ -550,10 +550,14 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn losses_always_reach_the_fold_and_rto_makes_the_last_command_stale() {
+    /// An engine (control guard floor `guard_floor_ms`) with `PROGRAM` installed the way Portus does
+    /// it and flow 1 created and changed to it: (engine, its outbox, the program's scope, the flow's
+    /// libccp socket id).
+    fn flow_running_program(guard_floor_ms: u64) -> (FoldEngine, Outbox, portus::lang::Scope, u32) {
         let out = Outbox::default();
-        let mut eng = FoldEngine::new(Box::new(out.clone()), 1, "reno").expect("libccp");
+        let mut eng = FoldEngine::new(Box::new(out.clone()), 1, "reno")
+            .expect("libccp")
+            .with_guard_floor(std::time::Duration::from_millis(guard_floor_ms));
         let (bin, sc) = portus::lang::compile(PROGRAM.as_bytes(), &[]).expect("compiles");
         let install = serialize::install::Msg {
             sid: 0,
@@ -576,6 +580,12 @@ mod tests {
             .expect("create message");
         let change = serialize::changeprog::Msg { sid, program_uid: sc.program_uid, num_fields: 0, fields: vec![] };
         eng.recv_msg(&mut serialize::serialize(&change).unwrap(), 0).unwrap();
+        (eng, out, sc, sid)
+    }
+
+    #[test]
+    fn losses_always_reach_the_fold_and_rto_makes_the_last_command_stale() {
+        let (mut eng, out, sc, sid) = flow_running_program(250);
         let set_cwnd = |eng: &mut FoldEngine, bytes: u64| {
             let cwnd = sc.get("Cwnd").unwrap().clone();
             let m = serialize::update_field::Msg { sid, num_fields: 1, fields: vec![(cwnd, bytes)] };
@@ -611,31 +621,7 @@ mod tests {
     #[test]
     fn the_control_guard_takes_a_flow_the_algorithm_stopped_commanding_and_hands_it_back() {
         const MS: u64 = 1_000_000;
-        let out = Outbox::default();
-        let mut eng = FoldEngine::new(Box::new(out.clone()), 1, "reno").expect("libccp")
-            .with_guard_floor(std::time::Duration::from_millis(250));
-        let (bin, sc) = portus::lang::compile(PROGRAM.as_bytes(), &[]).expect("compiles");
-        let install = serialize::install::Msg {
-            sid: 0,
-            program_uid: sc.program_uid,
-            num_events: bin.events.len() as u32,
-            num_instrs: bin.instrs.len() as u32,
-            instrs: bin,
-        };
-        eng.recv_msg(&mut serialize::serialize(&install).unwrap(), 0).unwrap();
-        let info = FlowCreated { flow_id: 1, mss: MSS, init_cwnd_pkts: 10, ..Default::default() };
-        eng.create(&info, None, 0).unwrap();
-        let sid = out
-            .0
-            .borrow()
-            .iter()
-            .find_map(|b| match Msg::from_buf(b) {
-                Ok((Msg::Cr(c), _)) => Some(c.sid),
-                _ => None,
-            })
-            .expect("create message");
-        let change = serialize::changeprog::Msg { sid, program_uid: sc.program_uid, num_fields: 0, fields: vec![] };
-        eng.recv_msg(&mut serialize::serialize(&change).unwrap(), 0).unwrap();
+        let (mut eng, _out, sc, sid) = flow_running_program(250);
         let cwnd_reg = sc.get("Cwnd").unwrap().clone();
         let set_cwnd = |eng: &mut FoldEngine, to_sid: u32, pkts: u64, at: u64| {
             let m = serialize::update_field::Msg { sid: to_sid, num_fields: 1, fields: vec![(cwnd_reg.clone(), pkts * u64::from(MSS))] };
