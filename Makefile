@@ -79,6 +79,17 @@ $(VENV)/.installed-test: $(VENV)/.installed
 bench: build
 	# the output is kept for docs/gen_results.py analysis-speed
 	mkdir -p results && set -o pipefail && $(PY) -m transient.bench | tee results/bench-analysis-$$(date +%Y%m%d-%H%M%S).txt
+	# the analysis of 16 flows (starting 2 s apart) against one flow, two 60 s runs at 24 Mbit/s (about 3 minutes)
+	rm -rf results/bench-flows && mkdir -p results/bench-flows
+	target/release/ccplab-trace step --before-mbps 0 --after-mbps 24 --at-s 0 --duration-s 70 --sigma-mbps 0 --seed 1 \
+	    --out results/bench-flows/flat24.trace
+	$(NETLAB_LOCK) $(VENV)/bin/ccplab run $$(for k in $$(seq 0 15); do echo --flow kernel:cubic@$$((k * 2)); done) \
+	    --trace results/bench-flows/flat24.trace --one-way-delay-ms 25 --queue-packets 100 --duration-s 60 \
+	    --out results/bench-flows/16-flows
+	$(NETLAB_LOCK) $(VENV)/bin/ccplab run --cca kernel:cubic --trace results/bench-flows/flat24.trace \
+	    --one-way-delay-ms 25 --queue-packets 100 --duration-s 60 --out results/bench-flows/1-flow
+	set -o pipefail && $(PY) -m transient.bench --flows results/bench-flows/16-flows results/bench-flows/1-flow \
+	    | tee results/bench-analysis-flows-$$(date +%Y%m%d-%H%M%S).txt
 	# what a run costs beyond its flow, kernel:cubic and ccp:cubic alternating (about 2 minutes)
 	$(NETLAB_LOCK) $(PY) -m ccplab.runbench --runs 5 --duration-s 5
 	CCPLAB_FUZZ_CASES=1000000 $(CARGO) test --release -p ccp-datapath --test fuzz_messages -- --nocapture

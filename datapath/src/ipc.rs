@@ -580,9 +580,9 @@ impl Outgoing {
 /// apply part of some refused installs).
 ///
 /// Errors: the message is refused (by the screen or by libccp).
-pub fn deliver_to_libccp(fold: &mut crate::fold::FoldEngine, msg: &mut [u8]) -> Result<()> {
+pub fn deliver_to_libccp(fold: &mut crate::fold::FoldEngine, msg: &mut [u8], now_ns: u64) -> Result<()> {
     crate::fold_kernel::parse_message(msg).map_err(|e| anyhow::anyhow!("Portus message refused: {e}"))?;
-    fold.recv_msg(msg)
+    fold.recv_msg(msg, now_ns)
 }
 
 #[cfg(test)]
@@ -663,7 +663,7 @@ pub(crate) mod tests {
         assert_eq!(from.as_pathname().unwrap(), bound.as_path());
         // a trusted datagram from elsewhere than the Portus socket names no algorithm
         UnixDatagram::unbound().unwrap().send_to(b"other", &bound).unwrap();
-        let mut recv = |ipc: &mut PortusIpc, buf: &mut [u8]| {
+        let recv = |ipc: &mut PortusIpc, buf: &mut [u8]| {
             for _ in 0..100 {
                 if let Some(n) = ipc.try_recv(buf).unwrap() {
                     return n;
