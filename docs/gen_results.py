@@ -5,7 +5,7 @@ One page per benchmark, each replaced whole (nothing of an earlier page survives
     python docs/gen_results.py datapath results/bench-datapath-<stamp>.json
     python docs/gen_results.py fidelity results/<fidelity out>            # its fidelity.csv
     python docs/gen_results.py contest results/<contest out>              # leaderboard.csv, contest.json
-    python docs/gen_results.py analysis-speed results/bench-analysis-<stamp>.txt
+    python docs/gen_results.py analysis-speed results/bench-analysis-<stamp>.txt [results/bench-analysis-flows-<stamp>.txt]
 
 Inputs: ``python -m ccplab.dpbench --json FILE`` (the datapath benchmark; its tables are
 printed again by ``dpbench --from FILE``), ``ccplab fidelity --out DIR``, ``ccplab contest --out
@@ -148,17 +148,22 @@ def render_datapath(json_path: Path, commit: str) -> str:
             + "```text\n" + out.stdout.rstrip() + "\n```\n")
 
 
-def render_analysis_speed(text_path: Path, commit: str) -> str:
-    """The analysis-speed page from the text ``python -m transient.bench`` printed."""
-    if not text_path.is_file():
-        raise InputError(f"{text_path}: no such file")
-    text = text_path.read_text().rstrip()
-    if not text:
-        raise InputError(f"{text_path}: empty")
+def render_analysis_speed(text_path: Path, commit: str, more: list[Path] = ()) -> str:
+    """The analysis-speed page from the text ``python -m transient.bench`` printed (and, in
+    ``more``, what ``transient.bench --flows`` printed)."""
+    texts = []
+    for path in [text_path, *more]:
+        if not path.is_file():
+            raise InputError(f"{path}: no such file")
+        text = path.read_text().rstrip()
+        if not text:
+            raise InputError(f"{path}: empty")
+        texts.append(text)
     return (_header("analysis-speed", text_path, commit, "`make bench` saves the output of "
-                    "`python -m transient.bench` to `results/bench-analysis-<stamp>.txt`; then "
-                    "`python docs/gen_results.py analysis-speed FILE`.")
-            + "```text\n" + text + "\n```\n")
+                    "`python -m transient.bench` to `results/bench-analysis-<stamp>.txt` (and that of "
+                    "`--flows` to `results/bench-analysis-flows-<stamp>.txt`); then "
+                    "`python docs/gen_results.py analysis-speed FILE [FLOWS_FILE]`.")
+            + "".join("```text\n" + t + "\n```\n\n" for t in texts).rstrip() + "\n")
 
 
 RENDER = {"datapath": render_datapath, "fidelity": render_fidelity, "contest": render_contest,
@@ -168,15 +173,23 @@ RENDER = {"datapath": render_datapath, "fidelity": render_fidelity, "contest": r
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("page", choices=sorted(RENDER))
-    p.add_argument("source", type=Path, help="the benchmark's output (file or directory, see above)")
+    p.add_argument("source", type=Path, nargs="+",
+                   help="the benchmark's output (file or directory, see above; analysis-speed takes one or two)")
     p.add_argument("--commit", help="the commit that was benchmarked (default: HEAD)")
     p.add_argument("--out-dir", type=Path, default=OUT_DIR, help="where the page goes (default docs/results)")
     p.add_argument("--note", default="", help="one sentence on the run's conditions, printed under the header")
     args = p.parse_args(argv)
     global NOTE
     NOTE = args.note
+    most = 2 if args.page == "analysis-speed" else 1
+    if len(args.source) > most:
+        p.error(f"{args.page} takes at most {most} source(s)")
     try:
-        text = RENDER[args.page](args.source, args.commit or _head_commit())
+        commit = args.commit or _head_commit()
+        if args.page == "analysis-speed":
+            text = render_analysis_speed(args.source[0], commit, args.source[1:])
+        else:
+            text = RENDER[args.page](args.source[0], commit)
     except InputError as exc:
         print(f"gen_results: {exc}", file=sys.stderr)
         return 2
