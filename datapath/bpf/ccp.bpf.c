@@ -881,7 +881,8 @@ static __always_inline void fold_cong_control_end(struct sock *sk, struct tcp_so
 	struct ccp_cmd cmd = {};
 	__u64 now, hb;
 
-	if (ff && fold_ack_end(ff, ca->flow_id, err, compiled, &cmd.cwnd_bytes, &cmd.rate_bytes_per_sec)) {
+	if (ff && fold_ack_end(ff, ca->flow_id, err, compiled, tp->mss_cache, &cmd.cwnd_bytes,
+				 &cmd.rate_bytes_per_sec)) {
 		now = fold_ack_now(ff);
 		hb = heartbeat_ns;
 		if (hb && (hb > now || now - hb < stale_after_ns) && control_guard(tp, ca, ff, rs, now)) {
