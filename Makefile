@@ -14,17 +14,29 @@ APT_TEST_COMMANDS := chromium
 APT_INSTALL := apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends
 
 .PHONY: demo test build deps deps-test deps-apt deps-apt-test deps-rust deps-python deps-python-test \
-	test-rust test-python docs bench clean kmod-check kmod-src deps-kmod
+	test-rust test-python docs bench clean kmod-check kmod-src deps-kmod upstream-algs
 
 demo: build
 	$(VENV)/bin/ccplab demo
 
-test: deps-test build docs test-rust test-python
+test: deps-test build upstream-algs docs test-rust test-python
 
 # The documentation site, warnings as errors (a broken link or API reference fails it); the
 # command-line reference runs the built binaries' --help. Output in target/site (mkdocs.yml).
 docs: deps-python-test build
 	$(PY) -m mkdocs build --strict --site-dir target/site
+
+# The CCP project's own generic_cong_avoid (reno and cubic on portus 0.7) from crates.io, which the
+# tests run through the runner as external algorithms (portus:NAME=COMMAND). Installed once into
+# target/ (nothing outside the tree); the binary is the target, so a second `make test` skips it.
+UPSTREAM_GCA := target/upstream-gca
+UPSTREAM_GCA_VERSION := 0.4.0
+
+upstream-algs: $(UPSTREAM_GCA)/bin/reno $(UPSTREAM_GCA)/bin/cubic
+
+$(UPSTREAM_GCA)/bin/reno $(UPSTREAM_GCA)/bin/cubic &: | deps-rust
+	$(CARGO) install generic_cong_avoid --version $(UPSTREAM_GCA_VERSION) --features bin --locked \
+	    --root $(UPSTREAM_GCA)
 
 # Real-flow tests take the host lock, so they never overlap another emulation
 # (`ccp` registers once per host; concurrent emulations distort each other).

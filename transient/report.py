@@ -169,6 +169,9 @@ Tables: <a href="runs.csv">runs.csv</a>, <a href="steps.csv">steps.csv</a>,
 <a href="flows.csv">flows.csv</a>, <a href="fairness.csv">fairness.csv</a>, <a href="flow_steps.csv">flow_steps.csv</a>,
 <a href="summary_flows.csv">summary_flows.csv</a>, <a href="harm.csv">harm.csv</a>{% endif %}.
 Every figure is also a PDF (link under it). Cells: median [{{ ci_text }}], IQR and n below.</p>
+{% if external %}<p class="meta">External algorithms: {% for l in external %}<b>{{ l }}</b>{{ ", " if not loop.last }}{% endfor %}:
+Portus algorithms of their own binaries, not of the suite, run through the same link and ccp-datapath (each
+run's command is in its metadata.json, <code>external</code>).</p>{% endif %}
 {% if errors %}<h2 class="warn">Runs not analysed</h2><ul>{% for p, e in errors %}<li><code>{{ p }}</code>: {{ e }}</li>{% endfor %}</ul>{% endif %}
 <nav><b>Contents</b><ul>
 <li><a href="#overview">Overview across scenarios</a></li>
@@ -539,6 +542,7 @@ def write_report(
             overview=_overview(run_sum, step_sum, labels, scen_names, colors, methods),
             notes=METRIC_NOTES, tpcca="tpcca" in methods, tpcca_faults=faults,
             run_table=_run_table(runs), flows=flow_part if multi is not None else None,
+            external=sorted(set(external_labels(runs)) | set(external_labels(multi) if multi is not None else [])),
         )
         # Publish: figures first, then the tables, the page that references them last.
         (out / "plots").mkdir(exist_ok=True)
@@ -562,6 +566,17 @@ def write_report(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out / "report.html"
+
+
+EXTERNAL_PREFIX = "portus:"
+"""The label prefix of an external Portus algorithm (the runner's ``portus:NAME=COMMAND``)."""
+
+
+def external_labels(frame: pd.DataFrame) -> list[str]:
+    """The external algorithms among a table's CCAs (``cca`` starting with `EXTERNAL_PREFIX`), sorted."""
+    if "cca" not in frame.columns:
+        return []
+    return sorted({str(c) for c in frame["cca"].dropna() if str(c).startswith(EXTERNAL_PREFIX)})
 
 
 MAX_FLOW_FIGURES = 12

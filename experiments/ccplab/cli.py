@@ -16,7 +16,7 @@ from pathlib import Path
 from . import scenario as sc
 from .argtypes import MAX_DELAY_MS, MAX_DURATION_S, MAX_QUEUE_PACKETS, MAX_RATE_MBPS, Parser, UsageError, number, whole
 from .binaries import REPO_ROOT
-from .cca import parse_cca
+from .cca import parse_cca, split_cca_list
 from .errors import CcplabError
 
 
@@ -33,7 +33,14 @@ NOISE_MBPS = number(0.0, MAX_RATE_MBPS)
 FLOW_METAVAR = "CCA[@START_S[:STOP_S]][+DELAY_MS]"
 FLOW_HELP = ("a flow of several sharing the link (repeat): its CCA, when it starts and stops (whole s after the "
              "first flow's start; default 0 and the run's end) and an extra RTT in ms, e.g. --flow kernel:cubic "
-             "--flow ccp:bbr@10 --flow ccp:cubic:beta=0.8@20:40+30")
+             "--flow ccp:bbr@10 --flow ccp:cubic:beta=0.8@20:40+30; an external algorithm's suffix follows its "
+             "command: --flow 'portus:r=/opt/gca/bin/reno@10'")
+CCA_HELP = ("kernel:NAME (the kernel's own, e.g. kernel:cubic), ccp:NAME[:flag=value...] (an algorithm of the "
+            "suite, e.g. ccp:cubic:beta=0.8) or portus:NAME=COMMAND (any Portus algorithm binary with its own "
+            "arguments, split as a shell would, e.g. 'portus:upstream-reno=/opt/gca/bin/reno --per_ack'; "
+            "leading VAR=VALUE words set its environment; it binds /tmp/ccp/portus, or /tmp/ccp/X given "
+            "--ipc-name X, over unix sockets; labelled portus:NAME and recorded as external; it shares a run "
+            "only with kernel flows and itself)")
 
 
 def _link_args(p: argparse.ArgumentParser, defaults: bool) -> None:
@@ -67,14 +74,15 @@ def build_parser() -> argparse.ArgumentParser:
         prog="ccplab",
         description="Run congestion-control experiments through an emulated bottleneck and "
                     "score the CCAs' transient behaviour. CCAs: kernel:NAME (the kernel's own, "
-                    "e.g. kernel:cubic) or ccp:NAME (a Portus algorithm through ccp-datapath).",
+                    "e.g. kernel:cubic), ccp:NAME (a Portus algorithm of the suite through ccp-datapath) "
+                    "or portus:NAME=COMMAND (an external Portus binary through ccp-datapath).",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="one flow of one CCA (or several competing flows, --flow) through the "
                          "emulated link")
     who = run.add_mutually_exclusive_group(required=True)
-    who.add_argument("--cca", help="kernel:NAME or ccp:NAME: one flow for the whole run")
+    who.add_argument("--cca", help="one flow for the whole run: " + CCA_HELP)
     who.add_argument("--flow", action="append", metavar=FLOW_METAVAR, help=FLOW_HELP)
     run.add_argument("--trace", required=True, type=Path, help="mahimahi trace of the uplink (data direction)")
     run.add_argument("--step", action="append", default=[], metavar="AT_S:FROM_MBPS:TO_MBPS",
@@ -86,7 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_ = sub.add_parser("compare", help="several CCAs (or one set of competing flows) x several runs of one "
                           "scenario, then the report")
     who = cmp_.add_mutually_exclusive_group(required=True)
-    who.add_argument("--cca", action="append", help="a CCA; repeat for each (or comma-separate)")
+    who.add_argument("--cca", action="append", help="a CCA; repeat for each (or comma-separate; "
+                     "portus:NAME=COMMAND one per --cca): " + CCA_HELP)
     who.add_argument("--flow", action="append", metavar=FLOW_METAVAR,
                      help=FLOW_HELP + "; --runs repeats the whole set of flows")
     cmp_.add_argument("--runs", type=RUNS, default=sc.DEMO_RUNS, help="runs per CCA (default %(default)s)")
@@ -232,7 +241,7 @@ def cmd_compare(args) -> int:
     if args.flow:
         ccas = [_flows_of(args)]
     else:
-        ccas = [parse_cca(n.strip()) for item in args.cca for n in item.split(",") if n.strip()]
+        ccas = [parse_cca(n) for n in split_cca_list(args.cca)]
     steps = () if args.trace else sc.parse_step_args(args.step or ["0:0:12"])
     return _comparison(ccas, args.trace, steps, args.sigma_mbps, args.seed, args.one_way_delay_ms,
                        args.queue_packets, args.duration_s, args.runs, args.out, not args.no_analysis,
@@ -371,7 +380,8 @@ def _add_contest_parser(sub) -> None:
         "utilization, p95 per-packet queueing delay, p95 signal delay as mahimahi's mm-throughput-graph, and "
         "power score = throughput (Mbit/s) / p95 signal delay (s)), sorted by score; write runs.csv, "
         "leaderboard.csv and plots (throughput/delay plane, throughput over time per CCA; PNG + PDF).")
-    con.add_argument("--cca", action="append", default=[], help="a CCA (repeat); default: every algorithm of the "
+    con.add_argument("--cca", action="append", default=[], help="a CCA (repeat; see `ccplab run --help`, "
+                     "portus:NAME=COMMAND included); default: every algorithm of the "
                      "suite plus kernel:cubic and kernel:bbr")
     con.add_argument("--trace", default=ct.DEFAULT_TRACE, metavar="NAME|PATH",
                      help="a cellular trace of traces/cellular by name (Verizon-LTE-short, TMobile-LTE-short, "
@@ -412,7 +422,8 @@ def _add_coexist_parser(sub) -> None:
         "CCA from --second-start-s) and each CCA alone on a constant-capacity link, --runs times each, then "
         "writes coexist.csv (the row flow's share while both run, Jain's fairness index, throughput and delay "
         "harm done to the row flow, Ware et al. HotNets 2019), heatmaps and the report.")
-    co.add_argument("--cca", action="append", required=True, help="a CCA (repeat, or comma-separate)")
+    co.add_argument("--cca", action="append", required=True, help="a CCA (repeat, or comma-separate; "
+                    "portus:NAME=COMMAND one per --cca, and it meets kernel CCAs and itself only): " + CCA_HELP)
     co.add_argument("--runs", type=RUNS, default=3, help="runs of each pair and each CCA alone (default %(default)s)")
     co.add_argument("--second-start-s", type=DURATION_S, default=cx.DEFAULT_SECOND_START_S,
                     help="when the second flow starts, s after the first (default %(default)s)")
@@ -432,7 +443,7 @@ def _add_coexist_parser(sub) -> None:
 def cmd_coexist(args) -> int:
     from . import coexist as cx
 
-    ccas = [parse_cca(n.strip()) for item in args.cca for n in item.split(",") if n.strip()]
+    ccas = [parse_cca(n) for n in split_cca_list(args.cca)]
     plan = cx.make_plan(ccas, args.second_start_s, args.duration_s)
     queue = args.queue_packets if args.queue_packets is not None else cx.queue_packets_for(
         1.0 if args.queue_bdp is None else args.queue_bdp, args.capacity_mbps, args.one_way_delay_ms)

@@ -31,7 +31,7 @@ from typing import Sequence
 
 from .cca import Cca
 from .errors import CcplabError
-from .flows import FlowSpec
+from .flows import FlowSpec, check_flows
 
 DEFAULT_SECOND_START_S = 10
 DEFAULT_CAPACITY_MBPS = 24.0
@@ -70,7 +70,10 @@ def make_plan(ccas: Sequence[Cca], second_start_s: int, duration_s: int) -> Coex
     if second_start_s >= duration_s:
         raise CcplabError(f"--second-start-s {second_start_s} must be before the end of the {duration_s} s run "
                           "(--duration-s)")
-    return CoexistPlan(tuple(ccas), second_start_s)
+    plan = CoexistPlan(tuple(ccas), second_start_s)
+    for flows in plan.pairs():  # e.g. an external algorithm (its own Portus daemon) against a ccp one
+        check_flows(flows, duration_s)
+    return plan
 
 
 def queue_packets_for(queue_bdp: float, capacity_mbps: float, one_way_delay_ms: int) -> int:

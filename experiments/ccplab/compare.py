@@ -75,8 +75,13 @@ def setup_comparison(ccas: Sequence[Entry], runs: int, out: Path, one_way_delay_
     if not ccas:
         raise CcplabError("no CCA given: use --cca kernel:NAME or --cca ccp:NAME")
     Scenario("check", Path("."), one_way_delay_ms, queue_packets, duration_s, tuple(steps)).validate()
+    labels = [flows_label(entry_flows(e)) for e in ccas]
+    dup = sorted({label for label in labels if labels.count(label) > 1})
+    if dup:
+        raise CcplabError(f"{dup[0]} is given twice (each entry of a comparison needs its own label)")
     for entry in ccas:
         check_flows(entry_flows(entry), duration_s)
+    for entry in ccas:  # the input first, then the machine
         preflight_flows(entry_flows(entry))
     out = check_out_dir(out)
     if trace is not None:

@@ -1,7 +1,7 @@
 """Several flows through one bottleneck: ``--flow CCA[@START_S[:STOP_S]][+DELAY_MS]``.
 
-A run holds one or more flows, each with its own CCA (``kernel:NAME`` or
-``ccp:NAME[:flag=value...]``, see ``ccplab.cca``), started START_S seconds
+A run holds one or more flows, each with its own CCA (``kernel:NAME``,
+``ccp:NAME[:flag=value...]`` or ``portus:NAME=COMMAND``, see ``ccplab.cca``), started START_S seconds
 after the first flow (default 0) and stopped at STOP_S (default: the run's
 end). ``+DELAY_MS`` adds DELAY_MS ms to that flow's RTT (extra one-way delay
 on its ACK path, ``ccplab-link --ack-delay``), for RTT-fairness experiments.
@@ -17,6 +17,10 @@ share one datapath and one algorithm daemon hosting every algorithm named
 (``ccp-algorithms NAME --also NAME2...``); the datapath tells hosted
 algorithms apart by name only, so two ccp flows of one algorithm with
 different parameters cannot share a run (refused before anything starts).
+The datapath talks to one Portus socket, so an external algorithm
+(``portus:NAME=COMMAND``, its own daemon) shares a run with kernel flows and
+with flows of itself only. Its timing and delay suffixes follow the command
+(``portus:r=/opt/gca/bin/reno --per_ack@10+20``).
 
 ``--cca X`` is one flow of X from 0 to the end, so single-flow runs are the
 one-flow case of this module.
@@ -28,7 +32,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from .cca import Cca, parse_cca
+from .cca import EXTERNAL_KIND, Cca, parse_cca
 from .errors import CcplabError
 
 BASE_PORT = 5201
@@ -43,6 +47,8 @@ MAX_EXTRA_DELAY_MS = 10_000
 _TIMING = re.compile(r"^(?P<start>\d+)(?::(?P<stop>\d+))?$")
 _DELAY = re.compile(r"^\d+$")
 _DELAY_SUFFIX = re.compile(r"^(?P<body>.*)\+(?P<delay>[^+@]*)$")
+# an external algorithm's command may hold '@' and '+': only a suffix of digits after its last word is timing
+_EXTERNAL_SUFFIX = re.compile(r"^(?P<cca>.*?)(?:@(?P<timing>\d+(?::\d+)?))?(?:\+(?P<delay>\d+))?$", re.S)
 
 
 @dataclass(frozen=True)
@@ -76,7 +82,7 @@ class FlowSpec:
         return {"index": index, "cca": self.cca.base, "cca_params": self.cca.param_dict,
                 "label": str(self.cca), "spec": str(self), "port": port_of(index),
                 "start_s": float(self.start_s), "stop_s": None if self.stop_s is None else float(self.stop_s),
-                "extra_delay_ms": self.extra_delay_ms}
+                "extra_delay_ms": self.extra_delay_ms, "external": self.cca.external_json()}
 
 
 def port_of(index: int) -> int:
@@ -84,8 +90,34 @@ def port_of(index: int) -> int:
     return BASE_PORT + index
 
 
+def split_external_flow(text: str) -> tuple[str, str]:
+    """``portus:NAME=COMMAND[@START_S[:STOP_S]][+DELAY_MS]`` as (CCA text, suffix), by syntax only."""
+    m = _EXTERNAL_SUFFIX.match(text)
+    suffix = text[len(m["cca"]):]
+    return m["cca"], suffix
+
+
+def flow_label_text(text: str) -> str:
+    """A ``--flow`` value as its label, without parsing it against the machine: an external
+    algorithm's command left out (``portus:r=/x/reno@10`` -> ``portus:r@10``)."""
+    if text.startswith(EXTERNAL_KIND + ":"):
+        cca, suffix = split_external_flow(text)
+        return cca.split("=", 1)[0] + suffix
+    return text
+
+
 def parse_flow(text: str) -> FlowSpec:
     """Parse ``CCA[@START_S[:STOP_S]][+DELAY_MS]``; CcplabError names the flow and what is wrong."""
+    if text.startswith(EXTERNAL_KIND + ":"):
+        cca_text, suffix = split_external_flow(text)
+        timing_flow = parse_flow("kernel:reno" + suffix) if suffix else None  # the suffix's syntax, shared
+        try:
+            cca = parse_cca(cca_text)
+        except CcplabError as exc:
+            raise CcplabError(f"--flow {flow_label_text(text)!r}: {exc}") from None
+        if timing_flow is None:
+            return FlowSpec(cca)
+        return FlowSpec(cca, timing_flow.start_s, timing_flow.stop_s, timing_flow.extra_delay_ms)
     m = _DELAY_SUFFIX.match(text)
     body, delay = (m["body"], m["delay"]) if m else (text, None)
     if delay is not None and not _DELAY.match(delay):
@@ -141,6 +173,15 @@ def check_flows(flows: Sequence[FlowSpec], duration_s: int | None = None) -> Non
             if f.stop_s is not None and f.stop_s > duration_s:
                 raise CcplabError(f"flow {f}: stops at {f.stop_s} s, after the end of the {duration_s} s run "
                                   "(--duration-s)")
+    daemons = {}
+    for f in flows:
+        if f.cca.uses_datapath:
+            daemons.setdefault(_daemon_of(f.cca), f)
+    if len(daemons) > 1:
+        a, b = list(daemons.values())[:2]
+        raise CcplabError(
+            f"flows {a} and {b}: each needs its own Portus daemon, and ccp-datapath talks to one: an external "
+            "algorithm (portus:NAME=COMMAND) shares a run only with kernel flows and flows of itself")
     tunings: dict[str, FlowSpec] = {}
     for f in flows:
         if f.cca.kind != "ccp":
@@ -150,6 +191,12 @@ def check_flows(flows: Sequence[FlowSpec], duration_s: int | None = None) -> Non
             raise CcplabError(
                 f"flows {seen} and {f}: the datapath cannot tell two tunings of ccp:{f.cca.name} apart (its "
                 "rules choose a hosted algorithm by name); run them in separate runs")
+
+
+def _daemon_of(cca: Cca) -> tuple:
+    """Which Portus daemon serves ``cca``: the suite's one daemon for every ccp:NAME, an external
+    algorithm's own command for portus:NAME."""
+    return ("suite",) if cca.kind == "ccp" else (cca.name, cca.command, cca.env)
 
 
 def single_flow(cca: Cca) -> tuple[FlowSpec, ...]:

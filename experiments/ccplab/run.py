@@ -4,9 +4,11 @@ Order (each step waits until the previous one is ready):
     1. ccplab-link: namespaces + emulated bottleneck replaying the trace, logging
        every packet with its flow (``--flow-log``) and delaying flows' ACKs as asked
     2. if any flow is ccp: one Portus algorithm daemon hosting every ccp algorithm
-       of the run (binds /tmp/ccp/portus), then ccp-datapath (registers the
-       struct_ops congestion control ``ccp``; a rule per ccp flow picks its
-       algorithm by the flow's port)
+       of the run (binds /tmp/ccp/portus), or the external algorithm's own
+       binary (``portus:NAME=COMMAND``; binds /tmp/ccp/portus, or /tmp/ccp/X
+       with ``--ipc-name X``), ready when its socket appears; then ccp-datapath
+       (registers the struct_ops congestion control ``ccp``; a rule per ccp
+       flow picks its algorithm by the flow's port)
     3. one iperf3 server per flow in the receiver namespace (port 5201 + flow
        index); each flow's client starts in the sender namespace at its START_S
        with TCP_CONGESTION = NAME (kernel) or ``ccp``
@@ -26,14 +28,18 @@ Files of a run directory:
     metadata.json   what ran (schema 3: CCA, scenario, versions, times) - written
                     last. ``flows``: one entry per flow (index, cca, cca_params,
                     label, spec, port, start_s, stop_s, extra_delay_ms, iperf3,
-                    iperf3_receiver_mbps, socket_congestion_control, and on the
+                    iperf3_receiver_mbps, socket_congestion_control, external
+                    (an external algorithm's command, env and Portus socket;
+                    null for the others), and on the
                     link log's clock flow_start_s / flow_end_s: the arrival of
                     its first full-size packet and 1 ms after its last). The
                     top-level ``cca``, ``cca_params``, ``flow_start_s`` and
                     ``files.iperf3`` are the first flow's (a one-flow run reads
                     as before); ``label`` names the set of flows. The analysis
                     measures transients from the data flow's own time zero,
-                    not from iperf3's control connection. A ccp run adds
+                    not from iperf3's control connection. Top-level
+                    ``external``: {label: record} of the run's external
+                    algorithms (empty when none). A ccp run adds
                     ``control`` (who drove the flows: ``ccplab.control``),
                     per ccp flow ``control`` (its packets delivered and those
                     ACKed under the fallback, the algorithm the datapath
@@ -132,7 +138,7 @@ def preflight_flows(flows: Sequence[FlowSpec]) -> None:
     system_binary("setpriv", "util-linux")  # daemons die with the runner (processes.supervised)
     project_binary("ccplab-link")
     ccp_names = [f.cca.name for f in flows if f.cca.kind == "ccp"]
-    if ccp_names:
+    if any(f.cca.uses_datapath for f in flows):
         if not BTF_VMLINUX.exists():
             raise CcplabError(
                 f"no BPF: {BTF_VMLINUX} is missing, so the struct_ops datapath cannot "
@@ -145,6 +151,10 @@ def preflight_flows(flows: Sequence[FlowSpec]) -> None:
         project_binary("ccp-datapath")
         for name in ccp_names:
             registry.lookup(name).binary_path()
+        for f in flows:
+            program = Path(f.cca.command[0]) if f.cca.external else None
+            if program is not None and not (program.is_file() and os.access(program, os.X_OK)):
+                raise CcplabError(f"{f.cca}: program {program} is not an executable file on this host")
 
 
 def run_one(cca: Cca, scenario: Scenario, out: Path, run_index: int = 1) -> RunResult:
@@ -165,7 +175,7 @@ def run_flows(flows: Sequence[FlowSpec], scenario: Scenario, out: Path, run_inde
     """
     scenario.validate()
     check_flows(flows, scenario.duration_s)
-    with ccp_host_claim() if any(f.cca.kind == "ccp" for f in flows) else nullcontext():
+    with ccp_host_claim() if any(f.cca.uses_datapath for f in flows) else nullcontext():
         return _claimed_run(flows, scenario, out, run_index, policy)
 
 
@@ -189,7 +199,7 @@ def _claimed_run(flows: Sequence[FlowSpec], scenario: Scenario, out: Path, run_i
                    for k, (f, (mbps, cc)) in enumerate(zip(flows, checked))]
         entries = _with_measured_times(entries, partial)
         first = flows[0].cca
-        any_ccp = any(f.cca.kind == "ccp" for f in flows)
+        any_ccp = any(f.cca.uses_datapath for f in flows)
         control = control_evidence(partial / "datapath.log", policy) if any_ccp else None
         if any_ccp:
             entries, control = _with_flow_control(entries, flows, partial / "datapath.log", policy, control)
@@ -199,7 +209,7 @@ def _claimed_run(flows: Sequence[FlowSpec], scenario: Scenario, out: Path, run_i
         metadata = {
             "schema": 3, "cca": first.base, "cca_params": first.param_dict, "label": flows_label(flows),
             "run": run_index, "scenario": scenario.to_json(), "flow_start_s": entries[0]["flow_start_s"],
-            "flows": entries,
+            "flows": entries, "external": {str(f.cca): f.cca.external_json() for f in flows if f.cca.external},
             "files": {"link_log": "uplink.log", "flow_log": FLOW_LOG, "iperf3": entries[0]["iperf3"],
                       "link": "link.log",
                       "datapath_log": "datapath.log" if any_ccp else None,
@@ -224,7 +234,7 @@ def _with_flow_control(entries: list[dict], flows: Sequence[FlowSpec], log: Path
     by_port = flow_evidence(log, policy)
     out = []
     for entry, f in zip(entries, flows):
-        if f.cca.kind == "ccp":
+        if f.cca.uses_datapath:
             ev = by_port.get(entry["port"])
             entry = {**entry, "control": ev}
             if ev is not None and not ev["valid"] and control.get("valid", False):
@@ -251,7 +261,7 @@ def _run_flows(flows: Sequence[FlowSpec], scenario: Scenario, rundir: Path) -> t
         # start-up times overlap instead of adding up
         link = stack.enter_context(_start_link(flows, scenario, rundir, wait=False))
         watched = [link]
-        if any(f.cca.kind == "ccp" for f in flows):
+        if any(f.cca.uses_datapath for f in flows):
             ccp_daemons.append(stack.enter_context(_start_algorithm(flows, rundir)))
             ccp_daemons.append(stack.enter_context(_start_datapath(flows, rundir)))
             watched += ccp_daemons
@@ -340,15 +350,18 @@ def _ccp_algorithms(flows: Sequence[FlowSpec]) -> list[Cca]:
     """The distinct ccp algorithms of ``flows``, in order of first use (`check_flows` made the names unique)."""
     seen: dict[str, Cca] = {}
     for f in flows:
-        if f.cca.kind == "ccp":
+        if f.cca.uses_datapath:
             seen.setdefault(f.cca.name, f.cca)
     return list(seen.values())
 
 
 def algorithm_argv(flows: Sequence[FlowSpec]) -> tuple[str, list[str]]:
     """(name, argv) of the one Portus daemon serving every ccp flow: the first ccp algorithm with its
-    flags, hosting each further one with ``--also NAME[:FLAG=VALUE...]`` (the suite's binary)."""
+    flags, hosting each further one with ``--also NAME[:FLAG=VALUE...]`` (the suite's binary); an
+    external algorithm's own command as given (`check_flows` left it alone with kernel flows)."""
     first, *others = _ccp_algorithms(flows)
+    if first.external:
+        return f"portus:{first.name}", list(first.command)
     algo = registry.lookup(first.name)
     if not others:
         return algo.binary, [*algo.argv(first.param_dict), "--ipc", "unix"]
@@ -362,17 +375,35 @@ def algorithm_argv(flows: Sequence[FlowSpec]) -> tuple[str, list[str]]:
 
 def _start_algorithm(flows: Sequence[FlowSpec], rundir: Path) -> Daemon:
     name, argv = algorithm_argv(flows)
-    PORTUS_SOCKET.unlink(missing_ok=True)  # so that its appearance means this daemon bound it
-    daemon = Daemon(name, argv, rundir / "algorithm.log")
-    return _started(daemon, PORTUS_SOCKET.exists)
+    first = _ccp_algorithms(flows)[0]
+    socket = first.portus_socket
+    socket.unlink(missing_ok=True)  # so that its appearance means this daemon bound it
+    daemon = Daemon(name, argv, rundir / "algorithm.log", env=dict(first.env))
+    daemon.start()
+    try:
+        daemon.wait_ready(socket.exists, READY_TIMEOUT_S)
+    except CcplabError as exc:
+        alive = daemon.running()
+        daemon.stop()
+        if first.external and alive:
+            raise CcplabError(f"{exc}\n{name} never bound its Portus socket {socket} (a Portus binary binds "
+                              "/tmp/ccp/<ipc name>, 'portus' unless its command gives --ipc-name; it must use "
+                              "unix-socket IPC)") from None
+        raise
+    except BaseException:
+        daemon.stop()
+        raise
+    return daemon
 
 
 def datapath_argv(flows: Sequence[FlowSpec], ready_file: Path) -> list[str]:
     """ccp-datapath's command line: the first ccp algorithm by default and, per ccp flow, a rule
     choosing its algorithm by the flow's receiver port."""
-    rules = [a for k, f in enumerate(flows) if f.cca.kind == "ccp"
+    rules = [a for k, f in enumerate(flows) if f.cca.uses_datapath
              for a in ("--rule", f"dport={port_of(k)}:{f.cca.name}")]
-    return [str(project_binary("ccp-datapath")), "--congalg", _ccp_algorithms(flows)[0].name, *rules,
+    first = _ccp_algorithms(flows)[0]
+    socket = ["--portus-socket", str(first.portus_socket)] if first.portus_socket != PORTUS_SOCKET else []
+    return [str(project_binary("ccp-datapath")), "--congalg", first.name, *rules, *socket,
             "--ready-file", str(ready_file)]
 
 

@@ -85,8 +85,8 @@ def prepare(sweep: Sweep, out: Path) -> Path:
     for spec in sweep.scenarios:  # check the CCAs and generate traces before the directory exists
         if spec.trace is not None:
             sc.check_trace(spec.trace)
-    for name in sweep.ccas:
-        parse_entry(name)
+    for flows in sweep.entry_flows():
+        parse_entry(flows)
     (out / "traces").mkdir(parents=True, exist_ok=True)
     if not copy.exists():
         from transient.atomic import write_atomic
@@ -120,7 +120,8 @@ def pending(sweep: Sweep, out: Path, retry_failed: bool = False) -> tuple[list[R
 def payload(sweep: Sweep, out: Path, spec: RunSpec, dest: str) -> dict:
     """What a worker needs for one run besides the trace's bytes (plain data: it may travel to another host)."""
     s = spec.scenario
-    return {"sweep": sweep.name, "run_id": spec.run_id, "cca": spec.cca, "repetition": spec.repetition,
+    return {"sweep": sweep.name, "run_id": spec.run_id, "cca": spec.cca, "flows": list(spec.flow_texts),
+            "repetition": spec.repetition,
             "cca_slug": spec.cca_slug, "scenario": s.name, "one_way_delay_ms": s.one_way_delay_ms,
             "queue_packets": s.queue_packets, "duration_s": s.duration_s,
             "steps": [str(x) for x in s.steps], "trace_name": trace_path(out, s).name, "dest": dest}
@@ -146,8 +147,8 @@ def execute(sweep: Sweep, out: Path, *, scheduler: str | None = None, workers: i
         from .flows import check_flows
         from .run import preflight_flows
 
-        for name in sweep.ccas:
-            flows = parse_entry(name)
+        for texts in sweep.entry_flows():
+            flows = parse_entry(texts)
             for spec in sweep.scenarios:
                 check_flows(flows, spec.duration_s)
             preflight_flows(flows)
@@ -259,14 +260,15 @@ def real_flow(p: dict, scenario: sc.Scenario, run_dir: Path) -> None:
     from .run import run_flows
 
     _wait_for_clean_host(find_leftovers)
-    run_flows(parse_entry(p["cca"]), scenario, run_dir, run_index=p["repetition"])
+    run_flows(parse_entry(p.get("flows") or p["cca"].split()), scenario, run_dir, run_index=p["repetition"])
 
 
-def parse_entry(text: str):
-    """A plan entry's flows: one CCA (``kernel:cubic``) or a set of flows joined by spaces."""
+def parse_entry(texts):
+    """A plan entry's flows from its ``--flow`` values (one CCA, e.g. ``("kernel:cubic",)``, or a set of
+    flows); a string is taken as the values joined by spaces."""
     from .flows import parse_flows
 
-    return parse_flows(text.split())
+    return parse_flows(texts.split() if isinstance(texts, str) else texts)
 
 
 def run_task(p: dict, trace_bytes: bytes, flow: Callable[[dict, sc.Scenario, Path], None] = real_flow) -> dict:

@@ -8,6 +8,8 @@ Format (every key but ``name`` optional; see experiments/sweeps/*.toml)::
     ccas = ["ccp:reno", "ccp:cubic", "kernel:bbr"]   # a string or a list
     flows = [["kernel:cubic", "ccp:bbr@10"]]  # sets of competing flows (``ccplab.flows``
                               # syntax), each run like one CCA; with or instead of ccas
+    # an external Portus algorithm: "portus:NAME=COMMAND" (``ccplab.cca``) in ccas or flows;
+    # a relative program path in COMMAND is taken from this file's directory
 
     [scenario]                # or [[scenario]] several times; lists give cross products
     one_way_delay_ms = 25     # ms each way (RTT = 2x)
@@ -43,7 +45,9 @@ from typing import Any
 from transient.steps import Step
 
 from . import scenario as sc
+from .cca import EXTERNAL_KIND, rebase_external
 from .errors import CcplabError
+from .flows import flow_label_text
 
 NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 SCENARIO_KEYS = {"name", "one_way_delay_ms", "queue_packets", "duration_s", "steps", "sigma_mbps",
@@ -82,11 +86,18 @@ class ScenarioSpec:
 class RunSpec:
     """One run of the plan: ``run_id`` = ``<scenario>/<cca slug>/run-<repetition>`` (also its directory).
 
-    ``cca`` is a CCA, or a set of competing flows as their ``--flow`` values joined by spaces."""
+    ``cca`` is a CCA's label, or a set of competing flows as their labels joined by spaces; ``flows``
+    the ``--flow`` values that run (an external algorithm's with its command; default: ``cca`` split
+    at spaces)."""
 
     scenario: ScenarioSpec
     cca: str
     repetition: int
+    flows: tuple[str, ...] = ()
+
+    @property
+    def flow_texts(self) -> tuple[str, ...]:
+        return self.flows or tuple(self.cca.split())
 
     @property
     def cca_slug(self) -> str:
@@ -107,13 +118,20 @@ class Sweep:
     ccas: tuple[str, ...]
     scenarios: tuple[ScenarioSpec, ...]
     source: Path
+    entries: tuple[tuple[str, ...], ...] = ()
+    """The flows of each of ``ccas`` (default: each label split at spaces)."""
+
+    def entry_flows(self) -> list[tuple[str, ...]]:
+        """The ``--flow`` values of each entry of ``ccas``, in order."""
+        return list(self.entries) if self.entries else [tuple(c.split()) for c in self.ccas]
 
     def plan(self) -> list[RunSpec]:
         """Every (scenario, CCA, repetition) in the seeded order: one shuffled block per repetition."""
         rng = random.Random(self.seed)
         order = []
+        pairs = list(zip(self.ccas, self.entry_flows()))
         for rep in range(1, self.repetitions + 1):
-            block = [RunSpec(s, c, rep) for s in self.scenarios for c in self.ccas]
+            block = [RunSpec(s, c, rep, flows) for s in self.scenarios for c, flows in pairs]
             rng.shuffle(block)
             order += block
         return order
@@ -147,7 +165,9 @@ def load_sweep(path: Path) -> Sweep:
     ccas = [ccas] if isinstance(ccas, str) else ccas
     if not isinstance(ccas, list) or not all(isinstance(c, str) and ":" in c for c in ccas):
         raise CcplabError(f"{where}: ccas must be a list of CCA names like \"kernel:cubic\", \"ccp:reno\"")
-    ccas = ccas + _flow_sets(data.get("flows", []), f"{where}: flows")
+    entries = [(rebase_external(c, path.parent),) for c in ccas] + [
+        tuple(rebase_external(f, path.parent) for f in fs) for fs in _flow_sets(data.get("flows", []), f"{where}: flows")]
+    ccas = [" ".join(flow_label_text(f) for f in e) for e in entries]
     if not ccas:
         raise CcplabError(f"{where}: ccas must be a non-empty list of CCA names like \"kernel:cubic\" "
                           "(or give flows: sets of competing flows)")
@@ -164,17 +184,19 @@ def load_sweep(path: Path) -> Sweep:
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise CcplabError(f"{where}: two scenarios are both named {dup[0]!r}: give them distinct names")
-    return Sweep(name, seed, reps, tuple(ccas), tuple(scenarios), path.resolve())
+    return Sweep(name, seed, reps, tuple(ccas), tuple(scenarios), path.resolve(), tuple(entries))
 
 
-def _flow_sets(value: Any, where: str) -> list[str]:
-    """``flows``: a list of flow sets, each a list of ``--flow`` values; each set as one space-joined string."""
+def _flow_sets(value: Any, where: str) -> list[tuple[str, ...]]:
+    """``flows``: a list of flow sets, each a list of ``--flow`` values (only an external algorithm's
+    holds spaces, in its command)."""
     if not isinstance(value, list) or not all(
-            isinstance(fs, list) and fs and all(isinstance(f, str) and ":" in f and " " not in f for f in fs)
+            isinstance(fs, list) and fs and all(isinstance(f, str) and ":" in f and
+                                                (" " not in f or f.startswith(EXTERNAL_KIND + ":")) for f in fs)
             for fs in value):
         raise CcplabError(f"{where} must be a list of flow sets, each a non-empty list of flows like "
                           "[\"kernel:cubic\", \"ccp:bbr@10\"]")
-    return [" ".join(fs) for fs in value]
+    return [tuple(fs) for fs in value]
 
 
 def _expand(table: dict[str, Any], where: str, base: Path) -> list[ScenarioSpec]:
