@@ -534,7 +534,7 @@ fn install_signal_handlers(keep_running: Arc<AtomicBool>, wake: Option<PathBuf>)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{cubic::CubicSpec, fixed_window::FixedWindowSpec, reno::RenoSpec};
+    use crate::{contest::fixed_window::FixedWindowSpec, cubic::CubicSpec, reno::RenoSpec};
 
     /// The validation message of `ccp-algorithms reno ARGS...` (it must fail).
     fn refused(args: &[&str]) -> String {

@@ -21,25 +21,15 @@
 //! [`AlgorithmSpec`]; one line in [`suite::SUITE`].
 
 pub mod bbr;
-pub mod aimd;
 pub mod cli;
 pub mod contest;
 pub mod copa;
 pub mod cubic;
-pub mod delay_threshold;
-pub mod exp3cc;
-pub mod fixed_window;
 pub mod fold;
-pub mod interval_prediction;
-pub mod mixture;
-pub mod pid;
 pub mod portus_glue;
 pub mod reno;
 pub mod reinstall;
 pub mod repeats;
-pub mod rocinante;
-pub mod spoderman;
-pub mod sprout_ewma;
 pub mod suite;
 pub mod tutorial;
 pub mod unix_ipc;

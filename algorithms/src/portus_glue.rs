@@ -553,7 +553,7 @@ mod tests {
     use super::*;
     use crate::cli::parse_from;
     use crate::window::PacingMode;
-    use crate::{bbr::BbrSpec, cubic::CubicSpec, fixed_window::FixedWindowSpec, reno::RenoSpec};
+    use crate::{bbr::BbrSpec, contest::fixed_window::FixedWindowSpec, cubic::CubicSpec, reno::RenoSpec};
 
     fn alg<S: AlgorithmSpec>(argv: &[&str]) -> PortusAlg<S> {
         let cli = parse_from::<S, _>(argv.iter().copied()).expect("valid flags");

@@ -105,7 +105,7 @@ impl Controller for Tutorial {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixed_window::tests::{params, report};
+    use crate::contest::fixed_window::tests::{params, report};
 
     fn flow() -> Tutorial {
         TutorialSpec::new_flow(&TutorialArgs { decrease: 0.5 }, params())

@@ -9,8 +9,8 @@
 //! global `log`, found with `nm`), so it cannot pass for the wrong reason.
 
 use ccp_algorithms::contest::{exp, ln, pow};
-use ccp_algorithms::exp3cc::{schedule, Exp3cc, Exp3ccArgs};
-use ccp_algorithms::spoderman::{Spoderman, SpodermanArgs};
+use ccp_algorithms::contest::exp3cc::{schedule, Exp3cc, Exp3ccArgs};
+use ccp_algorithms::contest::spoderman::{Spoderman, SpodermanArgs};
 use ccp_algorithms::window::{Measurement, WindowParams};
 use ccp_algorithms::Controller;
 use std::process::Command;

@@ -193,7 +193,7 @@ impl Controller for Aimd {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixed_window::tests::{params, report};
+    use crate::contest::fixed_window::tests::{params, report};
 
     fn args() -> AimdArgs {
         AimdArgs {

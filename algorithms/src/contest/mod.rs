@@ -1,5 +1,5 @@
-//! Small helpers shared by the cellular-contest algorithms
-//! (docs/algorithms.md, "The cellular-contest algorithms"): an EWMA, a tick clock that turns
+//! The ten cellular-contest algorithms (docs/algorithms.md, "The cellular-contest algorithms"),
+//! one file each, and the small helpers they share, here: an EWMA, a tick clock that turns
 //! reports into fixed-length delivery-rate ticks, a once-per-RTT guard, the
 //! contest's congestion signal, a seeded random generator, and float
 //! logarithm / exponential that never call the C library.
@@ -12,6 +12,17 @@
 //! to a few ulp, which is far more than a window decision needs.
 //! `algorithms/tests/contest_math_libccp.rs` runs them, and exp3cc and
 //! spoderman, in a test binary that links libccp.
+
+pub mod aimd;
+pub mod delay_threshold;
+pub mod exp3cc;
+pub mod fixed_window;
+pub mod interval_prediction;
+pub mod mixture;
+pub mod pid;
+pub mod rocinante;
+pub mod spoderman;
+pub mod sprout_ewma;
 
 use crate::window::{Measurement, WindowParams};
 use crate::Control;

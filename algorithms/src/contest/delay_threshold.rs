@@ -201,7 +201,7 @@ impl Controller for DelayThreshold {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixed_window::tests::{params, report};
+    use crate::contest::fixed_window::tests::{params, report};
 
     fn flow(mode: Mode) -> DelayThreshold {
         DelayThreshold::new(DelayThresholdArgs { mode, ..Default::default() }.rule(), params())

@@ -228,7 +228,7 @@ impl Controller for Exp3cc {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixed_window::tests::params;
+    use crate::contest::fixed_window::tests::params;
 
     #[test]
     fn epoch_length_and_gamma_match_the_formulas() {

@@ -122,7 +122,7 @@ impl Controller for Pid {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixed_window::tests::params;
+    use crate::contest::fixed_window::tests::params;
 
     #[test]
     fn proportional_integral_and_derivative_terms() {

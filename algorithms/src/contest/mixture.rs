@@ -5,13 +5,13 @@
 //!
 //! Where the rules run: per report, every 10 ms (and at once on a loss): the
 //! delay-threshold part applies its per-ACK rules per report as in
-//! [`crate::delay_threshold`]; the interval-prediction part cuts the reports
+//! [`crate::contest::delay_threshold`]; the interval-prediction part cuts the reports
 //! into its own 30 ms ticks with `contest::TickClock`.
 
 use crate::contest::window_control;
-use crate::delay_threshold::{DelayThreshold, DelayThresholdArgs, Mode};
+use crate::contest::delay_threshold::{DelayThreshold, DelayThresholdArgs, Mode};
 use crate::fold::{Cadence, FoldProgram};
-use crate::interval_prediction::{IntervalPrediction, IntervalPredictionArgs};
+use crate::contest::interval_prediction::{IntervalPrediction, IntervalPredictionArgs};
 use crate::window::{Measurement, WindowParams};
 use crate::{AlgorithmSpec, Control, Controller};
 
@@ -102,7 +102,7 @@ impl Controller for Mixture {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixed_window::tests::params;
+    use crate::contest::fixed_window::tests::params;
 
     #[test]
     fn weights_mix_the_two_windows_fed_the_same_reports() {

@@ -172,7 +172,7 @@ impl Controller for IntervalPrediction {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixed_window::tests::{params, report};
+    use crate::contest::fixed_window::tests::{params, report};
 
     #[test]
     fn tau_polynomial_and_clamp() {

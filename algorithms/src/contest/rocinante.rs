@@ -148,7 +148,7 @@ impl Controller for Rocinante {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixed_window::tests::params;
+    use crate::contest::fixed_window::tests::params;
 
     fn args() -> RocinanteArgs {
         RocinanteArgs { ewma_weight: 0.01, rtt_allowance: 1.4, alpha: 2.0, beta: 5.0, min_interval_ms: 25.0 }

@@ -278,7 +278,7 @@ impl Controller for Spoderman {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixed_window::tests::params;
+    use crate::contest::fixed_window::tests::params;
 
     #[test]
     fn resamples_exactly_when_neff_falls_below_threshold() {

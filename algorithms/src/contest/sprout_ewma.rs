@@ -156,7 +156,7 @@ impl Controller for SproutEwma {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixed_window::tests::params;
+    use crate::contest::fixed_window::tests::params;
     use clap::Parser;
 
     #[derive(Parser)]
