@@ -14,12 +14,17 @@ APT_TEST_COMMANDS := chromium
 APT_INSTALL := apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends
 
 .PHONY: demo test build deps deps-test deps-apt deps-apt-test deps-rust deps-python deps-python-test \
-	test-rust test-python bench clean kmod-check kmod-src deps-kmod upstream-algs
+	test-rust test-python docs bench clean kmod-check kmod-src deps-kmod upstream-algs
 
 demo: build
 	$(VENV)/bin/ccplab demo
 
-test: deps-test build upstream-algs test-rust test-python
+test: deps-test build upstream-algs docs test-rust test-python
+
+# The documentation site, warnings as errors (a broken link or API reference fails it); the
+# command-line reference runs the built binaries' --help. Output in target/site (mkdocs.yml).
+docs: deps-python-test build
+	$(PY) -m mkdocs build --strict --site-dir target/site
 
 # The CCP project's own generic_cong_avoid (reno and cubic on portus 0.7) from crates.io, which the
 # tests run through the runner as external algorithms (portus:NAME=COMMAND). Installed once into
@@ -84,7 +89,19 @@ $(VENV)/.installed-test: $(VENV)/.installed
 
 # Benchmarks print figures (not timed tests): the log reader vs a line-by-line baseline.
 bench: build
-	$(PY) -m transient.bench
+	# the output is kept for docs/gen_results.py analysis-speed
+	mkdir -p results && set -o pipefail && $(PY) -m transient.bench | tee results/bench-analysis-$$(date +%Y%m%d-%H%M%S).txt
+	# the analysis of 16 flows (starting 2 s apart) against one flow, two 60 s runs at 24 Mbit/s (about 3 minutes)
+	rm -rf results/bench-flows && mkdir -p results/bench-flows
+	target/release/ccplab-trace step --before-mbps 0 --after-mbps 24 --at-s 0 --duration-s 70 --sigma-mbps 0 --seed 1 \
+	    --out results/bench-flows/flat24.trace
+	$(NETLAB_LOCK) $(VENV)/bin/ccplab run $$(for k in $$(seq 0 15); do echo --flow kernel:cubic@$$((k * 2)); done) \
+	    --trace results/bench-flows/flat24.trace --one-way-delay-ms 25 --queue-packets 100 --duration-s 60 \
+	    --out results/bench-flows/16-flows
+	$(NETLAB_LOCK) $(VENV)/bin/ccplab run --cca kernel:cubic --trace results/bench-flows/flat24.trace \
+	    --one-way-delay-ms 25 --queue-packets 100 --duration-s 60 --out results/bench-flows/1-flow
+	set -o pipefail && $(PY) -m transient.bench --flows results/bench-flows/16-flows results/bench-flows/1-flow \
+	    | tee results/bench-analysis-flows-$$(date +%Y%m%d-%H%M%S).txt
 	# what a run costs beyond its flow, kernel:cubic and ccp:cubic alternating (about 2 minutes)
 	$(NETLAB_LOCK) $(PY) -m ccplab.runbench --runs 5 --duration-s 5
 	CCPLAB_FUZZ_CASES=1000000 $(CARGO) test --release -p ccp-datapath --test fuzz_messages -- --nocapture

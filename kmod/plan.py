@@ -88,7 +88,7 @@ def parse_ccp_spec(spec: str) -> tuple[str, tuple[str, ...]]:
 
 
 #: The default table: the kernel's reno, cubic, bbr against the suite's reno, cubic, bbr, copa,
-#: vegas, a fixed window and three contest algorithms (ALGORITHMS.md section 2).
+#: vegas, a fixed window and three contest algorithms (docs/algorithms.md).
 #: reno and cubic also with --fq-rate=1G (iperf3 sets SO_MAX_PACING_RATE, which turns the
 #: kernel's own pacing on: 200 % / 120 % of cwnd/SRTT, what ccp flows get on ccp-kernel), since
 #: the guest's sockets are otherwise unpaced (its default CCA is cubic, no fq).

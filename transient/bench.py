@@ -22,8 +22,16 @@ RSS (the child's own, from wait4): a 20-line Python loop that bins the
 departures' bytes per 50 ms (`BIG_LOOP`); ``python -m transient LOG --step
 0:0:12 --rtt-ms 50`` cold (no cache); the same again from the cache it
 wrote.  Targets: the cold analysis in <= 1/5 of the loop's time, peak RSS
-<= 2x the log's size.  Options: ``--runs N`` ``--seconds S`` ``--keep DIR``
-``--big-mb MB`` (0: skip).
+<= 2x the log's size.
+
+With ``--flows MANY ONE`` (two run directories of equal duration, e.g. 16
+staggered flows and one flow; ``make bench`` records both), the analysis of
+each, in this process, warm, without the cache, alternating: CPU seconds per
+analysis (median of ``--flow-repeats``) and per MB of log (uplink.log +
+uplink.flows).  Target: the many-flow run within 2x the one-flow run per MB.
+
+Options: ``--runs N`` ``--seconds S`` ``--keep DIR`` ``--big-mb MB`` (0:
+skip) ``--flows MANY ONE`` (only that part) ``--flow-repeats N``.
 """
 
 from __future__ import annotations
@@ -193,13 +201,56 @@ def _timed(fn, paths, workers: int = 1) -> float:
     return elapsed
 
 
+def flow_cost(many: Path, one: Path, repeats: int = 7) -> float:
+    """Print the CPU cost of analysing run directory ``many`` against ``one`` per MB of log; returns the ratio.
+
+    Each is analysed once to warm up, then ``repeats`` times alternating
+    (`transient.analyze_all`, no Parquet cache); CPU time of this process
+    (time.process_time, every thread).  Raises FileNotFoundError naming a
+    run directory without an uplink.log.
+    """
+    import transient
+
+    def log_mb(run: Path) -> float:
+        logs = [run / "uplink.log", run / "uplink.flows"]
+        if not logs[0].exists():
+            raise FileNotFoundError(f"{run}: no uplink.log (a run directory of `ccplab run` is needed)")
+        return sum(p.stat().st_size for p in logs if p.exists()) / 1e6
+
+    opts = transient.AnalysisOptions(cache=False)
+    cost: dict[Path, list[float]] = {many: [], one: []}
+    for run in cost:
+        transient.analyze_all(run, options=opts)
+    for _ in range(repeats):
+        for run in cost:
+            start = time.process_time()
+            transient.analyze_all(run, options=opts)
+            cost[run].append(time.process_time() - start)
+    per_mb = {}
+    for run, xs in cost.items():
+        xs.sort()
+        flows = len(json.loads((run / "metadata.json").read_text()).get("flows") or [None])
+        per_mb[run] = xs[len(xs) // 2] / log_mb(run)
+        print(f"  {run.name}: {flows} flow(s), {log_mb(run):.2f} MB of log: CPU s per analysis median "
+              f"{xs[len(xs) // 2]:.3f} (min {xs[0]:.3f}, max {xs[-1]:.3f}); {per_mb[run]:.3f} s/MB")
+    ratio = per_mb[many] / per_mb[one]
+    print(f"many-flow vs one-flow analysis per MB of log: {ratio:.2f}x (target: <= 2x)")
+    return ratio
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m transient.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=100)
     p.add_argument("--seconds", type=int, default=60)
     p.add_argument("--keep", type=Path, help="generate into this (new) directory and keep it")
     p.add_argument("--big-mb", type=float, default=100.0, help="size of the one big log, MB (0: skip it)")
+    p.add_argument("--flows", type=Path, nargs=2, metavar=("MANY", "ONE"),
+                   help="only compare the analysis of two run directories (many flows, one flow) per MB of log")
+    p.add_argument("--flow-repeats", type=int, default=7, help="analyses of each run for --flows (median)")
     args = p.parse_args(argv)
+    if args.flows:
+        flow_cost(*args.flows, repeats=args.flow_repeats)
+        return 0
     import transient
 
     tmp = None

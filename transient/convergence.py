@@ -102,24 +102,31 @@ def first_converged_bin(x: np.ndarray, r: np.ndarray, params: ConvergenceParams 
     Args:
         x: throughput per bin (Mbit/s); r: reference per bin (Mbit/s), same length.
     """
+    return first_converged_bins(np.asarray(x, np.float64)[:, None], r, params)[0]
+
+
+def first_converged_bins(x: np.ndarray, r: np.ndarray, params: ConvergenceParams = ConvergenceParams()) -> list[int | None]:
+    """`first_converged_bin` of every column of ``x`` (n bins x k series) against one reference ``r`` (n)."""
     x = np.asarray(x, np.float64)
     r = np.asarray(r, np.float64)
     W, S, K = params.window_bins, params.shift_bins, params.n_windows
-    n_cand = x.size - params.span_bins + 1
+    n_cand = x.shape[0] - params.span_bins + 1
     if n_cand <= 0:
-        return None
+        return [None] * x.shape[1]
     r_means = sliding_window_view(r, W).mean(axis=1)
     level = np.mean([r_means[k * S : k * S + n_cand] for k in range(K)], axis=0)  # L per candidate
-    ok_level = level > 0
-    safe = np.where(ok_level, level, 1.0)
-    err = x - r
-    e_windows = sliding_window_view(err, W)
-    means = np.stack([e_windows.mean(axis=1)[k * S : k * S + n_cand] for k in range(K)]) / safe
-    varis = np.stack([e_windows.var(axis=1)[k * S : k * S + n_cand] for k in range(K)]) / safe**2
+    ok_level = (level > 0)[:, None]
+    safe = np.where(level > 0, level, 1.0)[:, None]
+    err = x - r[:, None]
+    e_windows = sliding_window_view(err, W, axis=0)  # (n - W + 1, k, W)
+    e_mean, e_var = e_windows.mean(axis=2), e_windows.var(axis=2)
+    means = np.stack([e_mean[k * S : k * S + n_cand] for k in range(K)]) / safe  # (K, candidates, k)
+    varis = np.stack([e_var[k * S : k * S + n_cand] for k in range(K)]) / safe**2
     stable = (means.var(axis=0) <= params.mean_var_threshold) & (varis.var(axis=0) <= params.var_var_threshold)
     in_band = (np.abs(means) <= params.band).all(axis=0) & (np.abs(err[:n_cand]) / safe <= params.band)
-    hits = np.flatnonzero(ok_level & stable & in_band)
-    return int(hits[0]) if hits.size else None
+    hit = ok_level & stable & in_band
+    first = hit.argmax(axis=0)
+    return [int(i) if hit[i, j] else None for j, i in enumerate(first)]
 
 
 def step_convergence(
@@ -132,11 +139,19 @@ def step_convergence(
         bin_s: bin width (s).
         delta_mbps: the step's nominal change to - from (Mbit/s).
     """
-    i = first_converged_bin(x, r, params)
-    stop = i if i is not None else len(x)
-    area = float(np.abs(np.asarray(r[:stop]) - np.asarray(x[:stop])).sum() * bin_s)
-    if i is None or delta_mbps == 0:
-        na = math.nan
-    else:
-        na = area / abs(delta_mbps)
-    return Convergence(i is not None, i, area, na)
+    return step_convergences(np.asarray(x, np.float64)[:, None], r, bin_s, [delta_mbps], params)[0]
+
+
+def step_convergences(x: np.ndarray, r: np.ndarray, bin_s: float, deltas_mbps, params: ConvergenceParams = ConvergenceParams()
+                      ) -> list[Convergence]:
+    """`step_convergence` of every column of ``x`` (n bins x k series, Mbit/s) against one reference ``r``
+    (n, Mbit/s), column j's step of ``deltas_mbps[j]`` Mbit/s."""
+    x = np.asarray(x, np.float64)
+    r = np.asarray(r, np.float64)
+    out = []
+    for j, i in enumerate(first_converged_bins(x, r, params)):
+        stop = i if i is not None else x.shape[0]
+        area = float(np.abs(r[:stop] - x[:stop, j]).sum() * bin_s)
+        na = math.nan if i is None or deltas_mbps[j] == 0 else area / abs(deltas_mbps[j])
+        out.append(Convergence(i is not None, i, area, na))
+    return out

@@ -26,7 +26,7 @@ span (the next step or the run's end):
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -48,7 +48,7 @@ class DelaySide:
     drops: int
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        return dict(vars(self))
 
 
 def delay_side(
@@ -62,26 +62,37 @@ def delay_side(
         at_s, end_s: the step's span, s on the log clock.
         convergence_point_s: the throughput's convergence point (NaN if none).
     """
+    return delay_sides(arrays, series, at_s, end_s, [convergence_point_s])[0]
+
+
+def delay_sides(arrays: LogArrays, series: pd.DataFrame, at_s: float, end_s: float,
+                convergence_points_s) -> list[DelaySide]:
+    """`delay_side` of one span for each of several convergence points (s, NaN if none): the flows
+    that answered one event, each converging at its own time."""
     bin_s = float(series.attrs["bin_s"])
-    converged = math.isfinite(convergence_point_s)
-    t_q = max(convergence_point_s, at_s + (end_s - at_s) / 2.0) if converged else end_s
     t_bins = series.index.to_numpy()
-    window = t_bins < t_q - 1e-9
-    steady = ~window
-
-    win = arrays.ms_window(at_s * 1000.0, t_q * 1000.0)
-    peaks = arrays.peak_delay_ms[win]
-    # max(delay - base) = max(delay) - base: the subtraction keeps the order
-    peak = float(np.nanmax(peaks)) - arrays.base_delay_ms if np.isfinite(peaks).any() else math.nan
-    drops = int(arrays.ms_sum("drop", "packets")[win].sum())
-
     qd = series["queueing_delay_ms"].to_numpy()
-    if not converged or not steady.any():
-        return DelaySide(peak, math.nan, math.nan, math.nan, drops)
-    standing_ms = float(np.nanmedian(qd[steady])) if np.isfinite(qd[steady]).any() else math.nan
-    standing_pkts = float(np.nanmean(series["queue_packets"].to_numpy()[steady]))
-    drain = _drain_time(qd, window, standing_ms, bin_s)
-    return DelaySide(peak, standing_pkts, standing_ms, drain, drops)
+    queue_packets = series["queue_packets"].to_numpy()
+    drops_ms = arrays.ms_sum("drop", "packets")
+    out = []
+    for point in convergence_points_s:
+        converged = math.isfinite(point)
+        t_q = max(point, at_s + (end_s - at_s) / 2.0) if converged else end_s
+        window = t_bins < t_q - 1e-9
+        steady = ~window
+        win = arrays.ms_window(at_s * 1000.0, t_q * 1000.0)
+        peaks = arrays.peak_delay_ms[win]
+        # max(delay - base) = max(delay) - base: the subtraction keeps the order
+        peak = float(np.nanmax(peaks)) - arrays.base_delay_ms if np.isfinite(peaks).any() else math.nan
+        drops = int(drops_ms[win].sum())
+        if not converged or not steady.any():
+            out.append(DelaySide(peak, math.nan, math.nan, math.nan, drops))
+            continue
+        standing_ms = float(np.nanmedian(qd[steady])) if np.isfinite(qd[steady]).any() else math.nan
+        standing_pkts = float(np.nanmean(queue_packets[steady]))
+        drain = _drain_time(qd, window, standing_ms, bin_s)
+        out.append(DelaySide(peak, standing_pkts, standing_ms, drain, drops))
+    return out
 
 
 def _drain_time(qd: np.ndarray, window: np.ndarray, standing_ms: float, bin_s: float) -> float:

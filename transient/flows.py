@@ -80,8 +80,8 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from .convergence import ConvergenceParams, step_convergence
-from .delayside import delay_side
+from .convergence import ConvergenceParams, step_convergences
+from .delayside import delay_sides
 from .errors import AnalysisError
 from .metrics import mahimahi_percentile
 from .secondorder import NAN_SECOND_ORDER, second_order_metrics
@@ -541,6 +541,13 @@ def analyze_flows(arrays: LogArrays, flow: np.ndarray, specs: Sequence[FlowSpec]
 
     fair_rows, step_rows = [], []
     prev: tuple[float, float, tuple] | None = None
+    link_series: dict[tuple[float, float], pd.DataFrame] = {}  # an interval is the next event's "before"
+
+    def link_of(a: float, b: float) -> pd.DataFrame:
+        if (a, b) not in link_series:
+            link_series[a, b] = binned_series(arrays, a, b, bin_s, smooth_bins)
+        return link_series[a, b]
+
     for i, (a, b, act) in enumerate(intervals):
         inside = (t0 >= a - 1e-9) & (t0 + bin_s <= b + 1e-9)
         x = dep[inside][:, list(act)]
@@ -553,7 +560,7 @@ def analyze_flows(arrays: LogArrays, flow: np.ndarray, specs: Sequence[FlowSpec]
             row[f"share_flow{k}"] = float(x[:, j].sum() / total) if total > 0 else math.nan
         fair_rows.append(row)
         step_rows += _event_rows(arrays, flow, specs, ident, i, prev, (a, b, act), bin_s, params, smooth_bins,
-                                 fair_delta, inputs)
+                                 fair_delta, inputs, link_of)
         prev = (a, b, act)
 
     steps_df = pd.DataFrame(step_rows, columns=FLOW_STEP_COLUMNS)
@@ -583,8 +590,9 @@ def _start_inputs(specs: Sequence[FlowSpec], spans: list[tuple[float, float]],
 
 
 def _event_rows(arrays, flow, specs, ident, i, prev, cur, bin_s, params, smooth_bins, fair_delta,
-                inputs) -> list[dict]:
-    """flow_steps rows of the event that opens interval ``cur`` (one per flow active in it)."""
+                inputs, link_of) -> list[dict]:
+    """flow_steps rows of the event that opens interval ``cur`` (one per flow active in it);
+    ``link_of(from_s, to_s)``: the link's `binned_series` of a span."""
     a, b, act = cur
     before = set(prev[2]) if prev is not None and abs(prev[1] - a) < 1e-9 else set()
     arrived, left = sorted(set(act) - before), sorted(before - set(act))
@@ -592,10 +600,10 @@ def _event_rows(arrays, flow, specs, ident, i, prev, cur, bin_s, params, smooth_
     n = n_complete_bins(a, b, bin_s)
     if n == 0:
         return []
-    link = binned_series(arrays, a, b, bin_s, smooth_bins)
+    link = link_of(a, b)
     cap_after = float(link["reference_mbps"].mean())
     if before:
-        prev_link = binned_series(arrays, prev[0], prev[1], bin_s, smooth_bins)
+        prev_link = link_of(prev[0], prev[1])
         cap_before = float(prev_link["reference_mbps"].mean()) if len(prev_link) else cap_after
     dep = _per_flow_bins(arrays, len(specs), a, n, bin_s, "departure")
     arr = _per_flow_bins(arrays, len(specs), a, n, bin_s, "arrival")
@@ -605,12 +613,14 @@ def _event_rows(arrays, flow, specs, ident, i, prev, cur, bin_s, params, smooth_
     if arrived and len(act) == 2:
         dfc = delta_fair_convergence_time(dep[:, act[0]], dep[:, act[1]], link["reference_mbps"].to_numpy(), bin_s,
                                           fair_delta)
+    froms = [cap_before / len(before) if k in before else 0.0 for k in act]
+    xs = np.stack([_smooth(dep[:, k], smooth_bins) for k in act], axis=1)
+    convs = step_convergences(xs, r, bin_s, [to - frm for frm in froms], params)
+    points = [a + c.index * bin_s if c.converged else math.nan for c in convs]
+    sides = delay_sides(arrays, link, a, b, points)
     rows = []
-    for k in act:
-        frm = cap_before / len(before) if k in before else 0.0
-        x = _smooth(dep[:, k], smooth_bins)
-        conv = step_convergence(x, r, bin_s, to - frm, params)
-        point = a + conv.index * bin_s if conv.converged else math.nan
+    for j, k in enumerate(act):
+        frm, x, conv, point = froms[j], xs[:, j], convs[j], points[j]
         steady = x[conv.index:] if conv.converged else x
         steady_t = float(steady.mean()) if conv.converged and steady.size else math.nan
         ref = float(r[conv.index:].mean()) if conv.converged and steady.size else math.nan
@@ -618,7 +628,7 @@ def _event_rows(arrays, flow, specs, ident, i, prev, cur, bin_s, params, smooth_
         lead = max(a - inputs[k], 0.0) if k in arrived and math.isfinite(inputs[k]) else 0.0
         fitted = (k in arrived or len(act) <= 2) and math.isfinite(to) and to != frm
         so = second_order_metrics(y, bin_s, frm, to, lead_s=lead) if fitted else NAN_SECOND_ORDER
-        ds = delay_side(arrays, link, a, b, point)
+        ds = sides[j]
         s = specs[k]
         rows.append({
             **ident, "event": i, "event_kind": kind, "event_flows": ",".join(map(str, arrived + left)), "flow": k,
@@ -637,6 +647,15 @@ def _event_rows(arrays, flow, specs, ident, i, prev, cur, bin_s, params, smooth_
 def _flow_rows(arrays, flow, specs, spans, ident, steps_df, run_dir) -> pd.DataFrame:
     dep_ms = arrays.flow_ms_bytes("departure")
     all_ms = arrays.ms_sum("departure", "bytes")  # every departure of the link, a packet of no flow too
+    # each flow's departures' queueing delays, and its rows of the steps table, found once
+    order = np.argsort(arrays.dep_flow, kind="stable")
+    cuts = np.searchsorted(arrays.dep_flow[order], np.arange(len(specs) + 1))  # flow k: cuts[k]:cuts[k + 1]
+    delays = np.asarray(arrays.dep_delay_ms)[order] - arrays.base_delay_ms
+    smoothness = steps_df.groupby("flow")["smoothness_cv"].median().to_dict() if len(steps_df) else {}
+    own_arrival = [str(f) in ev.split(",") and "arrival" in kind
+                   for f, ev, kind in zip(steps_df["flow"], steps_df["event_flows"], steps_df["event_kind"])]
+    own_of = steps_df[np.array(own_arrival, bool)].drop_duplicates("flow").set_index("flow").to_dict("index") \
+        if len(steps_df) else {}
     rows = []
     for s, (start, end) in zip(specs, spans):
         mine_ms = dep_ms[s.index + 1] if s.index + 1 < len(dep_ms) else np.zeros(arrays.n_ms)
@@ -645,13 +664,11 @@ def _flow_rows(arrays, flow, specs, spans, ident, steps_df, run_dir) -> pd.DataF
         bytes_span = float(mine_ms[win].sum())
         all_span = float(all_ms[win].sum())
         dur = end - start
-        q = arrays.dep_delay_ms[arrays.dep_flow == s.index] - arrays.base_delay_ms
+        q = delays[cuts[s.index]:cuts[s.index + 1]]
         drops = arrays.flow_drops.get(s.index, 0)
         retx, recv = iperf3_figures(run_dir / s.iperf3 if run_dir is not None and s.iperf3 else None)
-        mine_steps = steps_df[steps_df["flow"] == s.index]
-        own = mine_steps[mine_steps["event_flows"].map(lambda v: str(s.index) in v.split(","))
-                         & mine_steps["event_kind"].str.contains("arrival")]
-        own = own.iloc[0] if len(own) else None
+        own = own_of.get(s.index)
+        cv = smoothness.get(s.index, math.nan)
         rows.append({
             **ident, "flow": s.index, "cca": s.cca, "cca_params": s.cca_params, "label": s.label, "port": s.port,
             "start_s": s.start_s, "stop_s": s.stop_s, "flow_start_s": start, "flow_end_s": round(end - 0.001, 9),
@@ -660,8 +677,7 @@ def _flow_rows(arrays, flow, specs, spans, ident, steps_df, run_dir) -> pd.DataF
             "share": bytes_span / all_span if all_span > 0 else math.nan,
             "p95_queueing_delay_ms": mahimahi_percentile(q), "drops": drops, "retransmits": retx,
             "delivered_bytes": int(mine_ms.sum()), "iperf3_receiver_bytes": recv,
-            "smoothness_cv": float(mine_steps["smoothness_cv"].median()) if mine_steps["smoothness_cv"].notna().any()
-            else math.nan,
+            "smoothness_cv": float(cv) if cv is not None and pd.notna(cv) else math.nan,
             "start_converged": bool(own["converged"]) if own is not None else pd.NA,
             "start_convergence_s": own["convergence_s"] if own is not None else math.nan,
             "start_normalized_area": own["normalized_area"] if own is not None else math.nan,

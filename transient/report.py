@@ -94,7 +94,7 @@ METRIC_NOTES = [
      "the last bin outside ±2% (±5%) of the new nominal rate (the bands drawn in the zoomed plots). For a "
      "second-order system: PO = 100 exp(-zeta pi / sqrt(1 - zeta^2)), t_p = pi / (w_n sqrt(1 - zeta^2)), 2% "
      "settling time about 4 / (zeta w_n).",
-     "Ogata, Modern Control Engineering, 5th ed., 5.3; project FIELD-NOTES (transient performance); "
+     "Ogata, Modern Control Engineering, 5th ed., 5.3; "
      "transient.secondorder"),
     ("damping ratio, natural frequency, fit R², response class",
      "zeta and w_n (rad/s) of a second-order-plus-dead-time step response (gain K, dead time theta: "
@@ -102,14 +102,15 @@ METRIC_NOTES = [
      "(scipy.optimize.curve_fit); theta is the dead time column; R² = 1 - SS_res / SS_tot of that fit. Class: not second-order when R² is too "
      "low, undamped (limit cycle) when zeta < 0.05, underdamped below 0.9, critically damped 0.9-1.1, "
      "overdamped above. Logarithmic decrement: zeta = delta / sqrt(4 pi^2 + delta^2).",
-     "Ogata 5.3; project FIELD-NOTES; transient.secondorder"),
+     "Ogata 5.3; Seborg, Edgar and Mellichamp, Process Dynamics and Control (empirical models from step tests); "
+     "transient.secondorder"),
     ("peak queueing delay, standing queue, drain time, drops (per step)",
      "A saturated link departs at its capacity, so a step down shows in the queue, not in the throughput; "
      "every step is also scored here. Peak queueing delay: largest per-packet delay above the log's smallest "
      "(the base) during the transient; standing queue: median queueing delay (ms) and mean occupancy "
      "(packets) after the transient; drain time: from the step until the queue is back within max(10%, 2 ms) "
      "of its standing level; drops: packets dropped (d lines) during the transient.",
-     "transient.delayside; ccplab issue 6"),
+     "transient.delayside"),
     ("per-flow throughput, share, p95 queueing delay, smoothness (competing flows)",
      "Each packet's flow from the link's flow attribution (its destination port). Throughput: the flow's "
      "departed bytes x 8 / its span (first full-size to last packet); share: its departed bytes / all the "

@@ -25,11 +25,12 @@ Engineering, 5th ed., 5.3):
 Fitted: second order plus dead time (SOPDT), u(t) = K g(t - theta; zeta,
 omega_n), g the unit step response of a second-order system (underdamped,
 critically damped or overdamped form), with gain K, dead time theta >= 0,
-damping ratio zeta and natural frequency omega_n (rad/s), by
-scipy.optimize.curve_fit (trust region, bounded) from several starting
-points, keeping the best; R^2 = 1 - SS_res / SS_tot over the fitted
-samples (the second-order-plus-dead-time model fitted to a step test:
-Seborg, Edgar & Mellichamp, Process Dynamics and Control, chapter
+damping ratio zeta and natural frequency omega_n (rad/s), by least squares
+(scipy.optimize.least_squares: MINPACK's Levenberg-Marquardt, the bounds
+kept by a change of variables) from the best point of a grid of zeta,
+omega_n and two dead times (0, and the lead of the first sample);
+R^2 = 1 - SS_res / SS_tot over the fitted samples (the
+second-order-plus-dead-time model fitted to a step test: Seborg, Edgar & Mellichamp, Process Dynamics and Control, chapter
 "Development of Empirical Models from Process Data").
 
 Time origin of the fit.  t is measured from the *input* step (the capacity
@@ -52,9 +53,9 @@ so a long steady tail does not swamp the transient.  Class:
 
 from __future__ import annotations
 
+import functools
 import math
-import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -84,7 +85,7 @@ class SecondOrder:
     dead_time_s: float = math.nan
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        return dict(vars(self))
 
 
 NAN_SECOND_ORDER = SecondOrder(*(math.nan,) * 8, response_class="not second-order")
@@ -108,6 +109,33 @@ def _model(t, gain, dead, zeta, wn):
     return gain * unit_step_response(t - dead, zeta, wn)
 
 
+def unit_impulse_response(t: np.ndarray, zeta: float, wn: float) -> np.ndarray:
+    """Impulse response (d/dt of `unit_step_response`) of wn^2 / (s^2 + 2 zeta wn s + wn^2), 1/s (0 for t < 0)."""
+    t = np.maximum(np.asarray(t, np.float64), 0.0)
+    if abs(zeta - 1.0) < 1e-6:
+        return wn * wn * t * np.exp(-wn * t)
+    if zeta < 1.0:
+        root = math.sqrt(1.0 - zeta * zeta)
+        return wn / root * np.exp(-zeta * wn * t) * np.sin(wn * root * t)
+    root = math.sqrt(zeta * zeta - 1.0)
+    p1, p2 = wn * (zeta - root), wn * (zeta + root)
+    return p1 * p2 / (p2 - p1) * (np.exp(-p1 * t) - np.exp(-p2 * t))
+
+
+def _model_jacobian(t: np.ndarray, p) -> np.ndarray:
+    """d model / d (gain, dead, zeta, omega_n) at the samples: (len(t), 4).  The response depends on
+    omega_n only through omega_n (t - theta), so its omega_n and theta columns come from the impulse
+    response; the zeta column is a central difference."""
+    gain, dead, zeta, wn = p
+    tau = t - dead
+    g = unit_step_response(tau, zeta, wn)
+    h = np.where(tau > 0, unit_impulse_response(tau, zeta, wn), 0.0)
+    dz = 1e-6 * max(zeta, 1e-3)
+    dg_dzeta = (unit_step_response(tau, zeta + dz, wn) - unit_step_response(tau, max(zeta - dz, 1e-9), wn)) \
+        / (zeta + dz - max(zeta - dz, 1e-9))
+    return np.column_stack([g, -gain * h, gain * dg_dzeta, gain * np.maximum(tau, 0.0) * h / wn])
+
+
 def fit_second_order(t: np.ndarray, u: np.ndarray, bin_s: float) -> tuple[float, float, float, float]:
     """Fit the SOPDT model K g(t - theta) to samples (t, u); returns (zeta, omega_n rad/s, R^2, theta s).
 
@@ -121,43 +149,123 @@ def fit_second_order(t: np.ndarray, u: np.ndarray, bin_s: float) -> tuple[float,
     ss_tot = float(((u - u.mean()) ** 2).sum()) if u.size else 0.0
     if u.size < 6 or ss_tot <= 0:
         return math.nan, math.nan, math.nan, math.nan
-    from scipy.optimize import OptimizeWarning, curve_fit  # here: scipy.optimize alone takes 0.5-1 s to import
+    from scipy.optimize import least_squares  # here: scipy.optimize alone takes 0.5-1 s to import
     span = float(t[-1])
     lead = max(float(t[0]) - bin_s / 2, 0.0)  # the input came this long before the first bin
-    wn_max = math.pi / bin_s  # faster than Nyquist cannot be seen in the bins
-    wn_min = 0.1 / max(span, bin_s)
-    bounds = ([0.0, 0.0, 1e-3, wn_min], [5.0, lead + max((span - lead) / 2, bin_s), 10.0, wn_max])
-    # Starting points: natural frequency from the 10-90 % rise time (about
-    # 1.8 / omega_n for moderate damping), damping low, critical and high.
-    rise = _first_crossing(t, u, 0.9) - _first_crossing(t, u, 0.1)
-    wn_est = 1.8 / rise if math.isfinite(rise) and rise > 0 else 4.0 / span
-    # A lightly damped or sustained oscillation: its dominant frequency (the
-    # spectrum's peak; omega_d ~ omega_n at low damping) is a far better start
-    # than the rise time, which a square-ish oscillation makes one bin long.
-    # Dead time: from 0 (the response began at the input) and, when the
-    # samples start late, from the first sample (it began only then).
-    starts = [(0.3, wn_est), (1.0, 1.5 * wn_est), (2.5, 3.0 * wn_est), (0.05, _dominant_omega(u, bin_s))]
-    starts = [(z, w, d) for d in sorted({0.0, lead}) for z, w in starts]
-    best = None
-    for zeta0, wn_start, dead0 in starts:
-        wn0 = min(max(wn_start, wn_min * 1.01), wn_max * 0.99)
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", OptimizeWarning)
-                popt, _ = curve_fit(_model, t, u, p0=[1.0, dead0, zeta0, wn0], bounds=bounds, method="trf",
-                                    maxfev=400)
-        except (RuntimeError, ValueError):
-            continue
-        ss_res = float(((u - _model(t, *popt)) ** 2).sum())
-        if best is None or ss_res < best[0]:
-            best = (ss_res, popt)
-        if ss_res <= 1e-6 * ss_tot:
-            break  # an exact fit cannot be improved
-    if best is None:
+    bounds = _Bounds(
+        gain=(0.0, 5.0),
+        dead=(0.0, lead + max((span - lead) / 2, bin_s)),
+        zeta=(1e-3, 10.0),
+        wn=(0.1 / max(span, bin_s), math.pi / bin_s),  # faster than Nyquist cannot be seen in the bins
+    )
+    x0 = bounds.to_free(_grid_start(t, u, bounds, lead, bin_s))
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):
+            fit = least_squares(lambda x: _model(t, *bounds.from_free(x)) - u, x0, method="lm", max_nfev=600,
+                                jac=lambda x: _model_jacobian(t, bounds.from_free(x)) * bounds.slopes(x))
+    except ValueError:  # residuals not finite at the start
         return math.nan, math.nan, math.nan, math.nan
-    ss_res, popt = best
+    popt = bounds.from_free(fit.x)
+    ss_res = float(((u - _model(t, *popt)) ** 2).sum())
+    if not math.isfinite(ss_res):
+        return math.nan, math.nan, math.nan, math.nan
     # the dead time to the microsecond: below that it is the optimizer's noise around 0, not a delay
     return float(popt[2]), float(popt[3]), 1.0 - ss_res / ss_tot, round(float(popt[1]), 6)
+
+
+@dataclass(frozen=True)
+class _Bounds:
+    """Box bounds of (gain, dead time s, zeta, omega_n rad/s) and the change of variables that lets an
+    unbounded least-squares solver (MINPACK's Levenberg-Marquardt) respect them: p = lo + (hi - lo)
+    (sin x + 1) / 2, on a log scale for zeta and omega_n (the bounded-parameter transform of MINUIT:
+    James, MINUIT Reference Manual, CERN D506, "Parameter limits")."""
+
+    gain: tuple[float, float]
+    dead: tuple[float, float]
+    zeta: tuple[float, float]
+    wn: tuple[float, float]
+
+    def _ranges(self):
+        return (self.gain, self.dead, (math.log(self.zeta[0]), math.log(self.zeta[1])),
+                (math.log(self.wn[0]), math.log(self.wn[1])))
+
+    def from_free(self, x) -> list[float]:
+        p = [lo + (hi - lo) * (math.sin(xi) + 1.0) / 2.0 for xi, (lo, hi) in zip(x, self._ranges())]
+        return [p[0], p[1], math.exp(p[2]), math.exp(p[3])]
+
+    def slopes(self, x) -> np.ndarray:
+        """d p / d x of each parameter at the free variables ``x`` (the chain rule's factor)."""
+        out = []
+        for i, (xi, (lo, hi)) in enumerate(zip(x, self._ranges())):
+            d = (hi - lo) * math.cos(xi) / 2.0
+            if i >= 2:  # log scale: p = exp(q)
+                d *= math.exp(lo + (hi - lo) * (math.sin(xi) + 1.0) / 2.0)
+            out.append(d)
+        return np.array(out)
+
+    def to_free(self, p) -> np.ndarray:
+        q = (p[0], p[1], math.log(p[2]), math.log(p[3]))
+        x = []
+        for qi, (lo, hi) in zip(q, self._ranges()):
+            frac = (qi - lo) / (hi - lo) if hi > lo else 0.5
+            x.append(math.asin(min(max(2.0 * frac - 1.0, -1.0 + 1e-9), 1.0 - 1e-9)))
+        return np.array(x)
+
+
+def _grid_start(t: np.ndarray, u: np.ndarray, bounds: _Bounds, lead: float, bin_s: float) -> tuple[float, ...]:
+    """Starting point for the local fit: the best (gain, dead, zeta, omega_n) of a log-spaced grid of
+    zeta and omega_n, with dead time 0 or ``lead`` (the response began at the input, or only at the
+    first sample) and the gain in closed form (linear least squares of u on g).
+    A grid start instead of a handful of guesses: one local fit from it lands in the global basin for
+    responses from sustained oscillations to heavily overdamped ones.  On samples ``bin_s`` apart the
+    grid's responses are shared by every fit of that bin width (their first sample's delay after the
+    dead time rounded to a quarter bin: a start, not the fit)."""
+    stride = max(1, t.size // GRID_SAMPLES)  # a start needs the response's shape, not every sample
+    ts, us = t[::stride], u[::stride]
+    regular = np.allclose(np.diff(t), bin_s, rtol=1e-6, atol=1e-9)
+    best = None
+    for dead in sorted({0.0, lead}):
+        if regular:
+            quarter = max(int(round((ts[0] - dead) / bin_s * 4)), 0)
+            wns, g = _grid_responses(float(bin_s), quarter, stride, ts.size)
+        else:
+            wns = _grid_omegas(bin_s)
+            g = _grid_family(wns[:, None] * np.maximum(ts - dead, 0.0)[None, :])
+        gg = (g * g).sum(axis=2)
+        gain = np.clip((g @ us) / np.where(gg > 0, gg, 1.0), *bounds.gain)
+        sse = ((us - gain[..., None] * g) ** 2).sum(axis=2)
+        iz, iw = np.unravel_index(int(np.argmin(sse)), sse.shape)
+        if best is None or sse[iz, iw] < best[0]:
+            best = (float(sse[iz, iw]), (float(gain[iz, iw]) or 1.0, dead, float(GRID_ZETAS[iz]), float(wns[iw])))
+    return best[1]
+
+
+def _grid_omegas(bin_s: float) -> np.ndarray:
+    return np.geomspace(0.05, 0.95 * math.pi / bin_s, GRID_OMEGAS)
+
+
+def _grid_family(wt: np.ndarray) -> np.ndarray:
+    """Unit step responses at dimensionless times omega_n t (omega_n x samples) for every grid zeta:
+    (zeta, omega_n, samples)."""
+    return np.stack([unit_step_response(wt, float(z), 1.0) for z in GRID_ZETAS])
+
+
+@functools.lru_cache(maxsize=128)
+def _grid_responses(bin_s: float, quarter_bins: int, stride: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The grid's omega_n and responses at samples quarter_bins / 4 + k stride bins after the dead time."""
+    wns = _grid_omegas(bin_s)
+    tau = (quarter_bins / 4.0 + stride * np.arange(n)) * bin_s
+    g = _grid_family(wns[:, None] * tau[None, :])
+    g.setflags(write=False)
+    return wns, g
+
+
+GRID_ZETAS = np.geomspace(0.02, 5.0, 18)
+"""Damping ratios of the starting grid."""
+GRID_OMEGAS = 28
+"""Natural frequencies of the starting grid, log-spaced over the fit's bounds."""
+GRID_SAMPLES = 100
+"""About this many samples (every k-th) score the grid's points."""
 
 
 def classify(zeta: float, r2: float) -> str:
@@ -171,14 +279,6 @@ def classify(zeta: float, r2: float) -> str:
     if zeta <= CRITICAL_BAND[1]:
         return "critically damped"
     return "overdamped"
-
-
-def _dominant_omega(u: np.ndarray, bin_s: float) -> float:
-    """Angular frequency (rad/s) of the largest non-zero bin of the spectrum of ``u`` (samples
-    ``bin_s`` apart; numpy's real FFT of the deviations from the mean)."""
-    spectrum = np.abs(np.fft.rfft(u - u.mean()))
-    freqs = np.fft.rfftfreq(u.size, d=bin_s)
-    return float(2 * math.pi * freqs[1 + int(np.argmax(spectrum[1:]))])
 
 
 def _first_crossing(t: np.ndarray, u: np.ndarray, level: float) -> float:

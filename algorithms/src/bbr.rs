@@ -56,8 +56,7 @@
 //! loose 2 x cwnd + budget) as the cap.
 //!
 //! Per-report decisions made to land where the kernel's per-ACK ones do
-//! (each found in `ccplab fidelity` runs, see algorithms/README.md, "BBR
-//! after the full run"):
+//! (each found in `ccplab fidelity` runs):
 //! - packet conservation uses the report's mean delivered packets per ACK,
 //!   not its total (a report can carry 50 SACKed packets), and a loss
 //!   report's deduction is not undone by the in-flight floor (in-flight then
@@ -81,28 +80,15 @@
 //! no app-limited mark (libccp has none); the ACK-aggregation excess is
 //! capped at cwnd per report, not per ACK, and its filter rotates on the
 //! report that starts a round (per report, without the fold's per-ACK
-//! excess, it over-estimated the excess 2x and raised down24-6's p95
-//! queueing delay to 2.6x: algorithms/README.md, "BBR on Verizon LTE" and
-//! "BBR: the ACK-aggregation allowance per ACK"); no
+//! excess, it over-estimated the excess 2x and raised the p95 queueing delay
+//! after a capacity drop 2.6x); no
 //! idle-restart handling; no long-term (policer) bandwidth mode; the socket's
 //! send buffer is sized 2 x cwnd by the datapath where tcp_bbr.c asks 3 x
 //! (`bbr_sndbuf_expand`).
 //!
-//! Fidelity (algorithms/README.md, "BBR: Startup's cwnd and pacing rate per
-//! ACK in the fold": 5 runs x 20 s per link, ratio ccp/kernel, medians,
-//! kernel and ccp re-run the same day): 21 of bbr's 24 targets met in the
-//! first pass (the per-report Startup, re-run alongside: 17), the two
-//! misses on fixed12-q4bdp (p95 1.65x) and step0-48 (retransmits 1.90x)
-//! met in a second pass of 5 (1.03x, 0.89x); Startup now follows the
-//! kernel's packet for packet (fixed12-q1bdp: 35 / 99 packets sent by
-//! 100 / 175 ms, kernel 35 / 99, per-report 31 / 83); Normalized Area
-//! 0.94-1.06x on five links (was 1.11-1.23x). Left: down24-6's NA (1.11-1.15x:
-//! the second step, after the ProbeRTT that follows the drop, not Startup)
-//! and a p95 spread on the fixed links (ProbeBW's standing queue, 25-70 ms in
-//! both BBRs). Earlier measurements and what was tried and kept or dropped
-//! (the ACK-aggregation allowance per ACK, on; reports at the end of each
-//! round, reverted) are in "BBR after the full run" and the sections that
-//! follow it.
+//! How close it comes to the kernel's bbr: `ccplab fidelity`
+//! (docs/results/fidelity.md). What remains apart is mostly the per-report
+//! decisions above and ProbeBW's standing queue, which spreads widely in both.
 
 use crate::fold::{Cadence, FoldProgram};
 use crate::window::{Measurement, RttEstimator, WindowParams};
@@ -110,7 +96,7 @@ use crate::{AlgorithmSpec, Control, Controller};
 use std::collections::VecDeque;
 
 /// 2/ln(2) (tcp_bbr.c `bbr_high_gain` = 2885/1000), written as a constant: no
-/// logarithm in a binary that may link libccp (FIELD-NOTES).
+/// logarithm in a binary that may link libccp (docs/NOTES.md, "libccp's `log` symbol").
 pub const HIGH_GAIN: f64 = 2.885;
 /// The ProbeBW gain cycle (tcp_bbr.c `bbr_pacing_gain`).
 pub const GAIN_CYCLE: [f64; 8] = [1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0];
@@ -143,11 +129,9 @@ pub struct BbrArgs {
     /// Leave Startup's pacing rate to the fold program, set per ACK
     /// ([`startup_rate_block`]; user space commands no Rate until Startup
     /// ends), as tcp_bbr.c's per-ACK `bbr_set_pacing_rate`. On by default
-    /// since 2026-11-23 together with `--startup-cwnd-in-fold`: alone it
-    /// measured NA 1.18 -> 1.13x and step0-12 retransmits 1.33 -> 4.2x; with
-    /// the per-ACK cwnd rule 11 of 12 targets on three links against 8
-    /// (algorithms/README.md, "BBR: Startup's cwnd and pacing rate per ACK in
-    /// the fold").
+    /// together with `--startup-cwnd-in-fold`: alone, the per-ACK rate without
+    /// the per-ACK cwnd rule raised retransmits on the 0 -> 12 Mbit/s step, and
+    /// the two together follow the kernel's Startup closest in `ccplab fidelity`.
     #[arg(long, default_value = "true", action = clap::ArgAction::Set, value_name = "BOOL")]
     pub startup_rate_in_fold: bool,
     /// Leave Startup's cwnd growth to the fold program's per-ACK rule
@@ -202,8 +186,8 @@ pub const STARTUP_RATE_PER_MILLE: u64 = 2856;
 /// for good, so user space commands no Rate until Startup ends.
 ///
 /// Why: per-report rates left Startup's 2nd-3rd rounds pacing-limited at
-/// 19 and 36 packets where the kernel sends 22 and 44 (Normalized Area
-/// 1.18x, algorithms/README.md, "BBR after the full run").
+/// 19 and 36 packets where the kernel sends 22 and 44 (a larger Normalized
+/// Area than the kernel's in `ccplab fidelity`).
 pub fn startup_rate_block() -> String {
     let g = STARTUP_RATE_PER_MILLE;
     format!(
@@ -260,8 +244,8 @@ pub const STARTUP_CWND_GAIN_PER_MILLE: u64 = 2885;
 ///
 /// Why: user space's per-report cap was taken from a BtlBw up to half an
 /// RTT old (extrapolated by its growth): in Startup's rounds 2-3 ccp sent 19 and
-/// 36 packets where the kernel sends 22 and 44 (Normalized Area 1.18x,
-/// algorithms/README.md, "BBR after the full run").
+/// 36 packets where the kernel sends 22 and 44 (a larger Normalized Area
+/// than the kernel's in `ccplab fidelity`).
 pub fn startup_cwnd_block() -> String {
     format!(
         "\
@@ -345,8 +329,8 @@ pub const ACK_EPOCH_MAX_US: u64 = 10_000_000;
 /// Why per ACK: the excess of a report taken as one ACK is about 2x the
 /// kernel's (after an epoch restart the whole report counts as excess), and
 /// with the report spread evenly over its interval about a third (cellular
-/// bursts last a few ms, a report 25-90 ms): algorithms/README.md, "BBR on
-/// Verizon LTE". The language has no `>=` and subtraction underflow aborts
+/// bursts last a few ms, a report 25-90 ms), which raised the queueing delay
+/// on Verizon LTE and after a capacity drop. The language has no `>=` and subtraction underflow aborts
 /// the invocation, so the restart test is `xa < xe + 1` and the excess is
 /// taken only once `xa > xe` is known (after a restart `xe` is 0).
 pub fn ack_aggregation_block() -> String {
@@ -1067,8 +1051,7 @@ impl Bbr {
     /// the cwnd saved at a loss report is the fold's at the report, up to a
     /// report interval of Startup growth above the kernel's at the loss ACK,
     /// and jumping there raised fixed12-q1bdp's retransmits from 1.11x to
-    /// 1.57x the kernel's (algorithms/README.md, "BBR: cwnd restored at once
-    /// after ProbeRTT, and the 5/4 phase"). The caller decides whether the
+    /// 1.57x the kernel's in `ccplab fidelity`. The caller decides whether the
     /// saved cwnd is used up.
     fn restore_prior_cwnd(&mut self, jump: bool) {
         if self.prior_cwnd > self.cwnd {
@@ -1161,8 +1144,7 @@ impl Controller for Bbr {
     /// ([`Bbr::restore_jump_pkts`]) the fold's cwnd `fcw` set to the restored
     /// value and its cap `cap` to the commanded one, so cwnd jumps back as
     /// the kernel's does instead of regrowing per ACK from ProbeRTT's 4
-    /// packets (which idled the link ~0.2 s longer after each ProbeRTT at 6 Mbit/s:
-    /// algorithms/README.md, "BBR: cwnd restored at once after ProbeRTT, and the 5/4 phase").
+    /// packets (which idled the link ~0.2 s longer after each ProbeRTT at 6 Mbit/s).
     fn fold_registers(&self) -> Vec<(&'static str, u32)> {
         let mut regs = Vec::new();
         if self.args.ack_aggregation && self.fold_growth {

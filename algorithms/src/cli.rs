@@ -97,7 +97,7 @@ pub struct CommonArgs {
     /// cadence reports after max(RTT/k, this), a fixed one after max(interval, this);
     /// loss and timeout reports are never held back. At veth or datacenter RTTs
     /// (tens of us) a per-RTT cadence means a report, and two daemon wakeups, per
-    /// ACK (datapath/README.md "Performance"). At most 1000000.
+    /// ACK (docs/datapath.md, "Performance"). At most 1000000.
     #[arg(long, default_value = "0", value_name = "US",
           value_parser = clap::value_parser!(u64).range(0..=MAX_REPORT_FLOOR_US))]
     pub min_report_interval_us: u64,
@@ -534,7 +534,7 @@ fn install_signal_handlers(keep_running: Arc<AtomicBool>, wake: Option<PathBuf>)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{cubic::CubicSpec, fixed_window::FixedWindowSpec, reno::RenoSpec};
+    use crate::{contest::fixed_window::FixedWindowSpec, cubic::CubicSpec, reno::RenoSpec};
 
     /// The validation message of `ccp-algorithms reno ARGS...` (it must fail).
     fn refused(args: &[&str]) -> String {

@@ -27,7 +27,7 @@
 //!
 //! Fold program: [`crate::fold`]'s fields, two reports per RTT, urgent on loss
 //! or timeout. Standing queue the paper predicts: about 1/delta packets per
-//! flow (2 at delta 0.5); checked in algorithms/README.md. Differences from
+//! flow (2 at delta 0.5); checked by experiments/tests/test_claims.py (docs/algorithms.md). Differences from
 //! the paper: per-report rather than per-ACK updates; the largest queueing
 //! delay of an RTT is taken from each report's largest RTT sample (`maxrtt`).
 

@@ -65,31 +65,22 @@
 //! the socket's `snd_ssthresh` changes only at a loss, through the
 //! datapath's `ssthresh` op), so with `--pacing kernel` the datapath keeps
 //! pacing at slow start's 200 % of cwnd/SRTT after HyStart, where Linux
-//! drops to 120 % (datapath/README.md, "Where the paced BPF time and the
-//! 100-flow throughput go").
+//! drops to 120 %.
 //!
-//! Fidelity (algorithms/README.md, Fidelity). 0 -> 48 Mbit/s step: NA was 1.20x
-//! in the full run. Unpaced, the per-report HyStart (ACK train judged against
-//! half the minimum RTT, rounds not aligned with the line-rate flights) exited
-//! slow start at 237-263 packets, and the 0.7 cut left cwnd below the 200-packet
-//! BDP for ~0.8 s; kernel:cubic, paced, never exits there (its ACK-train
-//! threshold is the whole minimum RTT for a paced flow: its retransmits equal
-//! kernel:reno's). Paced, with the paced threshold, ccp:cubic mostly runs into
-//! the first loss as the kernel does. Measured after the fixes (paced, 5 runs):
-//! NA 1.00x (0.179 / 0.180), retransmits 0.77x; one run of the five had a
-//! second loss episode after the first recovery and a ~50 ms stall while a
-//! retransmitted hole kept the receive window shut (NA 0.45). Verizon LTE
-//! (1000-packet queue): 171 retransmits against kernel:cubic's 0 in the full
-//! run. Both overflow the queue near the end of the 20 s flow (kernel:cubic at
-//! 19.27 s, packet ~8420, 500-630 drops, detected after the test ends so
-//! iperf3 counts 0; ccp:cubic at 18.18 s, packet ~7880); ccp got there 1.1 s
-//! earlier because its target was W_cubic(t + SRTT) with SRTT ~1.9 s. With the
-//! minimum RTT as the offset (and pacing) ccp:cubic did not overflow in 20 s:
-//! 0 retransmits in 3 runs (p95 queueing delay 0.97x, NA 1.09x, within target).
+//! Why pacing and the minimum-RTT offset. Unpaced, the per-report HyStart
+//! (ACK train judged against half the minimum RTT, rounds not aligned with
+//! line-rate flights) left slow start early on a 0 -> 48 Mbit/s step and the
+//! 0.7 cut left cwnd below the BDP for most of a second; kernel:cubic, paced,
+//! judges the ACK train against the whole minimum RTT and runs into the first
+//! loss, and so does ccp:cubic paced with that threshold. With a standing queue
+//! (Verizon LTE, 1000 packets) W_cubic(t + SRTT) ran ahead of the kernel's
+//! curve and overflowed the buffer earlier; the kernel's offset, the minimum
+//! RTT, does not. How close it comes to kernel:cubic: `ccplab fidelity`
+//! (docs/results/fidelity.md).
 //!
 //! Math: only `f64::cbrt` and multiplications, never `powf`/`ln` — the
 //! `libccp` crate exports a C symbol `log` that shadows libm's in any binary
-//! that links it (FIELD-NOTES), and that is tested in tests/libccp_glue.rs.
+//! that links it (docs/NOTES.md, "libccp's `log` symbol"), and that is tested in tests/libccp_glue.rs.
 
 use crate::fold::{Cadence, FoldProgram};
 use crate::window::{
@@ -597,7 +588,7 @@ impl Cubic {
     /// is known. With a standing queue the SRTT is far above the minimum (1.9 s
     /// against 50 ms on Verizon LTE with 1000 packets of buffer), and W_cubic(t +
     /// SRTT) ran ~2 s ahead of kernel:cubic's curve: the buffer overflowed 1.1 s
-    /// earlier (algorithms/README.md, Fidelity).
+    /// earlier than kernel:cubic's.
     fn target_offset_s(&self) -> f64 {
         if self.min_rtt_us > 0 {
             self.min_rtt_us as f64 / 1e6

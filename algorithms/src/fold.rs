@@ -6,7 +6,7 @@
 //! reports on loss or timeout. One field set means one decoder for the whole
 //! suite; the cadence is what the algorithms differ in.
 //!
-//! Language limits respected (FIELD-NOTES, libccp 1.2 / Portus 0.9): binary
+//! Language limits respected (docs/fold-language.md; libccp 1.2 / Portus 0.9): binary
 //! operators only, no `>=`/`<=`, expressions at most 3 deep (libccp has 8 tmp
 //! registers), no `#` comments anywhere in the program text (a comment inside a
 //! `when` body panics the compiler), no subtraction, division only by a nonzero
@@ -169,8 +169,7 @@ const SCRATCH_DEFS: &str = "    (t1 0)\n    (t2 false)\n";
 /// keeps the fold's cwnd) and the fold reads as "go on".
 ///
 /// Why: growth applied once per report released a report's worth of packets
-/// at once, a burst the kernel's per-ACK growth never sends
-/// (algorithms/README.md, Fidelity). Runs before the per-ACK accumulation, so
+/// at once, a burst the kernel's per-ACK growth never sends. Runs before the per-ACK accumulation, so
 /// `Report.cwnd` is the cwnd after this ACK.
 const SLOW_START: &str = "\
 (when (&& ss true)
@@ -262,7 +261,7 @@ const TOWARD_CAP_DEFS: &str = "    (fcw 0)\n    (cap 0)\n";
 ///
 /// Why: BBR commanding its cwnd twice per RTT raised it in half-window steps
 /// in Startup, bursts into the queue the kernel's per-ACK growth never sends
-/// (retransmits 2-18x the kernel's, algorithms/README.md, Fidelity).
+/// (retransmits 2-18x the kernel's in `ccplab fidelity`).
 fn toward_cap() -> String {
     format!(
         "\
@@ -316,7 +315,7 @@ pub const REPORTS_BACK_OFF_WHEN_APP_LIMITED: [&str; 2] = [crate::reno::PROGRAM.n
 /// RTT, the minimum RTO of RFC 6298 and the timescale on which RFC 2861/7661
 /// reconsider an application-limited flow's cwnd. Why: each report costs the
 /// two daemons 40-170 us of CPU and the ACK that sends it ~2 us of BPF time
-/// on this kind of machine (datapath/README.md); at 100 ms, 100 paced veth
+/// on this kind of machine (docs/NOTES.md); at 100 ms, 100 paced veth
 /// flows cost the daemons 2.0 % of both cores where kernel cubic spends
 /// nothing, at 1 s 0.6 %.
 pub const APP_LIMITED_REPORT_US: u64 = 1_000_000;

@@ -15,32 +15,23 @@
 //! - [`cli`]: the shared command line (`--ipc`, window bounds,
 //!   `--dump-program`, `--describe-json`) and the `main` of an algorithm.
 //!
-//! Adding an algorithm (see algorithms/README.md): one file `src/<name>.rs`
+//! Adding an algorithm (see docs/writing-an-algorithm.md): one file `src/<name>.rs`
 //! with its logic (a [`Controller`], or a [`window::WindowAlgorithm`] for a
 //! pure window algorithm), its flags (a clap `Args` struct) and an
 //! [`AlgorithmSpec`]; one line in [`suite::SUITE`].
 
 pub mod bbr;
-pub mod aimd;
 pub mod cli;
 pub mod contest;
 pub mod copa;
 pub mod cubic;
-pub mod delay_threshold;
-pub mod exp3cc;
-pub mod fixed_window;
 pub mod fold;
-pub mod interval_prediction;
-pub mod mixture;
-pub mod pid;
 pub mod portus_glue;
 pub mod reno;
 pub mod reinstall;
 pub mod repeats;
-pub mod rocinante;
-pub mod spoderman;
-pub mod sprout_ewma;
 pub mod suite;
+pub mod tutorial;
 pub mod unix_ipc;
 pub mod vegas;
 pub mod window;
@@ -125,7 +116,7 @@ pub trait AlgorithmSpec: 'static {
     const SOURCE: &'static str;
     /// What it commands: "cwnd", "rate" or "cwnd+rate" (for the listing).
     const CONTROLS: &'static str = "cwnd";
-    /// Default floor of cwnd in packets (1; 2 where ALGORITHMS.md says so).
+    /// Default floor of cwnd in packets (1; 2 where the algorithm's spec says so, docs/algorithms.md).
     const DEFAULT_MIN_CWND_PKTS: &'static str = "1";
     /// The algorithm's own flags (clap), beside the shared ones.
     type Args: clap::Args + Clone + Send + std::fmt::Debug + 'static;

@@ -61,7 +61,7 @@ impl WindowBounds {
     /// (the create message's init_cwnd). A cwnd above this daemon's initial
     /// window is a flow already running, announced to a (re)started
     /// algorithm: ccp-datapath announces each live flow with the cwnd its
-    /// fallback (the kernel's cubic) left (datapath/README.md "Never
+    /// fallback (the kernel's cubic) left (docs/datapath.md, "Never
     /// frozen"). Such a flow starts there, in congestion avoidance
     /// (ssthresh = that cwnd; the create message carries no ssthresh):
     /// restarting it from the initial window in slow start cut a 118-packet
@@ -553,7 +553,7 @@ mod tests {
     use super::*;
     use crate::cli::parse_from;
     use crate::window::PacingMode;
-    use crate::{bbr::BbrSpec, cubic::CubicSpec, fixed_window::FixedWindowSpec, reno::RenoSpec};
+    use crate::{bbr::BbrSpec, contest::fixed_window::FixedWindowSpec, cubic::CubicSpec, reno::RenoSpec};
 
     fn alg<S: AlgorithmSpec>(argv: &[&str]) -> PortusAlg<S> {
         let cli = parse_from::<S, _>(argv.iter().copied()).expect("valid flags");

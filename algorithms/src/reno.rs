@@ -60,37 +60,17 @@
 //! it counts as the old window's; ssthresh uses cwnd rather than
 //! FlightSize, as Linux `tcp_reno_ssthresh` does.
 //!
-//! Fidelity on the 0 -> 48 Mbit/s step (algorithms/README.md, Fidelity): NA was
-//! 4.87x the kernel's (convergence 3.9 s against 0.3 s) in the full run. Cause,
-//! from the runs' link logs and reports: the loss report (the urgent report at
-//! the first loss ACK) also carried the 26-63 packets acknowledged since the
-//! previous report, before the loss; PRR counted them as delivered in recovery
-//! and sent ~30 packets too few, the link went idle for ~10 ms, and when in
-//! flight fell below ssthresh PRR-SSRB refilled it in one burst at twice the
-//! link rate (237 packets in 35 ms) that overflowed the 100-packet queue by 1-5
-//! packets: a new loss after the recovery point, a second halving (257 -> 129
-//! packets) and +1 packet per RTT from there, in 4 of 5 runs. The estimated
-//! recovery point was not the cause (the late losses were packets sent after
-//! the first recovery began). With PRR fixed NA fell to 1.06x; the rest came
-//! from pacing (kernel:reno's flights are spread by pacing, ccp's were
-//! line-rate bursts that overflowed the queue earlier and left the link idle
-//! between them). Measured after the fixes (ccp side re-run, 20 s flows; kernel
-//! side from the full run): unpaced, the default, NA 1.02x (0.178 / 0.182, 3
-//! runs; the 12 Mbit/s and 24 Mbit/s starts stay at 1.00x); paced
-//! per report (`--pacing report`) NA 1.00x (0.178 / 0.179, 5 runs, within the
-//! kernel's spread) but the 12 Mbit/s 1-BDP start 1.38x, the 24 Mbit/s start
-//! 1.25x (after the second halving there in flight climbs back at 120 % of
-//! cwnd/SRTT and the link idles longer than kernel:reno's) and Verizon LTE p95
-//! queueing delay 1.60x. Paced per ACK by the datapath as the kernel paces
-//! kernel:reno (`--pacing kernel`, the default since 2026-11-23), every
-//! scenario of `ccplab fidelity` meets its targets (5 runs; 0 -> 48 step NA
-//! 0.179 against 0.178) except Verizon LTE (throughput 0.94x, p95 queueing
-//! delay 1.70x): in recovery the per-report PRR window let the kernel refill
-//! in flight one for one between reports (166 packets sent in the first 280 ms
-//! of recovery where kernel:reno sent 109), retransmissions died in the full
-//! queue and the hole stalled the flow ~2 s until an RTO. With PRR per ACK in
-//! the fold Verizon LTE meets every target (throughput 1.00x, p95 1.01x;
-//! algorithms/README.md, "Reno and cubic: PRR per ACK in the fold").
+//! Why PRR runs per ACK in the fold and the datapath paces: a loss report (the
+//! urgent report at the first loss ACK) also carries the packets acknowledged
+//! before the loss; a per-report PRR counted them as delivered in recovery,
+//! sent too few, let the link idle, then refilled in flight in one burst at
+//! twice the link rate that overflowed the queue: a second halving where the
+//! kernel halves once. Between reports the kernel also refills in flight one
+//! for one where Linux's `tcp_cwnd_reduction` sends about one packet per two
+//! delivered. Unpaced, line-rate flights overflowed the queue earlier than
+//! kernel:reno's paced ones. With PRR per ACK and the kernel's pacing
+//! (`--pacing kernel`, the default) ccp:reno meets the `ccplab fidelity`
+//! targets (docs/results/fidelity.md).
 
 use crate::fold::{Cadence, FoldProgram};
 use crate::window::{

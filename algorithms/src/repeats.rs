@@ -3,9 +3,9 @@
 //! An application-limited reno or cubic flow reports once a second
 //! ([`crate::fold::APP_LIMITED_REPORT_US`]) and the algorithm holds its
 //! window, so its answer is the previous one again: 508 of 741 answers did
-//! so in one 100-flow paced `dpbench` run (2026-11-25). Each answer costs
-//! both daemons a send, a wakeup, a receive and a staging of the registers
-//! (datapath/README.md "Performance"), and changes nothing.
+//! so in one 100-flow paced `dpbench` run. Each answer costs both daemons a
+//! send, a wakeup, a receive and a staging of the registers, and changes
+//! nothing.
 //!
 //! An answer is skipped only when nothing it sets can have moved in the
 //! datapath since the last answer sent:

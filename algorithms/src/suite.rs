@@ -8,9 +8,7 @@
 //! Adding an algorithm: write `src/<name>.rs` (logic + flags + an
 //! [`AlgorithmSpec`]) and add `entry::<name::NameSpec>()` below.
 
-use crate::{bbr, cli, copa, cubic, reno, vegas, AlgorithmSpec};
-use crate::{aimd, delay_threshold, exp3cc, fixed_window, interval_prediction, mixture, pid, rocinante, spoderman,
-    sprout_ewma};
+use crate::{bbr, cli, contest, copa, cubic, reno, tutorial, vegas, AlgorithmSpec};
 use std::ffi::OsString;
 use std::process::ExitCode;
 
@@ -51,17 +49,19 @@ pub const SUITE: &[Entry] = &[
     entry::<bbr::BbrSpec>(),
     entry::<copa::CopaSpec>(),
     entry::<vegas::VegasSpec>(),
-    // The cellular-contest algorithms (ALGORITHMS.md section 2).
-    entry::<fixed_window::FixedWindowSpec>(),
-    entry::<aimd::AimdSpec>(),
-    entry::<delay_threshold::DelayThresholdSpec>(),
-    entry::<rocinante::RocinanteSpec>(),
-    entry::<sprout_ewma::SproutEwmaSpec>(),
-    entry::<pid::PidSpec>(),
-    entry::<interval_prediction::IntervalPredictionSpec>(),
-    entry::<mixture::MixtureSpec>(),
-    entry::<spoderman::SpodermanSpec>(),
-    entry::<exp3cc::Exp3ccSpec>(),
+    // The cellular-contest algorithms (docs/algorithms.md).
+    entry::<contest::fixed_window::FixedWindowSpec>(),
+    entry::<contest::aimd::AimdSpec>(),
+    entry::<contest::delay_threshold::DelayThresholdSpec>(),
+    entry::<contest::rocinante::RocinanteSpec>(),
+    entry::<contest::sprout_ewma::SproutEwmaSpec>(),
+    entry::<contest::pid::PidSpec>(),
+    entry::<contest::interval_prediction::IntervalPredictionSpec>(),
+    entry::<contest::mixture::MixtureSpec>(),
+    entry::<contest::spoderman::SpodermanSpec>(),
+    entry::<contest::exp3cc::Exp3ccSpec>(),
+    // The teaching algorithm docs/writing-an-algorithm.md builds.
+    entry::<tutorial::TutorialSpec>(),
 ];
 
 /// The entry called `name`.

@@ -481,8 +481,7 @@ impl Prr {
 /// delivers packets and RACK marks more lost: in flight falls by each, and the
 /// kernel refills it one for one, where Linux's `tcp_cwnd_reduction` sets
 /// cwnd = in flight + sndcnt on every ACK and sends about one packet per two
-/// delivered. Measured on Verizon LTE (algorithms/README.md, "Reno and cubic
-/// paced by the datapath"): in the first 280 ms of recovery ccp:reno sent 166
+/// delivered. On Verizon LTE, in the first 280 ms of recovery ccp:reno sent 166
 /// packets on 90 ACKs where kernel:reno sent 109 on 218; the surplus into the
 /// full 1000-packet queue cost retransmissions, and the hole they left stalled
 /// the flow for ~2 s until an RTO.
@@ -623,7 +622,7 @@ impl FoldSlowStart {
     /// unmarked command for user space's takeover and ended slow start for
     /// good while user space went on answering "go on": cwnd stayed at the
     /// initial 10 packets for the whole run (1 flow on veth: 9-12 Gbit/s
-    /// instead of 50 in 3 of 7 runs of `ccplab.dpbench`, 2026-11-23).
+    /// instead of 50 in 3 of 7 runs of `ccplab.dpbench`).
     pub fn initial_registers(&self, cwnd_bytes: u32) -> Vec<(&'static str, u32)> {
         if self.active {
             vec![("fcw", cwnd_bytes)]
@@ -685,7 +684,7 @@ pub fn slow_start(cwnd_pkts: &mut f64, ssthresh_pkts: f64, acked_pkts: f64) -> f
 /// earlier, HyStart's ACK train judged on bursts (tcp_cubic.c halves its
 /// threshold only for unpaced flows), and after a loss a refill of in flight to
 /// ssthresh in one burst at twice the link rate (measured on the 0 -> 48 Mbit/s
-/// step, algorithms/README.md Fidelity). ccp-datapath now keeps the pacing a
+/// step). ccp-datapath keeps the pacing a
 /// socket came with and sets this rate per ACK itself ([`PacingMode::Kernel`],
 /// the default); [`Paced`] commands it per report for a datapath that does not.
 #[derive(Clone, Copy, Debug, PartialEq)]

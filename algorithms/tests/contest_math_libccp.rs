@@ -1,5 +1,5 @@
 //! The contest algorithms' logarithms and exponentials inside a binary that
-//! links libccp, whose exported C symbol `log` shadows libm's (FIELD-NOTES):
+//! links libccp, whose exported C symbol `log` shadows libm's (docs/NOTES.md, "libccp's `log` symbol"):
 //! a C-library `log` call here would run libccp's logger instead (and crash).
 //! `ccp_algorithms::contest::{ln, exp, pow}` are plain Rust series, so they
 //! must give the right numbers here too; exp3cc and spoderman, which use them,
@@ -9,8 +9,8 @@
 //! global `log`, found with `nm`), so it cannot pass for the wrong reason.
 
 use ccp_algorithms::contest::{exp, ln, pow};
-use ccp_algorithms::exp3cc::{schedule, Exp3cc, Exp3ccArgs};
-use ccp_algorithms::spoderman::{Spoderman, SpodermanArgs};
+use ccp_algorithms::contest::exp3cc::{schedule, Exp3cc, Exp3ccArgs};
+use ccp_algorithms::contest::spoderman::{Spoderman, SpodermanArgs};
 use ccp_algorithms::window::{Measurement, WindowParams};
 use ccp_algorithms::Controller;
 use std::process::Command;

@@ -13,7 +13,7 @@
 //! expectation bounded by the times measured around the invocations.
 //!
 //! This binary links libccp, whose exported `log` symbol shadows libm's: no
-//! f64::ln here (FIELD-NOTES).
+//! f64::ln here (docs/NOTES.md, "libccp's `log` symbol").
 
 mod common;
 use ccp_algorithms::bbr::{EXTRA_ACKED_FIELD, PROGRAM};

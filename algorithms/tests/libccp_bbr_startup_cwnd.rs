@@ -10,7 +10,7 @@
 //! "Startup is over") leaves plain growth toward the cap.
 //!
 //! This binary links libccp, whose exported `log` symbol shadows libm's: no
-//! f64::ln here (FIELD-NOTES).
+//! f64::ln here (docs/NOTES.md, "libccp's `log` symbol").
 
 mod common;
 use ccp_algorithms::bbr::{PROGRAM, STARTUP_CWND_GAIN_PER_MILLE, STARTUP_SG_FULL};

@@ -7,7 +7,7 @@
 //! first Rate user space commands ends the block for good.
 //!
 //! This binary links libccp, whose exported `log` symbol shadows libm's: no
-//! f64::ln here (FIELD-NOTES).
+//! f64::ln here (docs/NOTES.md, "libccp's `log` symbol").
 
 mod common;
 use ccp_algorithms::bbr::{PROGRAM, STARTUP_RATE_PER_MILLE};

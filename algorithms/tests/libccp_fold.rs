@@ -3,7 +3,7 @@
 //! or timeout, with the accumulated fields.
 //!
 //! This binary links libccp, whose exported `log` symbol shadows libm's: no
-//! f64::ln here (FIELD-NOTES).
+//! f64::ln here (docs/NOTES.md, "libccp's `log` symbol").
 
 mod common;
 use common::{Conn, Outbox};

@@ -5,7 +5,7 @@
 //! timeout or a marked takeover command ends it for good.
 //!
 //! This binary links libccp, whose exported `log` symbol shadows libm's: no
-//! f64::ln here (FIELD-NOTES).
+//! f64::ln here (docs/NOTES.md, "libccp's `log` symbol").
 
 mod common;
 use ccp_algorithms::fold::FoldProgram;

@@ -4,7 +4,7 @@
 //! beta = 0.7 reduction on loss, and growth afterwards.
 //!
 //! This binary links libccp, whose exported C symbol `log` shadows libm's
-//! (FIELD-NOTES), so nothing here may compute a float logarithm (Cubic needs
+//! (docs/NOTES.md, "libccp's `log` symbol"), so nothing here may compute a float logarithm (Cubic needs
 //! only cbrt). The hazard itself is checked on the datapath binary, which
 //! links libccp in production: datapath/tests/no_libm_log.rs.
 

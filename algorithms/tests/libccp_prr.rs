@@ -7,7 +7,7 @@
 //! report; an RTO ends both.
 //!
 //! This binary links libccp, whose exported `log` symbol shadows libm's: no
-//! f64::ln here (FIELD-NOTES).
+//! f64::ln here (docs/NOTES.md, "libccp's `log` symbol").
 
 mod common;
 use ccp_algorithms::fold::FoldProgram;

@@ -7,7 +7,7 @@
 //! and at the regular cadence again as soon as it fills its cwnd.
 //!
 //! This binary links libccp, whose exported `log` symbol shadows libm's: no
-//! f64::ln here (FIELD-NOTES).
+//! f64::ln here (docs/NOTES.md, "libccp's `log` symbol").
 
 mod common;
 use common::{Conn, Outbox};

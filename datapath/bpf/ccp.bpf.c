@@ -132,6 +132,7 @@ struct ccp_priv {
 	__u32 fold_slot;	/* --fold kernel: the flow's slot in fold_flows (fold_ccp.h's) */
 	__u32 idle_lsndtime;	/* PRIV_IDLE: tp->lsndtime (jiffies) when the pipe emptied */
 	__u32 max_packets_out;	/* largest tp->packets_out a command saw: the cwnd ceiling's base */
+	__u32 fallback_pkts;	/* packets ACKed (rs->acked_sacked) while the fallback ran: who controlled the flow */
 };
 _Static_assert(sizeof(struct bictcp) <= CUBIC_PRIV_BYTES, "bictcp fits before ccp_priv");
 _Static_assert(CUBIC_PRIV_BYTES + sizeof(struct ccp_priv) <=
@@ -205,7 +206,8 @@ __u64 last_wake_ns = 0;
 	__u64 command_acks;	\
 	__u64 stale_command_acks;	\
 	__u64 guard_fallbacks;	\
-	__u64 cwnd_clamped;
+	__u64 cwnd_clamped;	\
+	__u64 rate_floored;
 
 /* tcp_input.c's FLAG_ECE (a #define, not in BTF): the ACK carried ECE. */
 #define TCP_ACK_FLAG_ECE 0x40
@@ -241,7 +243,7 @@ static __always_inline __u64 sk_cgroup_id(const struct sock *sk)
 }
 
 /* Wake the consumer at most every wake_interval_ns: per-ACK wakeups cost
- * 7-20 us each in this VM, BPF_RB_NO_WAKEUP 0.3-0.5 us (FIELD-NOTES); the
+ * 7-20 us each in this VM, BPF_RB_NO_WAKEUP 0.3-0.5 us (docs/NOTES.md); the
  * daemon also polls with a 1 ms timeout, which bounds the delay of records
  * submitted without a wakeup. */
 static __always_inline __u64 wake_flag(__u64 now)
@@ -360,6 +362,7 @@ void BPF_PROG(ccp_init, struct sock *sk)
 	ca->flags = 0;
 	ca->fold_slot = FOLD_NO_SLOT;
 	ca->max_packets_out = 0;
+	ca->fallback_pkts = 0;
 	cubictcp_init(sk);	/* the fallback's state, ready whenever it is needed */
 	/* A CA set before us (e.g. bbr, the namespace default, before iperf3's
 	 * TCP_CONGESTION) may have left TCP-internal pacing on. The kernel keeps
@@ -416,8 +419,13 @@ void BPF_PROG(ccp_release, struct sock *sk)
 	bpf_map_delete_elem(&flows, &id);
 	fold_flow_end(sk, id);
 	ev = reserve_event(EV_RELEASE, id, bpf_ktime_get_ns());
-	if (ev)
+	if (ev) {
+		/* the flow's control evidence: packets delivered in all, and
+		 * ACKed while the fallback ran */
+		ev->delivered = tcp_sk(sk)->delivered;
+		ev->acked_sacked = ca->fallback_pkts;
 		bpf_ringbuf_submit(ev, BPF_RB_FORCE_WAKEUP);
+	}
 }
 
 /* Slow start threshold: under the fallback, kernel cubic's (beta 0.7, fast
@@ -569,6 +577,18 @@ static __always_inline __u32 cwnd_ceiling(__u32 max_packets_out)
 	return c > CWND_CEILING_MIN_PKTS ? c : CWND_CEILING_MIN_PKTS;
 }
 
+/* The lowest pacing rate a command gets, bytes/s: one MSS per half the
+ * control guard's floor. Everything here, the control guard included, runs
+ * on ACKs; a commanded rate of a few bytes a second (a fold program can set
+ * Rate to anything) would space them minutes apart, and with nothing in
+ * flight no timer fires either: the flow would keep that rate for good. */
+static __always_inline __u64 pacing_floor(__u32 mss)
+{
+	__u64 gap_ns = ctl_guard_floor_ns / 2;
+
+	return gap_ns ? (__u64)mss * 1000000000ULL / gap_ns : 0;
+}
+
 static __always_inline void apply_command(struct sock *sk, struct tcp_sock *tp, struct ccp_priv *ca,
 					  const struct ccp_cmd *cmd)
 {
@@ -597,8 +617,17 @@ static __always_inline void apply_command(struct sock *sk, struct tcp_sock *tp, 
 		tp->snd_cwnd = cwnd;
 	}
 	if (cmd->rate_bytes_per_sec) {
+		__u64 rate = cmd->rate_bytes_per_sec, floor = pacing_floor(mss);
+
+		if (rate < floor) {
+			struct fold_counters *c = counters();
+
+			rate = floor;
+			if (c)
+				c->rate_floored++;
+		}
 		/* cong_control owners must pace themselves: TCP-internal pacing */
-		sk->sk_pacing_rate = cmd->rate_bytes_per_sec;
+		sk->sk_pacing_rate = rate;
 		sk->sk_pacing_status = SK_PACING_NEEDED;
 		ca->flags |= PRIV_PACED;
 	} else {
@@ -701,6 +730,7 @@ static __always_inline void cubic_restart_after_idle(struct sock *sk, const stru
 static __always_inline void fallback(struct sock *sk, struct tcp_sock *tp, struct ccp_priv *ca,
 				     __u32 ack, const struct rate_sample *rs)
 {
+	ca->fallback_pkts += rs->acked_sacked;
 	if (!(ca->flags & PRIV_FALLBACK)) {
 		ca->flags |= PRIV_FALLBACK;
 		ca->flags &= ~PRIV_IDLE;	/* noted by an earlier spell of the fallback */
@@ -851,7 +881,8 @@ static __always_inline void fold_cong_control_end(struct sock *sk, struct tcp_so
 	struct ccp_cmd cmd = {};
 	__u64 now, hb;
 
-	if (ff && fold_ack_end(ff, ca->flow_id, err, compiled, &cmd.cwnd_bytes, &cmd.rate_bytes_per_sec)) {
+	if (ff && fold_ack_end(ff, ca->flow_id, err, compiled, tp->mss_cache, &cmd.cwnd_bytes,
+				 &cmd.rate_bytes_per_sec)) {
 		now = fold_ack_now(ff);
 		hb = heartbeat_ns;
 		if (hb && (hb > now || now - hb < stale_after_ns) && control_guard(tp, ca, ff, rs, now)) {

@@ -18,7 +18,8 @@
  *                                                 main section (a tail call into
  *                                                 its compiled form, or
  *                                                 fold_interpret_main), then
- *   fold_ack_end(ff, flow_id, err, &cwnd, &rate)  1 = the algorithm's cwnd
+ *   fold_ack_end(ff, flow_id, err, compiled, mss, &cwnd, &rate)
+ *                                                 1 = the algorithm's cwnd
  *                                                 (bytes) / rate (bytes/s) to
  *                                                 apply, 0 = no algorithm yet:
  *                                                 fall back
@@ -428,7 +429,7 @@ static __always_inline void fold_fill_ack(struct fold_ack *a, const struct tcp_s
 #ifndef FOLD_REPORT_WAKE_FLAGS
 /* Ring-buffer flags for a report that is not urgent; `prompt`: the flow
  * reports several times per RTT (fold_report_prompt). A wakeup costs 7-20 us
- * here (FIELD-NOTES) and a program reporting once per RTT reports on almost
+ * here (docs/NOTES.md) and a program reporting once per RTT reports on almost
  * every ACK when the RTT is tens of us: the includer should rate-limit, e.g.
  * `#define FOLD_REPORT_WAKE_FLAGS(now, prompt) wake_flag(now)` before including. */
 #define FOLD_REPORT_WAKE_FLAGS(now, prompt) BPF_RB_FORCE_WAKEUP
@@ -496,7 +497,7 @@ static __always_inline void fold_send_report(struct fold_flow *ff, __u32 flow_id
  * or compiled in between, see ccp.bpf.c).
  * Cwnd is seeded with the cwnd the algorithm last set (else the kernel's),
  * Rate with the rate it last set (libccp re-seeds both every invocation and
- * an asynchronous datapath must echo what it applied, FIELD-NOTES). After an
+ * an asynchronous datapath must echo what it applied, docs/NOTES.md). After an
  * RTO the algorithm's earlier requests are stale: they are forgotten and the
  * kernel's loss window stands until the algorithm sets something other than
  * that seed (src/fold.rs awaiting_alg).
@@ -588,15 +589,24 @@ static __always_inline int fold_interpret_main(struct fold_flow *ff)
 }
 
 /* The second half, after the main section returned `err` (ignored when
- * no program ran); `compiled`: it ran as compiled code. Returns 1 with *cwnd_bytes / *rate (0 = leave)
- * when the algorithm controls the flow, 0 when the caller should run its
- * fallback. */
+ * no program ran); `compiled`: it ran as compiled code; `mss`: the flow's,
+ * bytes. Returns 1 with *cwnd_bytes / *rate (0 = leave) when the algorithm
+ * controls the flow, 0 when the caller should run its fallback. A Cwnd the
+ * program sets commands the flow only if it is another window in packets
+ * than the one it was seeded with: the kernel applies whole packets, so a
+ * program moving its Cwnd by bytes within one packet holds the flow where
+ * it is (a fuzzed program held one at 1 packet for 0.9 s that way). */
 static __always_inline int fold_ack_end(struct fold_flow *ff, __u32 flow_id, int err, int compiled,
-					__u32 *cwnd_bytes, __u64 *rate)
+					__u32 mss, __u32 *cwnd_bytes, __u64 *rate)
 {
 	struct fold_result *res = &ff->pend.res;
+	__u32 seed_pkts, last_pkts;
 	int aborted;
 	__u32 last;
+
+	if (!mss)
+		mss = 1;
+	seed_pkts = ff->pend.seed / mss;
 
 	if (res->ret == FOLD_OK)
 		fold_invoke_end(&ff->st, &fold_progs, err, res);
@@ -619,7 +629,8 @@ static __always_inline int fold_ack_end(struct fold_flow *ff, __u32 flow_id, int
 	}
 	if (res->n_cwnd) {
 		last = res->n_cwnd > 1 ? res->cwnd[1] : res->cwnd[0];
-		if (!aborted && last != ff->pend.seed)
+		last_pkts = last / mss;
+		if (!aborted && last_pkts != seed_pkts)
 			fold_ctl_commanded(ff, fold_ack_now(ff), 0);
 		ff->req_cwnd = last;
 	}
@@ -632,7 +643,7 @@ static __always_inline int fold_ack_end(struct fold_flow *ff, __u32 flow_id, int
 	if (ff->awaiting) {
 		/* libccp echoes the seed on every invocation: only another cwnd
 		 * or a rate is the algorithm speaking again */
-		if (!((res->n_cwnd && ff->req_cwnd != ff->pend.seed) || ff->req_rate)) {
+		if (!((res->n_cwnd && ff->req_cwnd / mss != seed_pkts) || ff->req_rate)) {
 			ff->req_cwnd = 0;
 			ff->req_rate = 0;
 			return 0;
@@ -658,7 +669,7 @@ static __always_inline int fold_on_ack(struct sock *sk, const struct rate_sample
 		return 0;
 	if (fold_flow_runs_program(ff))
 		err = fold_interpret_main(ff);
-	return fold_ack_end(ff, flow_id, err, 0, cwnd_bytes, rate);
+	return fold_ack_end(ff, flow_id, err, 0, ((const struct tcp_sock *)sk)->mss_cache, cwnd_bytes, rate);
 }
 
 /* Staging from user space: one Portus message's updates for one flow

@@ -101,6 +101,9 @@ pub struct BpfStats {
     /// ACKs whose commanded cwnd was above the ceiling (twice the most
     /// packets in flight) and was clamped to it.
     pub cwnd_clamped: u64,
+    /// ACKs whose commanded pacing rate was below the floor (one MSS per
+    /// half the guard's floor, ccp.bpf.c pacing_floor) and was raised to it.
+    pub rate_floored: u64,
 }
 
 /// The loaded BPF object; the congestion control is registered while
@@ -377,8 +380,8 @@ impl BpfDatapath {
         let flows = unsafe { std::ptr::addr_of!((*bss).next_flow_id).read_volatile() };
         // struct fold_counters: its u64 fields in order, then ccp.bpf.c's
         // (FOLD_INCLUDER_COUNTERS)
-        let [fold_invocations, fold_aborts, fold_reports, fold_reports_dropped, fold_compiled_runs, fold_no_state_flows, dropped_events, fallback_acks, command_acks, _stale, guard_fallbacks, cwnd_clamped] =
-            sum_per_cpu::<12>(&self.skel.maps.fold_counters);
+        let [fold_invocations, fold_aborts, fold_reports, fold_reports_dropped, fold_compiled_runs, fold_no_state_flows, dropped_events, fallback_acks, command_acks, _stale, guard_fallbacks, cwnd_clamped, rate_floored] =
+            sum_per_cpu::<13>(&self.skel.maps.fold_counters);
         BpfStats {
             dropped_events,
             fallback_acks,
@@ -392,6 +395,7 @@ impl BpfDatapath {
             fold_no_state_flows,
             guard_fallbacks,
             cwnd_clamped,
+            rate_floored,
         }
     }
 }

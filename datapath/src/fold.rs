@@ -6,6 +6,14 @@
 //!
 //! IPC is not done here: outgoing libccp messages go to a [`MsgSink`],
 //! incoming ones are handed to [`FoldEngine::recv_msg`].
+//!
+//! The control guard, as the BPF side's in `--fold kernel` (datapath docs,
+//! "never frozen"): a flow the algorithm has not commanded (no update or
+//! program change addressed to its libccp socket id) for max(16 x SRTT,
+//! the guard's floor) while commands of its are applied is taken: its
+//! command leaves the map, so the kernel's cubic runs it, and it is handed
+//! back once the algorithm addresses it again and its program's cwnd (other
+//! than the fallback's) or a rate follows ([`GuardEvent`]).
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -29,8 +37,29 @@ impl MsgSink for crate::ipc::PortusSender {
     }
 }
 
-/// libccp / Portus message type of an update_field message.
+/// libccp / Portus message types (libccp's ccp_priv.h): a flow's create
+/// message (datapath to Portus), field updates and program changes.
+const CREATE_MSG: u16 = 0;
 const UPDATE_FIELD_MSG: u16 = 3;
+const CHANGE_PROG_MSG: u16 = 4;
+
+/// The guard's bound in SRTTs (as ccp.bpf.c's CTL_GUARD_RTTS).
+const GUARD_RTTS: u64 = 16;
+
+/// (type, socket id) of a libccp message: its header is u16 type, u16 length, u32 socket id.
+fn msg_header(msg: &[u8]) -> Option<(u16, u32)> {
+    (msg.len() >= 8).then(|| (u16::from_ne_bytes([msg[0], msg[1]]), u32::from_ne_bytes([msg[4], msg[5], msg[6], msg[7]])))
+}
+
+/// What the control guard did to a flow on one ACK.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GuardEvent {
+    /// Taken (its command must leave the map): `bound_ns`, and whether its
+    /// program failed on its last invocation (aborting, or no program).
+    Took { flow_id: u32, bound_ns: u64, program_failing: bool },
+    /// The algorithm commands it again.
+    Resumed { flow_id: u32 },
+}
 
 /// If a flow's create message could not be delivered (Portus not up yet),
 /// re-announce the flow this often (ns).
@@ -41,10 +70,16 @@ struct Ops {
     /// Set when a send fails: the libccp shim always reports success to C,
     /// so this is how we learn that a create message was lost.
     send_failed: Rc<Cell<bool>>,
+    /// The socket id of the last create message sent: the flow libccp just
+    /// started is addressed by it.
+    created_sid: Rc<Cell<Option<u32>>>,
 }
 
 impl DatapathOps for Ops {
     fn send_msg(&mut self, msg: &[u8]) {
+        if let Some((CREATE_MSG, sid)) = msg_header(msg) {
+            self.created_sid.set(Some(sid));
+        }
         if !self.sink.send(msg) {
             self.send_failed.set(true);
         }
@@ -90,6 +125,15 @@ struct Flow {
     /// The last valid RTT sample, us: what an ACK without one gets
     /// ([`crate::primitives::hold_rtt`]).
     rtt_held_us: u32,
+    /// libccp's socket id of the flow (from its create message).
+    sid: Option<u32>,
+    /// Monotonic ns of the algorithm's last update or program change for the
+    /// flow (or of its announcement): the control guard's clock.
+    commanded_ns: u64,
+    /// Taken by the control guard at this time (ns).
+    guarded_at: Option<u64>,
+    /// The last invocation failed (the program aborted, or there is none).
+    invoke_failed: bool,
 }
 
 /// Counters for logging / the exit summary.
@@ -120,6 +164,11 @@ pub struct FoldEngine {
     /// Updates (Portus UPDATE_FIELD messages) received so far; a flow awaiting
     /// the algorithm after an RTO only listens to updates received after it.
     updates_received: u64,
+    created_sid: Rc<Cell<Option<u32>>>,
+    /// The control guard's floor (ns): a flow is taken after max(16 x SRTT, it).
+    guard_floor_ns: u64,
+    /// What the guard did since [`FoldEngine::take_guard_events`] was called.
+    guard_events: Vec<GuardEvent>,
 }
 
 impl FoldEngine {
@@ -133,7 +182,8 @@ impl FoldEngine {
             .with_cong_alg(congalg)
             .map_err(|e| anyhow!("--congalg {congalg:?}: {e}"))?;
         let send_failed = Rc::new(Cell::new(false));
-        let ops = Ops { sink, send_failed: send_failed.clone() };
+        let created_sid = Rc::new(Cell::new(None));
+        let ops = Ops { sink, send_failed: send_failed.clone(), created_sid: created_sid.clone() };
         let dp = DatapathBuilder::default()
             .with_ops(ops)
             .with_id(id)
@@ -151,7 +201,21 @@ impl FoldEngine {
             flows: HashMap::new(),
             stats: FoldStats::default(),
             updates_received: 0,
+            created_sid,
+            guard_floor_ns: 250_000_000,
+            guard_events: Vec::new(),
         })
+    }
+
+    /// The control guard's floor (`--control-timeout-ms`; default 250 ms).
+    pub fn with_guard_floor(mut self, floor: std::time::Duration) -> Self {
+        self.guard_floor_ns = floor.as_nanos() as u64;
+        self
+    }
+
+    /// What the control guard did since the last call (oldest first).
+    pub fn take_guard_events(&mut self) -> Vec<GuardEvent> {
+        std::mem::take(&mut self.guard_events)
     }
 
     /// A flow switched to `ccp`: start its libccp Connection (announces the
@@ -162,6 +226,7 @@ impl FoldEngine {
     pub fn create(&mut self, info: &FlowCreated, alg: Option<&str>, now_ns: u64) -> Result<()> {
         let alg = alg.unwrap_or(&self.congalg).to_string();
         self.send_failed.set(false);
+        self.created_sid.set(None);
         let conn = Self::start_conn_for(self.dp, &alg, info)?;
         let create_failed_at = self.send_failed.replace(false).then_some(now_ns);
         self.stats.flows_created += 1;
@@ -178,6 +243,10 @@ impl FoldEngine {
                 awaiting_alg: false,
                 updates_at_rto: 0,
                 rtt_held_us: 0,
+                sid: self.created_sid.take(),
+                commanded_ns: now_ns,
+                guarded_at: None,
+                invoke_failed: false,
             },
         );
         Ok(())
@@ -196,7 +265,11 @@ impl FoldEngine {
         flow.conn = None; // frees the libccp slot first
         flow.info = info.clone();
         self.send_failed.set(false);
+        self.created_sid.set(None);
         flow.conn = Some(Self::start_conn_for(self.dp, &flow.alg, info)?);
+        flow.sid = self.created_sid.take();
+        flow.commanded_ns = now_ns;
+        flow.guarded_at = None;
         flow.create_failed_at = self.send_failed.replace(false).then_some(now_ns);
         flow.awaiting_alg = true;
         flow.updates_at_rto = self.updates_received;
@@ -227,9 +300,14 @@ impl FoldEngine {
             }
             flow.conn = None; // frees the libccp slot first
             self.send_failed.set(false);
+            self.created_sid.set(None);
             let info = flow.info.clone();
             match Self::start_conn_for(self.dp, &flow.alg, &info) {
-                Ok(c) => flow.conn = Some(c),
+                Ok(c) => {
+                    flow.conn = Some(c);
+                    flow.sid = self.created_sid.take();
+                    flow.commanded_ns = now_ns;
+                }
                 Err(e) => tracing::warn!(flow = s.flow_id, error = %e, "re-announcing flow failed"),
             }
             flow.create_failed_at = self.send_failed.replace(false).then_some(now_ns);
@@ -259,15 +337,30 @@ impl FoldEngine {
         conn.load_primitives(to_libccp(&p));
         flow.invokes += 1;
         self.stats.invokes += 1;
+        flow.invoke_failed = false;
         if let Err(e) = conn.invoke() {
             // LibccpProgIsNull until Portus installed a program: expected.
             self.stats.invoke_errors += 1;
+            flow.invoke_failed = true;
             tracing::trace!(flow = s.flow_id, error = %e, "libccp invoke");
+        }
+        // The control guard: commands applied, but none from the algorithm within the bound.
+        let bound_ns = (u64::from(s.srtt_us) * 1000 * GUARD_RTTS).max(self.guard_floor_ns);
+        if flow.guarded_at.is_none() && flow.last_cmd.is_some() && now_ns.saturating_sub(flow.commanded_ns) > bound_ns {
+            flow.guarded_at = Some(now_ns);
+            flow.awaiting_alg = true;
+            flow.last_cmd = None;
+            self.guard_events.push(GuardEvent::Took { flow_id: s.flow_id, bound_ns, program_failing: flow.invoke_failed });
         }
         if flow.awaiting_alg {
             // libccp echoes the seeded loss window on every invoke; only a
-            // different cwnd or a rate is the algorithm speaking again.
-            let fresh = self.updates_received > flow.updates_at_rto;
+            // different cwnd or a rate is the algorithm speaking again (after
+            // an RTO: an update received since; taken by the guard: an update
+            // or program change for this flow since).
+            let fresh = match flow.guarded_at {
+                Some(at) => flow.commanded_ns > at,
+                None => self.updates_received > flow.updates_at_rto,
+            };
             let spoke = fresh && (conn.cwnd_bytes.is_some_and(|c| c != seed_cwnd) || conn.rate.is_some());
             if !spoke {
                 conn.cwnd_bytes = None;
@@ -275,6 +368,9 @@ impl FoldEngine {
                 return None;
             }
             flow.awaiting_alg = false;
+            if flow.guarded_at.take().is_some() {
+                self.guard_events.push(GuardEvent::Resumed { flow_id: s.flow_id });
+            }
         }
         if conn.cwnd_bytes.is_none() && conn.rate.is_none() {
             return None;
@@ -302,18 +398,25 @@ impl FoldEngine {
         Connection::start(dp, Requested::default(), fi).map_err(|e| anyhow!("libccp connection start: {e}"))
     }
 
-    /// Hand one message received from Portus to libccp (install program,
-    /// change program, update fields). Staged changes apply on the flow's
-    /// next invocation.
-    pub fn recv_msg(&mut self, msg: &mut [u8]) -> Result<()> {
-        // libccp message header: u16 type (3 = UPDATE_FIELD), u16 length, u32 sid.
-        if msg.len() >= 2 && u16::from_ne_bytes([msg[0], msg[1]]) == UPDATE_FIELD_MSG {
+    /// Hand one message received from Portus at `now_ns` to libccp (install
+    /// program, change program, update fields). Staged changes apply on the
+    /// flow's next invocation; an update or program change restarts the
+    /// control guard's clock of the flow it addresses.
+    pub fn recv_msg(&mut self, msg: &mut [u8], now_ns: u64) -> Result<()> {
+        let header = msg_header(msg);
+        if header.is_some_and(|(ty, _)| ty == UPDATE_FIELD_MSG) {
             self.updates_received += 1;
         }
         self.dp.recv_msg(msg).map_err(|e| {
             self.stats.recv_errors += 1;
             anyhow!("libccp rejected a Portus message: {e}")
-        })
+        })?;
+        if let Some((UPDATE_FIELD_MSG | CHANGE_PROG_MSG, sid)) = header {
+            if let Some(flow) = self.flows.values_mut().find(|f| f.sid == Some(sid)) {
+                flow.commanded_ns = now_ns;
+            }
+        }
+        Ok(())
     }
 
     /// Number of flows with a libccp Connection.
@@ -447,10 +550,14 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn losses_always_reach_the_fold_and_rto_makes_the_last_command_stale() {
+    /// An engine (control guard floor `guard_floor_ms`) with `PROGRAM` installed the way Portus does
+    /// it and flow 1 created and changed to it: (engine, its outbox, the program's scope, the flow's
+    /// libccp socket id).
+    fn flow_running_program(guard_floor_ms: u64) -> (FoldEngine, Outbox, portus::lang::Scope, u32) {
         let out = Outbox::default();
-        let mut eng = FoldEngine::new(Box::new(out.clone()), 1, "reno").expect("libccp");
+        let mut eng = FoldEngine::new(Box::new(out.clone()), 1, "reno")
+            .expect("libccp")
+            .with_guard_floor(std::time::Duration::from_millis(guard_floor_ms));
         let (bin, sc) = portus::lang::compile(PROGRAM.as_bytes(), &[]).expect("compiles");
         let install = serialize::install::Msg {
             sid: 0,
@@ -459,7 +566,7 @@ mod tests {
             num_instrs: bin.instrs.len() as u32,
             instrs: bin,
         };
-        eng.recv_msg(&mut serialize::serialize(&install).unwrap()).unwrap();
+        eng.recv_msg(&mut serialize::serialize(&install).unwrap(), 0).unwrap();
         let info = FlowCreated { flow_id: 1, mss: MSS, init_cwnd_pkts: 10, ..Default::default() };
         eng.create(&info, None, 0).unwrap();
         let sid = out
@@ -472,11 +579,17 @@ mod tests {
             })
             .expect("create message");
         let change = serialize::changeprog::Msg { sid, program_uid: sc.program_uid, num_fields: 0, fields: vec![] };
-        eng.recv_msg(&mut serialize::serialize(&change).unwrap()).unwrap();
+        eng.recv_msg(&mut serialize::serialize(&change).unwrap(), 0).unwrap();
+        (eng, out, sc, sid)
+    }
+
+    #[test]
+    fn losses_always_reach_the_fold_and_rto_makes_the_last_command_stale() {
+        let (mut eng, out, sc, sid) = flow_running_program(250);
         let set_cwnd = |eng: &mut FoldEngine, bytes: u64| {
             let cwnd = sc.get("Cwnd").unwrap().clone();
             let m = serialize::update_field::Msg { sid, num_fields: 1, fields: vec![(cwnd, bytes)] };
-            eng.recv_msg(&mut serialize::serialize(&m).unwrap()).unwrap();
+            eng.recv_msg(&mut serialize::serialize(&m).unwrap(), 0).unwrap();
         };
 
         // The algorithm commands 40 packets; the command carries epoch 0.
@@ -503,5 +616,45 @@ mod tests {
         set_cwnd(&mut eng, 2 * u64::from(MSS));
         let cmd = eng.on_ack(&ack(13, 1, true), 5).expect("the algorithm's answer");
         assert_eq!((cmd.cwnd_bytes, cmd.epoch), (2 * MSS, 1));
+    }
+
+    #[test]
+    fn the_control_guard_takes_a_flow_the_algorithm_stopped_commanding_and_hands_it_back() {
+        const MS: u64 = 1_000_000;
+        let (mut eng, _out, sc, sid) = flow_running_program(250);
+        let cwnd_reg = sc.get("Cwnd").unwrap().clone();
+        let set_cwnd = |eng: &mut FoldEngine, to_sid: u32, pkts: u64, at: u64| {
+            let m = serialize::update_field::Msg { sid: to_sid, num_fields: 1, fields: vec![(cwnd_reg.clone(), pkts * u64::from(MSS))] };
+            eng.recv_msg(&mut serialize::serialize(&m).unwrap(), at)
+        };
+        // srtt 10 ms: the bound is the 250 ms floor
+        let ack_at = |cwnd_pkts: u32| AckSample { srtt_us: 10_000, snd_cwnd: cwnd_pkts, ..ack(0, 0, true) };
+
+        set_cwnd(&mut eng, sid, 40, 0).unwrap();
+        assert_eq!(eng.on_ack(&ack_at(10), MS).map(|c| c.cwnd_bytes), Some(40 * MSS));
+        // the program echoes 40 on every ACK, the algorithm says nothing: within the bound the flow stays
+        for t in [100, 200, 250] {
+            assert_eq!(eng.on_ack(&ack_at(40), t * MS), None);
+        }
+        assert!(eng.take_guard_events().is_empty(), "taken within the bound");
+        // past it: taken, nothing is commanded (the kernel's cubic runs it)
+        assert_eq!(eng.on_ack(&ack_at(40), 252 * MS), None);
+        assert_eq!(eng.take_guard_events(), vec![GuardEvent::Took { flow_id: 1, bound_ns: 250 * MS, program_failing: false }]);
+        // the program's own Cwnd (40, not the fallback's 41) does not take it back, nor does an
+        // update libccp refuses (no such flow)
+        assert_eq!(eng.on_ack(&ack_at(41), 260 * MS), None);
+        assert!(set_cwnd(&mut eng, sid + 7, 30, 270 * MS).is_err(), "libccp knows no flow {}", sid + 7);
+        assert_eq!(eng.on_ack(&ack_at(42), 280 * MS), None);
+        assert!(eng.take_guard_events().is_empty());
+        // the algorithm commands the flow again: handed back with its cwnd
+        set_cwnd(&mut eng, sid, 30, 300 * MS).unwrap();
+        assert_eq!(eng.on_ack(&ack_at(43), 310 * MS).map(|c| c.cwnd_bytes), Some(30 * MSS));
+        assert_eq!(eng.take_guard_events(), vec![GuardEvent::Resumed { flow_id: 1 }]);
+        // an algorithm that answers within the bound keeps the flow, the same cwnd each time
+        for t in (400..2000).step_by(200) {
+            set_cwnd(&mut eng, sid, 30, t * MS).unwrap();
+            eng.on_ack(&ack_at(30), (t + 10) * MS);
+        }
+        assert!(eng.take_guard_events().is_empty(), "an algorithm answering every 200 ms was taken");
     }
 }

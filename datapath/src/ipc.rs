@@ -17,7 +17,7 @@
 //! `sendto` follows symlinks), in directories checked and created like the
 //! bind directory: every release's reply reaches the one socket.
 //!
-//! Security (issue 8 item 5, "only root steers flows"): whoever can send to
+//! Security ("only root steers flows", docs/datapath.md): whoever can send to
 //! these sockets sets every `ccp` flow's cwnd and pacing rate. So
 //! - the bind directory is created mode 0700 (0770 group `--allow-gid`) and
 //!   an existing one must be a real directory owned by root that no one else
@@ -580,9 +580,9 @@ impl Outgoing {
 /// apply part of some refused installs).
 ///
 /// Errors: the message is refused (by the screen or by libccp).
-pub fn deliver_to_libccp(fold: &mut crate::fold::FoldEngine, msg: &mut [u8]) -> Result<()> {
+pub fn deliver_to_libccp(fold: &mut crate::fold::FoldEngine, msg: &mut [u8], now_ns: u64) -> Result<()> {
     crate::fold_kernel::parse_message(msg).map_err(|e| anyhow::anyhow!("Portus message refused: {e}"))?;
-    fold.recv_msg(msg)
+    fold.recv_msg(msg, now_ns)
 }
 
 #[cfg(test)]
@@ -663,7 +663,7 @@ pub(crate) mod tests {
         assert_eq!(from.as_pathname().unwrap(), bound.as_path());
         // a trusted datagram from elsewhere than the Portus socket names no algorithm
         UnixDatagram::unbound().unwrap().send_to(b"other", &bound).unwrap();
-        let mut recv = |ipc: &mut PortusIpc, buf: &mut [u8]| {
+        let recv = |ipc: &mut PortusIpc, buf: &mut [u8]| {
             for _ in 0..100 {
                 if let Some(n) = ipc.try_recv(buf).unwrap() {
                     return n;

@@ -44,7 +44,7 @@ use clap::Parser;
 use serde::Serialize;
 
 use crate::bpf::{ca_available, monotonic_ns, BpfConfig, BpfDatapath, CA_NAME};
-use crate::fold::FoldEngine;
+use crate::fold::{FoldEngine, GuardEvent};
 use crate::fold_kernel::KernelFold;
 use crate::ipc::{PortusIpc, PortusSender, Trust};
 use crate::liveness::{AlgorithmWatch, Change};
@@ -329,6 +329,9 @@ struct Loop {
     /// Fault injection for tests (--test-drop-create-records): create
     /// records still to be dropped as if the ring buffer had been full.
     drop_creates: u32,
+    /// `--fold userspace`: flows the control guard took (the BPF side
+    /// counts `--fold kernel`'s).
+    user_guard_fallbacks: u64,
 }
 
 /// Between a new algorithm's appearance and announcing the flows to it the
@@ -453,7 +456,8 @@ impl Loop {
         for flow_id in found.lost_releases {
             tracing::warn!(flow = flow_id, "flow's release record was lost; releasing it");
             self.resynced_flows += 1;
-            self.handle(Event::Released { flow_id, ts_ns: now });
+            // its record lost, its counts too: 0 of 0 says "no evidence"
+            self.handle(Event::Released { flow_id, ts_ns: now, delivered_pkts: 0, fallback_pkts: 0 });
         }
     }
 
@@ -510,6 +514,9 @@ impl Loop {
                         Err(e) => tracing::warn!(flow = s.flow_id, error = %e, "cannot write command"),
                     }
                 }
+                for ev in fold.take_guard_events() {
+                    self.user_guard(ev, s.snd_cwnd);
+                }
                 self.ack_cost.push(t0.elapsed().as_nanos() as u64);
             }
             Event::Guard { flow_id, cause: GuardCause::Resumed, cwnd_pkts, .. } => {
@@ -524,17 +531,45 @@ impl Loop {
                     "control guard: flow not commanded within the bound; it runs the kernel's cubic until the algorithm commands it again"
                 );
             }
-            Event::Released { flow_id, .. } => {
+            Event::Released { flow_id, delivered_pkts, fallback_pkts, .. } => {
                 self.known.remove(&flow_id);
                 self.announced.remove(&flow_id);
                 self.bpf.delete_command(flow_id);
                 if let Some(k) = &mut self.kernel {
                     k.released(flow_id);
-                    tracing::info!(flow = flow_id, "flow released");
                 }
-                if self.fold.as_mut().is_some_and(|f| f.release(flow_id)) {
-                    tracing::info!(flow = flow_id, "flow released");
+                if let Some(f) = self.fold.as_mut() {
+                    f.release(flow_id);
                 }
+                // the runner reads these per flow (experiments/ccplab/control.py)
+                tracing::info!(flow = flow_id, delivered_pkts, fallback_pkts, "flow released");
+            }
+        }
+    }
+
+    /// `--fold userspace`: the control guard ([`crate::fold::GuardEvent`])
+    /// took a flow (its command leaves the map: the kernel's cubic runs it)
+    /// or handed it back; logged as the BPF guard's events are.
+    fn user_guard(&mut self, ev: GuardEvent, cwnd_pkts: u32) {
+        match ev {
+            GuardEvent::Took { flow_id, bound_ns, program_failing } => {
+                self.bpf.delete_command(flow_id);
+                self.user_guard_fallbacks += 1;
+                let cause = if program_failing {
+                    "its fold program fails on its invocations (it aborts, or none is installed)".to_string()
+                } else {
+                    GuardCause::Silent.describe()
+                };
+                tracing::warn!(
+                    flow = flow_id,
+                    cwnd_pkts,
+                    bound_ms = bound_ns / 1_000_000,
+                    cause = %cause,
+                    "control guard: flow not commanded within the bound; it runs the kernel's cubic until the algorithm commands it again"
+                );
+            }
+            GuardEvent::Resumed { flow_id } => {
+                tracing::info!(flow = flow_id, cwnd_pkts, "control guard: the algorithm commands the flow again; handed back");
             }
         }
     }
@@ -563,7 +598,7 @@ impl Loop {
                             }
                             r => r.map_err(anyhow::Error::from),
                         },
-                        (None, Some(fold)) => crate::ipc::deliver_to_libccp(fold, &mut buf[..n]),
+                        (None, Some(fold)) => crate::ipc::deliver_to_libccp(fold, &mut buf[..n], monotonic_ns()),
                         (None, None) => Ok(()),
                     };
                     if let Err(e) = r {
@@ -598,7 +633,7 @@ impl Loop {
         };
         let msg = format!(
             "flows={} (bpf ids {}) active={} resynced={} invokes={} commands={} skipped_invalid={} unknown_flow_acks={} \
-             bpf: command_acks={} fallback_acks={} guard_fallbacks={} cwnd_clamped={} dropped_events={} bad_records={} refused_msgs={} untrusted_msgs={} \
+             bpf: command_acks={} fallback_acks={} guard_fallbacks={} cwnd_clamped={} rate_floored={} dropped_events={} bad_records={} refused_msgs={} untrusted_msgs={} \
              outbox: deferred={} peak={} dropped={} \
              per-ACK user cost us: mean={} p50={} p99={}; event->command us: p50={} p99={} (n={}) \
              kernel fold: invocations={} compiled_runs={} aborted={} reports={} reports_dropped={} no_state_flows={} installs={} compiled={} interpreted={} \
@@ -613,8 +648,9 @@ impl Loop {
             f.unknown_flow_acks,
             b.command_acks,
             b.fallback_acks,
-            b.guard_fallbacks,
+            b.guard_fallbacks + self.user_guard_fallbacks,
             b.cwnd_clamped,
+            b.rate_floored,
             b.dropped_events,
             self.bad_records.borrow(),
             self.bad_msgs,
@@ -689,7 +725,9 @@ fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
         };
         (None, Some(k), Some(ring))
     } else {
-        (Some(FoldEngine::new(Box::new(outbox.clone()), std::process::id(), &cli.congalg)?), None, None)
+        let engine = FoldEngine::new(Box::new(outbox.clone()), std::process::id(), &cli.congalg)?
+            .with_guard_floor(Duration::from_millis(cli.control_timeout_ms));
+        (Some(engine), None, None)
     };
     let queue = Rc::new(RefCell::new(Vec::<Event>::new()));
     let bad_records = Rc::new(RefCell::new(0u64));
@@ -729,6 +767,7 @@ fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
         resync: FlowResync::default(),
         resynced_flows: 0,
         drop_creates: cli.test_drop_create_records,
+        user_guard_fallbacks: 0,
     };
     let mut buf = vec![0u8; 64 * 1024];
     let mut fds = vec![

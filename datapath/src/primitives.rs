@@ -110,7 +110,7 @@ fn clamp_u32(v: u64) -> u32 {
 /// `requested_cwnd_bytes` / `requested_rate` are what the algorithm last set
 /// (None before its first set_cwnd / set_rate): libccp re-seeds its Cwnd and
 /// Rate registers from these on every invocation, so reporting the kernel's
-/// possibly not-yet-updated cwnd would flip updates back (FIELD-NOTES).
+/// possibly not-yet-updated cwnd would flip updates back (docs/NOTES.md).
 pub fn compute(
     base: &mut Baseline,
     s: &AckSample,

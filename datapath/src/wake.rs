@@ -2,7 +2,7 @@
 //!
 //! Reports come through the report ring buffer. A forced ring-buffer wakeup
 //! costs 20-30 us of BPF time inside the ACK's program, and each wakeup of
-//! the daemon 60-120 us of its CPU in this VM (datapath/README.md), so
+//! the daemon 60-120 us of its CPU in this VM (docs/NOTES.md), so
 //! neither happens per report. The two sides share one stamp,
 //! `last_report_look_ns` (ccp.bpf.c), the daemon's promise "I look again
 //! by stamp + window" (`--report-wake-ms`):

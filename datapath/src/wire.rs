@@ -289,7 +289,9 @@ pub struct AckSample {
 pub enum Event {
     Created(FlowCreated),
     Ack(AckSample),
-    Released { flow_id: u32, ts_ns: u64 },
+    /// The flow closed: packets it delivered (tp->delivered) and of them
+    /// ACKed while the kernel's cubic fallback ran (its control evidence).
+    Released { flow_id: u32, ts_ns: u64, delivered_pkts: u32, fallback_pkts: u32 },
     /// `--fold kernel`: the control guard took the flow from its program
     /// (it runs the fallback) or handed it back ([`GuardCause::Resumed`]).
     Guard { flow_id: u32, cause: GuardCause, cwnd_pkts: u32, bound_us: u64 },
@@ -397,7 +399,12 @@ pub fn decode_event(b: &[u8]) -> Result<Event> {
     Ok(match raw.kind {
         EV_CREATE => Event::Created(FlowCreated::from(&raw)),
         EV_ACK | EV_STATE => Event::Ack(AckSample::from(&raw)),
-        EV_RELEASE => Event::Released { flow_id: raw.flow_id, ts_ns: raw.ts_ns },
+        EV_RELEASE => Event::Released {
+            flow_id: raw.flow_id,
+            ts_ns: raw.ts_ns,
+            delivered_pkts: raw.delivered as u32,
+            fallback_pkts: raw.acked_sacked,
+        },
         EV_GUARD => Event::Guard {
             flow_id: raw.flow_id,
             cause: GuardCause::from_code(raw.flags),
@@ -525,8 +532,12 @@ mod tests {
         let err = decode_event(&record(42, 1, |_| {})).unwrap_err().to_string();
         assert!(err.contains("unknown kind 42"), "{err}");
         assert_eq!(
-            decode_event(&record(EV_RELEASE, 5, |_| {})).unwrap(),
-            Event::Released { flow_id: 5, ts_ns: 77 }
+            decode_event(&record(EV_RELEASE, 5, |r| {
+                r.delivered = 1000;
+                r.acked_sacked = 12;
+            }))
+            .unwrap(),
+            Event::Released { flow_id: 5, ts_ns: 77, delivered_pkts: 1000, fallback_pkts: 12 }
         );
     }
 
@@ -546,7 +557,7 @@ mod tests {
     fn decodes_unaligned_records() {
         let mut b = vec![0u8; 1];
         b.extend(record(EV_RELEASE, 6, |_| {}));
-        assert_eq!(decode_event(&b[1..]).unwrap(), Event::Released { flow_id: 6, ts_ns: 77 });
+        assert_eq!(decode_event(&b[1..]).unwrap(), Event::Released { flow_id: 6, ts_ns: 77, delivered_pkts: 0, fallback_pkts: 0 });
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! The control guard and the program table's guard (datapath/README.md
+//! The control guard and the program table's guard (docs/datapath.md,
 //! "Never frozen"), under a fuzzer of structurally valid Portus messages
 //! during a real flow (needs root, BPF struct_ops, netns, `ip`/`tc`; fails
 //! naming what is missing otherwise).

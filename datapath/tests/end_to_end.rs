@@ -388,7 +388,7 @@ impl<I: Ipc> Flow for FixedFlow<I> {
         }
         // every report is answered, as the suite's algorithms do: a flow
         // nothing commands for 16 RTTs is taken by the datapath's control
-        // guard (datapath/README.md "Never frozen")
+        // guard (docs/datapath.md, "Never frozen")
         let want = self.alg.target_pkts.load(Ordering::SeqCst);
         self.control.update_field(&self.sc, &[("Cwnd", want * self.mss)]).expect("update_field");
     }
@@ -871,7 +871,7 @@ fn cwnd_growth_over_idle(cc: &'static str) -> (u32, u32) {
 /// no cwnd_event op and shifts it at the first ACK after the restart).
 /// Without the shift the cubic curve's clock runs on through the idle 10 s,
 /// and the window jumps within an RTT or two of the restart (+69 packets in
-/// the first second against kernel cubic's +15, 2026-11-25); with it, it
+/// the first second against kernel cubic's +15); with it, it
 /// grows as kernel cubic's does (+19 against +18).
 #[test]
 fn fallback_cubic_grows_after_idle_as_kernel_cubic_does() {
@@ -1016,7 +1016,7 @@ fn clear_errors_for_bad_environment() {
     assert!(!ccp_registered());
 }
 
-// ------------------------------------------------- never frozen (issue 8.3)
+// ------------------------------------------------- never frozen
 
 /// The suite's `ccp-algorithms` binary (built beside this crate's binary).
 fn algorithms_bin() -> PathBuf {
@@ -1103,7 +1103,7 @@ fn no_phase_freezes_the_flow_with_the_userspace_fold() {
     no_phase_freezes_the_flow(&["--fold", "userspace"]);
 }
 
-/// Kill the algorithm, restart it, kill the datapath, in one flow (issue 8.3).
+/// Kill the algorithm, restart it, kill the datapath, in one flow.
 fn no_phase_freezes_the_flow(datapath_args: &[&str]) {
     let _l = lock();
     let net = Net::new();

@@ -1,4 +1,4 @@
-//! Fuzzer of the datapath's Portus message handling (issue 8 item 5): random
+//! Fuzzer of the datapath's Portus message handling (docs/datapath.md, "Security"): random
 //! and mutated-valid Portus messages (install, update-field, change-program,
 //! malformed headers, truncated, oversized, over libccp's limits) go into
 //! - `--fold kernel`: `KernelFold::on_portus_msg` (src/fold_kernel.rs) over an

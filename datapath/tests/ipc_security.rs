@@ -1,4 +1,4 @@
-//! "Only root steers flows" (issue 8 item 5): a user other than root can
+//! "Only root steers flows" (docs/datapath.md, "Security"): a user other than root can
 //! neither reach the datapath's or Portus's sockets nor get a datagram
 //! accepted, and a socket directory another user prepared stops the datapath
 //! from starting.

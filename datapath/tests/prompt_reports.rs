@@ -1,4 +1,4 @@
-//! Prompt reports (datapath/README.md "Performance"): a program that reports
+//! Prompt reports (docs/datapath.md, "Performance"): a program that reports
 //! on every ACK has each report answered within a fraction of its RTT, not
 //! after the 20 ms report window.
 //!

@@ -1,5 +1,5 @@
-//! Two flows with different CCP algorithms through one bottleneck (issue 8,
-//! item 4): one `ccp-algorithms` daemon hosts cubic and fixed-window; one
+//! Two flows with different CCP algorithms through one bottleneck
+//! (docs/datapath.md, `--rule`): one `ccp-algorithms` daemon hosts cubic and fixed-window; one
 //! `ccp-datapath` picks each flow's algorithm by destination port with its
 //! `--rule` table; two iperf3 flows share one `ccplab-link` bottleneck.
 //!

@@ -27,7 +27,7 @@ _PAIR = re.compile(r"(\w+)=([-\w.]+)")
 
 
 def report_lines(algorithm_log: Path) -> list[dict[str, str]]:
-    """The ``report`` lines of an algorithm log as {key: value} (see algorithms/README.md)."""
+    """The ``report`` lines of an algorithm log as {key: value} (the log line format: docs/algorithms.md, "Command line (shared)")."""
     try:
         text = algorithm_log.read_text()
     except OSError as exc:

@@ -370,7 +370,7 @@ def cmd_report(args) -> int:
 
 
 def _add_contest_parser(sub) -> None:
-    """``ccplab contest`` (issue 9): the cellular contest setup as one command."""
+    """``ccplab contest``: the cellular contest setup as one command."""
     from . import contest as ct
 
     con = sub.add_parser(

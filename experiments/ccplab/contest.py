@@ -1,6 +1,6 @@
 """``ccplab contest``: the cellular congestion-control contest on real TCP flows.
 
-The contest setup (ALGORITHMS.md section 2, after the MIT 6.829 contest on
+The contest setup (docs/algorithms.md, after the MIT 6.829 contest on
 mahimahi/Sprout): the data direction replays a cellular trace (default
 ``traces/cellular/Verizon-LTE-short.down``), the ACKs its ``.up`` twin, 20 ms
 one-way delay each way, an unbounded queue, the trace played once (the flow

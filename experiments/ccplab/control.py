@@ -12,6 +12,13 @@ under the fallback (``fallback_acks``) and flows the control guard took
 left no summary, is not a valid result: the run fails naming what happened,
 unless the user keeps it (``--keep-invalid``), marked ``"valid": false`` in
 metadata.json; the analysis then lists it apart instead of scoring it.
+
+Per flow (`flow_evidence`): the datapath logs each flow's creation (its
+destination port and the algorithm its rules picked) and its release (the
+packets it delivered, ``delivered_pkts``, and of them those ACKed while the
+fallback ran, ``fallback_pkts``). A ccp flow whose fallback share exceeds the
+allowed one makes the run invalid the same way, naming the flow, so a run of
+several flows cannot pass on the strength of its other flows.
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ DEFAULT_MAX_FALLBACK_SHARE = 0.01
 
 _SUMMARY_MARK = "command_acks="
 _PAIR = re.compile(r"\b([a-z_]+)=(\d+)\b")
+_CREATED = re.compile(r"flow created flow=(\d+) .*?dst=[0-9.]+:(\d+) .*?algorithm=(\S+)")
+_RELEASED = re.compile(r"flow released flow=(\d+) delivered_pkts=(\d+) fallback_pkts=(\d+)")
 
 
 @dataclass(frozen=True)
@@ -67,3 +76,28 @@ def control_evidence(log: Path, policy: ValidityPolicy) -> dict:
                            f"(command_acks={commanded} fallback_acks={fallback} in {log.name}), more than the "
                            f"{policy.max_fallback_share:.1%} allowed (--max-fallback-share)")
     return entry
+
+
+def flow_evidence(log: Path, policy: ValidityPolicy) -> dict[int, dict]:
+    """Each ccp flow's control evidence in a datapath log, by destination port: the algorithm the
+    datapath's rules picked (``algorithm``), ``delivered_pkts``, ``fallback_pkts``, ``fallback_share``
+    and ``valid`` (share within ``policy``).  A port with several flows (a run's iperf3 control
+    connection beside its data connection) keeps the one that delivered the most; a flow without a
+    release line (the datapath stopped first) has no entry."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return {}
+    created = {int(f): (int(port), alg) for f, port, alg in _CREATED.findall(text)}
+    out: dict[int, dict] = {}
+    for f, delivered, fallback in _RELEASED.findall(text):
+        if int(f) not in created:
+            continue
+        port, alg = created[int(f)]
+        delivered, fallback = int(delivered), int(fallback)
+        if port in out and out[port]["delivered_pkts"] >= delivered:
+            continue
+        share = fallback / delivered if delivered else 0.0
+        out[port] = {"algorithm": alg, "delivered_pkts": delivered, "fallback_pkts": fallback,
+                     "fallback_share": round(share, 6), "valid": share <= policy.max_fallback_share}
+    return out

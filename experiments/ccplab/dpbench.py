@@ -1,4 +1,4 @@
-"""Datapath benchmark (issue 8 item 7): ``make bench`` runs ``python -m ccplab.dpbench``.
+"""Datapath benchmark: ``make bench`` runs ``python -m ccplab.dpbench``.
 
 What it measures, on this host, in one run:
 
@@ -56,7 +56,7 @@ per flow and per RTT per flow (RTT: mean of iperf3's per-stream sender
 us: p50 p99`` of the summary in ``--fold kernel`` (n/a while the datapath does
 not log it) and ``event->command us: p50 p99`` in ``--fold userspace``.
 
-Targets for ``--fold kernel`` (issue 8), shown as ratios with PASS/MISS (medians over the
+Targets for ``--fold kernel``, shown as ratios with PASS/MISS (medians over the
 repetitions; a ratio is the median of the per-repetition ratios, see ``evaluate_targets``):
 throughput >= 0.97x kernel cubic at full speed at 1, 10 and 100 flows; own
 CPU <= 1.05x kernel cubic's when paced (and only when the paced throughputs
@@ -132,12 +132,11 @@ ALGORITHM = "cubic"
 # cubic with its defaults (`--pacing kernel`: no rate commanded; ccp-datapath paces a socket
 # only where it came paced, and in these namespaces none does, see NAMESPACE_DEFAULT_CA).
 # Commanding the kernel's rate once per report instead (`--pacing report`) capped one veth
-# flow at 8.1 Gbit/s against kernel cubic's 21.5 (results/bench-datapath-final.json,
-# 2026-11-22 23:33 UTC).
+# flow at 8.1 Gbit/s against kernel cubic's 21.5.
 # A 10 ms report floor (`--min-report-interval-us`, default 0): at veth RTTs (40-800 us)
 # cubic's four reports per RTT are a report per ACK, each a Portus wakeup and a command
 # wakeup (~45 us each here). 1 flow paced: own CPU 1.27x kernel cubic's without it, 0.98x
-# with it (datapath/README.md "Performance", 2026-11-23 00:30-01:03 UTC).
+# with it.
 ALGORITHM_PARAMS: dict[str, str] = {"min-report-interval-us": "10000"}
 
 # The namespaces' default congestion control: one that leaves pacing off, as cubic on a stock
@@ -145,10 +144,10 @@ ALGORITHM_PARAMS: dict[str, str] = {"min-report-interval-us": "10000"}
 # default, which new namespaces inherit) leaves on a socket that iperf3 then switches. reno,
 # since a namespace may only default to a CA in net.ipv4.tcp_allowed_congestion_control
 # ("reno bbr" here; setting cubic fails with EPERM). Inherited, both are paced at 120 % of
-# cwnd/SRTT (run at 02:09 UTC, results/bench-datapath-final3.json).
+# cwnd/SRTT.
 NAMESPACE_DEFAULT_CA = "reno"
 
-# Targets of issue 8 item 7.
+# The targets (see the module docstring).
 # The algorithm's per-report log line (target ccp::report) is the lab's instrumentation, not
 # congestion control: at 100 flows x ~80 reports/s its formatting and one write() per line cost
 # about as much CPU as the reports themselves. Off here, as a deployment would run it.
@@ -456,7 +455,7 @@ class Measurement:
     # where bpf_ns_per_ack goes (ccp_set_state, ccp_init, ccp_release ... beside ccp_cong_control)
     bpf_ns_per_ack_by_prog: dict[str, float] | None = None
     # own_cpu and daemons_cpu over the client's whole lifetime, setup and teardown included (the
-    # two above cover its steady window, see OMIT_S; runs saved before 2026-11-27 have only
+    # two above cover its steady window, see OMIT_S; runs saved by an older dpbench have only
     # whole-lifetime figures, in own_cpu and daemons_cpu, and None here)
     own_cpu_run: float | None = None
     daemons_cpu_run: float | None = None
@@ -483,7 +482,7 @@ def median_interval(values: Sequence[float]) -> tuple[float, float] | None:
     """The ``INTERVAL_CONFIDENCE`` percentile-bootstrap interval of the median of ``values``
     (scipy.stats.bootstrap, 9999 resamples, a fixed seed so a saved run prints the same interval
     again); None with fewer than 3 values. On this VM one repetition's ratio spreads by +-15%
-    (datapath/README.md), so a median a few percent from a bound decides nothing: the interval
+    (docs/datapath.md, "Performance"), so a median a few percent from a bound decides nothing: the interval
     says how far the repetitions let it move."""
     if len(values) < 3:
         return None
@@ -523,7 +522,7 @@ def _verdict(ok: bool | None, why: str = "") -> str:
 
 
 def evaluate_targets(ms: Sequence[Measurement], flows: Sequence[int] = FLOWS) -> list[TargetRow]:
-    """The issue's four targets for ``ccp-kernel-fold`` against ``kernel`` (medians over repetitions).
+    """The four targets for ``ccp-kernel-fold`` against ``kernel`` (medians over repetitions).
 
     Throughput at full speed per flow count; CPU when paced per flow count (MISS when the paced
     throughputs differ by more than 3%, since the CPU ratio then compares unequal work); BPF time per
@@ -872,7 +871,7 @@ OMIT_S = 2
 for ccp: iperf3 -C sets the receiver's sockets too) and slow start. Over whole 8 s runs kernel
 cubic's own CPU at 100 paced flows varied by 9.5 % (coefficient of variation, 6 runs), over the
 window 2-7 s of the same runs by 5.4 %, and by 1.9 % over whole 20 s runs: the noise sits in the
-start (2026-11-27, docs/NOTES.md)."""
+start (docs/NOTES.md)."""
 WINDOW_TAIL_S = 1
 """Seconds before the client's end where the steady window closes (the streams' teardown)."""
 
@@ -1195,9 +1194,9 @@ _non_negative = _whole_number(0, "a whole number of seconds >= 0")
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m ccplab.dpbench",
-        description="Datapath benchmark (issue 8 item 7): kernel cubic vs ccp-datapath (cubic) with the fold in "
+        description="Datapath benchmark: kernel cubic vs ccp-datapath (cubic) with the fold in "
                     "the kernel and in user space, alternating, over a veth pair; prints throughput, busy CPU, BPF "
-                    "cost per ACK, user-space messages per flow, command latency and the issue's targets. "
+                    "cost per ACK, user-space messages per flow, command latency and the targets. "
                     "Needs root; runs under the netlab lock.")
     p.add_argument("--duration-s", type=_positive, default=8, help="seconds per iperf3 run (default %(default)s)")
     p.add_argument("--omit-s", type=_non_negative, default=OMIT_S,

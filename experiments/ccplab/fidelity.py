@@ -1,7 +1,7 @@
 """``ccplab fidelity``: each standard algorithm as ``kernel:X`` and as ``ccp:X`` through
 the same links, and how far the CCP version is from the kernel's.
 
-Scenarios (issue 7; one-way delay 25 ms each way unless said):
+Scenarios (one-way delay 25 ms each way unless said):
 
 =================  =========================================================
 fixed12-q1bdp      12 Mbit/s fixed, droptail 1 BDP (50 packets)
@@ -19,7 +19,7 @@ percentiles (the spread). Metrics (from ``transient``'s runs.csv / steps.csv):
 throughput (Mbit/s), p95 queueing delay (ms), retransmits (iperf3),
 Normalized Area and convergence time (s) (means over a run's steps).
 
-Targets (issue 7): throughput ratio within 5 %, p95 queueing delay within
+Targets: throughput ratio within 5 %, p95 queueing delay within
 15 %, retransmits at most 1.5x, Normalized Area within the kernel's own
 run-to-run spread (|median_ccp - median_kernel| <= max - min of the kernel's
 runs); convergence time has none (reported only).

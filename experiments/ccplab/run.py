@@ -39,7 +39,12 @@ Files of a run directory:
                     measures transients from the data flow's own time zero,
                     not from iperf3's control connection. Top-level
                     ``external``: {label: record} of the run's external
-                    algorithms (empty when none).
+                    algorithms (empty when none). A ccp run adds
+                    ``control`` (who drove the flows: ``ccplab.control``),
+                    per ccp flow ``control`` (its packets delivered and those
+                    ACKed under the fallback, the algorithm the datapath
+                    picked), ``valid``, and ``daemons``: each ccp daemon's
+                    ``alive_at_end`` and ``exit_status`` once stopped.
     uplink.log      per-packet link log, mahimahi mm-link text format (stock)
     uplink.flows    the flow of each packet event of uplink.log (its receiver
                     port, one line per ``+``/``-``/``d`` line; transient.flowlog)
@@ -75,7 +80,7 @@ from .binaries import REPO_ROOT, project_binary, system_binary
 from .cca import Cca, DATAPATH_CA, kernel_ccs
 from .flows import BASE_PORT, FlowSpec, check_flows, flows_label, port_of, single_flow
 from .errors import CcplabError
-from .control import ValidityPolicy, control_evidence
+from .control import ValidityPolicy, control_evidence, flow_evidence
 from .hostlock import ccp_host_claim
 from .cleanup import find_leftovers, remove_namespace, remove_stale_partials
 from .processes import Daemon, child_env, supervised, wait_exit
@@ -187,7 +192,7 @@ def _claimed_run(flows: Sequence[FlowSpec], scenario: Scenario, out: Path, run_i
     partial.mkdir(parents=True)
     started = _now()
     try:
-        iperfs = _run_flows(flows, scenario, partial)
+        iperfs, daemons = _run_flows(flows, scenario, partial)
         checked = [_check_iperf(r, f) for r, f in zip(iperfs, flows)]
         entries = [{**f.as_json(k), "iperf3": _iperf3_file(k, len(flows)),
                     "iperf3_receiver_mbps": mbps, "socket_congestion_control": cc}
@@ -196,6 +201,8 @@ def _claimed_run(flows: Sequence[FlowSpec], scenario: Scenario, out: Path, run_i
         first = flows[0].cca
         any_ccp = any(f.cca.uses_datapath for f in flows)
         control = control_evidence(partial / "datapath.log", policy) if any_ccp else None
+        if any_ccp:
+            entries, control = _with_flow_control(entries, flows, partial / "datapath.log", policy, control)
         if control is not None and not control["valid"] and not policy.keep_invalid:
             raise CcplabError(f"{control['reason']}: the run is not a valid result of "
                               f"{flows_label(flows)} and was not saved (--keep-invalid keeps it, marked)")
@@ -208,7 +215,7 @@ def _claimed_run(flows: Sequence[FlowSpec], scenario: Scenario, out: Path, run_i
                       "datapath_log": "datapath.log" if any_ccp else None,
                       "algorithm_log": "algorithm.log" if any_ccp else None},
             "socket_congestion_control": checked[0][1], "iperf3_receiver_mbps": checked[0][0],
-            "valid": control is None or control["valid"], "control": control,
+            "valid": control is None or control["valid"], "control": control, "daemons": daemons,
             "started_at": started, "finished_at": _now(), "host": _host_info(),
         }
         write_atomic(partial / "metadata.json", json.dumps(metadata, indent=2) + "\n")
@@ -219,27 +226,52 @@ def _claimed_run(flows: Sequence[FlowSpec], scenario: Scenario, out: Path, run_i
     return RunResult(out, [mbps for mbps, _ in checked], [cc for _, cc in checked])
 
 
+def _with_flow_control(entries: list[dict], flows: Sequence[FlowSpec], log: Path, policy: ValidityPolicy,
+                       control: dict) -> tuple[list[dict], dict]:
+    """Each ccp flow's entry gains its ``control`` evidence (``ccplab.control.flow_evidence``, None when
+    the datapath logged none for its port); a flow beyond ``policy`` makes the run's ``control`` invalid,
+    naming the flow."""
+    by_port = flow_evidence(log, policy)
+    out = []
+    for entry, f in zip(entries, flows):
+        if f.cca.uses_datapath:
+            ev = by_port.get(entry["port"])
+            entry = {**entry, "control": ev}
+            if ev is not None and not ev["valid"] and control.get("valid", False):
+                control = {**control, "valid": False, "reason": (
+                    f"the kernel's cubic fallback drove {ev['fallback_share']:.1%} of flow {entry['index']} "
+                    f"({entry['label']}, port {entry['port']})'s packets ({ev['fallback_pkts']} of "
+                    f"{ev['delivered_pkts']} in {log.name}), more than the {policy.max_fallback_share:.1%} "
+                    "allowed (--max-fallback-share)")}
+        out.append(entry)
+    return out, control
+
+
 def _iperf3_file(index: int, n_flows: int) -> str:
     return "iperf3.json" if n_flows == 1 else f"iperf3-flow{index}.json"
 
 
-def _run_flows(flows: Sequence[FlowSpec], scenario: Scenario, rundir: Path) -> list[dict]:
+def _run_flows(flows: Sequence[FlowSpec], scenario: Scenario, rundir: Path) -> tuple[list[dict], dict]:
     """Start the daemons in order, run each flow's iperf3 client at its time, stop all; returns
-    each flow's iperf3 JSON, in flow order."""
+    each flow's iperf3 JSON, in flow order, and each ccp daemon's ``alive_at_end`` (when the flows
+    ended) and ``exit_status`` (after the runner stopped it: 0 is a clean exit on SIGTERM)."""
+    ccp_daemons: list[Daemon] = []
     with ExitStack() as stack:
         # the link builds its namespaces while the ccp daemons start (they need nothing of it): their
         # start-up times overlap instead of adding up
         link = stack.enter_context(_start_link(flows, scenario, rundir, wait=False))
         watched = [link]
         if any(f.cca.uses_datapath for f in flows):
-            watched.append(stack.enter_context(_start_algorithm(flows, rundir)))
-            watched.append(stack.enter_context(_start_datapath(flows, rundir)))
+            ccp_daemons.append(stack.enter_context(_start_algorithm(flows, rundir)))
+            ccp_daemons.append(stack.enter_context(_start_datapath(flows, rundir)))
+            watched += ccp_daemons
         link.wait_ready((rundir / ".link-ready.json").exists, READY_TIMEOUT_S)
         ready = json.loads((rundir / ".link-ready.json").read_text())
         stack.callback(_remove_namespaces_of_a_killed_link, link, ready)  # runs after the link's stop
         for k in range(len(flows)):
             stack.enter_context(_start_iperf_server(ready, rundir, k, len(flows)))
         results = _run_iperf_clients(flows, scenario, ready, rundir, watched)
+        alive = [d.running() for d in ccp_daemons]
         if not link.running():
             raise CcplabError(f"the emulated link died during the run:\n{link.log_tail()}")
         # Stop the link (and so its log) as the flow ends, as mm-link ends with its
@@ -248,7 +280,9 @@ def _run_flows(flows: Sequence[FlowSpec], scenario: Scenario, rundir: Path) -> l
             raise CcplabError(f"the emulated link failed while stopping:\n{link.log_tail()}")
     (rundir / ".link-ready.json").unlink(missing_ok=True)
     (rundir / ".datapath-ready.json").unlink(missing_ok=True)
-    return results
+    daemons = {d.name: {"alive_at_end": up, "exit_status": d.proc.returncode if d.proc else None}
+               for d, up in zip(ccp_daemons, alive)}
+    return results, daemons
 
 
 def _remove_namespaces_of_a_killed_link(link: Daemon, ready: dict) -> None:

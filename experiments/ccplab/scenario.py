@@ -164,7 +164,7 @@ def scenario_for_trace(name: str, trace: Path, one_way_delay_ms: int, queue_pack
     )
 
 
-# The built-in default scenario of `ccplab demo` (issues 2 and 6): both kinds of step,
+# The built-in default scenario of `ccplab demo`: both kinds of step,
 # the link opening 0 -> 12 Mbit/s at t = 0 and a step down 12 -> 4 Mbit/s at 10 s,
 # sigma 2 Mbit/s noise, one-way delay 25 ms, droptail 40 packets, 3 runs of 20 s
 # for each CCA below.

@@ -135,7 +135,7 @@ def execute(sweep: Sweep, out: Path, *, scheduler: str | None = None, workers: i
     ``scheduler``: a Dask scheduler address (tcp://HOST:8786) whose workers have
     ``netlab=1``; None starts a LocalCluster of ``workers`` worker processes with
     netlab=1 each (more than one on a host lets emulations share its CPUs; see
-    the README). ``use_dask=False`` runs in this process instead. ``dest``: where
+    docs/experiments.md, "Sweeps"). ``use_dask=False`` runs in this process instead. ``dest``: where
     raw run directories go (default ``out/runs``; any fsspec URL). ``progress``:
     a progress bar (default: when stderr is a terminal). ``run_fn(payload, trace_bytes)``:
     the task (default ``run_task``). Each scenario's trace is read once and, on

@@ -58,7 +58,7 @@ DEFAULTS = {"one_way_delay_ms": sc.DEMO_ONE_WAY_DELAY_MS, "queue_packets": sc.DE
 RUN_OVERHEAD_S = 2.5
 """Seconds a run takes beyond its flow (link and daemons up, iperf3 handshake, teardown, analysis,
 scheduling). Measured on a 2-core VM: 0.9 s for a kernel CCA, 2.1 s for a ccp one (datapath and
-algorithm start), plus 0.5 s of Dask scheduling per run; see the README's sweep section. Used only
+algorithm start), plus 0.5 s of Dask scheduling per run; see docs/experiments.md, "Sweeps". Used only
 for --dry-run's estimate."""
 
 

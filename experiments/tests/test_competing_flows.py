@@ -115,6 +115,14 @@ def test_kernel_and_ccp_flows_share_one_run_each_with_its_own_congestion_control
     meta = json.loads((out / "metadata.json").read_text())
     assert [f["socket_congestion_control"] for f in meta["flows"]] == ["ccp", "cubic"]
     assert "flow created" in (out / "datapath.log").read_text()
+    # the ccp flow's own evidence: the algorithm the datapath picked and who drove its packets
+    evidence = meta["flows"][0]["control"]
+    assert evidence["algorithm"] == "cubic" and evidence["valid"], evidence
+    link_pkts = meta["flows"][0]["iperf3_receiver_mbps"] * 1e6 / 8 * 6 / 1448
+    assert 0.5 * link_pkts < evidence["delivered_pkts"] < 2 * link_pkts, (evidence, link_pkts)
+    assert "control" not in meta["flows"][1], "a kernel flow has no ccp evidence"
+    assert all(d["alive_at_end"] and d["exit_status"] == 0 for d in meta["daemons"].values()), meta["daemons"]
+    assert len(meta["daemons"]) == 2, meta["daemons"]
     for f in meta["flows"]:
         assert f["iperf3_receiver_mbps"] > 0.2 * LINK_MBPS, meta["flows"]
     assert _namespaces() <= before and "ccp" not in kernel_ccs()

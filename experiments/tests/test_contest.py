@@ -1,4 +1,4 @@
-"""``ccplab contest`` (issue 9): the sweep syntax, the trace lookup, the leaderboard, and a short real contest.
+"""``ccplab contest``: the sweep syntax, the trace lookup, the leaderboard, and a short real contest.
 
 The real contest (two CCAs, a few seconds each) needs root, BPF and the built
 binaries (it fails naming what is missing) and must run under the host lock:

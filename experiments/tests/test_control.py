@@ -62,3 +62,41 @@ def test_the_analysis_lists_invalid_runs_apart(tmp_path):
     assert a.errors == [(str(tmp_path / "res" / "bad"),
                          "marked invalid by the runner: the kernel's cubic fallback drove 100.0%")]
 
+
+
+CREATED = ("2026-11-27T08:41:15Z  INFO ccp_datapath: flow created flow={f} src=10.202.0.1:48180 "
+           "dst=10.202.0.2:{port} mss=1448 init_cwnd_pkts=10 mark=0 cgroup_id=1 kernel_pacing=false algorithm={alg}\n")
+RELEASED = "2026-11-27T08:41:35Z  INFO ccp_datapath: flow released flow={f} delivered_pkts={d} fallback_pkts={b}\n"
+
+
+def test_each_ccp_flow_has_its_own_evidence_by_port(tmp_path):
+    from ccplab.control import flow_evidence
+
+    log = _log(tmp_path,
+               CREATED.format(f=1, port=5201, alg="cubic"), CREATED.format(f=2, port=5201, alg="cubic"),
+               CREATED.format(f=3, port=5202, alg="bbr"), CREATED.format(f=4, port=5203, alg="copa"),
+               RELEASED.format(f=2, d=30000, b=0), RELEASED.format(f=1, d=3, b=3),  # iperf3's control connection
+               RELEASED.format(f=3, d=20000, b=400))  # flow 4 never released: no evidence
+    ev = flow_evidence(log, ValidityPolicy())
+    assert set(ev) == {5201, 5202}
+    assert ev[5201] == {"algorithm": "cubic", "delivered_pkts": 30000, "fallback_pkts": 0, "fallback_share": 0.0,
+                        "valid": True}
+    assert ev[5202]["algorithm"] == "bbr" and ev[5202]["fallback_share"] == 0.02 and not ev[5202]["valid"]
+    assert flow_evidence(log, ValidityPolicy(max_fallback_share=0.05))[5202]["valid"]
+
+
+def test_one_flow_the_fallback_drove_makes_the_run_invalid_naming_it(tmp_path):
+    from ccplab.flows import parse_flow
+    from ccplab.run import _with_flow_control
+
+    log = _log(tmp_path, CREATED.format(f=1, port=5201, alg="cubic"), CREATED.format(f=2, port=5202, alg="bbr"),
+               RELEASED.format(f=1, d=30000, b=0), RELEASED.format(f=2, d=10000, b=9000),
+               SUMMARY.format(c=31000, f=9000, g=0))
+    flows = [parse_flow("kernel:cubic"), parse_flow("ccp:cubic@5"), parse_flow("ccp:bbr@10")]
+    entries = [{**f.as_json(k), "port": 5200 + k} for k, f in enumerate(flows)]
+    run_level = {**control_evidence(log, ValidityPolicy(max_fallback_share=0.5)), "valid": True}
+    out, control = _with_flow_control(entries, flows, log, ValidityPolicy(), run_level)
+    assert "control" not in out[0], "a kernel flow has no ccp evidence"
+    assert out[1]["control"]["valid"] and out[1]["control"]["algorithm"] == "cubic"
+    assert out[2]["control"]["fallback_share"] == 0.9
+    assert not control["valid"] and "flow 2 (ccp:bbr, port 5202)" in control["reason"] and "9000 of 10000" in control["reason"]

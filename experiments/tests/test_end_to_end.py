@@ -156,7 +156,7 @@ def _children_of_runner(pid: int) -> list[int]:
 
 
 def test_sigkilled_run_leaves_nothing_and_the_next_run_succeeds(step_trace, tmp_path, capsys):
-    """Issue 8 item 6: SIGKILL of `ccplab run` mid-flow (no cleanup code can run in it)."""
+    """SIGKILL of `ccplab run` mid-flow (no cleanup code can run in it)."""
     before = _namespaces()
     out = tmp_path / "run"
     proc = _start_ccp_reno_run(step_trace, out)
@@ -201,7 +201,7 @@ def test_preflight_names_ccplab_clean_for_a_left_namespace(step_trace, tmp_path,
 
 
 def test_compare_with_a_step_up_and_a_step_down(tmp_path, needs_root):
-    """The demo's two kinds of step (issue 6 item 9), scaled to 8 s: 0 -> 12 at 0 s, 12 -> 4 Mbit/s at 4 s."""
+    """The demo's two kinds of step , scaled to 8 s: 0 -> 12 at 0 s, 12 -> 4 Mbit/s at 4 s."""
     before = _namespaces()
     out = tmp_path / "cmp"
     code = cli.main(["compare", "--cca", "kernel:cubic", "--runs", "1", "--step", "0:0:12", "--step", "4:12:4",

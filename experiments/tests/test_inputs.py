@@ -74,7 +74,7 @@ def test_cli_bad_step_exits_2(tmp_path, capsys):
     (["--step", "0:0:12", "--step", "30:12:4"], "step 30:12:4 is at 30 s, not before the end of the 20 s run"),
 ])
 def test_compare_refuses_bad_input_before_creating_anything(tmp_path, capsys, extra, fragment):
-    """Issue 5: `compare --runs 0` was refused but left an empty output directory."""
+    """`compare --runs 0` is refused and leaves no output directory."""
     out = tmp_path / "new" / "cmp"
     code = cli.main(["compare", "--cca", "kernel:cubic", "--out", str(out), *extra])
     assert code == 2

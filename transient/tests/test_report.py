@@ -82,9 +82,10 @@ def test_non_converged_runs_are_counted_not_averaged(written):
 
 def test_page_lists_metric_definitions_with_sources(written):
     text = written[1].read_text()
-    for needle in ("mm-throughput-graph", "BobAnkh/TPCCA", "FIELD-NOTES", "Normalized Area", "damping ratio",
+    for needle in ("mm-throughput-graph", "BobAnkh/TPCCA", "Seborg", "Normalized Area", "damping ratio",
                    "scipy.stats.bootstrap", "percentile"):
         assert needle in text, needle
+    assert "FIELD-NOTES" not in text, "the page cites public sources only"
     assert "TPCCA faults kept" not in text  # method ccplab
 
 

@@ -110,3 +110,22 @@ def test_dead_time_on_a_synthetic_log_whose_first_full_size_packet_comes_0117_s_
     flow_start = res.flow_tables.flow_steps.iloc[0]
     assert flow_start["natural_frequency_rad_s"] == pytest.approx(start["natural_frequency_rad_s"], rel=1e-3)
     assert flow_start["dead_time_s"] == pytest.approx(start["dead_time_s"], abs=1e-3)
+
+
+@pytest.mark.parametrize("zeta", [0.3, 1.0, 2.5])
+def test_impulse_response_and_jacobian_are_the_derivatives_of_the_step_response(zeta):
+    from transient.secondorder import _model, _model_jacobian, unit_impulse_response
+
+    t = np.linspace(0.0, 4.0, 81)
+    h = 1e-6
+    numeric = (unit_step_response(t + h, zeta, 3.0) - unit_step_response(t - h, zeta, 3.0)) / (2 * h)
+    assert np.allclose(unit_impulse_response(t[1:], zeta, 3.0), numeric[1:], atol=1e-5)
+    p = np.array([1.2, 0.3, zeta, 3.0])
+    jac = _model_jacobian(t, p)
+    for j in range(4):
+        step = np.zeros(4)
+        step[j] = 1e-6 * max(abs(p[j]), 1.0)
+        fd = (_model(t, *(p + step)) - _model(t, *(p - step))) / (2 * step[j])
+        # the kink at the dead time: its one sample is left out
+        away = np.abs(t - p[1]) > 1e-3
+        assert np.allclose(jac[away, j], fd[away], atol=1e-4), j

@@ -1,4 +1,4 @@
-//! aimd (contest, ALGORITHMS.md section 2): TCP-style AIMD driven by a
+//! aimd (contest, docs/algorithms.md): TCP-style AIMD driven by a
 //! delay-timeout signal.
 //!
 //! - per acknowledged packet: cwnd += alpha / cwnd;
@@ -66,7 +66,7 @@ impl AlgorithmSpec for AimdSpec {
     const NAME: &'static str = "aimd";
     const SUMMARY: &'static str = "contest aimd: +alpha/cwnd per packet, cwnd/beta once per RTT on loss, RTO or \
         RTT > --timeout-ms; --slow-start and --consecutive-timeouts variants";
-    const SOURCE: &'static str = "cellular congestion-control contest (ALGORITHMS.md section 2)";
+    const SOURCE: &'static str = "cellular congestion-control contest (docs/algorithms.md)";
     type Args = AimdArgs;
     type Flow = Aimd;
 
@@ -193,7 +193,7 @@ impl Controller for Aimd {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixed_window::tests::{params, report};
+    use crate::contest::fixed_window::tests::{params, report};
 
     fn args() -> AimdArgs {
         AimdArgs {

@@ -1,17 +1,28 @@
-//! Small helpers shared by the cellular-contest algorithms
-//! (algorithms/README.md, "The cellular-contest algorithms"): an EWMA, a tick clock that turns
+//! The ten cellular-contest algorithms (docs/algorithms.md, "The cellular-contest algorithms"),
+//! one file each, and the small helpers they share, here: an EWMA, a tick clock that turns
 //! reports into fixed-length delivery-rate ticks, a once-per-RTT guard, the
 //! contest's congestion signal, a seeded random generator, and float
 //! logarithm / exponential that never call the C library.
 //!
 //! Why our own `ln`/`exp`: the `libccp` crate exports an unmangled C symbol
-//! `log` that shadows libm's (FIELD-NOTES), so `f64::ln()` in a binary that
+//! `log` that shadows libm's (docs/NOTES.md, "libccp's `log` symbol"), so `f64::ln()` in a binary that
 //! links libccp may jump into libccp's logger and crash. [`ln`], [`exp`] and
 //! [`pow`] below are short series in plain Rust arithmetic (no C library call
 //! at all; `f64::sqrt` compiles to the sqrtsd instruction). They are accurate
 //! to a few ulp, which is far more than a window decision needs.
 //! `algorithms/tests/contest_math_libccp.rs` runs them, and exp3cc and
 //! spoderman, in a test binary that links libccp.
+
+pub mod aimd;
+pub mod delay_threshold;
+pub mod exp3cc;
+pub mod fixed_window;
+pub mod interval_prediction;
+pub mod mixture;
+pub mod pid;
+pub mod rocinante;
+pub mod spoderman;
+pub mod sprout_ewma;
 
 use crate::window::{Measurement, WindowParams};
 use crate::Control;
@@ -224,7 +235,7 @@ impl OncePerRtt {
     }
 }
 
-/// The contest's congestion signal, in TCP terms (ALGORITHMS.md section 2):
+/// The contest's congestion signal, in TCP terms (docs/algorithms.md):
 /// any ACK of the report with an RTT sample above `threshold_us` (the
 /// report's largest sample, `Report.maxrtt`, or its latest when that is
 /// absent), or any packet marked lost, or an RTO. Exactly the per-ACK test

@@ -1,4 +1,4 @@
-//! delay-threshold (contest, ALGORITHMS.md section 2): compare each RTT
+//! delay-threshold (contest, docs/algorithms.md): compare each RTT
 //! sample with a threshold theta.
 //!
 //! - `--mode aiad`: RTT <= theta: cwnd += alpha / cwnd; else cwnd -= beta /
@@ -9,7 +9,7 @@
 //!   once per RTT. Defaults mi 1.5, md 1.05, theta 80 ms.
 //!
 //! A packet marked lost or an RTO counts as an RTT above theta (the contest's
-//! "timeout", ALGORITHMS.md). Where the rules run: per report, every 10 ms
+//! "timeout", docs/algorithms.md). Where the rules run: per report, every 10 ms
 //! (and at once on a loss), with the report's acknowledged packets as the
 //! per-ACK count. aiad compares the report's latest RTT sample with theta (the
 //! same totals as per ACK while all of a report's ACKs fall on one side);
@@ -78,7 +78,7 @@ pub struct Rule {
 }
 
 impl DelayThresholdArgs {
-    /// The mode's rule: flags given win, the rest are ALGORITHMS.md's defaults.
+    /// The mode's rule: flags given win, the rest are the mode's defaults in the contest's spec (docs/algorithms.md).
     pub fn rule(&self) -> Rule {
         let (theta, alpha, md) = match self.mode {
             Mode::Aiad => (90.0, 1.0, 1.02),
@@ -103,7 +103,7 @@ pub const PROGRAM: FoldProgram =
 impl AlgorithmSpec for DelayThresholdSpec {
     const NAME: &'static str = "delay-threshold";
     const SUMMARY: &'static str = "contest delay-threshold: RTT <= theta grows, above shrinks (--mode aiad|aimd|mimd)";
-    const SOURCE: &'static str = "cellular congestion-control contest (ALGORITHMS.md section 2)";
+    const SOURCE: &'static str = "cellular congestion-control contest (docs/algorithms.md)";
     type Args = DelayThresholdArgs;
     type Flow = DelayThreshold;
 
@@ -201,7 +201,7 @@ impl Controller for DelayThreshold {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixed_window::tests::{params, report};
+    use crate::contest::fixed_window::tests::{params, report};
 
     fn flow(mode: Mode) -> DelayThreshold {
         DelayThreshold::new(DelayThresholdArgs { mode, ..Default::default() }.rule(), params())

@@ -1,4 +1,4 @@
-//! exp3cc (contest, ALGORITHMS.md section 2): the congestion window chosen by
+//! exp3cc (contest, docs/algorithms.md): the congestion window chosen by
 //! a non-stationary multi-armed bandit, Exp3 with restarts (Besbes, Gur and
 //! Zeevi, "Stochastic multi-armed-bandit problem with non-stationary rewards",
 //! NeurIPS 2014/2015).
@@ -21,7 +21,7 @@
 //! report by which its window has been acknowledged (so it may overshoot by
 //! one report's packets, counted in its reward). Logarithm, exponential and
 //! powers come from `contest::{ln, exp, pow}` (pure Rust): the libccp crate's
-//! exported `log` would capture a C-library `log` call (FIELD-NOTES).
+//! exported `log` would capture a C-library `log` call (docs/NOTES.md, "libccp's `log` symbol").
 
 use crate::contest::{exp, ln, pow, window_control, SeededRng};
 use crate::fold::{Cadence, FoldProgram};
@@ -74,7 +74,7 @@ impl AlgorithmSpec for Exp3ccSpec {
     const NAME: &'static str = "exp3cc";
     const SUMMARY: &'static str = "contest exp3cc: window chosen by Exp3 with restarts over n = W_max/delta window \
         intervals, reward = delivery rate of the round";
-    const SOURCE: &'static str = "cellular congestion-control contest (ALGORITHMS.md section 2); Besbes, Gur and Zeevi 2015";
+    const SOURCE: &'static str = "cellular congestion-control contest (docs/algorithms.md); Besbes, Gur and Zeevi 2015";
     type Args = Exp3ccArgs;
     type Flow = Exp3cc;
 
@@ -228,7 +228,7 @@ impl Controller for Exp3cc {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixed_window::tests::params;
+    use crate::contest::fixed_window::tests::params;
 
     #[test]
     fn epoch_length_and_gamma_match_the_formulas() {

@@ -1,4 +1,4 @@
-//! pid (contest, ALGORITHMS.md section 2): a PID controller holding the RTT
+//! pid (contest, docs/algorithms.md): a PID controller holding the RTT
 //! at a target.
 //!
 //! Per report: e = target_rtt - RTT (ms); dt = time since the previous report
@@ -44,7 +44,7 @@ pub const PROGRAM: FoldProgram =
 impl AlgorithmSpec for PidSpec {
     const NAME: &'static str = "pid";
     const SUMMARY: &'static str = "contest pid: cwnd += P e + I sum(e dt) + D de/dt with e = target RTT - RTT (ms)";
-    const SOURCE: &'static str = "cellular congestion-control contest (ALGORITHMS.md section 2)";
+    const SOURCE: &'static str = "cellular congestion-control contest (docs/algorithms.md)";
     type Args = PidArgs;
     type Flow = Pid;
 
@@ -122,7 +122,7 @@ impl Controller for Pid {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixed_window::tests::params;
+    use crate::contest::fixed_window::tests::params;
 
     #[test]
     fn proportional_integral_and_derivative_terms() {

@@ -1,17 +1,17 @@
-//! mixture (contest, ALGORITHMS.md section 2): cwnd = w_ip x cwnd(interval-
+//! mixture (contest, docs/algorithms.md): cwnd = w_ip x cwnd(interval-
 //! prediction) + w_dt x cwnd(delay-threshold --mode aimd), the two run side
 //! by side on the same reports, each with its own window and its defaults.
 //! Weights `--ip-weight` 0.3 and `--dt-weight` 0.7.
 //!
 //! Where the rules run: per report, every 10 ms (and at once on a loss): the
 //! delay-threshold part applies its per-ACK rules per report as in
-//! [`crate::delay_threshold`]; the interval-prediction part cuts the reports
+//! [`crate::contest::delay_threshold`]; the interval-prediction part cuts the reports
 //! into its own 30 ms ticks with `contest::TickClock`.
 
 use crate::contest::window_control;
-use crate::delay_threshold::{DelayThreshold, DelayThresholdArgs, Mode};
+use crate::contest::delay_threshold::{DelayThreshold, DelayThresholdArgs, Mode};
 use crate::fold::{Cadence, FoldProgram};
-use crate::interval_prediction::{IntervalPrediction, IntervalPredictionArgs};
+use crate::contest::interval_prediction::{IntervalPrediction, IntervalPredictionArgs};
 use crate::window::{Measurement, WindowParams};
 use crate::{AlgorithmSpec, Control, Controller};
 
@@ -36,7 +36,7 @@ pub const PROGRAM: FoldProgram =
 impl AlgorithmSpec for MixtureSpec {
     const NAME: &'static str = "mixture";
     const SUMMARY: &'static str = "contest mixture: 0.3 x interval-prediction + 0.7 x delay-threshold (aimd), run side by side";
-    const SOURCE: &'static str = "cellular congestion-control contest (ALGORITHMS.md section 2)";
+    const SOURCE: &'static str = "cellular congestion-control contest (docs/algorithms.md)";
     type Args = MixtureArgs;
     type Flow = Mixture;
 
@@ -102,7 +102,7 @@ impl Controller for Mixture {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixed_window::tests::params;
+    use crate::contest::fixed_window::tests::params;
 
     #[test]
     fn weights_mix_the_two_windows_fed_the_same_reports() {

@@ -1,4 +1,4 @@
-//! interval-prediction (contest, ALGORITHMS.md section 2): link-speed EWMA
+//! interval-prediction (contest, docs/algorithms.md): link-speed EWMA
 //! times a predicted safe interval.
 //!
 //! - Per tick (`--tick-ms` 30): sample = packets acknowledged / tick;
@@ -58,7 +58,7 @@ pub fn tau_ms(k_ms: f64, s: f64, m: f64) -> f64 {
 impl AlgorithmSpec for IntervalPredictionSpec {
     const NAME: &'static str = "interval-prediction";
     const SUMMARY: &'static str = "contest interval-prediction: cwnd = tau(std, mean of RTT deltas) x EWMA link speed";
-    const SOURCE: &'static str = "cellular congestion-control contest (ALGORITHMS.md section 2)";
+    const SOURCE: &'static str = "cellular congestion-control contest (docs/algorithms.md)";
     type Args = IntervalPredictionArgs;
     type Flow = IntervalPrediction;
 
@@ -172,7 +172,7 @@ impl Controller for IntervalPrediction {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixed_window::tests::{params, report};
+    use crate::contest::fixed_window::tests::{params, report};
 
     #[test]
     fn tau_polynomial_and_clamp() {

@@ -1,4 +1,4 @@
-//! rocinante (contest, ALGORITHMS.md section 2): delay-based AIAD against an
+//! rocinante (contest, docs/algorithms.md): delay-based AIAD against an
 //! adaptive baseline.
 //!
 //! - An EWMA of the RTT samples (`--ewma-weight` on the newest, default 0.01),
@@ -56,7 +56,7 @@ impl AlgorithmSpec for RocinanteSpec {
     const NAME: &'static str = "rocinante";
     const SUMMARY: &'static str = "contest rocinante: AIAD on RTT <= allowance x EWMA(RTT); EWMA reset to min RTT \
         when unstable; trickle floor";
-    const SOURCE: &'static str = "cellular congestion-control contest (ALGORITHMS.md section 2)";
+    const SOURCE: &'static str = "cellular congestion-control contest (docs/algorithms.md)";
     const DEFAULT_MIN_CWND_PKTS: &'static str = "2";
     type Args = RocinanteArgs;
     type Flow = Rocinante;
@@ -148,7 +148,7 @@ impl Controller for Rocinante {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixed_window::tests::params;
+    use crate::contest::fixed_window::tests::params;
 
     fn args() -> RocinanteArgs {
         RocinanteArgs { ewma_weight: 0.01, rtt_allowance: 1.4, alpha: 2.0, beta: 5.0, min_interval_ms: 25.0 }

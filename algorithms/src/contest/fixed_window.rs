@@ -1,4 +1,4 @@
-//! fixed-window (contest, ALGORITHMS.md section 2): cwnd = W packets, always.
+//! fixed-window (contest, docs/algorithms.md): cwnd = W packets, always.
 //!
 //! Per-ACK rules: none; the window never changes, so the fold program only
 //! reports once per RTT (for the log) and not urgently on a loss: losses,
@@ -29,7 +29,7 @@ pub const PROGRAM: FoldProgram =
 impl AlgorithmSpec for FixedWindowSpec {
     const NAME: &'static str = "fixed-window";
     const SUMMARY: &'static str = "contest fixed-window: cwnd = --window packets, always";
-    const SOURCE: &'static str = "cellular congestion-control contest (ALGORITHMS.md section 2)";
+    const SOURCE: &'static str = "cellular congestion-control contest (docs/algorithms.md)";
     type Args = FixedWindowArgs;
     type Flow = FixedWindow;
 

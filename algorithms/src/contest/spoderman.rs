@@ -1,4 +1,4 @@
-//! spoderman (contest, ALGORITHMS.md section 2): Sprout-style Bayesian
+//! spoderman (contest, docs/algorithms.md): Sprout-style Bayesian
 //! inference of the delivery rate, with resampling, driving a proportional
 //! window controller.
 //!
@@ -78,7 +78,7 @@ impl AlgorithmSpec for SpodermanSpec {
     const NAME: &'static str = "spoderman";
     const SUMMARY: &'static str = "contest spoderman: Bayesian delivery-rate inference (256 bins, Brownian evolve, \
         Poisson observe, resampling) and a P controller toward quantile x horizon - queue";
-    const SOURCE: &'static str = "cellular congestion-control contest (ALGORITHMS.md section 2); Sprout (Winstein et al., NSDI 2013)";
+    const SOURCE: &'static str = "cellular congestion-control contest (docs/algorithms.md); Sprout (Winstein et al., NSDI 2013)";
     type Args = SpodermanArgs;
     type Flow = Spoderman;
 
@@ -278,7 +278,7 @@ impl Controller for Spoderman {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixed_window::tests::params;
+    use crate::contest::fixed_window::tests::params;
 
     #[test]
     fn resamples_exactly_when_neff_falls_below_threshold() {

@@ -1,4 +1,4 @@
-//! sprout-ewma (contest, ALGORITHMS.md section 2): window = estimated
+//! sprout-ewma (contest, docs/algorithms.md): window = estimated
 //! bottleneck rate x target delay.
 //!
 //! Once per tick (`--tick-ms`, default 30): sample = packets acknowledged in
@@ -55,7 +55,7 @@ pub struct SproutEwmaArgs {
 impl AlgorithmSpec for SproutEwmaSpec {
     const NAME: &'static str = "sprout-ewma";
     const SUMMARY: &'static str = "contest sprout-ewma: cwnd = (EWMA delivery rate - k dev) x target delay, per 30 ms tick";
-    const SOURCE: &'static str = "cellular congestion-control contest (ALGORITHMS.md section 2); Sprout (Winstein et al., NSDI 2013)";
+    const SOURCE: &'static str = "cellular congestion-control contest (docs/algorithms.md); Sprout (Winstein et al., NSDI 2013)";
     type Args = SproutEwmaArgs;
     type Flow = SproutEwma;
 
@@ -156,7 +156,7 @@ impl Controller for SproutEwma {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixed_window::tests::params;
+    use crate::contest::fixed_window::tests::params;
     use clap::Parser;
 
     #[derive(Parser)]

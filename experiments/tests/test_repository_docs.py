@@ -1,0 +1,153 @@
+"""The repository's prose stays user-facing: the top README fits on one page, and no README,
+documentation page or code comment carries a date, an issue number or a reference to the
+team's private notes (those belong in git history and the issue tracker; comments say why, not
+when). Also checks the results-page generator (docs/gen_results.py) on small inputs."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import io
+import re
+import tokenize
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SKIP_DIRS = {".git", "target", ".venv", "results", "__pycache__", "node_modules", "site", ".pytest_cache"}
+README_MAX_LINES = 150
+
+DATE = re.compile(r"\b(?:19|20)\d\d-[01]\d-[0-3]\d\b")
+ISSUE = re.compile(r"\b[Ii]ssues? #?\d+")
+PRIVATE = re.compile(r"FIELD-NOTES|ALGORITHMS\.md|\.\./shared")
+CODE_SUFFIXES = {".rs", ".py", ".c", ".h", ".toml", ".sh"}
+
+
+def _gen_results():
+    spec = importlib.util.spec_from_file_location("gen_results", ROOT / "docs" / "gen_results.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+GEN = _gen_results()
+
+
+def _files(suffixes: set[str] | None = None, names: set[str] = frozenset()) -> list[Path]:
+    out = []
+    for p in ROOT.rglob("*"):
+        if any(part in SKIP_DIRS for part in p.relative_to(ROOT).parts):
+            continue
+        if p.is_file() and ((suffixes and p.suffix in suffixes) or p.name in names):
+            out.append(p)
+    return sorted(out)
+
+
+def findings(text: str) -> list[str]:
+    """Every date, issue number or private-notes reference in ``text``."""
+    return [m.group(0) for rx in (DATE, ISSUE, PRIVATE) for m in rx.finditer(text)]
+
+
+def python_comments(source: str) -> list[tuple[int, str]]:
+    """(line, text) of every ``#`` comment and every docstring of a Python source."""
+    out = [(tok.start[0], tok.string) for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+           if tok.type == tokenize.COMMENT]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            doc = ast.get_docstring(node, clean=False)
+            if doc:
+                out.append((node.body[0].lineno, doc))
+    return out
+
+
+C_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
+HASH_COMMENT = re.compile(r"(?:^|\s)#[^\n]*")
+
+
+def c_like_comments(source: str) -> list[tuple[int, str]]:
+    """(line, text) of every ``//`` and ``/* */`` comment (Rust, C, BPF C)."""
+    return [(source.count("\n", 0, m.start()) + 1, m.group(0)) for m in C_COMMENT.finditer(source)]
+
+
+def hash_comments(source: str) -> list[tuple[int, str]]:
+    """(line, text) of every ``#`` comment (Makefile, TOML, shell)."""
+    return [(source.count("\n", 0, m.start()) + 1, m.group(0)) for m in HASH_COMMENT.finditer(source)]
+
+
+def comments_of(path: Path) -> list[tuple[int, str]]:
+    source = path.read_text(errors="replace")
+    if path.suffix == ".py":
+        return python_comments(source)
+    if path.suffix in {".rs", ".c", ".h"}:
+        return c_like_comments(source)
+    return hash_comments(source)
+
+
+def test_the_scanners_find_what_they_look_for():
+    py = '"""Module (see issue 7)."""\nx = "2026-11-23"  # measured 2026-11-23\ny = 1\n'
+    assert [findings(t) for _, t in python_comments(py)] == [["2026-11-23"], ["issue 7"]]
+    rs = 'let s = "2026-01-01";\n// per FIELD-NOTES\n/* a\n * since 2025-02-03 */\n'
+    assert [(n, findings(t)) for n, t in c_like_comments(rs)] == [(2, ["FIELD-NOTES"]), (3, ["2025-02-03"])]
+    assert [findings(t) for _, t in hash_comments("a = 1 # Issue 12\nb = $$(date +%Y%m%d)\n")] == [["Issue 12"]]
+    assert findings("build 2026-13-40, issue tracker, tissue 5") == [], "no false positives on non-dates"
+
+
+def test_top_readme_fits_on_one_page():
+    n = len((ROOT / "README.md").read_text().splitlines())
+    assert n <= README_MAX_LINES, f"README.md has {n} lines; at most {README_MAX_LINES} (move detail into docs/)"
+
+
+def test_readmes_and_doc_pages_hold_no_dates_or_issue_numbers():
+    pages = _files({".md"})
+    assert ROOT / "docs" / "index.md" in pages and ROOT / "README.md" in pages
+    bad = []
+    for p in pages:
+        text = p.read_text(errors="replace")
+        if text.startswith(GEN.MARKER):
+            continue  # a generated results page carries the date of its run, by design
+        for n, line in enumerate(text.splitlines(), 1):
+            if found := findings(line):
+                bad.append(f"{p.relative_to(ROOT)}:{n}: {', '.join(found)}")
+    assert not bad, "dates, issue numbers or private notes in docs:\n" + "\n".join(bad)
+
+
+def test_code_comments_say_why_not_when():
+    files = _files(CODE_SUFFIXES, {"Makefile", "run"})
+    assert ROOT / "algorithms" / "src" / "suite.rs" in files and ROOT / "Makefile" in files
+    bad = []
+    for p in files:
+        for n, text in comments_of(p):
+            if found := findings(text):
+                bad.append(f"{p.relative_to(ROOT)}:{n}: {', '.join(found)}")
+    assert not bad, "dates, issue numbers or private notes in code comments:\n" + "\n".join(bad)
+
+
+def test_results_pages_render_from_benchmark_output(tmp_path):
+    fid = tmp_path / "fid"
+    fid.mkdir()
+    (fid / "fidelity.csv").write_text(
+        "scenario,algorithm,metric,kernel_median,ccp_median,ratio_median,ratio_p25,ratio_p75,kernel_runs,ccp_runs,"
+        "target,meets_target\n"
+        "step0-12,reno,throughput_mbps,11.2,11.1,0.991,0.98,1.0,3,3,\"ratio in [0.95, 1.05]\",True\n"
+        "step0-12,reno,retransmits,10,20,2.0,1.5,2.5,3,3,ratio <= 1.5,False\n")
+    assert GEN.main(["fidelity", str(fid), "--commit", "abc1234", "--out-dir", str(tmp_path / "out")]) == 0
+    page = (tmp_path / "out" / "fidelity.md").read_text()
+    assert page.startswith(GEN.MARKER) and "commit `abc1234`" in page and "fidelity.csv" in page
+    assert "Targets met: 1 of 2" in page
+    assert "| step0-12 | reno | retransmits | 10 | 20 | 2 (1.5-2.5) | ratio <= 1.5 | **no** |" in page
+
+    con = tmp_path / "con"
+    con.mkdir()
+    (con / "leaderboard.csv").write_text("cca,power_score\nccp:tutorial,123.456\nkernel:cubic,99\n")
+    (con / "contest.json").write_text('{"trace": "Verizon-LTE-short", "runs": 1, "ccas": ["x"]}')
+    assert GEN.main(["contest", str(con), "--commit", "abc1234", "--out-dir", str(tmp_path / "out")]) == 0
+    page = (tmp_path / "out" / "contest.md").read_text()
+    assert "| ccp:tutorial | 123 |" in page and "trace Verizon-LTE-short" in page
+
+
+@pytest.mark.parametrize("page", ["fidelity", "contest", "datapath", "analysis-speed"])
+def test_results_generator_names_a_missing_input(tmp_path, capsys, page):
+    assert GEN.main([page, str(tmp_path / "nothing"), "--out-dir", str(tmp_path / "out")]) == 2
+    assert "nothing" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
