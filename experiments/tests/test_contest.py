@@ -119,6 +119,114 @@ def test_leaderboard_medians_spread_and_order():
     assert math.isnan(board[2]["power_score"])
 
 
+# ---------------------------------------------------------------- one scoring window, resume
+
+TRACE_END_MS = 3000
+
+
+def _trace_pair(tmp_path):
+    """A 3 s trace pair (one opportunity per ms, 12 Mbit/s) with its .up twin."""
+    down = tmp_path / "t3.down"
+    down.write_text("".join(f"{t}\n" for t in range(1, TRACE_END_MS + 1)))
+    down.with_suffix(".up").write_text(down.read_text())
+    return down
+
+
+def _log(flow_start_ms: int, queue_ms: int, tail_ms: int = 0) -> str:
+    """An mm-link log of a flow from ``flow_start_ms`` keeping ``queue_ms`` of queue on a 1 packet/ms link
+    up to the trace's end; ``tail_ms`` more of looped trace and departures after it, as a link that keeps
+    delivering an end-of-test exchange would log."""
+    lines = ["# mahimahi mm-link [uplink] > synthetic", "# base timestamp: 0", "0 + 100", "1 # 1504", "1 - 100 1"]
+    for t in range(2, TRACE_END_MS + tail_ms + 1):
+        if flow_start_ms <= t:
+            lines.append(f"{t} + 1504")
+        lines.append(f"{t} # 1504")
+        if t >= flow_start_ms + queue_ms:
+            lines.append(f"{t} - 1504 {queue_ms}")
+    return "\n".join(lines) + "\n"
+
+
+def _fake_run(run_dir, flow_start_s, log_text, per_ack=1.0):
+    run_dir.mkdir(parents=True)
+    (run_dir / "uplink.log").write_text(log_text)
+    (run_dir / "metadata.json").write_text(json.dumps({"flow_start_s": flow_start_s,
+                                                       "receiver": {"segments_per_ack": per_ack}}))
+
+
+def test_score_window_from_flow_start_to_trace_end_or_duration():
+    assert ct.score_window_ms(0.3, 140, 140_000) == (300, 140_000), "the trace's end comes first"
+    assert ct.score_window_ms(0.3, 20, 140_000) == (300, 20_300), "a shorter flow: its duration"
+    assert ct.score_window_ms(0.2994, 20, 140_000) == (299, 20_299)
+    with pytest.raises(CcplabError, match="not before the trace's end"):
+        ct.score_window_ms(140.0, 20, 140_000)
+
+
+def test_every_cca_is_scored_over_the_same_window_whatever_its_log_adds(tmp_path):
+    setup = ct.make_setup(str(_trace_pair(tmp_path)), ["kernel:cubic", "kernel:reno"], duration_s=3)
+    assert setup.end_ms == TRACE_END_MS and setup.scenario().trace_once and setup.scenario().quickack
+    # The same flow; one log stops at the trace's end, the other runs 2 s on (a looping trace delivering a
+    # queued end-of-test exchange): the scores are the same, over [flow start, trace end].
+    _fake_run(tmp_path / "a", 0.3, _log(300, 50))
+    _fake_run(tmp_path / "b", 0.3, _log(300, 50, tail_ms=2000), per_ack=2.0)
+    a, b = ct.run_metrics(tmp_path / "a", setup), ct.run_metrics(tmp_path / "b", setup)
+    for m in ct.METRICS:
+        assert a[m] == pytest.approx(b[m]), m
+    assert (a["window_start_s"], a["window_end_s"]) == (0.3, 3.0) == (b["window_start_s"], b["window_end_s"])
+    assert a["duration_s"] == pytest.approx(2.7)
+    assert a["capacity_mbps"] == pytest.approx(1504 * 8 / 1000, rel=0.01), "one 1504-byte opportunity per ms"
+    assert a["p95_queueing_delay_ms"] == 50
+    assert (a["segments_per_ack"], b["segments_per_ack"]) == (1.0, 2.0)
+    # mm-throughput-graph over each whole log would differ: the tail dilutes nothing only within the window.
+    whole_a = transient.link_metrics(transient.parse_link_log(_log(300, 50)).events)
+    whole_b = transient.link_metrics(transient.parse_link_log(_log(300, 50, tail_ms=2000)).events)
+    assert whole_a.duration_s != pytest.approx(whole_b.duration_s)
+    # A 2 s contest on the same trace stops scoring 2 s after the flow's start.
+    short = ct.make_setup(str(_trace_pair(tmp_path)), ["kernel:cubic"], duration_s=2)
+    assert ct.run_metrics(tmp_path / "b", short)["window_end_s"] == 2.3
+
+
+def test_contest_resumes_runs_in_pieces_and_reports_the_spread(tmp_path, capsys):
+    setup = ct.make_setup(str(_trace_pair(tmp_path)), ["kernel:cubic", "kernel:reno"], runs=2, duration_s=3)
+    out = tmp_path / "contest"
+    calls = []
+
+    def runner(cca, scenario, run_dir, k):
+        assert scenario.trace_once and scenario.quickack
+        calls.append((str(cca), k))
+        _fake_run(run_dir, 0.3, _log(300, 20 * k + (40 if cca.name == "reno" else 0)))
+
+    rows = ct.run_contest(setup, out, max_new_runs=3, runner=runner)
+    assert calls == [("kernel:cubic", 1), ("kernel:cubic", 2), ("kernel:reno", 1)]
+    assert len(rows) == 3 and len(ct.pending_runs(setup, out)) == 1
+    # The same command again: only the missing run runs; the tables cover all four.
+    again = ct.resume_setup(ct.make_setup(str(_trace_pair(tmp_path)), [], runs=2, duration_s=3), out,
+                            ccas_given=False)
+    assert [str(c) for c in again.ccas] == ["kernel:cubic", "kernel:reno"]
+    rows = ct.run_contest(again, out, runner=runner)
+    assert calls[3:] == [("kernel:reno", 2)] and len(rows) == 4
+    with open(out / "runs.csv") as f:
+        assert len(list(csv.DictReader(f))) == 4
+    board = ct.leaderboard(rows)
+    assert [r["cca"] for r in board] == ["kernel:cubic", "kernel:reno"], "shorter queue, better score"
+    cubic = board[0]
+    assert cubic["runs"] == 2 and cubic["score_min"] < cubic["score_max"]
+    assert (cubic["p95_signal_delay_min"], cubic["p95_signal_delay_max"]) != (None, None)
+    text = ct.format_leaderboard(board, again)
+    assert "receiver: ACK every segment" in text and "trace played once" in text
+    assert f"{cubic['score_min']:.2f}..{cubic['score_max']:.2f}" in text
+    # Nothing left: a third call runs nothing.
+    ct.run_contest(again, out, runner=runner)
+    assert len(calls) == 4
+    # Another link setup cannot resume here; more CCAs can join.
+    with pytest.raises(CcplabError, match="quickack"):
+        ct.resume_setup(ct.make_setup(str(_trace_pair(tmp_path)), [], runs=2, duration_s=3, quickack=False), out,
+                        ccas_given=False)
+    more = ct.resume_setup(ct.make_setup(str(_trace_pair(tmp_path)), ["kernel:bbr"], duration_s=3), out,
+                           ccas_given=True)
+    assert [str(c) for c in more.ccas] == ["kernel:cubic", "kernel:reno", "kernel:bbr"] and more.runs == 2
+    assert ct.pending_runs(more, out) == [(more.ccas[2], 1), (more.ccas[2], 2)]
+
+
 # ---------------------------------------------------------------- a real contest
 
 @pytest.mark.network
