@@ -227,6 +227,62 @@ def test_contest_resumes_runs_in_pieces_and_reports_the_spread(tmp_path, capsys)
     assert ct.pending_runs(more, out) == [(more.ccas[2], 1), (more.ccas[2], 2)]
 
 
+# ---------------------------------------------------------------- legible plots
+
+def _board_rows(n, lo_ms, hi_ms):
+    """``n`` CCAs, two runs each, p95 signal delays spread log-evenly over [lo_ms, hi_ms]."""
+    rows = []
+    for i in range(n):
+        sig = lo_ms * (hi_ms / lo_ms) ** (i / max(1, n - 1))
+        for k in (1, 2):
+            thr = 1.0 + 0.2 * i + 0.05 * k
+            rows.append({"cca": f"ccp:algo{i:02d}", "run": k, "value": str(5 * (i + 1)), "capacity_mbps": 5.0,
+                         "throughput_mbps": thr, "utilization": thr / 5, "p95_queueing_delay_ms": sig - 40,
+                         "p95_signal_delay_ms": sig * (1 + 0.01 * k), "power_score": thr / (sig / 1000)})
+    return rows
+
+
+def _tick_label_boxes(fig):
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    boxes = []
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            labels = [t for t in axis.get_ticklabels(which="both") if t.get_visible() and t.get_text()]
+            boxes.append([t.get_window_extent(renderer) for t in labels])
+    return boxes
+
+
+@pytest.mark.parametrize("lo_ms, hi_ms", [(80, 300), (101, 119), (60, 95), (20, 8000)])
+def test_plot_tick_labels_never_overlap(lo_ms, hi_ms):
+    from ccplab import contest_plots
+
+    rows = _board_rows(17, lo_ms, hi_ms)
+    board = ct.leaderboard(rows)
+    sweep = ct.Sweep("ccp:algo", "window", tuple(r["value"] for r in board))
+    for fig in (contest_plots.plane_figure(rows, board, "t"), contest_plots.sweep_figure(board, sweep)):
+        for boxes in _tick_label_boxes(fig):
+            for a, b in zip(boxes, boxes[1:]):
+                assert not a.overlaps(b), f"tick labels overlap for delays {lo_ms}-{hi_ms} ms"
+        x_labels = [t.get_text() for t in fig.axes[0].xaxis.get_ticklabels() if t.get_text()]
+        assert len(x_labels) >= 2, f"the delay axis is labelled at least twice for {lo_ms}-{hi_ms} ms: {x_labels}"
+        contest_plots.plt.close(fig)
+
+
+def test_plane_gives_every_cca_its_own_colour_and_marker():
+    from ccplab import contest_plots
+
+    for n in (5, 17, 30):
+        rows = _board_rows(n, 80, 300)
+        board = ct.leaderboard(rows)
+        fig = contest_plots.plane_figure(rows, board, "t")
+        medians = [c for c in fig.axes[0].collections if not c.get_label().startswith("_")]
+        assert len(medians) == n
+        pairs = {(tuple(c.get_facecolor()[0]), c.get_paths()[0].vertices.tobytes()) for c in medians}
+        assert len(pairs) == n, f"{n} CCAs share (colour, marker) pairs: {n - len(pairs)} repeated"
+        contest_plots.plt.close(fig)
+
+
 # ---------------------------------------------------------------- a real contest
 
 @pytest.mark.network
