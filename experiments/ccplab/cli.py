@@ -1,4 +1,5 @@
-"""The ``ccplab`` command: run, compare, coexist, demo, sweep, contest, fidelity, clean, algorithms, analyze, report.
+"""The ``ccplab`` command: run, compare, coexist, demo, sweep, contest, contest-doc, fidelity, clean, algorithms,
+analyze, report.
 
 Exit status: 0 on success, 2 on bad input or an unusable machine (the message
 names what is wrong), 130 when interrupted (after cleaning up).
@@ -164,6 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_analyze_arguments(ana)
     _add_report_parser(sub)
     _add_contest_parser(sub)
+    _add_contest_doc_parser(sub)
     _add_coexist_parser(sub)
     return parser
 
@@ -387,6 +389,9 @@ def _add_contest_parser(sub) -> None:
                      help="run one algorithm over a parameter range instead of --cca, e.g. "
                           "fixed-window:window=5..90:5 (STOP included) or aimd:beta=1.5,2,4; plots/sweep marks "
                           "the best value")
+    con.add_argument("--best", metavar="NAME",
+                     help="the declared sweep for NAME's best setting (" + ", ".join(
+                         f"{k}: {v}" for k, v in ct.BEST_SETTING_SWEEPS.items()) + ")")
     con.add_argument("--one-way-delay-ms", type=DELAY_MS, default=ct.CONTEST_ONE_WAY_DELAY_MS,
                      help="one-way delay each way, ms (default %(default)s)")
     con.add_argument("--delayed-acks", action="store_true",
@@ -403,7 +408,10 @@ def _add_contest_parser(sub) -> None:
 def cmd_contest(args) -> int:
     from . import contest as ct
 
-    setup = ct.make_setup(args.trace, args.cca, args.runs, args.duration_s, args.sweep, args.one_way_delay_ms,
+    if args.best and args.sweep:
+        raise CcplabError("give either --best or --sweep, not both")
+    sweep = ct.best_sweep(args.best) if args.best else args.sweep
+    setup = ct.make_setup(args.trace, args.cca, args.runs, args.duration_s, sweep, args.one_way_delay_ms,
                           quickack=not args.delayed_acks)
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     out = args.out or REPO_ROOT / "results" / f"contest-{setup.trace_name}-{stamp}"
@@ -414,6 +422,26 @@ def cmd_contest(args) -> int:
     if left:
         print(f"{left} run(s) still to do: run the same command again to go on")
     print(f"results: {out}")
+    return 0
+
+
+def _add_contest_doc_parser(sub) -> None:
+    doc = sub.add_parser(
+        "contest-doc", help="one Markdown page from finished contest directories: leaderboards, the two "
+        "receivers compared, each swept algorithm's best setting, every sweep's curve",
+        description="Read contest directories (contest.json + runs.csv of `ccplab contest`) and write one Markdown "
+        "page: a leaderboard per trace and receiver, the scores under both receivers side by side, the best "
+        "value of each sweep (with the default's score when a leaderboard holds it) and every sweep's values, "
+        "each table with the command that reproduces it.")
+    doc.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="a finished `ccplab contest` directory")
+    doc.add_argument("--out", type=Path, help="the page to write (default: print it)")
+
+
+def cmd_contest_doc(args) -> int:
+    from .contest_doc import contest_doc_command
+
+    page = contest_doc_command(args.dirs, args.out)
+    print(f"page: {args.out}" if args.out else page, end="\n" if args.out else "")
     return 0
 
 
@@ -459,7 +487,7 @@ def cmd_coexist(args) -> int:
 
 COMMANDS = {"run": cmd_run, "compare": cmd_compare, "demo": cmd_demo, "clean": cmd_clean, "sweep": cmd_sweep,
             "algorithms": cmd_algorithms, "fidelity": cmd_fidelity, "analyze": cmd_analyze, "report": cmd_report,
-            "contest": cmd_contest, "coexist": cmd_coexist}
+            "contest": cmd_contest, "contest-doc": cmd_contest_doc, "coexist": cmd_coexist}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -79,6 +79,20 @@ METRICS = ("capacity_mbps", "throughput_mbps", "utilization", "p95_queueing_dela
            "power_score")
 RUN_COLUMNS = ("cca", "run", "value", *METRICS, "duration_s", "window_start_s", "window_end_s", "segments_per_ack",
                "run_dir")
+BEST_SETTING_SWEEPS = {
+    "fixed-window": "window=5..90:5",
+    "aimd": "timeout-ms=50..150:10",
+    "delay-threshold": "theta-ms=50..150:10",
+    "rocinante": "rtt-allowance=1.1..2:0.1",
+    "sprout-ewma": "target-delay-ms=20..140:20",
+    "pid": "target-ms=50..200:25",
+    "interval-prediction": "k-ms=35..155:15",
+    "mixture": "ip-weight=0..0.6:0.1",
+    "spoderman": "quantile=0.05..0.5:0.05",
+    "exp3cc": "w-max=20..100:10",
+}
+"""``--best NAME``: the one parameter of each contest algorithm swept for its best setting (the one its
+rule is most sensitive to: a window, a delay threshold or target, a weight), as ``--sweep NAME:SPEC``."""
 LINK_KEYS = ("trace", "down", "up", "duration_s", "one_way_delay_ms", "queue_packets", "quickack", "trace_once")
 """What a resumed contest must share with the runs already in its directory."""
 
@@ -239,6 +253,15 @@ def parse_sweep(spec: str) -> Sweep:
         raise CcplabError(f"--sweep {spec!r}: a value repeats")
     base = ":".join(["ccp", *fields[:i]])
     return Sweep(base, name.replace("_", "-"), values)
+
+
+def best_sweep(name: str) -> str:
+    """The ``--sweep`` spec of ``--best NAME`` (`BEST_SETTING_SWEEPS`); CcplabError lists the names."""
+    name = name.removeprefix("ccp:")
+    if name not in BEST_SETTING_SWEEPS:
+        raise CcplabError(f"--best {name}: no declared sweep; one of {', '.join(BEST_SETTING_SWEEPS)} "
+                          "(or --sweep NAME:PARAM=... for any algorithm's parameter)")
+    return f"{name}:{BEST_SETTING_SWEEPS[name]}"
 
 
 def sweep_ccas(sweep: Sweep) -> list[Cca]:
@@ -514,7 +537,7 @@ def _progress(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-__all__ = ["CELLULAR_DIR", "UNBOUNDED_QUEUE_PACKETS", "ContestSetup", "Sweep", "available_traces", "check_out_dir",
+__all__ = ["BEST_SETTING_SWEEPS", "best_sweep", "CELLULAR_DIR", "UNBOUNDED_QUEUE_PACKETS", "ContestSetup", "Sweep", "available_traces", "check_out_dir",
            "collect_rows", "default_ccas", "format_leaderboard", "leaderboard", "make_setup", "parse_sweep",
            "pending_runs", "resolve_trace", "resume_setup", "run_contest", "run_dir_of", "run_metrics",
            "score_window_ms", "sweep_ccas", "trace_end_ms", "trace_length_s"]

@@ -227,6 +227,57 @@ def test_contest_resumes_runs_in_pieces_and_reports_the_spread(tmp_path, capsys)
     assert ct.pending_runs(more, out) == [(more.ccas[2], 1), (more.ccas[2], 2)]
 
 
+def test_every_declared_best_setting_sweep_is_valid_for_its_algorithm():
+    require_binaries("ccp-algorithms")
+    for name in ct.BEST_SETTING_SWEEPS:
+        ccas = ct.sweep_ccas(ct.parse_sweep(ct.best_sweep(name)))
+        assert len(ccas) >= 5 and all(c.name == name for c in ccas), name
+    with pytest.raises(CcplabError, match="no declared sweep; one of fixed-window"):
+        ct.best_sweep("vegas")
+
+
+def test_contest_doc_page_has_both_receivers_best_settings_and_sweeps(tmp_path):
+    from ccplab import contest_doc
+
+    trace = str(_trace_pair(tmp_path))
+
+    def runner(cca, scenario, run_dir, k):
+        # ACK every segment halves the queue in this fake
+        q = {"kernel:cubic": 80, "kernel:reno": 120}[str(cca)]
+        _fake_run(run_dir, 0.3, _log(300, q // 2 if scenario.quickack else q))
+
+    dirs = []
+    for quick in (False, True):
+        setup = ct.make_setup(trace, ["kernel:cubic", "kernel:reno"], duration_s=3, quickack=quick)
+        d = tmp_path / f"board-{quick}"
+        ct.run_contest(setup, d, runner=runner)
+        dirs.append(d)
+    sweep = ct.ContestSetup(setup.trace_name, setup.down, setup.up, 3, 1, (ct.parse_cca("kernel:cubic"),))
+    # a sweep directory as --sweep writes it, with a fake parameter on a kernel CCA's runs
+    sw = tmp_path / "sweep"
+    values = ("5", "10", "20")
+    fake = ct.Sweep("ccp:fake", "k", values)
+    for v in values:
+        _fake_run(sw / "runs" / f"ccp-fake-k-{v}" / "run-1", 0.3, _log(300, abs(int(v) - 10) * 5 + 20))
+    (sw / "contest.json").write_text(json.dumps({**sweep.to_json(), "sweep": {"base": fake.base, "param": "k",
+                                                                                "values": list(values)}}))
+    rows = [{"cca": f"ccp:fake:k={v}", "run": 1, "value": v,
+             **ct.run_metrics(sw / "runs" / f"ccp-fake-k-{v}" / "run-1", sweep)} for v in values]
+    ct._write_csv(sw / "runs.csv", rows, list(ct.RUN_COLUMNS))
+    page = contest_doc.contest_doc_command([*dirs, sw], tmp_path / "page.md")
+    assert (tmp_path / "page.md").read_text() == page
+    assert page.count("| # | CCA |") == 2, "a leaderboard per receiver"
+    assert "t3, delayed ACKs, 3 s" in page and "t3, ACK every segment, 3 s" in page
+    assert "--delayed-acks" in page, "the delayed-ACK board's command says so"
+    # receivers compared: the fake halves the queue with quickack, so the score about doubles
+    compared = page.split("## Receivers compared")[1].split("\n## ")[0]
+    cubic = next(line for line in compared.splitlines() if line.startswith("| kernel:cubic"))
+    assert float(cubic.split("|")[4].strip().rstrip("x")) > 1.5
+    best = page.split("## Best settings")[1].split("## Sweeps")[0]
+    assert "| ccp:fake | t3 | ACK every segment | 3 | k=10 |" in best
+    assert "| 10 (best) |" in page.split("## Sweeps")[1]
+
+
 # ---------------------------------------------------------------- legible plots
 
 def _board_rows(n, lo_ms, hi_ms):
