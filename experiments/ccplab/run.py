@@ -276,15 +276,20 @@ def set_quickack(netns: str) -> None:
             raise CcplabError(f"cannot set quickack on route {' '.join(route)!r} of {netns}: {done.stderr.strip()}")
 
 
+ROUTE_STATE_WORDS = ("linkdown", "dead", "offload", "trap", "rt_offload", "rt_trap", "notify")
+"""Words ``ip route show`` prints about a route's state, which ``ip route change`` does not take."""
+
+
 def _without_metric(route: list[str], name: str) -> list[str]:
-    """A route as ``ip route show`` prints it, without the ``name VALUE`` pair (to be set again)."""
+    """A route as ``ip route show`` prints it, without the ``name VALUE`` pair (to be set again) and the
+    state words (`ROUTE_STATE_WORDS`)."""
     out, skip = [], False
     for word in route:
         if skip:
             skip = False
         elif word == name:
             skip = True
-        else:
+        elif word not in ROUTE_STATE_WORDS:
             out.append(word)
     return out
 

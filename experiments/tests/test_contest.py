@@ -353,15 +353,18 @@ def test_short_contest_prints_a_leaderboard_and_writes_plots(needs_root, tmp_pat
         meta = json.loads((run_dir / "metadata.json").read_text())
         assert meta["scenario"]["downlink_trace"].endswith("Verizon-LTE-short.up")
         assert meta["scenario"]["one_way_delay_ms"] == 20
-        # The numbers are mm-throughput-graph's on this run's log ...
-        m = transient.link_metrics(transient.read_link_log(run_dir / "uplink.log").events)
+        # The numbers are mm-throughput-graph's on this run's log over its scoring window: from the flow's
+        # first packet to 4 s later (the --duration-s, before the trace's end) ...
+        start_ms, end_ms = round(float(r["window_start_s"]) * 1000), round(float(r["window_end_s"]) * 1000)
+        assert start_ms == round(meta["flow_start_s"] * 1000) and end_ms == start_ms + 4000
+        ev = transient.read_link_log(run_dir / "uplink.log").events
+        m = transient.window_link_metrics(ev, start_ms, end_ms)
         assert float(r["throughput_mbps"]) == pytest.approx(m.throughput_mbps)
         assert float(r["power_score"]) == pytest.approx(m.throughput_mbps / (m.p95_signal_delay_ms / 1000))
-        # ... and the capacity is the Verizon trace's own over the logged span (trace time 0 = log time 0).
-        ev = transient.read_link_log(run_dir / "uplink.log").events
-        first, last = int(ev["time_ms"].min()), int(ev["time_ms"].max())
-        offered = sum(1 for t in stamps if first <= t <= last) * PACKET_LOG_BYTES * 8 / ((last - first) / 1000) / 1e6
-        assert float(r["capacity_mbps"]) == pytest.approx(offered, rel=0.03)
+        # ... and the capacity is the Verizon trace's own over that window (trace time 0 = log time 0).
+        offered = sum(1 for t in stamps if start_ms <= t <= end_ms) * PACKET_LOG_BYTES * 8 / 4.0 / 1e6
+        assert float(r["capacity_mbps"]) == pytest.approx(offered, rel=0.01)
+        assert meta["receiver"]["acks"] == "every-segment" and meta["scenario"]["trace_once"]
         assert 0 < float(r["utilization"]) <= 1.0
     # The fixed window of 10 packets keeps the queue short; cubic fills the unbounded queue.
     by = {r["cca"]: r for r in rows}

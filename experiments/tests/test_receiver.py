@@ -16,8 +16,6 @@ from ccplab import cli
 
 from netlab import namespaces as _namespaces
 
-pytestmark = pytest.mark.network
-
 DATA_BYTES = 1000  # a departure this large is a data segment (ACK-only and control packets are far smaller)
 
 
@@ -33,6 +31,17 @@ def _run(trace, out, *extra) -> dict:
     return json.loads((out / "metadata.json").read_text())
 
 
+def test_a_route_as_shown_becomes_a_route_to_change():
+    from ccplab.run import _without_metric
+
+    shown = "10.2.1.0/24 dev veth1 proto kernel scope link src 10.2.1.1 quickack 1 linkdown".split()
+    assert _without_metric(shown, "quickack") == \
+        "10.2.1.0/24 dev veth1 proto kernel scope link src 10.2.1.1".split()
+    assert _without_metric("default via 10.2.1.2 dev veth1".split(), "quickack") == \
+        "default via 10.2.1.2 dev veth1".split()
+
+
+@pytest.mark.network
 def test_quickack_receiver_acks_every_segment_delayed_acks_every_second(tmp_path, needs_root):
     before = _namespaces()
     trace = _constant_trace(tmp_path / "c12.trace", 10_000)
@@ -54,6 +63,7 @@ def test_quickack_receiver_acks_every_segment_delayed_acks_every_second(tmp_path
     assert _namespaces() <= before
 
 
+@pytest.mark.network
 def test_contest_plays_the_trace_once_and_scores_to_its_end(tmp_path, needs_root):
     before = _namespaces()
     down = _constant_trace(tmp_path / "c12-4s.down", 4000)
