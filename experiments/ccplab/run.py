@@ -61,6 +61,7 @@ import datetime as dt
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import subprocess
@@ -92,7 +93,8 @@ FLOW_LOG = "uplink.flows"  # per-packet flow attribution beside uplink.log (ccpl
 WATCH_PERIOD_S = 0.1  # how often the runner looks at its clients and daemons while the flows run
 READY_TIMEOUT_S = 30.0
 CLIENT_GRACE_S = 60.0  # iperf3's client may take this long past the flow's duration before it is a failure
-TRACE_END_STOP = "stop=TraceEnd"  # ccplab-link's log line when --once stopped it at the trace's end
+TRACE_END_STOP = re.compile(r"stop(?:\x1b\[[0-9;]*m)*=(?:\x1b\[[0-9;]*m)*TraceEnd")
+"""ccplab-link's log line when --once stopped it at the trace's end (colour codes allowed between the words)."""
 
 
 @dataclass
@@ -514,7 +516,7 @@ def _trace_ended(link: Daemon) -> bool:
     """Whether the link (run with --once) is stopping, or stopped, because its trace ended (it says so
     in its log before it stops the processes in its namespaces)."""
     try:
-        return TRACE_END_STOP in link.log_path.read_text(errors="replace")
+        return TRACE_END_STOP.search(link.log_path.read_text(errors="replace")) is not None
     except OSError:
         return False
 

@@ -41,6 +41,19 @@ def test_a_route_as_shown_becomes_a_route_to_change():
         "default via 10.2.1.2 dev veth1".split()
 
 
+def test_the_link_log_line_of_a_trace_end_is_recognised(tmp_path):
+    from ccplab.processes import Daemon
+    from ccplab.run import _trace_ended
+
+    log = tmp_path / "link.log"
+    link = Daemon("ccplab-link", ["true"], log)
+    for text, ended in (("INFO ccplab_link: stopping stop=Duration arrivals=3\n", False),
+                        ("INFO ccplab_link: stopping stop=TraceEnd arrivals=3\n", True),
+                        ("\x1b[3mstop\x1b[0m\x1b[2m=\x1b[0mTraceEnd\n", True)):
+        log.write_text(text)
+        assert _trace_ended(link) is ended, text
+
+
 @pytest.mark.network
 def test_quickack_receiver_acks_every_segment_delayed_acks_every_second(tmp_path, needs_root):
     before = _namespaces()
