@@ -430,7 +430,8 @@ fn serve(
 
     let started = StdInstant::now();
     let ended = || trace_ended.load(Ordering::SeqCst);
-    let stop = signals::wait_for_stop(|| ended() || duration.is_some_and(|d| started.elapsed() >= d));
+    let stop =
+        signals::wait_for_stop(|| ended() || duration.is_some_and(|d| started.elapsed() >= d));
     let stop = if stop == Stop::Duration && ended() {
         Stop::TraceEnd
     } else {

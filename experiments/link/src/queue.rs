@@ -320,7 +320,11 @@ mod tests {
         assert!(out.is_empty());
         l.rationalize(2000, &mut s, &mut out);
         assert_eq!(out[0].departure_ms, 2000);
-        assert_eq!(l.next_opportunity_ms(), Some(4000), "loops with period 2000");
+        assert_eq!(
+            l.next_opportunity_ms(),
+            Some(4000),
+            "loops with period 2000"
+        );
     }
 
     #[test]
@@ -376,9 +380,20 @@ mod tests {
         let packet_events: Vec<&String> = s.0.iter().filter(|e| !e.contains('#')).collect();
         assert_eq!(
             packet_events,
-            ["0 + 1504", "0 + 1504", "0 + 1504", "0 d 1 1504", "1 - 1504 1", "1000 - 1504 1000"]
+            [
+                "0 + 1504",
+                "0 + 1504",
+                "0 + 1504",
+                "0 d 1 1504",
+                "1 - 1504 1",
+                "1000 - 1504 1000"
+            ]
         );
-        assert_eq!(s.1, [5201, 5202, 5203, 5203, 5201, 5202], "keys follow their packets");
+        assert_eq!(
+            s.1,
+            [5201, 5202, 5203, 5203, 5201, 5202],
+            "keys follow their packets"
+        );
     }
 
     #[test]
@@ -393,15 +408,25 @@ mod tests {
         }
         assert!(!l.finished());
         l.rationalize(3, &mut s, &mut out);
-        assert!(l.finished(), "the last opportunity (3 ms) ends a trace played once");
+        assert!(
+            l.finished(),
+            "the last opportunity (3 ms) ends a trace played once"
+        );
         assert_eq!(l.next_opportunity_ms(), None);
         l.rationalize(1_000, &mut s, &mut out);
         let times: Vec<_> = out.iter().map(|d| d.departure_ms).collect();
-        assert_eq!(times, [1, 2, 3], "no delivery after the trace's end (looping would deliver at 4)");
+        assert_eq!(
+            times,
+            [1, 2, 3],
+            "no delivery after the trace's end (looping would deliver at 4)"
+        );
         let before = s.0.len();
         assert!(!l.arrive(1_000, 9, 100, 0, &mut s, &mut out));
         assert_eq!(s.0.len(), before, "nothing is logged after the trace's end");
-        assert!(s.0.iter().all(|e| e.split(' ').next().unwrap().parse::<u64>().unwrap() <= 3));
+        assert!(s
+            .0
+            .iter()
+            .all(|e| e.split(' ').next().unwrap().parse::<u64>().unwrap() <= 3));
         // The same trace looping keeps delivering.
         let mut l = q(&[1, 2, 3], QueueLimit::Infinite);
         let (mut s, mut out) = (Rec::default(), VecDeque::new());

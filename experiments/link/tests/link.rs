@@ -507,7 +507,16 @@ fn once_delivers_nothing_after_the_trace_end_and_stops_there() {
         .in_ns(
             &link.ready.sender_netns,
             40,
-            &["iperf3", "-c", &link.ready.receiver_ip, "-t", "10", "-C", "cubic", "-J"],
+            &[
+                "iperf3",
+                "-c",
+                &link.ready.receiver_ip,
+                "-t",
+                "10",
+                "-C",
+                "cubic",
+                "-J",
+            ],
         )
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -519,15 +528,23 @@ fn once_delivers_nothing_after_the_trace_end_and_stops_there() {
     let Some(status) = status else {
         let _ = child.kill();
         let _ = child.wait();
-        panic!("the link did not stop by itself at the end of a 3 s trace played once (20 s waited)");
+        panic!(
+            "the link did not stop by itself at the end of a 3 s trace played once (20 s waited)"
+        );
     };
-    assert!(status.success(), "the link's stop at the trace's end is a normal one: {status}");
+    assert!(
+        status.success(),
+        "the link's stop at the trace's end is a normal one: {status}"
+    );
     assert!(
         elapsed < Duration::from_secs(8),
         "the link stopped {elapsed:?} after the flow started, not at the 3 s trace's end"
     );
     let client_status = wait_for_exit(&mut client, Duration::from_secs(10));
-    assert!(client_status.is_some(), "the flow inside the link's namespaces outlived it");
+    assert!(
+        client_status.is_some(),
+        "the flow inside the link's namespaces outlived it"
+    );
     for ns in link.namespaces() {
         assert!(!netns_list().contains(&ns), "namespace {ns} left behind");
     }
@@ -540,8 +557,15 @@ fn once_delivers_nothing_after_the_trace_end_and_stops_there() {
         .chain(log.opportunities.iter().copied())
         .max()
         .expect("events");
-    assert!(last_event <= 3000, "an event at {last_event} ms, after the trace's end (3000 ms)");
-    assert_eq!(log.opportunities.last(), Some(&3000), "the trace's last opportunity is used");
+    assert!(
+        last_event <= 3000,
+        "an event at {last_event} ms, after the trace's end (3000 ms)"
+    );
+    assert_eq!(
+        log.opportunities.last(),
+        Some(&3000),
+        "the trace's last opportunity is used"
+    );
     let last_departure = log.departures.last().expect("departures").0;
     assert!(
         last_departure >= 2900,
