@@ -478,9 +478,9 @@ def collect_rows(setup: ContestSetup, out: Path) -> list[dict]:
 
 
 def leaderboard(rows: Sequence[dict]) -> list[dict]:
-    """One row per CCA: the median of each metric over its runs, the score's min and max (the spread),
-    the throughput's and p95 signal delay's min and max, and the run count, sorted by median score, best
-    first (NaN scores last)."""
+    """One row per CCA: the median of each metric over its runs (and of the receiver's segments per ACK),
+    the score's min and max (the spread), the throughput's and p95 signal delay's min and max, and the run
+    count, sorted by median score, best first (NaN scores last)."""
     by: dict[str, list[dict]] = {}
     for r in rows:
         by.setdefault(r["cca"], []).append(r)
@@ -493,6 +493,8 @@ def leaderboard(rows: Sequence[dict]) -> list[dict]:
         scores = [float(r["power_score"]) for r in rs if not math.isnan(float(r["power_score"]))]
         row["score_min"] = min(scores) if scores else float("nan")
         row["score_max"] = max(scores) if scores else float("nan")
+        per_ack = [float(r["segments_per_ack"]) for r in rs if not math.isnan(float(r.get("segments_per_ack", "nan")))]
+        row["segments_per_ack"] = statistics.median(per_ack) if per_ack else float("nan")
         for m, short in (("throughput_mbps", "throughput"), ("p95_signal_delay_ms", "p95_signal_delay")):
             vals = [float(r[m]) for r in rs if not math.isnan(float(r[m]))]
             row[f"{short}_min"] = min(vals) if vals else float("nan")
@@ -510,12 +512,13 @@ def format_leaderboard(board: Sequence[dict], setup: ContestSetup) -> str:
             f"{setup.runs} run(s) per CCA" + (", medians" if setup.runs > 1 else ""))
     w = max([40, *(len(r["cca"]) for r in board)])  # the CCA column fits the longest name
     cols = f"{'#':>2}  {'CCA':<{w}} {'capacity':>9} {'throughput (util)':>19} {'p95 qdelay':>11} " \
-           f"{'p95 signal':>11} {'score':>7}" + ("  score min..max" if setup.runs > 1 else "")
-    lines = [head, cols, f"{'':>2}  {'':<{w}} {'Mbit/s':>9} {'Mbit/s':>19} {'ms':>11} {'ms':>11} {'Mbit/s/s':>7}"]
+           f"{'p95 signal':>11} {'score':>7} {'seg/ACK':>8}" + ("  score min..max" if setup.runs > 1 else "")
+    lines = [head, cols, f"{'':>2}  {'':<{w}} {'Mbit/s':>9} {'Mbit/s':>19} {'ms':>11} {'ms':>11} {'Mbit/s/s':>7} "
+             f"{'':>8}"]
     for i, r in enumerate(board, 1):
         util = f"{r['throughput_mbps']:.2f} ({100 * r['utilization']:.0f}%)"
         line = (f"{i:>2}  {r['cca']:<{w}} {r['capacity_mbps']:>9.2f} {util:>19} {r['p95_queueing_delay_ms']:>11.0f} "
-                f"{r['p95_signal_delay_ms']:>11.0f} {r['power_score']:>7.2f}")
+                f"{r['p95_signal_delay_ms']:>11.0f} {r['power_score']:>7.2f} {r.get('segments_per_ack', math.nan):>8.2f}")
         if setup.runs > 1:
             line += f"  {r['score_min']:.2f}..{r['score_max']:.2f}"
         lines.append(line)

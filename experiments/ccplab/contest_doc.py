@@ -7,8 +7,8 @@ order:
 
 * **Leaderboards**: one table per (trace, receiver, duration), rank by median
   power score, with each CCA's capacity, throughput (utilization), p95
-  queueing delay, p95 signal delay, score and, over several runs, the
-  score's min..max.
+  queueing delay, p95 signal delay, score, the receiver's data segments per
+  ACK and, over several runs, the score's min..max.
 * **Receivers compared**: for a trace run with both receivers (delayed ACKs
   and ACK every segment), each CCA's score under both and their ratio.
 * **Best settings**: per swept algorithm, trace and receiver, the value with
@@ -82,7 +82,7 @@ def load(path: Path) -> ContestResult:
     except (OSError, ValueError) as exc:
         raise CcplabError(f"{path}: not a finished contest directory ({exc})") from exc
     for r in rows:
-        for m in NUMERIC:
+        for m in (*NUMERIC, "segments_per_ack"):
             r[m] = float(r[m]) if r.get(m) not in (None, "") else float("nan")
     if not rows:
         raise CcplabError(f"{path}: runs.csv has no finished run")
@@ -106,12 +106,13 @@ def leaderboard_table(res: ContestResult) -> list[str]:
     board = leaderboard(res.rows)
     spread = any(r["runs"] > 1 for r in board)
     lines = ["| # | CCA | capacity (Mbit/s) | throughput (Mbit/s, util) | p95 queueing delay (ms) | "
-             "p95 signal delay (ms) | score" + (" | score min..max |" if spread else " |"),
-             "|---|---|---|---|---|---|---|" + ("---|" if spread else "")]
+             "p95 signal delay (ms) | score | segments per ACK" + (" | score min..max |" if spread else " |"),
+             "|---|---|---|---|---|---|---|---|" + ("---|" if spread else "")]
     for i, r in enumerate(board, 1):
         line = (f"| {i} | {r['cca']} | {_f(r['capacity_mbps'], '.2f')} | {_f(r['throughput_mbps'], '.2f')} "
                 f"({_f(100 * r['utilization'], '.0f')} %) | {_f(r['p95_queueing_delay_ms'], '.0f')} | "
-                f"{_f(r['p95_signal_delay_ms'], '.0f')} | **{_f(r['power_score'], '.2f')}** |")
+                f"{_f(r['p95_signal_delay_ms'], '.0f')} | **{_f(r['power_score'], '.2f')}** | "
+                f"{_f(r['segments_per_ack'], '.2f')} |")
         if spread:
             line += f" {_f(r['score_min'], '.2f')}..{_f(r['score_max'], '.2f')} |"
         lines.append(line)

@@ -372,7 +372,7 @@ def test_short_contest_prints_a_leaderboard_and_writes_plots(needs_root, tmp_pat
         float(by["kernel:cubic"]["p95_queueing_delay_ms"])
     # The leaderboard is printed best score first.
     board = [line for line in printed.splitlines() if line[:3].strip().isdigit()]
-    scores = [float(line.split()[-1]) for line in board]
+    scores = [float(line.split()[-2]) for line in board]
     assert len(board) == 2 and scores == sorted(scores, reverse=True)
     for name in ("plane", "throughput-ccp-fixed-window-window-10", "throughput-kernel-cubic"):
         for ext in ("png", "pdf"):
