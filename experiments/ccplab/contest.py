@@ -93,8 +93,9 @@ BEST_SETTING_SWEEPS = {
 }
 """``--best NAME``: the one parameter of each contest algorithm swept for its best setting (the one its
 rule is most sensitive to: a window, a delay threshold or target, a weight), as ``--sweep NAME:SPEC``."""
-LINK_KEYS = ("trace", "down", "up", "duration_s", "one_way_delay_ms", "queue_packets", "quickack", "trace_once")
-"""What a resumed contest must share with the runs already in its directory."""
+LINK_KEYS = ("trace", "trace_end_ms", "duration_s", "one_way_delay_ms", "queue_packets", "quickack", "trace_once")
+"""What a resumed contest must share with the runs already in its directory (the trace by name and
+length, not by path: a checkout elsewhere resumes it)."""
 
 
 # ---------------------------------------------------------------- inputs
