@@ -122,13 +122,37 @@ def link_metrics(events: pd.DataFrame) -> LinkMetrics:
     return link_metrics_of(LogArrays(events))
 
 
-def link_metrics_of(arrays: "LogArrays") -> LinkMetrics:
-    """`link_metrics` of a log already reduced to `transient.series.LogArrays` (what the analysis holds).
+def window_link_metrics(events: pd.DataFrame, start_ms: int, end_ms: int) -> LinkMetrics:
+    """`link_metrics` over a fixed window of the log: only events at ``start_ms <= t <= end_ms`` count and
+    the duration is the window's, ``(end_ms - start_ms) / 1000`` s, whatever the log holds outside it.
+
+    Runs whose logs end at different times (an end-of-test exchange waiting behind a queue, a link
+    stopped later) are scored over the same stretch this way. Packets still queued at ``end_ms`` count
+    as not delivered, as in a trace played once (``mm-link --once``).
+
+    Raises:
+        ValueError: ``end_ms <= start_ms``, or no event in the window.
+    """
+    if end_ms <= start_ms:
+        raise ValueError(f"empty window [{start_ms}, {end_ms}] ms")
+    t = events["time_ms"]
+    inside = events[(t >= start_ms) & (t <= end_ms)]
+    if inside.empty:
+        raise ValueError(f"no events in the window [{start_ms}, {end_ms}] ms")
+    from .series import LogArrays
+
+    return link_metrics_of(LogArrays(inside), duration_s=(end_ms - start_ms) / 1000.0)
+
+
+def link_metrics_of(arrays: "LogArrays", duration_s: float | None = None) -> LinkMetrics:
+    """`link_metrics` of a log already reduced to `transient.series.LogArrays` (what the analysis holds);
+    ``duration_s``: the span the rates are over (default mahimahi's: last event - first event line).
 
     Raises:
         ValueError: zero duration (all events in the same millisecond).
     """
-    duration_s = (arrays.last_ms - arrays.first_event_ms) / 1000.0
+    if duration_s is None:
+        duration_s = (arrays.last_ms - arrays.first_event_ms) / 1000.0
     if duration_s <= 0:
         raise ValueError("zero duration: all events happen in the same millisecond")
     cap_bits = 8.0 * arrays.ms_sum("opportunity", "bytes").sum()

@@ -28,8 +28,14 @@ nothing and returns False when there is nothing to draw:
 
 Colors: one per label from the Okabe-Ito palette (colorblind-safe; Okabe &
 Ito 2008, "Color Universal Design"), assigned once per report by
-`label_colors` so a label has the same color in every figure.  Capacity and
-reference lines are black/grey, never a label color.
+`label_colors` so a label has the same color in every figure; past 8 labels
+the colors come from matplotlib's tab20 and every label still gets its own
+(color, marker) pair (`label_styles`).  Capacity and reference lines are
+black/grey, never a label color.
+
+Log-scale delay axes get plain-number labels at 1-2-5-style positions chosen
+for the axis' span (`log_axis`), so their labels never pile up when the
+delays span less than a factor of ten.
 """
 
 from __future__ import annotations
@@ -61,6 +67,16 @@ OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 """Marker per label (second cue besides color, and for more than 8 labels)."""
 
+TAB20 = [matplotlib.colormaps["tab20"](k) for k in (*range(0, 20, 2), *range(1, 20, 2))]
+"""tab20's colors, its ten strong hues first, then their light twins: the colors past 8 labels."""
+
+LOG_TICK_SUBS = ((1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 7, 8, 9), (1, 1.5, 2, 3, 5, 7), (1, 2, 5), (1, 3), (1,))
+"""Mantissas of a log axis' labelled ticks, densest first; `log_axis` takes the densest that fits."""
+
+MAX_LOG_TICKS = 7
+"""At most this many labelled ticks on a log axis (labels of 1-4 digits then never touch on a figure
+3 inches wide or more)."""
+
 BANDS = (0.02, 0.05)
 """Settling bands drawn around the new nominal capacity (fractions), as in the contract."""
 
@@ -74,14 +90,61 @@ PAPER_STYLE = {
 }
 
 
+def label_styles(labels) -> dict[str, tuple]:
+    """A (color, marker) pair per label, the same for the same set of labels in any order, and distinct
+    for up to 160 labels.
+
+    The labels are sorted; label i gets Okabe-Ito color i and marker i when there are at most 8, else
+    tab20 color ``i mod 20`` and marker ``(i + i div 20) mod 8`` (two labels of one color are 20 k apart,
+    their markers 5 k mod 8 apart, never 0 for k < 8). Colors are hex strings or RGBA tuples.
+    """
+    ordered = sorted({str(x) for x in labels})
+    if len(ordered) <= len(OKABE_ITO):
+        return {lab: (OKABE_ITO[i], MARKERS[i]) for i, lab in enumerate(ordered)}
+    return {lab: (TAB20[i % len(TAB20)], MARKERS[(i + i // len(TAB20)) % len(MARKERS)])
+            for i, lab in enumerate(ordered)}
+
+
 def label_colors(labels) -> dict[str, str]:
-    """A stable color per label: Okabe-Ito in the order of the sorted labels (cycled past 8)."""
-    return {lab: OKABE_ITO[i % len(OKABE_ITO)] for i, lab in enumerate(sorted({str(x) for x in labels}))}
+    """A stable color per label: Okabe-Ito in the order of the sorted labels; tab20 past 8 (`label_styles`)."""
+    return {lab: color for lab, (color, _) in label_styles(labels).items()}
 
 
 def label_markers(labels) -> dict[str, str]:
-    """A stable marker per label, same order as `label_colors`."""
-    return {lab: MARKERS[i % len(MARKERS)] for i, lab in enumerate(sorted({str(x) for x in labels}))}
+    """A stable marker per label, paired with `label_colors` so no two labels share both (`label_styles`)."""
+    return {lab: marker for lab, (_, marker) in label_styles(labels).items()}
+
+
+def log_axis(ax, which: str = "x") -> None:
+    """Put axis ``which`` ("x" or "y") of ``ax`` on a log scale labelled with plain numbers (``%g``) that
+    never overlap: the labelled ticks are the densest of `LOG_TICK_SUBS` with at most `MAX_LOG_TICKS`
+    inside the axis' current limits (every n-th decade past that), minor ticks unlabelled.
+
+    Call it after the data are drawn (the ticks follow the limits at the call). Works on an inverted axis.
+    """
+    from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter
+
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    (ax.set_xscale if which == "x" else ax.set_yscale)("log")
+    lo, hi = sorted(ax.get_xlim() if which == "x" else ax.get_ylim())
+    lo = max(lo, 1e-12)
+    k0, k1 = int(np.floor(np.log10(lo))), int(np.ceil(np.log10(hi)))
+    ticks: list[float] = []
+    for subs in LOG_TICK_SUBS:
+        ticks = [m * 10.0 ** k for k in range(k0, k1 + 1) for m in subs if lo <= m * 10.0 ** k <= hi]
+        if len(ticks) <= MAX_LOG_TICKS:
+            break
+    else:
+        step = int(np.ceil(len(ticks) / MAX_LOG_TICKS))
+        ticks = ticks[::step]
+    if len(ticks) < 2:  # a span narrower than the densest mantissas: round numbers of a linear axis
+        from matplotlib.ticker import MaxNLocator
+
+        ticks = [v for v in MaxNLocator(nbins=3).tick_values(lo, hi) if lo <= v <= hi]
+    axis.set_major_locator(FixedLocator(ticks))
+    axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    axis.set_minor_locator(LogLocator(base=10, subs=np.arange(2, 10)))
+    axis.set_minor_formatter(NullFormatter())
 
 
 def label_of(df: pd.DataFrame) -> pd.Series:

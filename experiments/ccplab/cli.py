@@ -1,4 +1,5 @@
-"""The ``ccplab`` command: run, compare, coexist, demo, sweep, contest, fidelity, clean, algorithms, analyze, report.
+"""The ``ccplab`` command: run, compare, coexist, demo, sweep, contest, contest-doc, fidelity, clean, algorithms,
+analyze, report.
 
 Exit status: 0 on success, 2 on bad input or an unusable machine (the message
 names what is wrong), 130 when interrupted (after cleaning up).
@@ -50,6 +51,10 @@ def _link_args(p: argparse.ArgumentParser, defaults: bool) -> None:
                    required=not defaults, help="droptail queue limit of the bottleneck, packets")
     p.add_argument("--duration-s", type=DURATION_S, default=sc.DEMO_DURATION_S if defaults else None,
                    required=not defaults, help="flow duration, s")
+    p.add_argument("--quickack", action="store_true",
+                   help="the receiver acknowledges every segment at once (a quickack route in its namespace, as "
+                        "the cellular contest's receiver) instead of Linux's delayed ACKs (about one ACK per two "
+                        "segments); recorded in metadata.json")
 
 
 def _validity_args(p: argparse.ArgumentParser) -> None:
@@ -169,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_analyze_arguments(ana)
     _add_report_parser(sub)
     _add_contest_parser(sub)
+    _add_contest_doc_parser(sub)
     _add_coexist_parser(sub)
     return parser
 
@@ -216,7 +222,7 @@ def cmd_run(args) -> int:
     flows = _flows_of(args)
     steps = sc.parse_step_args(args.step)
     scenario = sc.scenario_for_trace(args.trace.stem, args.trace, args.one_way_delay_ms,
-                                     args.queue_packets, args.duration_s, steps)
+                                     args.queue_packets, args.duration_s, steps, quickack=args.quickack)
     scenario.validate()
     check_flows(flows, scenario.duration_s)
     print(f"running {flows_label(flows)} for {scenario.duration_s} s through {scenario.trace.name} ...",
@@ -227,11 +233,11 @@ def cmd_run(args) -> int:
 
 
 def _comparison(ccas, trace, steps, sigma, seed, owd, queue, duration, runs, out, analyze=True,
-                policy=None) -> int:
+                policy=None, quickack=False) -> int:
     from .compare import compare, setup_comparison
 
     out, scenario = setup_comparison(ccas, runs, out, owd, queue, duration, trace=trace, steps=steps,
-                                     sigma_mbps=sigma, seed=seed)
+                                     sigma_mbps=sigma, seed=seed, quickack=quickack)
     report = compare(ccas, scenario, runs, out, analyze=analyze, **({"policy": policy} if policy else {}))
     print(f"results in {out}" + (f"; report: {report}" if report != out else ""))
     return 0
@@ -245,7 +251,7 @@ def cmd_compare(args) -> int:
     steps = () if args.trace else sc.parse_step_args(args.step or ["0:0:12"])
     return _comparison(ccas, args.trace, steps, args.sigma_mbps, args.seed, args.one_way_delay_ms,
                        args.queue_packets, args.duration_s, args.runs, args.out, not args.no_analysis,
-                       policy=_policy(args))
+                       policy=_policy(args), quickack=args.quickack)
 
 
 def cmd_demo(args) -> int:
@@ -393,22 +399,59 @@ def _add_contest_parser(sub) -> None:
                      help="run one algorithm over a parameter range instead of --cca, e.g. "
                           "fixed-window:window=5..90:5 (STOP included) or aimd:beta=1.5,2,4; plots/sweep marks "
                           "the best value")
+    con.add_argument("--best", metavar="NAME",
+                     help="the declared sweep for NAME's best setting (" + ", ".join(
+                         f"{k}: {v}" for k, v in ct.BEST_SETTING_SWEEPS.items()) + ")")
     con.add_argument("--one-way-delay-ms", type=DELAY_MS, default=ct.CONTEST_ONE_WAY_DELAY_MS,
                      help="one-way delay each way, ms (default %(default)s)")
-    con.add_argument("--out", type=Path, help="results directory, new or empty "
+    con.add_argument("--delayed-acks", action="store_true",
+                     help="the receiver keeps Linux's delayed ACKs (about one ACK per two segments) instead of "
+                          "acknowledging every segment at once as the contest's receiver did")
+    con.add_argument("--max-new-runs", type=RUNS, default=None, metavar="N",
+                     help="stop after N new runs; run the same command again to go on (a long leaderboard in "
+                          "pieces)")
+    con.add_argument("--out", type=Path, help="results directory: new or empty, or an earlier contest's to resume "
+                     "(its finished runs are kept; without --cca its CCAs run) "
                      "(default: results/contest-<trace>-<timestamp>)")
 
 
 def cmd_contest(args) -> int:
     from . import contest as ct
 
-    setup = ct.make_setup(args.trace, args.cca, args.runs, args.duration_s, args.sweep, args.one_way_delay_ms)
+    if args.best and args.sweep:
+        raise CcplabError("give either --best or --sweep, not both")
+    sweep = ct.best_sweep(args.best) if args.best else args.sweep
+    setup = ct.make_setup(args.trace, args.cca, args.runs, args.duration_s, sweep, args.one_way_delay_ms,
+                          quickack=not args.delayed_acks)
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     out = args.out or REPO_ROOT / "results" / f"contest-{setup.trace_name}-{stamp}"
-    ct.check_out_dir(out)
-    rows = ct.run_contest(setup, out)
+    setup = ct.resume_setup(setup, out, ccas_given=bool(args.cca))
+    rows = ct.run_contest(setup, out, max_new_runs=args.max_new_runs)
     print(ct.format_leaderboard(ct.leaderboard(rows), setup))
+    left = len(ct.pending_runs(setup, out.resolve()))
+    if left:
+        print(f"{left} run(s) still to do: run the same command again to go on")
     print(f"results: {out}")
+    return 0
+
+
+def _add_contest_doc_parser(sub) -> None:
+    doc = sub.add_parser(
+        "contest-doc", help="one Markdown page from finished contest directories: leaderboards, the two "
+        "receivers compared, each swept algorithm's best setting, every sweep's curve",
+        description="Read contest directories (contest.json + runs.csv of `ccplab contest`) and write one Markdown "
+        "page: a leaderboard per trace and receiver, the scores under both receivers side by side, the best "
+        "value of each sweep (with the default's score when a leaderboard holds it) and every sweep's values, "
+        "each table with the command that reproduces it.")
+    doc.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="a finished `ccplab contest` directory")
+    doc.add_argument("--out", type=Path, help="the page to write (default: print it)")
+
+
+def cmd_contest_doc(args) -> int:
+    from .contest_doc import contest_doc_command
+
+    page = contest_doc_command(args.dirs, args.out)
+    print(f"page: {args.out}" if args.out else page, end="\n" if args.out else "")
     return 0
 
 
@@ -455,7 +498,7 @@ def cmd_coexist(args) -> int:
 
 COMMANDS = {"run": cmd_run, "compare": cmd_compare, "demo": cmd_demo, "clean": cmd_clean, "sweep": cmd_sweep,
             "algorithms": cmd_algorithms, "fidelity": cmd_fidelity, "analyze": cmd_analyze, "report": cmd_report,
-            "contest": cmd_contest, "coexist": cmd_coexist}
+            "contest": cmd_contest, "contest-doc": cmd_contest_doc, "coexist": cmd_coexist}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -62,14 +62,15 @@ def check_runs(runs: int) -> None:
 
 def setup_comparison(ccas: Sequence[Entry], runs: int, out: Path, one_way_delay_ms: int, queue_packets: int,
                      duration_s: int, trace: Path | None = None, steps: Sequence[Step] = (),
-                     sigma_mbps: float = 0.0, seed: int = 0) -> tuple[Path, Scenario]:
+                     sigma_mbps: float = 0.0, seed: int = 0, quickack: bool = False) -> tuple[Path, Scenario]:
     """Check every input, then create ``out`` with its scenario; returns (out, scenario).
 
     The scenario runs on ``trace`` (a user's file) or, without one, on a trace
     generated from ``steps`` (Mbit/s, seconds) with noise ``sigma_mbps`` and
     ``seed``, saved under ``out/trace/``. All input is checked (runs, link
     setup, steps, CCAs and the machine, the trace) BEFORE ``out`` is created,
-    so refused input leaves nothing behind. Raises CcplabError.
+    so refused input leaves nothing behind. ``quickack``: the receiver ACKs every
+    segment (`Scenario`). Raises CcplabError.
     """
     check_runs(runs)
     if not ccas:
@@ -87,7 +88,8 @@ def setup_comparison(ccas: Sequence[Entry], runs: int, out: Path, one_way_delay_
     if trace is not None:
         sc.check_trace(trace)
         out = prepare_out_dir(out)
-        return out, sc.scenario_for_trace(trace.stem, trace, one_way_delay_ms, queue_packets, duration_s)
+        return out, sc.scenario_for_trace(trace.stem, trace, one_way_delay_ms, queue_packets, duration_s,
+                                          quickack=quickack)
     name = sc.step_trace_name(steps)
     with tempfile.TemporaryDirectory(prefix="ccplab-trace-") as tmp:
         made = sc.generate_step_trace(Path(tmp) / f"{name}.trace", steps, duration_s, sigma_mbps, seed)
@@ -96,7 +98,7 @@ def setup_comparison(ccas: Sequence[Entry], runs: int, out: Path, one_way_delay_
         for part in (made, sc.sidecar_path(made)):
             shutil.move(part, out / "trace" / part.name)
     path = out / "trace" / made.name
-    return out, sc.scenario_for_trace(name, path, one_way_delay_ms, queue_packets, duration_s)
+    return out, sc.scenario_for_trace(name, path, one_way_delay_ms, queue_packets, duration_s, quickack=quickack)
 
 
 def compare(ccas: Sequence[Entry], scenario: Scenario, runs: int, out: Path, analyze: bool = True,

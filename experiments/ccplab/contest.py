@@ -3,22 +3,39 @@
 The contest setup (docs/algorithms.md, after the MIT 6.829 contest on
 mahimahi/Sprout): the data direction replays a cellular trace (default
 ``traces/cellular/Verizon-LTE-short.down``), the ACKs its ``.up`` twin, 20 ms
-one-way delay each way, an unbounded queue, the trace played once (the flow
-lasts the trace's length unless ``--duration-s`` says less; the link starts
-the trace at the flow's first packet). Every CCA gets the same link; per CCA
-the leaderboard shows what mahimahi's ``mm-throughput-graph`` prints (average
-capacity, average throughput with utilization, p95 per-packet queueing delay,
-p95 signal delay; ``transient.link_metrics`` computes them the same way over
-the run's whole log) and the power score = throughput (Mbit/s) / p95 signal
-delay (s), sorted by score.
+one-way delay each way, an unbounded queue, the trace played once
+(``ccplab-link --once``, as ``mm-link --once``: nothing is delivered after the
+trace's end, where the link stops the flow), and a receiver that acknowledges
+every segment at once, as the contest's receiver acknowledged every datagram
+(``--delayed-acks``: Linux's delayed ACKs instead). The flow lasts the trace's
+length unless ``--duration-s`` says less; the link starts the trace at the
+flow's first packet.
+
+Every CCA gets the same link and is scored over the same window: from its
+data flow's first packet (``flow_start_s``) to the trace's end, or to
+``--duration-s`` after the flow's start when that comes first
+(`score_window_ms`), whatever its end-of-test exchange adds to the log. Per
+CCA the leaderboard shows what mahimahi's ``mm-throughput-graph`` prints
+(average capacity, average throughput with utilization, p95 per-packet
+queueing delay, p95 signal delay; ``transient.window_link_metrics`` computes
+them the same way over the window) and the power score = throughput (Mbit/s)
+/ p95 signal delay (s), sorted by score.
+
+Resuming: run the same command again with the same ``--out``: runs already in
+``runs/`` are kept and only the missing ones run (``--max-new-runs N`` stops
+after N new runs, so a long leaderboard can run in pieces); ``--cca`` given
+again adds CCAs to the ones recorded, and without ``--cca`` the recorded ones
+are used. The link setup (trace, duration, delay, receiver) must be the same.
 
 "Unbounded" queue: a droptail limit of `UNBOUNDED_QUEUE_PACKETS` packets,
 which no flow reaches here (a TCP sender's socket buffer keeps far fewer
 packets in flight), so nothing is dropped for lack of room, as in the contest.
 
 Output directory:
-    contest.json          the setup (trace, CCAs, runs, sweep)
-    runs.csv              one row per run: cca, run, (sweep) value, the metrics below
+    contest.json          the setup (trace, CCAs, runs, sweep, receiver, scoring window)
+    runs.csv              one row per run: cca, run, (sweep) value, the metrics below, the scoring
+                          window (window_start_s, window_end_s on the log clock) and the
+                          receiver's segments per ACK
     leaderboard.csv       one row per CCA: median of each metric, min and max of the score
     plots/plane.{png,pdf}             throughput vs p95 signal delay, every CCA
     plots/throughput-<cca>.{png,pdf}  throughput over time against the capacity (run 1)
@@ -39,6 +56,7 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Sequence
@@ -48,7 +66,7 @@ from transient.atomic import write_atomic
 from . import registry
 from .binaries import REPO_ROOT
 from .cca import Cca, parse_cca
-from .compare import check_out_dir, prepare_out_dir
+from .compare import check_out_dir
 from .errors import CcplabError
 from .scenario import Scenario, check_trace
 
@@ -59,6 +77,25 @@ UNBOUNDED_QUEUE_PACKETS = 1_000_000
 DEFAULT_KERNEL_CCAS = ("kernel:cubic", "kernel:bbr")
 METRICS = ("capacity_mbps", "throughput_mbps", "utilization", "p95_queueing_delay_ms", "p95_signal_delay_ms",
            "power_score")
+RUN_COLUMNS = ("cca", "run", "value", *METRICS, "duration_s", "window_start_s", "window_end_s", "segments_per_ack",
+               "run_dir")
+BEST_SETTING_SWEEPS = {
+    "fixed-window": "window=5..90:5",
+    "aimd": "timeout-ms=50..150:10",
+    "delay-threshold": "theta-ms=50..150:10",
+    "rocinante": "rtt-allowance=1.1..2:0.1",
+    "sprout-ewma": "target-delay-ms=20..140:20",
+    "pid": "target-ms=50..200:25",
+    "interval-prediction": "k-ms=35..155:15",
+    "mixture": "ip-weight=0..0.6:0.1",
+    "spoderman": "quantile=0.05..0.5:0.05",
+    "exp3cc": "w-max=20..100:10",
+}
+"""``--best NAME``: the one parameter of each contest algorithm swept for its best setting (the one its
+rule is most sensitive to: a window, a delay threshold or target, a weight), as ``--sweep NAME:SPEC``."""
+LINK_KEYS = ("trace", "trace_end_ms", "duration_s", "one_way_delay_ms", "queue_packets", "quickack", "trace_once")
+"""What a resumed contest must share with the runs already in its directory (the trace by name and
+length, not by path: a checkout elsewhere resumes it)."""
 
 
 # ---------------------------------------------------------------- inputs
@@ -94,6 +131,11 @@ def available_traces() -> list[str]:
 
 def trace_length_s(trace: Path) -> int:
     """Length of one play of a mahimahi trace, whole seconds (its last timestamp, ms, rounded up)."""
+    return max(1, math.ceil(trace_end_ms(trace) / 1000))
+
+
+def trace_end_ms(trace: Path) -> int:
+    """The last timestamp of a mahimahi trace, ms: where one play of it ends (CcplabError if unreadable)."""
     last = None
     with trace.open("rb") as f:
         for line in f:
@@ -105,7 +147,22 @@ def trace_length_s(trace: Path) -> int:
         raise CcplabError(f"trace {trace}: last line {last!r} is not a millisecond timestamp") from None
     if ms <= 0:
         raise CcplabError(f"trace {trace}: empty or zero-length trace")
-    return max(1, math.ceil(ms / 1000))
+    return ms
+
+
+def score_window_ms(flow_start_s: float, duration_s: float, end_ms: int) -> tuple[int, int]:
+    """The stretch of a run's log its score covers, ms on the log clock (trace time 0 = log time 0):
+    from the data flow's first packet (``flow_start_s``, s) to ``duration_s`` later or the trace's end
+    (``end_ms``, where the link playing it once stops), whichever comes first. The same for every CCA,
+    however long its log runs on.
+
+    Raises CcplabError when the flow started at or after the trace's end.
+    """
+    start = int(round(flow_start_s * 1000))
+    end = min(start + int(round(duration_s * 1000)), end_ms)
+    if end <= start:
+        raise CcplabError(f"the flow started at {flow_start_s:.3f} s, not before the trace's end ({end_ms} ms)")
+    return start, end
 
 
 @dataclass(frozen=True)
@@ -199,6 +256,15 @@ def parse_sweep(spec: str) -> Sweep:
     return Sweep(base, name.replace("_", "-"), values)
 
 
+def best_sweep(name: str) -> str:
+    """The ``--sweep`` spec of ``--best NAME`` (`BEST_SETTING_SWEEPS`); CcplabError lists the names."""
+    name = name.removeprefix("ccp:")
+    if name not in BEST_SETTING_SWEEPS:
+        raise CcplabError(f"--best {name}: no declared sweep; one of {', '.join(BEST_SETTING_SWEEPS)} "
+                          "(or --sweep NAME:PARAM=... for any algorithm's parameter)")
+    return f"{name}:{BEST_SETTING_SWEEPS[name]}"
+
+
 def sweep_ccas(sweep: Sweep) -> list[Cca]:
     """The CCAs of a sweep, each checked against the algorithm (CcplabError names a bad one)."""
     return [parse_cca(t) for t in sweep.cca_texts()]
@@ -224,25 +290,42 @@ class ContestSetup:
     ccas: tuple[Cca, ...]
     one_way_delay_ms: int = CONTEST_ONE_WAY_DELAY_MS
     sweep: Sweep | None = None
+    quickack: bool = True  # the receiver ACKs every segment, as the contest's did (False: Linux's delayed ACKs)
+
+    @cached_property
+    def end_ms(self) -> int:
+        """Where the link, playing both traces once, stops: the end of the shorter one, ms."""
+        return min(trace_end_ms(self.down), trace_end_ms(self.up))
+
+    @property
+    def receiver(self) -> str:
+        """How the receiver acknowledges, in words (the leaderboard's header)."""
+        return "ACK every segment" if self.quickack else "delayed ACKs"
 
     def scenario(self) -> Scenario:
         return Scenario(name=f"contest-{self.trace_name}", trace=self.down, one_way_delay_ms=self.one_way_delay_ms,
-                        queue_packets=UNBOUNDED_QUEUE_PACKETS, duration_s=self.duration_s, downlink_trace=self.up)
+                        queue_packets=UNBOUNDED_QUEUE_PACKETS, duration_s=self.duration_s, downlink_trace=self.up,
+                        quickack=self.quickack, trace_once=True)
 
     def to_json(self) -> dict:
         return {"trace": self.trace_name, "down": str(self.down), "up": str(self.up),
                 "duration_s": self.duration_s, "runs": self.runs, "one_way_delay_ms": self.one_way_delay_ms,
-                "queue_packets": UNBOUNDED_QUEUE_PACKETS, "ccas": [str(c) for c in self.ccas],
+                "queue_packets": UNBOUNDED_QUEUE_PACKETS, "quickack": self.quickack, "trace_once": True,
+                "receiver": self.receiver, "trace_end_ms": self.end_ms,
+                "scoring_window": "flow start to min(flow start + duration_s, trace_end_ms)",
+                "ccas": [str(c) for c in self.ccas],
                 "sweep": None if self.sweep is None else {"base": self.sweep.base, "param": self.sweep.param,
                                                           "values": list(self.sweep.values)}}
 
 
 def make_setup(trace: str = DEFAULT_TRACE, ccas: Sequence[str] = (), runs: int = 1, duration_s: int | None = None,
-               sweep: str | None = None, one_way_delay_ms: int = CONTEST_ONE_WAY_DELAY_MS) -> ContestSetup:
+               sweep: str | None = None, one_way_delay_ms: int = CONTEST_ONE_WAY_DELAY_MS,
+               quickack: bool = True) -> ContestSetup:
     """Check the contest's input (CcplabError names the bad one); creates nothing.
 
     ``ccas``: CCA texts (default: `default_ccas`); ``sweep``: a `parse_sweep` spec (then no ``ccas``);
-    ``duration_s``: default the trace's length; it may not exceed it (the trace is played once).
+    ``duration_s``: default the trace's length; it may not exceed it (the trace is played once);
+    ``quickack``: the receiver ACKs every segment (False: Linux's delayed ACKs).
     """
     if runs < 1:
         raise CcplabError(f"--runs must be >= 1, got {runs}")
@@ -269,62 +352,136 @@ def make_setup(trace: str = DEFAULT_TRACE, ccas: Sequence[str] = (), runs: int =
     if len(set(slugs)) != len(slugs):
         raise CcplabError(f"a CCA is listed twice: {', '.join(sorted(s for s in slugs if slugs.count(s) > 1))}")
     name = down.name[:-len(".down")] if down.name.endswith(".down") else down.stem
-    return ContestSetup(name, down, up, duration_s, runs, tuple(cca_list), one_way_delay_ms, parsed_sweep)
+    return ContestSetup(name, down, up, duration_s, runs, tuple(cca_list), one_way_delay_ms, parsed_sweep, quickack)
 
 
-def run_metrics(run_dir: Path) -> dict[str, float]:
-    """The mm-throughput-graph figures of one run directory's uplink log (see `transient.metrics`)."""
+def run_metrics(run_dir: Path, setup: ContestSetup) -> dict[str, float]:
+    """The mm-throughput-graph figures of one run directory's uplink log over the contest's scoring
+    window (`score_window_ms`; ``transient.window_link_metrics``), the window (``window_start_s``,
+    ``window_end_s``) and the receiver's data segments per ACK (NaN when not recorded)."""
     import transient
 
     try:
+        meta = json.loads((run_dir / "metadata.json").read_text())
+        start, end = score_window_ms(float(meta["flow_start_s"]), setup.duration_s, setup.end_ms)
         log = transient.read_link_log(run_dir / "uplink.log")
-        return transient.link_metrics(log.events).as_dict()
-    except (transient.TransientError, ValueError, OSError) as exc:
-        raise CcplabError(f"{run_dir}: cannot read the link log: {exc}") from exc
+        m = transient.window_link_metrics(log.events, start, end).as_dict()
+    except (transient.TransientError, ValueError, OSError, KeyError, TypeError) as exc:
+        raise CcplabError(f"{run_dir}: cannot score the run: {exc}") from exc
+    per_ack = (meta.get("receiver") or {}).get("segments_per_ack")
+    return {**m, "window_start_s": start / 1000, "window_end_s": end / 1000,
+            "segments_per_ack": float("nan") if per_ack is None else float(per_ack)}
 
 
-def run_contest(setup: ContestSetup, out: Path) -> list[dict]:
-    """Run every CCA ``setup.runs`` times into ``out`` (new or empty); write the tables and plots.
+def resume_setup(setup: ContestSetup, out: Path, ccas_given: bool) -> ContestSetup:
+    """The setup to run into ``out``: ``setup`` itself for a new or empty directory; for a contest
+    directory (with contest.json) its recorded CCAs, plus ``setup``'s when ``ccas_given`` (the union,
+    recorded first), and the larger run count. CcplabError when ``out`` is neither, or its link setup
+    (`LINK_KEYS`) differs from ``setup``'s."""
+    out = out.resolve()
+    recorded_file = out / "contest.json"
+    if not recorded_file.is_file():
+        check_out_dir(out)
+        return setup
+    try:
+        recorded = json.loads(recorded_file.read_text())
+    except (OSError, ValueError) as exc:
+        raise CcplabError(f"{recorded_file}: unreadable ({exc})") from exc
+    mine = setup.to_json()
+    differ = [k for k in LINK_KEYS if recorded.get(k) != mine[k]]
+    if differ:
+        what = "; ".join(f"{k} {recorded.get(k)!r} there, {mine[k]!r} here" for k in differ)
+        raise CcplabError(f"{out} holds a contest with another setup ({what}): choose another --out")
+    old = [parse_cca(t) for t in recorded.get("ccas", [])]
+    if recorded.get("sweep") != mine["sweep"] and (ccas_given or setup.sweep is not None):
+        raise CcplabError(f"{out} holds a contest of another --sweep/--cca set: choose another --out")
+    sweep = setup.sweep
+    if recorded.get("sweep") is not None:
+        rs = recorded["sweep"]
+        sweep = Sweep(rs["base"], rs["param"], tuple(rs["values"]))
+    names = {str(c) for c in old}
+    ccas = old + [c for c in setup.ccas if str(c) not in names] if ccas_given or setup.sweep else old
+    return ContestSetup(setup.trace_name, setup.down, setup.up, setup.duration_s,
+                        max(setup.runs, int(recorded.get("runs", 1))), tuple(ccas), setup.one_way_delay_ms, sweep,
+                        setup.quickack)
 
-    Returns the per-run rows (`METRICS` + cca, run, value). Progress on stderr.
-    Raises CcplabError (a run failed: finished runs stay in place).
+
+def run_dir_of(out: Path, cca: Cca, k: int) -> Path:
+    """Where run ``k`` (1-based) of ``cca`` goes: ``out/runs/<slug>/run-<k>`` (complete once it exists: a
+    run directory appears only when its run succeeded)."""
+    return out / "runs" / cca.slug / f"run-{k}"
+
+
+def pending_runs(setup: ContestSetup, out: Path) -> list[tuple[Cca, int]]:
+    """The (CCA, run index) pairs of ``setup`` whose run directory is not in ``out`` yet, in order."""
+    return [(c, k) for c in setup.ccas for k in range(1, setup.runs + 1) if not run_dir_of(out, c, k).is_dir()]
+
+
+def run_contest(setup: ContestSetup, out: Path, max_new_runs: int | None = None, runner=None) -> list[dict]:
+    """Run every CCA ``setup.runs`` times into ``out`` (new, empty, or a contest directory to resume:
+    runs already there are kept, see `resume_setup`); write the tables and plots of every run there.
+
+    ``max_new_runs``: stop after that many new runs (the rest stay pending for the next call).
+    ``runner(cca, scenario, run_dir, run_index)``: makes a run directory (default ``ccplab.run.run_one``).
+    Returns the per-run rows (`RUN_COLUMNS`) of the finished runs. Progress on stderr.
+    Raises CcplabError (a run failed: finished runs stay in place, and a new call resumes).
     """
-    from .run import preflight, run_one
+    if runner is None:
+        from .run import preflight, run_one
 
-    for cca in setup.ccas:
-        preflight(cca)
-    for tr in (setup.down, setup.up):
-        check_trace(tr)
-    out = prepare_out_dir(out)
+        runner = run_one
+        for cca in setup.ccas:
+            preflight(cca)
+        for tr in (setup.down, setup.up):
+            check_trace(tr)
+    out = out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / "contest.json", json.dumps(setup.to_json(), indent=2) + "\n")
     scenario = setup.scenario()
-    rows: list[dict] = []
+    todo = pending_runs(setup, out)
+    if max_new_runs is not None:
+        todo = todo[:max_new_runs]
     total = len(setup.ccas) * setup.runs
-    done = 0
+    done = total - len(pending_runs(setup, out))
+    if done:
+        _progress(f"{done} of {total} runs already in {out}: kept")
+    for cca, k in todo:
+        done += 1
+        started = time.monotonic()
+        _progress(f"[{done}/{total}] {cca} run {k}/{setup.runs} ({setup.duration_s} s on {setup.trace_name}, "
+                  f"{setup.receiver}) ...")
+        runner(cca, scenario, run_dir_of(out, cca, k), k)
+        m = run_metrics(run_dir_of(out, cca, k), setup)
+        _progress(f"[{done}/{total}] {cca}: {m['throughput_mbps']:.2f} Mbit/s, p95 signal delay "
+                  f"{m['p95_signal_delay_ms']:.0f} ms, score {m['power_score']:.2f} "
+                  f"({time.monotonic() - started:.0f} s)")
+    rows = collect_rows(setup, out)
+    board = leaderboard(rows)
+    _write_csv(out / "runs.csv", rows, list(RUN_COLUMNS))
+    _write_csv(out / "leaderboard.csv", board, list(board[0].keys()) if board else ["cca"])
+    if rows:
+        from . import contest_plots
+
+        contest_plots.write_plots(out, rows, board, setup)
+    return rows
+
+
+def collect_rows(setup: ContestSetup, out: Path) -> list[dict]:
+    """One row per finished run of ``setup`` in ``out`` (`RUN_COLUMNS`), in the setup's order."""
     values = setup.sweep.values if setup.sweep else [None] * len(setup.ccas)
+    rows = []
     for cca, value in zip(setup.ccas, values):
         for k in range(1, setup.runs + 1):
-            done += 1
-            started = time.monotonic()
-            _progress(f"[{done}/{total}] {cca} run {k}/{setup.runs} ({setup.duration_s} s on {setup.trace_name}) ...")
-            result = run_one(cca, scenario, out / "runs" / cca.slug / f"run-{k}", run_index=k)
-            m = run_metrics(result.run_dir)
-            rows.append({"cca": str(cca), "run": k, "value": value, **m, "run_dir": str(result.run_dir)})
-            _progress(f"[{done}/{total}] {cca}: {m['throughput_mbps']:.2f} Mbit/s, p95 signal delay "
-                      f"{m['p95_signal_delay_ms']:.0f} ms, score {m['power_score']:.2f} "
-                      f"({time.monotonic() - started:.0f} s)")
-    board = leaderboard(rows)
-    _write_csv(out / "runs.csv", rows, ["cca", "run", "value", *METRICS, "duration_s", "run_dir"])
-    _write_csv(out / "leaderboard.csv", board, list(board[0].keys()) if board else ["cca"])
-    from . import contest_plots
-
-    contest_plots.write_plots(out, rows, board, setup)
+            d = run_dir_of(out, cca, k)
+            if d.is_dir():
+                rows.append({"cca": str(cca), "run": k, "value": value, **run_metrics(d, setup), "run_dir": str(d)})
     return rows
 
 
 def leaderboard(rows: Sequence[dict]) -> list[dict]:
-    """One row per CCA: the median of each metric over its runs, the score's min and max (the spread)
-    and the run count, sorted by median score, best first (NaN scores last)."""
+    """One row per CCA: the median of each metric over its runs (and of the receiver's segments per ACK),
+    the score's min and max (the spread), the throughput's and p95 signal delay's min and max, and the run
+    count, sorted by median score, best first (NaN scores last)."""
     by: dict[str, list[dict]] = {}
     for r in rows:
         by.setdefault(r["cca"], []).append(r)
@@ -337,6 +494,12 @@ def leaderboard(rows: Sequence[dict]) -> list[dict]:
         scores = [float(r["power_score"]) for r in rs if not math.isnan(float(r["power_score"]))]
         row["score_min"] = min(scores) if scores else float("nan")
         row["score_max"] = max(scores) if scores else float("nan")
+        per_ack = [float(r["segments_per_ack"]) for r in rs if not math.isnan(float(r.get("segments_per_ack", "nan")))]
+        row["segments_per_ack"] = statistics.median(per_ack) if per_ack else float("nan")
+        for m, short in (("throughput_mbps", "throughput"), ("p95_signal_delay_ms", "p95_signal_delay")):
+            vals = [float(r[m]) for r in rs if not math.isnan(float(r[m]))]
+            row[f"{short}_min"] = min(vals) if vals else float("nan")
+            row[f"{short}_max"] = max(vals) if vals else float("nan")
         board.append(row)
     board.sort(key=lambda r: (math.isnan(r["power_score"]), -r["power_score"] if not math.isnan(r["power_score"]) else 0))
     return board
@@ -345,15 +508,18 @@ def leaderboard(rows: Sequence[dict]) -> list[dict]:
 def format_leaderboard(board: Sequence[dict], setup: ContestSetup) -> str:
     """The leaderboard as text, one line per CCA (medians; spread = min..max score when runs > 1)."""
     head = (f"contest on {setup.trace_name} ({setup.duration_s} s, {setup.one_way_delay_ms} ms each way, "
-            f"unbounded queue), {setup.runs} run(s) per CCA" + (", medians" if setup.runs > 1 else ""))
+            f"unbounded queue, trace played once, receiver: {setup.receiver}; scored from each flow's start to "
+            f"{'the trace end' if setup.duration_s * 1000 >= setup.end_ms else f'{setup.duration_s} s later'}), "
+            f"{setup.runs} run(s) per CCA" + (", medians" if setup.runs > 1 else ""))
     w = max([40, *(len(r["cca"]) for r in board)])  # the CCA column fits the longest name
     cols = f"{'#':>2}  {'CCA':<{w}} {'capacity':>9} {'throughput (util)':>19} {'p95 qdelay':>11} " \
-           f"{'p95 signal':>11} {'score':>7}" + ("  score min..max" if setup.runs > 1 else "")
-    lines = [head, cols, f"{'':>2}  {'':<{w}} {'Mbit/s':>9} {'Mbit/s':>19} {'ms':>11} {'ms':>11} {'Mbit/s/s':>7}"]
+           f"{'p95 signal':>11} {'score':>7} {'seg/ACK':>8}" + ("  score min..max" if setup.runs > 1 else "")
+    lines = [head, cols, f"{'':>2}  {'':<{w}} {'Mbit/s':>9} {'Mbit/s':>19} {'ms':>11} {'ms':>11} {'Mbit/s/s':>7} "
+             f"{'':>8}"]
     for i, r in enumerate(board, 1):
         util = f"{r['throughput_mbps']:.2f} ({100 * r['utilization']:.0f}%)"
         line = (f"{i:>2}  {r['cca']:<{w}} {r['capacity_mbps']:>9.2f} {util:>19} {r['p95_queueing_delay_ms']:>11.0f} "
-                f"{r['p95_signal_delay_ms']:>11.0f} {r['power_score']:>7.2f}")
+                f"{r['p95_signal_delay_ms']:>11.0f} {r['power_score']:>7.2f} {r.get('segments_per_ack', math.nan):>8.2f}")
         if setup.runs > 1:
             line += f"  {r['score_min']:.2f}..{r['score_max']:.2f}"
         lines.append(line)
@@ -375,6 +541,7 @@ def _progress(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-__all__ = ["CELLULAR_DIR", "UNBOUNDED_QUEUE_PACKETS", "ContestSetup", "Sweep", "available_traces", "check_out_dir",
-           "default_ccas", "format_leaderboard", "leaderboard", "make_setup", "parse_sweep", "resolve_trace",
-           "run_contest", "run_metrics", "sweep_ccas", "trace_length_s"]
+__all__ = ["BEST_SETTING_SWEEPS", "best_sweep", "CELLULAR_DIR", "UNBOUNDED_QUEUE_PACKETS", "ContestSetup", "Sweep", "available_traces", "check_out_dir",
+           "collect_rows", "default_ccas", "format_leaderboard", "leaderboard", "make_setup", "parse_sweep",
+           "pending_runs", "resolve_trace", "resume_setup", "run_contest", "run_dir_of", "run_metrics",
+           "score_window_ms", "sweep_ccas", "trace_end_ms", "trace_length_s"]

@@ -3,7 +3,10 @@
 * ``plots/plane``: the throughput/delay plane: x = p95 signal delay (ms, log
   scale, decreasing to the right as in the Sprout/mahimahi contest plots, so
   better is up and right), y = average throughput (Mbit/s); one marker per run
-  (small) and the CCA's median (large, labelled).
+  (small) and the CCA's median (large; in the legend, and labelled beside it
+  for up to `DIRECT_LABELS_MAX` CCAs). Every CCA has its own (colour, marker)
+  pair (``transient.plots.label_styles``); the log axis is labelled by
+  ``transient.plots.log_axis``, whose labels never overlap.
 * ``plots/throughput-<cca>``: throughput over time against the link's
   capacity (bins of ``THROUGHPUT_BIN_MS``), the CCA's first run.
 * ``plots/sweep`` (with ``--sweep``): the same plane for one CCA over its
@@ -24,9 +27,12 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from transient.plots import PAPER_STYLE, label_colors, label_markers, save_figure  # noqa: E402
+from transient.plots import PAPER_STYLE, label_styles, log_axis, save_figure  # noqa: E402
 
 THROUGHPUT_BIN_MS = 500
+DIRECT_LABELS_MAX = 8
+"""Up to this many CCAs the plane also names each median beside it; past it only the legend does
+(names beside crowded points overlap)."""
 
 
 def write_plots(out: Path, rows: Sequence[dict], board: Sequence[dict], setup) -> list[Path]:
@@ -54,30 +60,36 @@ def _finite(*xs: float) -> bool:
 
 
 def plane(base: Path, rows: Sequence[dict], board: Sequence[dict], title: str) -> list[Path]:
-    """Throughput vs p95 signal delay, every CCA (runs small, medians large and labelled)."""
-    ccas = [r["cca"] for r in board]
-    colors, markers = label_colors(ccas), label_markers(ccas)
+    """Throughput vs p95 signal delay, every CCA (runs small, medians large); writes `plane_figure`."""
+    return save_figure(plane_figure(rows, board, title), base)
+
+
+def plane_figure(rows: Sequence[dict], board: Sequence[dict], title: str) -> plt.Figure:
+    """The plane's figure (not saved): one scatter artist per run and one per CCA median (labelled with
+    the CCA and its score), in the CCA's (colour, marker) pair."""
+    styles = label_styles(r["cca"] for r in board)
     fig, ax = plt.subplots(figsize=(7.5, 5.0))
     for r in rows:
         if _finite(r["p95_signal_delay_ms"], r["throughput_mbps"]):
-            ax.scatter(r["p95_signal_delay_ms"], r["throughput_mbps"], s=10, alpha=0.4, color=colors[r["cca"]],
-                       marker=markers[r["cca"]])
+            color, marker = styles[r["cca"]]
+            ax.scatter(r["p95_signal_delay_ms"], r["throughput_mbps"], s=10, alpha=0.4, color=color, marker=marker)
     for r in board:
         if not _finite(r["p95_signal_delay_ms"], r["throughput_mbps"]):
             continue
-        ax.scatter(r["p95_signal_delay_ms"], r["throughput_mbps"], s=50, color=colors[r["cca"]],
-                   marker=markers[r["cca"]], label=f"{r['cca']} (score {r['power_score']:.2f})",
-                   edgecolor="black", linewidth=0.5)
-        ax.annotate(r["cca"].removeprefix("ccp:"), (r["p95_signal_delay_ms"], r["throughput_mbps"]),
-                    fontsize=6.5, xytext=(4, 3), textcoords="offset points")
-    ax.set_xscale("log")
+        color, marker = styles[r["cca"]]
+        ax.scatter(r["p95_signal_delay_ms"], r["throughput_mbps"], s=50, color=color, marker=marker,
+                   label=f"{r['cca']} (score {r['power_score']:.2f})", edgecolor="black", linewidth=0.5)
+        if len(board) <= DIRECT_LABELS_MAX:
+            ax.annotate(r["cca"].removeprefix("ccp:"), (r["p95_signal_delay_ms"], r["throughput_mbps"]),
+                        fontsize=6.5, xytext=(4, 3), textcoords="offset points")
     ax.invert_xaxis()
+    log_axis(ax, "x")
     ax.set_xlabel("95th-percentile signal delay (ms, log scale; better to the right)")
     ax.set_ylabel("average throughput (Mbit/s)")
     ax.set_title(f"throughput/delay plane: {title}")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=6.5, frameon=False)
     fig.tight_layout()
-    return save_figure(fig, base)
+    return fig
 
 
 def throughput_over_time(base: Path, run_dir: Path, cca: str) -> list[Path]:
@@ -100,7 +112,13 @@ def throughput_over_time(base: Path, run_dir: Path, cca: str) -> list[Path]:
 
 
 def sweep_plot(base: Path, board: Sequence[dict], sweep) -> list[Path]:
-    """One CCA over its parameter values: the plane (values labelled, best starred) and score vs value."""
+    """One CCA over its parameter values: writes `sweep_figure`."""
+    return save_figure(sweep_figure(board, sweep), base)
+
+
+def sweep_figure(board: Sequence[dict], sweep) -> plt.Figure:
+    """One CCA over its parameter values (not saved): the plane (values labelled, best starred) and score
+    vs value."""
     pts = [r for r in board if _finite(r["p95_signal_delay_ms"], r["throughput_mbps"], r["power_score"])]
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(10, 4.2), gridspec_kw={"width_ratios": [1.5, 1]})
     best = max(pts, key=lambda r: r["power_score"]) if pts else None
@@ -115,8 +133,8 @@ def sweep_plot(base: Path, board: Sequence[dict], sweep) -> list[Path]:
         ax.scatter(best["p95_signal_delay_ms"], best["throughput_mbps"], s=160, marker="*", color="C3", zorder=3,
                    label=f"best {sweep.param}={best['value']}: score {best['power_score']:.2f}")
         ax.legend(loc="lower left", fontsize=7)
-    ax.set_xscale("log")
     ax.invert_xaxis()
+    log_axis(ax, "x")
     ax.set_xlabel("95th-percentile signal delay (ms, log; better to the right)")
     ax.set_ylabel("average throughput (Mbit/s)")
     ax.set_title(f"{sweep.base}: {sweep.param} sweep (labels: value (score))")
@@ -127,4 +145,4 @@ def sweep_plot(base: Path, board: Sequence[dict], sweep) -> list[Path]:
     ax2.set_ylabel("power score (Mbit/s / s)")
     ax2.set_title("score = throughput / p95 signal delay")
     fig.tight_layout()
-    return save_figure(fig, base)
+    return fig

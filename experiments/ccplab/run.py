@@ -54,6 +54,16 @@ Files of a run directory:
     algorithm.log   the Portus algorithm's log (reports, cwnd updates), ccp only
     datapath.log    ccp-datapath's log, ccp only
     iperf3-server.log (iperf3-server-flow<K>.log per flow when there are several)
+
+metadata.json's ``receiver`` says how the receiver acknowledged (``acks``:
+``every-segment`` with the scenario's ``quickack``, else ``delayed``, Linux's
+default) and what its TCP counted (``tcp_in_segs``, ``tcp_out_segs`` of the
+receiver's namespace, /proc/net/snmp, and their ratio ``segments_per_ack``: data
+segments per ACK, about 1 with quickack and 2 with delayed ACKs on a bulk flow).
+``ended_by``: ``flows`` (every client finished) or ``trace-end`` (the scenario's
+``trace_once``: the link stopped at the trace's end, stopping the flows; their
+iperf3 results then lack the receiver's figures, ``iperf3_receiver_mbps`` is null
+and the link log is the measurement).
 """
 
 from __future__ import annotations
@@ -62,6 +72,7 @@ import datetime as dt
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import subprocess
@@ -93,6 +104,8 @@ FLOW_LOG = "uplink.flows"  # per-packet flow attribution beside uplink.log (ccpl
 WATCH_PERIOD_S = 0.1  # how often the runner looks at its clients and daemons while the flows run
 READY_TIMEOUT_S = 30.0
 CLIENT_GRACE_S = 60.0  # iperf3's client may take this long past the flow's duration before it is a failure
+TRACE_END_STOP = re.compile(r"stop(?:\x1b\[[0-9;]*m)*=(?:\x1b\[[0-9;]*m)*TraceEnd")
+"""ccplab-link's log line when --once stopped it at the trace's end (colour codes allowed between the words)."""
 
 
 @dataclass
@@ -101,12 +114,13 @@ class RunResult:
     order) and each flow's sender congestion control."""
 
     run_dir: Path
-    flow_mbps: list[float]
+    flow_mbps: list[float | None]
     flow_socket_cc: list[str]
 
     @property
-    def iperf3_mbps(self) -> float:
-        """The first flow's receiver throughput, Mbit/s (the only one of a single-flow run)."""
+    def iperf3_mbps(self) -> float | None:
+        """The first flow's receiver throughput, Mbit/s (the only one of a single-flow run); None when the
+        link stopped the flow at the trace's end."""
         return self.flow_mbps[0]
 
     @property
@@ -116,8 +130,8 @@ class RunResult:
 
     def describe(self, flows: Sequence[FlowSpec]) -> str:
         """One line: each flow's throughput (iperf3) and congestion control."""
-        return ", ".join(f"{f.cca}: {mbps:.2f} Mbit/s ({cc})"
-                         for f, mbps, cc in zip(flows, self.flow_mbps, self.flow_socket_cc))
+        return ", ".join(f"{f.cca}: " + ("stopped at the trace's end" if mbps is None else f"{mbps:.2f} Mbit/s")
+                         + f" ({cc})" for f, mbps, cc in zip(flows, self.flow_mbps, self.flow_socket_cc))
 
 
 def preflight(cca: Cca) -> None:
@@ -192,8 +206,8 @@ def _claimed_run(flows: Sequence[FlowSpec], scenario: Scenario, out: Path, run_i
     partial.mkdir(parents=True)
     started = _now()
     try:
-        iperfs, daemons = _run_flows(flows, scenario, partial)
-        checked = [_check_iperf(r, f) for r, f in zip(iperfs, flows)]
+        iperfs, receiver, ended_by, daemons = _run_flows(flows, scenario, partial)
+        checked = [_check_iperf(r, f, ended_by) for r, f in zip(iperfs, flows)]
         entries = [{**f.as_json(k), "iperf3": _iperf3_file(k, len(flows)),
                     "iperf3_receiver_mbps": mbps, "socket_congestion_control": cc}
                    for k, (f, (mbps, cc)) in enumerate(zip(flows, checked))]
@@ -210,6 +224,7 @@ def _claimed_run(flows: Sequence[FlowSpec], scenario: Scenario, out: Path, run_i
             "schema": 3, "cca": first.base, "cca_params": first.param_dict, "label": flows_label(flows),
             "run": run_index, "scenario": scenario.to_json(), "flow_start_s": entries[0]["flow_start_s"],
             "flows": entries, "external": {str(f.cca): f.cca.external_json() for f in flows if f.cca.external},
+            "receiver": receiver, "ended_by": ended_by,
             "files": {"link_log": "uplink.log", "flow_log": FLOW_LOG, "iperf3": entries[0]["iperf3"],
                       "link": "link.log",
                       "datapath_log": "datapath.log" if any_ccp else None,
@@ -251,10 +266,11 @@ def _iperf3_file(index: int, n_flows: int) -> str:
     return "iperf3.json" if n_flows == 1 else f"iperf3-flow{index}.json"
 
 
-def _run_flows(flows: Sequence[FlowSpec], scenario: Scenario, rundir: Path) -> tuple[list[dict], dict]:
+def _run_flows(flows: Sequence[FlowSpec], scenario: Scenario, rundir: Path) -> tuple[list[dict], dict, str, dict]:
     """Start the daemons in order, run each flow's iperf3 client at its time, stop all; returns
-    each flow's iperf3 JSON, in flow order, and each ccp daemon's ``alive_at_end`` (when the flows
-    ended) and ``exit_status`` (after the runner stopped it: 0 is a clean exit on SIGTERM)."""
+    each flow's iperf3 JSON (in flow order), the receiver's entry of metadata.json, what ended the
+    run (``flows`` or ``trace-end``) and each ccp daemon's ``alive_at_end`` (when the flows ended)
+    and ``exit_status`` (after the runner stopped it: 0 is a clean exit on SIGTERM)."""
     ccp_daemons: list[Daemon] = []
     with ExitStack() as stack:
         # the link builds its namespaces while the ccp daemons start (they need nothing of it): their
@@ -268,11 +284,15 @@ def _run_flows(flows: Sequence[FlowSpec], scenario: Scenario, rundir: Path) -> t
         link.wait_ready((rundir / ".link-ready.json").exists, READY_TIMEOUT_S)
         ready = json.loads((rundir / ".link-ready.json").read_text())
         stack.callback(_remove_namespaces_of_a_killed_link, link, ready)  # runs after the link's stop
-        for k in range(len(flows)):
-            stack.enter_context(_start_iperf_server(ready, rundir, k, len(flows)))
-        results = _run_iperf_clients(flows, scenario, ready, rundir, watched)
+        if scenario.quickack:
+            set_quickack(ready["receiver_netns"])
+        servers = [stack.enter_context(_start_iperf_server(ready, rundir, k, len(flows))) for k in range(len(flows))]
+        counters = ReceiverCounters(servers[0].proc.pid)
+        results, ended_by = _run_iperf_clients(flows, scenario, ready, rundir, watched, counters.sample,
+                                               link if scenario.trace_once else None)
+        counters.sample()
         alive = [d.running() for d in ccp_daemons]
-        if not link.running():
+        if ended_by == "flows" and not link.running():
             raise CcplabError(f"the emulated link died during the run:\n{link.log_tail()}")
         # Stop the link (and so its log) as the flow ends, as mm-link ends with its
         # command: stopping the daemons first would add idle time to the log.
@@ -282,7 +302,68 @@ def _run_flows(flows: Sequence[FlowSpec], scenario: Scenario, rundir: Path) -> t
     (rundir / ".datapath-ready.json").unlink(missing_ok=True)
     daemons = {d.name: {"alive_at_end": up, "exit_status": d.proc.returncode if d.proc else None}
                for d, up in zip(ccp_daemons, alive)}
-    return results, daemons
+    return results, {"acks": "every-segment" if scenario.quickack else "delayed", **counters.as_json()}, ended_by, daemons
+
+
+def set_quickack(netns: str) -> None:
+    """Make TCP in ``netns`` acknowledge every segment at once: every IPv4 route of the namespace gets
+    ``quickack 1`` (RTAX_QUICKACK: a socket whose route has it stays in quick-ACK mode, so it never
+    delays an ACK). CcplabError with ip's message when a route cannot be changed."""
+    shown = subprocess.run(["ip", "-n", netns, "-4", "route", "show", "table", "all"], capture_output=True,
+                           text=True)
+    routes = [line.split() for line in shown.stdout.splitlines() if line.strip()]
+    # local/broadcast routes of the kernel's local table carry no connection's ACKs
+    routes = [r for r in routes if r[0] not in ("local", "broadcast", "multicast")]
+    if shown.returncode != 0 or not routes:
+        raise CcplabError(f"cannot list the routes of {netns}: {shown.stderr.strip() or 'no route'}")
+    for route in routes:
+        done = subprocess.run(["ip", "-n", netns, "route", "change", *_without_metric(route, "quickack"),
+                               "quickack", "1"], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise CcplabError(f"cannot set quickack on route {' '.join(route)!r} of {netns}: {done.stderr.strip()}")
+
+
+ROUTE_STATE_WORDS = ("linkdown", "dead", "offload", "trap", "rt_offload", "rt_trap", "notify")
+"""Words ``ip route show`` prints about a route's state, which ``ip route change`` does not take."""
+
+
+def _without_metric(route: list[str], name: str) -> list[str]:
+    """A route as ``ip route show`` prints it, without the ``name VALUE`` pair (to be set again) and the
+    state words (`ROUTE_STATE_WORDS`)."""
+    out, skip = [], False
+    for word in route:
+        if skip:
+            skip = False
+        elif word == name:
+            skip = True
+        elif word not in ROUTE_STATE_WORDS:
+            out.append(word)
+    return out
+
+
+class ReceiverCounters:
+    """The receiver namespace's TCP segment counters (/proc/PID/net/snmp of a process inside it, the
+    iperf3 server), sampled while the flows run: the last sample survives a link that removes the
+    namespace at the trace's end."""
+
+    def __init__(self, pid: int) -> None:
+        self.path = Path(f"/proc/{pid}/net/snmp")
+        self.in_segs: int | None = None
+        self.out_segs: int | None = None
+
+    def sample(self) -> None:
+        """Read the counters now (kept from the last read if the process is gone)."""
+        try:
+            lines = [line.split() for line in self.path.read_text().splitlines() if line.startswith("Tcp:")]
+            tcp = dict(zip(lines[0][1:], lines[1][1:]))
+            self.in_segs, self.out_segs = int(tcp["InSegs"]), int(tcp["OutSegs"])
+        except (OSError, IndexError, KeyError, ValueError):
+            pass
+
+    def as_json(self) -> dict:
+        """``tcp_in_segs``, ``tcp_out_segs`` and ``segments_per_ack`` (null when never read)."""
+        ratio = self.in_segs / self.out_segs if self.in_segs is not None and self.out_segs else None
+        return {"tcp_in_segs": self.in_segs, "tcp_out_segs": self.out_segs, "segments_per_ack": ratio}
 
 
 def _remove_namespaces_of_a_killed_link(link: Daemon, ready: dict) -> None:
@@ -340,6 +421,7 @@ def _start_link(flows: Sequence[FlowSpec], scenario: Scenario, rundir: Path, wai
         "--one-way-delay-ms", scenario.one_way_delay_ms, "--queue-packets", scenario.queue_packets,
         "--uplink-log", rundir / "uplink.log", "--flow-log", rundir / FLOW_LOG, "--ready-file", ready_file,
         "--duration-s", link_duration_s(scenario),
+        *(["--once"] if scenario.trace_once else []),
         *(arg for d in ack_delays for arg in ("--ack-delay", d)),
         *(["--downlink-trace", scenario.downlink_trace] if scenario.downlink_trace is not None else []),
     ], rundir / "link.log")
@@ -442,8 +524,11 @@ class _Client:
 
 
 def _run_iperf_clients(flows: Sequence[FlowSpec], scenario: Scenario, ready: dict, rundir: Path,
-                       daemons: Sequence[Daemon]) -> list[dict]:
-    """Start each flow's client at its START_S after the first, wait for all, watching ``daemons``.
+                       daemons: Sequence[Daemon], on_watch=lambda: None,
+                       once_link: Daemon | None = None) -> tuple[list[dict], str]:
+    """Start each flow's client at its START_S after the first, wait for all, watching ``daemons``
+    (``on_watch()`` at every look); returns each flow's iperf3 JSON and ``flows``, or ``trace-end`` when
+    ``once_link`` (the link playing its trace once) stopped at the trace's end, ending the flows.
 
     A daemon that exits while the flows run fails the run at once (CcplabError naming it, with its last
     log lines), as does a client that fails or outlives its flow by `CLIENT_GRACE_S`.
@@ -451,12 +536,19 @@ def _run_iperf_clients(flows: Sequence[FlowSpec], scenario: Scenario, ready: dic
     clients = [_Client(f, k, rundir / _iperf3_file(k, len(flows)), f.length_s(scenario.duration_s) + CLIENT_GRACE_S)
                for k, f in enumerate(flows)]
     t0 = time.monotonic()
+    ended_by = "flows"
     try:
         while True:
             now = time.monotonic()
+            on_watch()
             for c in clients:
                 if c.proc is None and now - t0 >= c.flow.start_s:
                     _start_client(c, scenario, ready)
+            if once_link is not None and _trace_ended(once_link):
+                ended_by = "trace-end"
+                # the link stopped what ran in its namespaces (the clients write their JSON on SIGTERM)
+                wait_exit([c.proc for c in clients if c.proc is not None], 3.0)
+                break
             for d in daemons:
                 if not d.running():
                     # said at once: stopping the other daemons takes a few seconds more
@@ -483,7 +575,16 @@ def _run_iperf_clients(flows: Sequence[FlowSpec], scenario: Scenario, ready: dic
             if c.proc is not None and c.proc.poll() is None:
                 c.proc.kill()
                 c.proc.wait()
-    return [_client_result(c) for c in clients]
+    return [_client_result(c, ended_by) for c in clients], ended_by
+
+
+def _trace_ended(link: Daemon) -> bool:
+    """Whether the link (run with --once) is stopping, or stopped, because its trace ended (it says so
+    in its log before it stops the processes in its namespaces)."""
+    try:
+        return TRACE_END_STOP.search(link.log_path.read_text(errors="replace")) is not None
+    except OSError:
+        return False
 
 
 def _start_client(c: _Client, scenario: Scenario, ready: dict) -> None:
@@ -496,26 +597,34 @@ def _start_client(c: _Client, scenario: Scenario, ready: dict) -> None:
     c.started_at = time.monotonic()
 
 
-def _client_result(c: _Client) -> dict:
-    """The client's JSON; CcplabError naming the flow when it failed."""
+def _client_result(c: _Client, ended_by: str = "flows") -> dict:
+    """The client's JSON; CcplabError naming the flow when it failed. A flow the trace's end stopped
+    (``ended_by`` ``trace-end``) did not fail: its JSON (possibly cut short or missing) is taken as it is."""
+    if c.proc is None:
+        return {}
     stderr = c.proc.stderr.read().decode(errors="replace").strip() if c.proc.stderr else ""
     text = c.json_path.read_text(errors="replace")
     try:
         result = json.loads(text)
     except ValueError:
+        if ended_by == "trace-end":
+            return {}
         raise CcplabError(f"flow {c.index} ({c.flow}): iperf3 client failed (status {c.proc.returncode}): "
                           f"{stderr or text.strip()[:300]}") from None
-    if "error" in result:
+    if "error" in result and ended_by != "trace-end":
         raise CcplabError(f"flow {c.index} ({c.flow}): iperf3 client failed: {result['error']}")
     return result
 
 
-def _check_iperf(result: dict, flow: FlowSpec) -> tuple[float, str]:
-    """iperf3's receiver throughput (Mbit/s) and the sender's congestion control; checks it is the asked one."""
+def _check_iperf(result: dict, flow: FlowSpec, ended_by: str = "flows") -> tuple[float | None, str]:
+    """iperf3's receiver throughput (Mbit/s; None for a flow the trace's end stopped: the receiver's
+    figures never reached the client) and the sender's congestion control; checks it is the asked one."""
     end = result.get("end", {})
     socket_cc = end.get("sender_tcp_congestion", "")
     if socket_cc and socket_cc != flow.cca.socket_cc:
         raise CcplabError(f"flow {flow} used congestion control {socket_cc!r}, not {flow.cca.socket_cc!r}")
+    if ended_by == "trace-end":
+        return None, socket_cc
     mbps = end.get("sum_received", {}).get("bits_per_second", 0.0) / 1e6
     return mbps, socket_cc
 

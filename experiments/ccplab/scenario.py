@@ -40,6 +40,11 @@ class Scenario:
 
     ``one_way_delay_ms``: fixed delay each way (RTT = 2x). ``queue_packets``:
     droptail limit of the bottleneck queue, packets. ``duration_s``: flow length.
+    ``quickack``: the receiver acknowledges every segment at once (a ``quickack 1``
+    route in its namespace, as the cellular contest's receiver acknowledged every
+    datagram) instead of Linux's delayed ACKs (about one ACK per two segments).
+    ``trace_once``: the link plays the traces once and stops at their end
+    (``ccplab-link --once``, as ``mm-link --once``) instead of looping them.
     """
 
     name: str
@@ -53,6 +58,8 @@ class Scenario:
     trace_kind: str = "file"
     # ACK-direction (downlink) trace, e.g. a cellular .up file; None = unlimited (ccplab contest sets it).
     downlink_trace: Path | None = None
+    quickack: bool = False
+    trace_once: bool = False
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -152,15 +159,16 @@ def trace_annotations(trace: Path) -> dict:
 
 
 def scenario_for_trace(name: str, trace: Path, one_way_delay_ms: int, queue_packets: int,
-                       duration_s: int, steps: tuple[Step, ...] = ()) -> Scenario:
-    """A scenario on an existing trace; steps given explicitly win over the sidecar's."""
+                       duration_s: int, steps: tuple[Step, ...] = (), quickack: bool = False) -> Scenario:
+    """A scenario on an existing trace; steps given explicitly win over the sidecar's; ``quickack``: see
+    `Scenario`."""
     notes = trace_annotations(trace)
     return Scenario(
         name=name, trace=trace.resolve(), one_way_delay_ms=one_way_delay_ms,
         queue_packets=queue_packets, duration_s=duration_s,
         steps=tuple(steps) or tuple(notes.get("steps", ())),
         sigma_mbps=notes.get("sigma_mbps"), seed=notes.get("seed"),
-        trace_kind=notes.get("trace_kind", "file"),
+        trace_kind=notes.get("trace_kind", "file"), quickack=quickack,
     )
 
 

@@ -124,7 +124,8 @@ def payload(sweep: Sweep, out: Path, spec: RunSpec, dest: str) -> dict:
             "repetition": spec.repetition,
             "cca_slug": spec.cca_slug, "scenario": s.name, "one_way_delay_ms": s.one_way_delay_ms,
             "queue_packets": s.queue_packets, "duration_s": s.duration_s,
-            "steps": [str(x) for x in s.steps], "trace_name": trace_path(out, s).name, "dest": dest}
+            "steps": [str(x) for x in s.steps], "trace_name": trace_path(out, s).name, "dest": dest,
+            "quickack": s.quickack}
 
 
 def execute(sweep: Sweep, out: Path, *, scheduler: str | None = None, workers: int = 1,
@@ -335,7 +336,7 @@ def _run_and_analyse(p: dict, trace_bytes: bytes, scratch: Path, flow) -> tuple[
     scenario = sc.Scenario(name=p["scenario"], trace=trace, one_way_delay_ms=p["one_way_delay_ms"],
                            queue_packets=p["queue_packets"], duration_s=p["duration_s"],
                            steps=sc.parse_step_args(p["steps"]),
-                           trace_kind="step" if p["steps"] else "file")
+                           trace_kind="step" if p["steps"] else "file", quickack=p.get("quickack", False))
     flow(p, scenario, scratch / "run")
     try:
         a = transient.analyze_all(scratch / "run")

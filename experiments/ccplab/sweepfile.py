@@ -23,6 +23,8 @@ Format (every key but ``name`` optional; see experiments/sweeps/*.toml)::
     # trace = "traces/x.trace"   instead of steps: a mahimahi trace (path relative to
     #                            this file); a list gives one scenario per trace
     # name = "..."               scenario name (default: built from the values)
+    # quickack = true            the receiver ACKs every segment (default false: Linux's
+    #                            delayed ACKs); [false, true] runs both
 
 Every list-valued key of a scenario table is crossed with the others: the
 example gives 2 x 2 = 4 scenarios. The plan is every (scenario, CCA,
@@ -51,10 +53,11 @@ from .flows import flow_label_text
 
 NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 SCENARIO_KEYS = {"name", "one_way_delay_ms", "queue_packets", "duration_s", "steps", "sigma_mbps",
-                 "trace_seed", "trace"}
+                 "trace_seed", "trace", "quickack"}
 TOP_KEYS = {"name", "seed", "repetitions", "ccas", "flows", "scenario"}
 DEFAULTS = {"one_way_delay_ms": sc.DEMO_ONE_WAY_DELAY_MS, "queue_packets": sc.DEMO_QUEUE_PACKETS,
-            "duration_s": sc.DEMO_DURATION_S, "sigma_mbps": sc.DEMO_SIGMA_MBPS, "trace_seed": sc.DEMO_SEED}
+            "duration_s": sc.DEMO_DURATION_S, "sigma_mbps": sc.DEMO_SIGMA_MBPS, "trace_seed": sc.DEMO_SEED,
+            "quickack": False}
 RUN_OVERHEAD_S = 2.5
 """Seconds a run takes beyond its flow (link and daemons up, iperf3 handshake, teardown, analysis,
 scheduling). Measured on a 2-core VM: 0.9 s for a kernel CCA, 2.1 s for a ccp one (datapath and
@@ -74,12 +77,13 @@ class ScenarioSpec:
     sigma_mbps: float = 0.0
     trace_seed: int = 0
     trace: Path | None = None
+    quickack: bool = False
 
     def describe(self) -> str:
         source = f"trace {self.trace}" if self.trace else (
             "steps " + " ".join(str(s) for s in self.steps) + f", sigma {self.sigma_mbps:g} Mbit/s")
         return (f"{source}, one-way delay {self.one_way_delay_ms} ms, queue {self.queue_packets} packets, "
-                f"{self.duration_s} s")
+                f"{self.duration_s} s" + (", receiver ACKs every segment" if self.quickack else ""))
 
 
 @dataclass(frozen=True)
@@ -228,6 +232,8 @@ def _scenario(v: dict[str, Any], where: str, base: Path, prefix: str | None, sin
     duration = _int(v["duration_s"], f"{where}: duration_s", minimum=1)
     sigma = _float(v["sigma_mbps"], f"{where}: sigma_mbps")
     tseed = _int(v["trace_seed"], f"{where}: trace_seed", minimum=0)
+    if not isinstance(v["quickack"], bool):
+        raise CcplabError(f"{where}: quickack must be true or false, got {v['quickack']!r}")
     trace, steps = None, ()
     if "trace" in v:
         if not isinstance(v["trace"], str):
@@ -246,10 +252,10 @@ def _scenario(v: dict[str, Any], where: str, base: Path, prefix: str | None, sin
         except CcplabError as exc:
             raise CcplabError(f"{where}: {exc}") from None
         source = sc.step_trace_name(steps) + (f"-sigma{sigma:g}" if sigma else "")
-    auto = f"{source}_owd{owd}_q{queue}_d{duration}"
+    auto = f"{source}_owd{owd}_q{queue}_d{duration}" + ("_quickack" if v["quickack"] else "")
     name = auto if prefix is None else prefix if single else f"{prefix}_{auto}"
     _name(name, f"{where}: name")
-    return ScenarioSpec(name, owd, queue, duration, steps, sigma, tseed, trace)
+    return ScenarioSpec(name, owd, queue, duration, steps, sigma, tseed, trace, v["quickack"])
 
 
 def _name(value: Any, where: str) -> str:

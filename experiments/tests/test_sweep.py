@@ -61,6 +61,7 @@ def test_order_is_seeded_shuffled_and_blocked_by_repetition(tmp_path):
     ('name = "x"\nccas = ["kernel:cubic"]\n[scenario]\nqueue_packets = 0\n', "queue_packets must be a whole number >= 1"),
     ('name = "x"\nccas = ["kernel:cubic"]\n[scenario]\ntrace = "none.trace"\n', "none.trace does not exist"),
     ('name = "x"\nccas = ["kernel:cubic"\n', "not valid TOML"),
+    ('name = "x"\nccas = ["kernel:cubic"]\n[scenario]\nquickack = 1\n', "quickack must be true or false"),
 ])
 def test_bad_experiment_file_names_file_and_key(tmp_path, text, fragment):
     path = write_sweep(tmp_path, text)
@@ -74,6 +75,19 @@ def test_dry_run_prints_plan_and_estimate(capsys):
     out = capsys.readouterr().out
     assert "2 scenario(s) x 2 CCA(s) x 2 repetition(s) = 8 runs" in out
     assert "estimated time at one run at a time: 0h00m44s" in out
+
+
+def test_quickack_key_crosses_and_reaches_the_run(tmp_path):
+    from ccplab.sweep import payload
+
+    path = write_sweep(tmp_path, 'name = "x"\nccas = ["kernel:cubic"]\n[scenario]\nquickack = [false, true]\n')
+    sweep = load_sweep(path)
+    assert [s.quickack for s in sweep.scenarios] == [False, True]
+    names = [s.name for s in sweep.scenarios]
+    assert names[1] == names[0] + "_quickack", "the two receivers are two scenarios"
+    assert "receiver ACKs every segment" in sweep.scenarios[1].describe()
+    p = payload(sweep, tmp_path / "sw", sweep.plan()[0], "dest")
+    assert "quickack" in p and isinstance(p["quickack"], bool)
 
 
 @pytest.fixture(autouse=True)

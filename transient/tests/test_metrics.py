@@ -91,3 +91,27 @@ def test_no_departures_gives_nan_delays_and_zero_throughput():
 def test_zero_duration_is_an_error():
     with pytest.raises(ValueError, match="zero duration"):
         link_metrics(parse_link_log("5 # 1504\n5 - 1504 0\n").events)
+
+
+def test_window_metrics_cover_the_window_only():
+    from transient import window_link_metrics
+
+    opps = np.ones(3000, dtype=int)
+    sends = np.r_[np.ones(2000, dtype=int), np.zeros(1000, dtype=int)]  # the flow stops at 2 s
+    events = parse_link_log(simulate_link(opps, sends)).events
+    whole = link_metrics(events)
+    first, last = int(events["time_ms"].iloc[0]), int(events["time_ms"].max())
+    same = window_link_metrics(events, first, last)
+    assert same.as_dict() == pytest.approx(whole.as_dict(), nan_ok=True), "first event to last: mahimahi's span"
+    # the first second only: capacity and throughput are the rates over that second
+    head = window_link_metrics(events, 0, 1000)
+    assert head.duration_s == 1.0
+    assert head.capacity_mbps == pytest.approx(1001 * PKT * 8 / 1e6)
+    assert head.throughput_mbps == pytest.approx(head.capacity_mbps, rel=0.01)
+    # the idle last second adds capacity but no throughput
+    tail = window_link_metrics(events, 2000, 3000)
+    assert tail.throughput_mbps < 0.01 * tail.capacity_mbps
+    with pytest.raises(ValueError, match="empty window"):
+        window_link_metrics(events, 5, 5)
+    with pytest.raises(ValueError, match="no events"):
+        window_link_metrics(events, 10_000, 11_000)

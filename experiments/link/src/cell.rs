@@ -12,7 +12,7 @@
 use std::{
     collections::VecDeque,
     sync::{
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
         Arc, OnceLock,
     },
     time::Duration,
@@ -74,6 +74,10 @@ pub struct LinkCellConfig {
     pub key_side: PortSide,
     /// Test hook: panic on the first packet (CCPLAB_LINK_FAULT=panic-on-packet).
     pub inject_panic: bool,
+    /// Play the trace once (mm-link `--once`) instead of looping.
+    pub once: bool,
+    /// Set when a trace played once has ended (read by main to stop the link).
+    pub trace_ended: Arc<AtomicBool>,
 }
 
 pub struct LinkCellIngress<P: Packet> {
@@ -100,6 +104,7 @@ pub struct LinkCellEgress<P: Packet> {
     stats: Arc<LinkStats>,
     key_side: PortSide,
     inject_panic: bool,
+    trace_ended: Arc<AtomicBool>,
 }
 
 /// IP packet length + 4 (mahimahi's TUN header), or None if not IPv4.
@@ -178,10 +183,17 @@ impl<P: Packet + Send + Sync> LinkCellEgress<P> {
         let accepted = Self::with_sink(&self.log, |s| {
             queue.arrive(now_ms, p, size, key, s, &mut delivered)
         });
-        if !accepted {
+        if !accepted && !self.queue.finished() {
             self.stats.drops.fetch_add(1, Ordering::Relaxed);
         }
         self.collect(delivered);
+        self.note_end();
+    }
+
+    fn note_end(&self) {
+        if self.queue.finished() {
+            self.trace_ended.store(true, Ordering::SeqCst);
+        }
     }
 
     fn on_tick(&mut self) {
@@ -193,6 +205,7 @@ impl<P: Packet + Send + Sync> LinkCellEgress<P> {
         let queue = &mut self.queue;
         Self::with_sink(&self.log, |s| queue.rationalize(now_ms, s, &mut delivered));
         self.collect(delivered);
+        self.note_end();
     }
 }
 
@@ -212,10 +225,12 @@ impl<P: Packet + Send + Sync> Egress<P> for LinkCellEgress<P> {
                 }
                 return Some(p);
             }
-            let wake = self
-                .clock0
-                .get()
-                .map(|b| b + Duration::from_millis(self.queue.next_opportunity_ms()));
+            // None also when a trace played once has ended: nothing to wake for.
+            let wake = self.clock0.get().and_then(|b| {
+                self.queue
+                    .next_opportunity_ms()
+                    .map(|ms| b + Duration::from_millis(ms))
+            });
             tokio::select! {
                 biased;
                 p = self.rx.recv() => self.on_packet(p?),
@@ -256,7 +271,7 @@ impl<P: Packet + Send + Sync> LinkCell<P> {
             ingress: Arc::new(LinkCellIngress { tx }),
             egress: LinkCellEgress {
                 rx,
-                queue: LinkQueue::new(config.schedule, config.limit),
+                queue: LinkQueue::new(config.schedule, config.limit).once(config.once),
                 out: VecDeque::new(),
                 bypass: VecDeque::new(),
                 clock0,
@@ -266,6 +281,7 @@ impl<P: Packet + Send + Sync> LinkCell<P> {
                 stats,
                 key_side: config.key_side,
                 inject_panic: config.inject_panic,
+                trace_ended: config.trace_ended,
             },
             control: Arc::new(LinkCellControl),
         })

@@ -22,7 +22,10 @@ use std::{
     panic::AssertUnwindSafe,
     path::PathBuf,
     process::ExitCode,
-    sync::{atomic::Ordering, Arc},
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
     time::{Duration, Instant as StdInstant},
 };
 
@@ -70,7 +73,8 @@ enum TraceStart {
 /// `ip netns exec <receiver_netns> iperf3 -s` and
 /// `ip netns exec <sender_netns> iperf3 -c <receiver_ip> -C cubic`.
 ///
-/// Stops on SIGINT/SIGTERM/SIGHUP or after --duration-s; then processes
+/// Stops on SIGINT/SIGTERM/SIGHUP, after --duration-s, or (--once) when a
+/// trace has been played once; then processes
 /// left inside its namespaces are stopped (see --keep-processes), the log
 /// is flushed and moved into place, the ready file removed and every
 /// namespace/veth deleted (also after errors or a panic in a worker).
@@ -125,6 +129,12 @@ struct Args {
     /// Stop after this many seconds (default: run until a signal).
     #[arg(long, value_name = "S")]
     duration_s: Option<f64>,
+    /// Play the traces once, as mahimahi's `mm-link --once`: nothing is
+    /// delivered after a trace's last timestamp, and the link stops there
+    /// (status 0; its log ends at the trace's end and processes inside its
+    /// namespaces are stopped as at any stop). Default: the traces loop.
+    #[arg(long)]
+    once: bool,
     /// When trace replay and log time 0 start.
     #[arg(long, value_enum, default_value_t = TraceStart::FirstPacket)]
     trace_start: TraceStart,
@@ -314,6 +324,7 @@ fn serve(
     } = plan;
     let err = |e: rattan_core::error::Error| anyhow::anyhow!("rattan: {e}");
     let clock0 = Clock0::default();
+    let trace_ended = Arc::new(AtomicBool::new(false));
     let up_stats = Arc::new(LinkStats::default());
     let delay = Duration::from_millis(args.one_way_delay_ms);
 
@@ -325,6 +336,8 @@ fn serve(
         key_side: PortSide::Destination,
         // Fault injection used by the cleanup test only.
         inject_panic: std::env::var_os("CCPLAB_LINK_FAULT").is_some_and(|v| v == "panic-on-packet"),
+        once: args.once,
+        trace_ended: trace_ended.clone(),
     };
     let (c0, st) = (clock0.clone(), up_stats.clone());
     radix
@@ -369,6 +382,8 @@ fn serve(
             log: down_log.clone(),
             key_side: PortSide::Source,
             inject_panic: false,
+            once: args.once,
+            trace_ended: trace_ended.clone(),
         };
         let c0 = clock0.clone();
         radix
@@ -414,7 +429,14 @@ fn serve(
     );
 
     let started = StdInstant::now();
-    let stop = signals::wait_for_stop(|| duration.is_some_and(|d| started.elapsed() >= d));
+    let ended = || trace_ended.load(Ordering::SeqCst);
+    let stop =
+        signals::wait_for_stop(|| ended() || duration.is_some_and(|d| started.elapsed() >= d));
+    let stop = if stop == Stop::Duration && ended() {
+        Stop::TraceEnd
+    } else {
+        stop
+    };
     tracing::info!(
         ?stop,
         arrivals = up_stats.arrivals.load(Ordering::Relaxed),
@@ -425,6 +447,6 @@ fn serve(
     );
     match stop {
         Stop::WorkerPanicked => bail!("a worker thread panicked"),
-        Stop::Signal(_) | Stop::Duration => Ok(()),
+        Stop::Signal(_) | Stop::Duration | Stop::TraceEnd => Ok(()),
     }
 }

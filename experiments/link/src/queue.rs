@@ -13,7 +13,10 @@
 //!   its millisecond are used ("rationalize"), so a packet arriving at ms t
 //!   leaves at the first opportunity after t at the earliest;
 //! * droptail: the packet in transit is outside the queue; an arrival is
-//!   dropped if the queue would exceed its packet or byte limit.
+//!   dropped if the queue would exceed its packet or byte limit;
+//! * played once (mm-link `--once`): after the trace's last opportunity (at
+//!   its last timestamp) the link is finished: nothing is delivered any
+//!   more and arrivals are neither queued nor logged (mm-link stops there).
 //!
 //! No opportunity pattern can make this panic: a zero-capacity stretch is
 //! just a long time to the next opportunity (rattan 0.1.1's BwReplay cell
@@ -99,6 +102,8 @@ pub struct LinkQueue<T> {
     in_transit: Option<(Queued<T>, u32)>,
     limit: QueueLimit,
     last_ms: u64,
+    once: bool,
+    finished: bool,
 }
 
 impl<T> LinkQueue<T> {
@@ -117,12 +122,26 @@ impl<T> LinkQueue<T> {
             in_transit: None,
             limit,
             last_ms: 0,
+            once: false,
+            finished: false,
         }
     }
 
-    /// Time of the next unused opportunity, ms since time 0.
-    pub fn next_opportunity_ms(&self) -> u64 {
-        self.cycle_start_ms + self.schedule[self.next_index]
+    /// Plays the trace once instead of looping (mm-link `--once`).
+    pub fn once(mut self, once: bool) -> Self {
+        self.once = once;
+        self
+    }
+
+    /// Whether a once-played trace has used its last opportunity.
+    pub fn finished(&self) -> bool {
+        self.finished
+    }
+
+    /// Time of the next unused opportunity, ms since time 0; None once a
+    /// trace played once is finished.
+    pub fn next_opportunity_ms(&self) -> Option<u64> {
+        (!self.finished).then(|| self.cycle_start_ms + self.schedule[self.next_index])
     }
 
     /// Packets waiting (excluding the one in transit).
@@ -136,6 +155,7 @@ impl<T> LinkQueue<T> {
         if self.next_index == self.schedule.len() {
             self.next_index = 0;
             self.cycle_start_ms += self.period_ms;
+            self.finished = self.once;
         }
     }
 
@@ -148,8 +168,7 @@ impl<T> LinkQueue<T> {
         out: &mut VecDeque<Delivered<T>>,
     ) {
         self.last_ms = self.last_ms.max(now_ms);
-        while self.next_opportunity_ms() <= now_ms {
-            let t = self.next_opportunity_ms();
+        while let Some(t) = self.next_opportunity_ms().filter(|&t| t <= now_ms) {
             self.advance_opportunity();
             sink.opportunity(t);
             let mut left = OPPORTUNITY_BYTES;
@@ -182,7 +201,8 @@ impl<T> LinkQueue<T> {
     /// `now_ms`. Opportunities up to `now_ms` are used first; the arrival is
     /// logged, then the packet is queued or dropped (droptail). Times earlier
     /// than the last processed ms are raised to it, so the log never goes
-    /// back. Returns false if dropped.
+    /// back. Returns false if dropped, or unlogged and discarded when a
+    /// trace played once is finished.
     pub fn arrive(
         &mut self,
         now_ms: u64,
@@ -194,6 +214,9 @@ impl<T> LinkQueue<T> {
     ) -> bool {
         let now_ms = now_ms.max(self.last_ms);
         self.rationalize(now_ms, sink, out);
+        if self.finished {
+            return false;
+        }
         sink.arrival(now_ms, size, key);
         if self.limit.admits(self.queue.len(), self.queued_bytes, size) {
             self.queued_bytes += size as u64;
@@ -297,7 +320,11 @@ mod tests {
         assert!(out.is_empty());
         l.rationalize(2000, &mut s, &mut out);
         assert_eq!(out[0].departure_ms, 2000);
-        assert_eq!(l.next_opportunity_ms(), 4000, "loops with period 2000");
+        assert_eq!(
+            l.next_opportunity_ms(),
+            Some(4000),
+            "loops with period 2000"
+        );
     }
 
     #[test]
@@ -353,9 +380,61 @@ mod tests {
         let packet_events: Vec<&String> = s.0.iter().filter(|e| !e.contains('#')).collect();
         assert_eq!(
             packet_events,
-            ["0 + 1504", "0 + 1504", "0 + 1504", "0 d 1 1504", "1 - 1504 1", "1000 - 1504 1000"]
+            [
+                "0 + 1504",
+                "0 + 1504",
+                "0 + 1504",
+                "0 d 1 1504",
+                "1 - 1504 1",
+                "1000 - 1504 1000"
+            ]
         );
-        assert_eq!(s.1, [5201, 5202, 5203, 5203, 5201, 5202], "keys follow their packets");
+        assert_eq!(
+            s.1,
+            [5201, 5202, 5203, 5203, 5201, 5202],
+            "keys follow their packets"
+        );
+    }
+
+    #[test]
+    fn once_delivers_nothing_after_the_trace_end() {
+        // Opportunities at 1, 2 and 3 ms, played once: 3 packets can leave,
+        // the 3 ms one included; a 4th waits forever and later arrivals are
+        // discarded unlogged, as mm-link --once ends at the trace's end.
+        let mut l = q(&[1, 2, 3], QueueLimit::Infinite).once(true);
+        let (mut s, mut out) = (Rec::default(), VecDeque::new());
+        for i in 0..4 {
+            l.arrive(0, i, 1504, 0, &mut s, &mut out);
+        }
+        assert!(!l.finished());
+        l.rationalize(3, &mut s, &mut out);
+        assert!(
+            l.finished(),
+            "the last opportunity (3 ms) ends a trace played once"
+        );
+        assert_eq!(l.next_opportunity_ms(), None);
+        l.rationalize(1_000, &mut s, &mut out);
+        let times: Vec<_> = out.iter().map(|d| d.departure_ms).collect();
+        assert_eq!(
+            times,
+            [1, 2, 3],
+            "no delivery after the trace's end (looping would deliver at 4)"
+        );
+        let before = s.0.len();
+        assert!(!l.arrive(1_000, 9, 100, 0, &mut s, &mut out));
+        assert_eq!(s.0.len(), before, "nothing is logged after the trace's end");
+        assert!(s
+            .0
+            .iter()
+            .all(|e| e.split(' ').next().unwrap().parse::<u64>().unwrap() <= 3));
+        // The same trace looping keeps delivering.
+        let mut l = q(&[1, 2, 3], QueueLimit::Infinite);
+        let (mut s, mut out) = (Rec::default(), VecDeque::new());
+        for i in 0..4 {
+            l.arrive(0, i, 1504, 0, &mut s, &mut out);
+        }
+        l.rationalize(4, &mut s, &mut out);
+        assert_eq!(out.len(), 4);
     }
 
     #[test]

@@ -23,6 +23,8 @@ const DEADLINE_CHECK: Duration = Duration::from_millis(100);
 pub enum Stop {
     Signal(i32),
     Duration,
+    /// A trace played once (`--once`) has ended.
+    TraceEnd,
     WorkerPanicked,
 }
 

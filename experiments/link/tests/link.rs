@@ -494,6 +494,86 @@ fn zero_capacity_start_does_not_crash() {
 }
 
 #[test]
+fn once_delivers_nothing_after_the_trace_end_and_stops_there() {
+    let _serial = netlab();
+    let dir = tmpdir("once");
+    // 12 Mbit/s (one opportunity per ms) for 3 s, played once; the flow would last 10 s.
+    let trace: String = (1..=3000).map(|t| format!("{t}\n")).collect();
+    let trace = write_trace(&dir, "3s.trace", &trace);
+    let mut link = Link::start(&dir, &trace, &["--queue-packets", "1000", "--once"]);
+    let _srv = iperf_server(&link);
+    let started = Instant::now();
+    let mut client = link
+        .in_ns(
+            &link.ready.sender_netns,
+            40,
+            &[
+                "iperf3",
+                "-c",
+                &link.ready.receiver_ip,
+                "-t",
+                "10",
+                "-C",
+                "cubic",
+                "-J",
+            ],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut child = link.child.take().expect("running");
+    let status = wait_for_exit(&mut child, Duration::from_secs(20));
+    let elapsed = started.elapsed();
+    let Some(status) = status else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!(
+            "the link did not stop by itself at the end of a 3 s trace played once (20 s waited)"
+        );
+    };
+    assert!(
+        status.success(),
+        "the link's stop at the trace's end is a normal one: {status}"
+    );
+    assert!(
+        elapsed < Duration::from_secs(8),
+        "the link stopped {elapsed:?} after the flow started, not at the 3 s trace's end"
+    );
+    let client_status = wait_for_exit(&mut client, Duration::from_secs(10));
+    assert!(
+        client_status.is_some(),
+        "the flow inside the link's namespaces outlived it"
+    );
+    for ns in link.namespaces() {
+        assert!(!netns_list().contains(&ns), "namespace {ns} left behind");
+    }
+    let log = parse_log(&link.log);
+    let last_event = log
+        .arrivals
+        .iter()
+        .map(|a| a.0)
+        .chain(log.departures.iter().map(|d| d.0))
+        .chain(log.opportunities.iter().copied())
+        .max()
+        .expect("events");
+    assert!(
+        last_event <= 3000,
+        "an event at {last_event} ms, after the trace's end (3000 ms)"
+    );
+    assert_eq!(
+        log.opportunities.last(),
+        Some(&3000),
+        "the trace's last opportunity is used"
+    );
+    let last_departure = log.departures.last().expect("departures").0;
+    assert!(
+        last_departure >= 2900,
+        "the link delivered until the trace's end (last departure at {last_departure} ms)"
+    );
+}
+
+#[test]
 fn small_queue_overflow_logs_drops() {
     let _serial = netlab();
     let dir = tmpdir("drops");
