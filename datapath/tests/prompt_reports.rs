@@ -250,6 +250,8 @@ impl Drop for Portus {
 /// exit summary (`report->cwnd us: p50=A.B p99=C.D (n=N)`).
 fn report_to_cwnd(log: &str) -> (f64, f64, u64) {
     let line = log.lines().rev().find(|l| l.contains("report->cwnd us:")).unwrap_or_else(|| panic!("no summary:\n{log}"));
+    // the figures after the label (the line has other p50=/p99=/n= before it)
+    let line = &line[line.find("report->cwnd us:").expect("found above")..];
     let field = |key: &str| -> &str {
         let at = line.find(key).unwrap_or_else(|| panic!("{key} not in {line}")) + key.len();
         line[at..].split(|c: char| c == ' ' || c == ')').next().unwrap()
@@ -289,11 +291,17 @@ fn one_run(dir: &Path, link: &Link, portus: &Portus, tag: &str, extra: &[&str]) 
     assert_eq!(done, Some(true), "iperf3 client did not finish cleanly: {}", client.log_text());
     server.stop();
     dp.stop();
-    report_to_cwnd(&dp.log_text())
+    let log = dp.log_text();
+    let r = report_to_cwnd(&log);
+    if r.2 == 0 {
+        let tail: Vec<&str> = log.lines().rev().take(40).collect();
+        eprintln!("{tag}: no answered report; the datapath log's last lines:\n{}", tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
+    }
+    r
 }
 
 #[test]
-#[ignore = "unfinished: both runs show no answered report (report->cwnd n=0); run with --ignored while fixing it"]
+#[ignore = "target not met: p99 report->cwnd 19.5 ms with prompt reports (p50 0.2 ms, 1,468 answered), some reports still wait for the 20 ms report window; run with --ignored while fixing it"]
 fn per_ack_reports_are_answered_within_a_fraction_of_the_rtt() {
     require_root("loading the BPF struct_ops congestion control and creating network namespaces");
     require_tools(&["ip", "iperf3"], "the emulated link and the flow");
