@@ -472,6 +472,7 @@ static __always_inline void fold_send_report(struct fold_flow *ff, __u32 flow_id
 
 		if (rec) {
 			fold_fill_report(rec, flow_id, &ff->st, res, now, FOLD_SMALL_REPORT);
+			rec->prompt = prompt;
 			bpf_ringbuf_submit(rec, flags);
 			sent = 1;
 		}
@@ -480,6 +481,7 @@ static __always_inline void fold_send_report(struct fold_flow *ff, __u32 flow_id
 
 		if (rec) {
 			fold_fill_report(rec, flow_id, &ff->st, res, now, FOLD_MAX_REPORT);
+			rec->prompt = prompt;
 			bpf_ringbuf_submit(rec, flags);
 			sent = 1;
 		}

@@ -251,7 +251,7 @@ struct fold_report {
 	__u32 flow_id;		/* the Portus socket id */
 	__u32 uid;		/* program uid */
 	__u32 n_fields;		/* fields[0 .. n_fields) are sent */
-	__u32 _pad;
+	__u32 prompt;		/* 1: its flow reports several times per RTT (fold_report_prompt) */
 	__u64 ts_ns;
 	__u64 fields[FOLD_MAX_REPORT];
 };
@@ -266,7 +266,7 @@ struct fold_report_small {
 	__u32 flow_id;
 	__u32 uid;
 	__u32 n_fields;
-	__u32 _pad;
+	__u32 prompt;
 	__u64 ts_ns;
 	__u64 fields[FOLD_SMALL_REPORT];
 };
@@ -281,7 +281,7 @@ _Static_assert(sizeof(struct fold_report_small) == 24 + 8 * FOLD_SMALL_REPORT, "
 		(rec)->flow_id = (flow_id_);							\
 		(rec)->uid = (res)->report_uid;							\
 		(rec)->n_fields = (res)->n_fields < (cap) ? (res)->n_fields : (cap);		\
-		(rec)->_pad = 0;								\
+		(rec)->prompt = 0;								\
 		(rec)->ts_ns = (now_ns);							\
 		__builtin_memcpy((rec)->fields, &(st)->regs[FOLD_OFF_REPORT], sizeof((rec)->fields)); \
 	} while (0)

@@ -1573,8 +1573,16 @@ struct FoldReportHeader {
     flow_id: u32,
     uid: u32,
     n_fields: u32,
-    _pad: u32,
+    /// 1: the flow reports several times per RTT (fold_ccp.h `fold_report_prompt`).
+    prompt: u32,
     ts_ns: u64,
+}
+
+/// Whether a report record (`struct fold_report` or `fold_report_small`) comes from a flow that
+/// reports several times per RTT: the daemon then looks for its next reports within
+/// `--report-prompt-us` instead of the report window. False for a record too short to say.
+pub fn report_is_prompt(record: &[u8]) -> bool {
+    FoldReportHeader::read_from_prefix(record).is_ok_and(|(h, _)| h.prompt != 0)
 }
 
 /// Where [`KernelFold`] writes: the BPF side's program map and staging

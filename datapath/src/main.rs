@@ -221,8 +221,9 @@ impl KernelMode {
     }
 
     /// Queue the kernel's reports (collected by the report ring's
-    /// consumer) for Portus; returns how many.
-    fn forward_reports(&mut self) -> usize {
+    /// consumer) for Portus; returns how many, and how many of them came
+    /// from flows that report several times per RTT.
+    fn forward_reports(&mut self) -> (usize, usize) {
         let records = std::mem::take(&mut *self.reports.borrow_mut());
         for rec in &records {
             match self.kf.report_msg_for_portus(rec) {
@@ -230,7 +231,7 @@ impl KernelMode {
                 Err(e) => tracing::warn!(error = %e, "report record"),
             }
         }
-        records.len()
+        (records.len(), records.iter().filter(|r| fold_kernel::report_is_prompt(r)).count())
     }
 
     /// Re-announce flows whose create message Portus did not get.
@@ -721,7 +722,7 @@ fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
             reports,
             pending: vec![],
             send_failed: false,
-            looks: ReportLooks::new(Duration::from_millis(cli.report_wake_ms)),
+            looks: ReportLooks::new(Duration::from_millis(cli.report_wake_ms), Duration::from_micros(cli.report_prompt_us)),
         };
         (None, Some(k), Some(ring))
     } else {
@@ -851,15 +852,15 @@ fn look_for_reports(k: &mut KernelMode, ring: &libbpf_rs::RingBuffer<'_>, bpf: &
     };
     consume();
     let now = monotonic_ns();
-    let found = k.forward_reports();
-    match k.looks.looked(found, now) {
+    let (found, prompt) = k.forward_reports();
+    match k.looks.looked(found, prompt, now) {
         Promise::Renew => bpf.promise_report_look(now),
         Promise::Keep => {}
         Promise::Withdraw => {
             bpf.promise_report_look(0);
             consume();
-            let found = k.forward_reports();
-            if k.looks.looked(found, now) == Promise::Renew {
+            let (found, prompt) = k.forward_reports();
+            if k.looks.looked(found, prompt, now) == Promise::Renew {
                 bpf.promise_report_look(now);
             }
         }
