@@ -301,7 +301,6 @@ fn one_run(dir: &Path, link: &Link, portus: &Portus, tag: &str, extra: &[&str]) 
 }
 
 #[test]
-#[ignore = "target not met: p99 report->cwnd 19.5 ms with prompt reports (p50 0.2 ms, 1,468 answered), some reports still wait for the 20 ms report window; run with --ignored while fixing it"]
 fn per_ack_reports_are_answered_within_a_fraction_of_the_rtt() {
     require_root("loading the BPF struct_ops congestion control and creating network namespaces");
     require_tools(&["ip", "iperf3"], "the emulated link and the flow");
