@@ -806,7 +806,13 @@ _Static_assert(FOLD_MAX_SLOTS == 16, "fold_enter_compiled has a case for every p
  * repeated answers in a row (algorithms/src/repeats.rs): 8 reports, up to 16
  * RTTs. The floor covers an algorithm's own latency on short paths.
  * App-limited ACKs restart the clock: a flow that does not fill its cwnd is
- * not held by it, and its programs may report only once a second. */
+ * not held by it, and its programs may report only once a second; unless a
+ * pacing rate is commanded, which can hold a flow the kernel calls
+ * app-limited (its whole send buffer sent, the retransmissions it waits on
+ * paced at a fuzzed rate of 8 packets a second: held in Recovery at cwnd 25
+ * for 3 s, the guard restarting at every ACK). So does the first ACK after
+ * a silence longer than twice the floor (fold_ack_begin): without ACKs
+ * there is no report to answer. */
 #define CTL_GUARD_RTTS 16
 static __always_inline void guard_event(struct tcp_sock *tp, __u32 flow_id, __u32 cause, __u64 bound_ns,
 					__u64 now)
@@ -845,7 +851,7 @@ static __always_inline int control_guard(struct tcp_sock *tp, struct ccp_priv *c
 		guard_event(tp, ca->flow_id, GUARD_RESUMED, bound, now);
 		return 1;
 	}
-	if (rs->is_app_limited) {
+	if (rs->is_app_limited && !ff->req_rate) {
 		ff->ctl_seen = clock | (seen & FOLD_CTL_ALG_SPOKE);
 		return 1;
 	}
@@ -881,8 +887,8 @@ static __always_inline void fold_cong_control_end(struct sock *sk, struct tcp_so
 	struct ccp_cmd cmd = {};
 	__u64 now, hb;
 
-	if (ff && fold_ack_end(ff, ca->flow_id, err, compiled, tp->mss_cache, &cmd.cwnd_bytes,
-				 &cmd.rate_bytes_per_sec)) {
+	if (ff && fold_ack_end(ff, ca->flow_id, err, compiled, tp->mss_cache, pacing_floor(tp->mss_cache),
+				 &cmd.cwnd_bytes, &cmd.rate_bytes_per_sec)) {
 		now = fold_ack_now(ff);
 		hb = heartbeat_ns;
 		if (hb && (hb > now || now - hb < stale_after_ns) && control_guard(tp, ca, ff, rs, now)) {
@@ -928,7 +934,11 @@ void BPF_PROG(ccp_cong_control, struct sock *sk, __u32 ack, int flag, const stru
 		return;
 	}
 	if (fold_in_kernel) {
-		struct fold_flow *ff = fold_ack_begin(sk, rs, id, ca->ecn_bytes, ca->timeouts, now);
+		/* a silence is twice the guard's floor: a flow paced at the floor
+		 * (pacing_floor) whose receiver delays its ACKs gets one a floor
+		 * apart, and must not restart the clock with each */
+		struct fold_flow *ff = fold_ack_begin(sk, rs, id, ca->ecn_bytes, ca->timeouts, now,
+							  2 * ctl_guard_floor_ns);
 		int err = 0;
 
 		if (ff && fold_flow_runs_program(ff)) {

@@ -18,7 +18,7 @@
  *                                                 main section (a tail call into
  *                                                 its compiled form, or
  *                                                 fold_interpret_main), then
- *   fold_ack_end(ff, flow_id, err, compiled, mss, &cwnd, &rate)
+ *   fold_ack_end(ff, flow_id, err, compiled, mss, rate_floor, &cwnd, &rate)
  *                                                 1 = the algorithm's cwnd
  *                                                 (bytes) / rate (bytes/s) to
  *                                                 apply, 0 = no algorithm yet:
@@ -510,7 +510,7 @@ static __always_inline void fold_send_report(struct fold_flow *ff, __u32 flow_id
  * section is due (fold_ack_end runs either way). */
 static __always_inline struct fold_flow *fold_ack_begin(struct sock *sk, const struct rate_sample *rs,
 							__u32 flow_id, __u32 ecn_bytes, __u32 timeouts,
-							__u64 now)
+							__u64 now, __u64 ctl_silence_ns)
 {
 	const struct tcp_sock *tp = (const struct tcp_sock *)sk;
 	__u32 slot = *fold_slot_of(sk);
@@ -524,6 +524,16 @@ static __always_inline struct fold_flow *fold_ack_begin(struct sock *sk, const s
 
 	if (!ff)
 		return NULL;
+	/* No ACK for longer than ctl_silence_ns (an outage, an idle flow): no
+	 * report asked the algorithm anything meanwhile, so the control guard's
+	 * clock starts again here instead of charging the silence to it (an
+	 * algorithm that skips repeated answers was taken right after an
+	 * outage). Not under a commanded rate: the silence may be the rate's
+	 * own doing (a fuzzed rate below the floor sent 12-packet bursts 1.5 s
+	 * apart, and restarting at each held the flow for good). The register
+	 * still holds the previous ACK's time. */
+	if (!ff->req_rate && now - ff->st.regs[FOLD_OFF_JIT_NOW] > ctl_silence_ns)
+		fold_ctl_commanded(ff, now, 0);
 	fold_fill_ack(&a, tp, rs, ecn_bytes, timeouts);
 	fold_prims(&a, &ff->base, prims);
 	fold_hold_rtt(prims, &ff->rtt_held_us, tp->srtt_us >> 3);
@@ -597,9 +607,17 @@ static __always_inline int fold_interpret_main(struct fold_flow *ff)
  * program sets commands the flow only if it is another window in packets
  * than the one it was seeded with: the kernel applies whole packets, so a
  * program moving its Cwnd by bytes within one packet holds the flow where
- * it is (a fuzzed program held one at 1 packet for 0.9 s that way). */
+ * it is (a fuzzed program held one at 1 packet for 0.9 s that way). Likewise
+ * a Rate commands only if it is another rate once raised to `rate_floor`
+ * (bytes/s, the lowest the caller applies; 0: none): a program moving its
+ * Rate below the floor holds the flow at the floor. */
+static __always_inline __u64 fold_rate_at_least(__u64 rate, __u64 floor)
+{
+	return rate > floor ? rate : floor;
+}
+
 static __always_inline int fold_ack_end(struct fold_flow *ff, __u32 flow_id, int err, int compiled,
-					__u32 mss, __u32 *cwnd_bytes, __u64 *rate)
+					__u32 mss, __u64 rate_floor, __u32 *cwnd_bytes, __u64 *rate)
 {
 	struct fold_result *res = &ff->pend.res;
 	__u32 seed_pkts, last_pkts;
@@ -638,7 +656,7 @@ static __always_inline int fold_ack_end(struct fold_flow *ff, __u32 flow_id, int
 	}
 	if (res->n_rate) {
 		last = res->n_rate > 1 ? res->rate[1] : res->rate[0];
-		if (!aborted && last != ff->req_rate)
+		if (!aborted && fold_rate_at_least(last, rate_floor) != fold_rate_at_least(ff->req_rate, rate_floor))
 			fold_ctl_commanded(ff, fold_ack_now(ff), 0);
 		ff->req_rate = last;
 	}
@@ -659,19 +677,21 @@ static __always_inline int fold_ack_end(struct fold_flow *ff, __u32 flow_id, int
 	return 1;
 }
 
-/* One ACK with the main section interpreted: both halves in one call. */
+/* One ACK with the main section interpreted: both halves in one call
+ * (the test harness's; it runs no control guard, so no silence restarts
+ * the guard's clock). */
 static __always_inline int fold_on_ack(struct sock *sk, const struct rate_sample *rs, __u32 flow_id,
 				       __u32 ecn_bytes, __u32 timeouts, __u64 now,
 				       __u32 *cwnd_bytes, __u64 *rate)
 {
-	struct fold_flow *ff = fold_ack_begin(sk, rs, flow_id, ecn_bytes, timeouts, now);
+	struct fold_flow *ff = fold_ack_begin(sk, rs, flow_id, ecn_bytes, timeouts, now, ~0ULL);
 	int err = 0;
 
 	if (!ff)
 		return 0;
 	if (fold_flow_runs_program(ff))
 		err = fold_interpret_main(ff);
-	return fold_ack_end(ff, flow_id, err, 0, ((const struct tcp_sock *)sk)->mss_cache, cwnd_bytes, rate);
+	return fold_ack_end(ff, flow_id, err, 0, ((const struct tcp_sock *)sk)->mss_cache, 0, cwnd_bytes, rate);
 }
 
 /* Staging from user space: one Portus message's updates for one flow

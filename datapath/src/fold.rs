@@ -132,6 +132,9 @@ struct Flow {
     commanded_ns: u64,
     /// Taken by the control guard at this time (ns).
     guarded_at: Option<u64>,
+    /// Monotonic ns of the flow's last ACK (0: none yet). An ACK after a
+    /// silence longer than twice the guard's floor restarts the guard's clock.
+    last_ack_ns: u64,
     /// The last invocation failed (the program aborted, or there is none).
     invoke_failed: bool,
 }
@@ -246,6 +249,7 @@ impl FoldEngine {
                 sid: self.created_sid.take(),
                 commanded_ns: now_ns,
                 guarded_at: None,
+                last_ack_ns: 0,
                 invoke_failed: false,
             },
         );
@@ -293,6 +297,17 @@ impl FoldEngine {
             self.stats.unknown_flow_acks += 1;
             return None;
         };
+        // No ACK for longer than twice the guard's floor (an outage, an idle
+        // flow; a flow paced at the floor with delayed ACKs gets one a floor
+        // apart): no report asked the algorithm anything meanwhile, so the
+        // control guard's clock starts again (as ccp.bpf.c's fold_ack_begin).
+        // A flow the guard holds stays held: only the algorithm hands it back.
+        // Not under a commanded rate: the silence may be the rate's own doing.
+        let paced = flow.last_cmd.is_some_and(|c| c.rate_bytes_per_sec != 0);
+        if flow.guarded_at.is_none() && !paced && now_ns.saturating_sub(flow.last_ack_ns) > 2 * self.guard_floor_ns {
+            flow.commanded_ns = flow.commanded_ns.max(now_ns);
+        }
+        flow.last_ack_ns = now_ns;
         // Re-announce a flow whose create message was lost.
         if let Some(t) = flow.create_failed_at {
             if now_ns.saturating_sub(t) < CREATE_RETRY_NS {
@@ -656,5 +671,41 @@ mod tests {
             eng.on_ack(&ack_at(30), (t + 10) * MS);
         }
         assert!(eng.take_guard_events().is_empty(), "an algorithm answering every 200 ms was taken");
+    }
+
+    #[test]
+    fn a_silence_without_acks_is_not_charged_to_the_algorithm() {
+        const MS: u64 = 1_000_000;
+        let (mut eng, _out, sc, sid) = flow_running_program(250);
+        let cwnd_reg = sc.get("Cwnd").unwrap().clone();
+        let m = serialize::update_field::Msg { sid, num_fields: 1, fields: vec![(cwnd_reg, 40 * u64::from(MSS))] };
+        eng.recv_msg(&mut serialize::serialize(&m).unwrap(), 0).unwrap();
+        let ack_at = |cwnd_pkts: u32| AckSample { srtt_us: 10_000, snd_cwnd: cwnd_pkts, ..ack(0, 0, true) };
+        assert_eq!(eng.on_ack(&ack_at(10), MS).map(|c| c.cwnd_bytes), Some(40 * MSS));
+        // an outage: no ACK for 1 s; the ACKs after it come within the bound of its end
+        for t in [1001, 1100, 1200, 1250] {
+            eng.on_ack(&ack_at(40), t * MS);
+        }
+        assert!(eng.take_guard_events().is_empty(), "the outage was charged to the algorithm");
+        // but the clock runs while ACKs come: 250 ms of them after the outage and the flow is taken
+        eng.on_ack(&ack_at(40), 1252 * MS);
+        assert_eq!(eng.take_guard_events(), vec![GuardEvent::Took { flow_id: 1, bound_ns: 250 * MS, program_failing: false }]);
+        // a later silence does not hand the taken flow back: only the algorithm does
+        assert_eq!(eng.on_ack(&ack_at(41), 2000 * MS), None);
+        assert!(eng.take_guard_events().is_empty());
+    }
+
+    #[test]
+    fn a_silence_under_a_commanded_rate_is_charged_to_the_algorithm() {
+        const MS: u64 = 1_000_000;
+        let (mut eng, _out, sc, sid) = flow_running_program(250);
+        let fields = vec![(sc.get("Cwnd").unwrap().clone(), 40 * u64::from(MSS)), (sc.get("Rate").unwrap().clone(), 1000)];
+        let m = serialize::update_field::Msg { sid, num_fields: 2, fields };
+        eng.recv_msg(&mut serialize::serialize(&m).unwrap(), 0).unwrap();
+        let ack_at = |cwnd_pkts: u32| AckSample { srtt_us: 10_000, snd_cwnd: cwnd_pkts, ..ack(0, 0, true) };
+        assert!(eng.on_ack(&ack_at(10), MS).is_some_and(|c| c.rate_bytes_per_sec == 1000));
+        // 1,000 B/s: the rate itself spaces the ACKs a second apart; the guard takes the flow
+        eng.on_ack(&ack_at(40), 1001 * MS);
+        assert_eq!(eng.take_guard_events(), vec![GuardEvent::Took { flow_id: 1, bound_ns: 250 * MS, program_failing: false }]);
     }
 }

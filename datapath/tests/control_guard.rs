@@ -546,6 +546,16 @@ fn longest_quiet(from: SystemTime, to: SystemTime, bursts: &[(SystemTime, System
 }
 
 /// When the datapath logged each control-guard takeover (its log lines' RFC 3339 timestamps).
+/// When the algorithm answered a report of flow `sid` with a cwnd (its log's
+/// `report sid=<sid> ... -> cwnd=<bytes>` lines): a command, as the fuzzer's.
+fn algorithm_answers(log: &str, sid: u32) -> Vec<SystemTime> {
+    let this_flow = format!(" report sid={sid} ");
+    log.lines()
+        .filter(|l| l.contains(&this_flow) && l.contains("-> cwnd=") && !l.contains("-> cwnd=-"))
+        .filter_map(|l| humantime::parse_rfc3339(l.split_whitespace().next()?).ok())
+        .collect()
+}
+
 fn guard_takeovers(log: &str) -> Vec<SystemTime> {
     log.lines()
         .filter(|l| l.contains("control guard: flow not commanded"))
@@ -623,6 +633,24 @@ fn structurally_valid_fuzz_never_freezes_a_flow() {
     // a program that aborts on every invocation, and silence: the guard takes the flow
     let count = |what: &str| dp.log_text().lines().filter(|l| l.contains(what)).count();
     let (aborting_before, back_before) = (count("aborts on every invocation"), count("handed back"));
+    // The poison acts on ACKs: first let the flow out of whatever the fuzz left it in (a loss
+    // recovery paced at the rate floor, an RTO backed off for seconds) until ACKs come again.
+    const TCP_CA_OPEN: u8 = 0;
+    let acking = try_wait_until(Duration::from_secs(20), || {
+        let ti = flow.info();
+        (ti.tcpi_ca_state == TCP_CA_OPEN && ti.tcpi_last_ack_recv < 50).then_some(())
+    });
+    let ti = flow.info();
+    assert!(
+        acking.is_some(),
+        "the flow got no ACKs in the open state for 20 s after the fuzz (cwnd {}, ca_state {}, unacked {}, {} ms since \
+         the last ACK): {}",
+        ti.tcpi_snd_cwnd,
+        ti.tcpi_ca_state,
+        ti.tcpi_unacked,
+        ti.tcpi_last_ack_recv,
+        dp.log_text()
+    );
     let poison = compile(POISON);
     let mss = flow.info().tcpi_snd_mss;
     tx.send(&install_msg(&poison, POISON_UID)).unwrap();
@@ -645,10 +673,31 @@ fn structurally_valid_fuzz_never_freezes_a_flow() {
          pacing B/s) seen: {seen:?}): {}",
         dp.log_text()
     );
-    // the flow leaves 25: the guard takes it (or the kernel's loss recovery
-    // does, which also forgets the algorithm's cwnd until it answers)
-    let left = try_wait_until(Duration::from_secs(3), || (flow.info().tcpi_snd_cwnd != 25).then_some(()));
-    assert!(left.is_some(), "the flow stayed at the aborting program's last cwnd of 25: {}", dp.log_text());
+    // the flow leaves 25 within the guard's bound: the guard takes it (or the
+    // kernel's loss recovery does, which also forgets the algorithm's cwnd
+    // until it answers). The bound is 16 SRTTs: a flow the fuzz left paced at
+    // the rate floor sends one packet at a time, each ACK comes after the
+    // receiver's delayed-ACK timer, and its SRTT grows to 100-200 ms.
+    seen.clear();
+    let (since, mut srtt_max_us) = (Instant::now(), 0u32);
+    let left = try_wait_until(Duration::from_secs(15), || {
+        let ti = flow.info();
+        srtt_max_us = srtt_max_us.max(ti.tcpi_rtt);
+        let now = (ti.tcpi_snd_cwnd, ti.tcpi_ca_state, ti.tcpi_unacked, ti.tcpi_last_ack_recv, ti.tcpi_pacing_rate);
+        if seen.last().is_none_or(|l| (l.0, l.1, l.2, l.4) != (now.0, now.1, now.2, now.4)) {
+            seen.push(now);
+        }
+        (ti.tcpi_snd_cwnd != 25).then_some(since.elapsed())
+    });
+    let allowed = (Duration::from_micros(u64::from(srtt_max_us)) * GUARD_RTTS).max(GUARD_FLOOR)
+        + TAKEOVER_SLACK
+        + Duration::from_secs(1);
+    assert!(
+        left.is_some_and(|after| after <= allowed),
+        "the flow stayed at the aborting program's last cwnd of 25 for {left:?} (allowed {allowed:?}: SRTT up to {srtt_max_us} \
+         us; (cwnd, ca_state, unacked, ms since the last ACK, pacing B/s) seen: {seen:?}): {}",
+        dp.log_text()
+    );
     let took = try_wait_until(Duration::from_secs(1), || (count("aborts on every invocation") > aborting_before).then_some(()));
     eprintln!("aborting program: the flow left cwnd 25 ({})", if took.is_some() { "the guard took it" } else { "the kernel's loss recovery took it" });
     // a command gets it back: cwnd 30 packets
@@ -696,17 +745,21 @@ fn structurally_valid_fuzz_never_freezes_a_flow() {
     // A stretch past its bound is the datapath's fault unless the guard gave the flow to the
     // fallback within it: from then on the kernel's cubic (and its loss recovery, which holds cwnd
     // at ssthresh until the lost packets are repaired) decides, as for any kernel flow.
-    // A stretch during which the fuzzer kept sending the flow updates was commanded all along (a
-    // message for the flow is a command, as from its algorithm); one with a quiet part longer than
-    // the bound must have been taken by the guard within its bound.
+    // A stretch during which the fuzzer or the algorithm kept sending the flow updates was
+    // commanded all along (a message for the flow is a command); one with a quiet part longer
+    // than the bound must have been taken by the guard within its bound.
     let takeovers = guard_takeovers(&log);
+    // the algorithm's answers command the flow too (a constant cwnd it keeps answering is its own)
+    let mut commands = bursts.clone();
+    commands.extend(algorithm_answers(&alg.log_text(), sid).into_iter().map(|t| (t, t)));
+    commands.sort();
     let taken = |began: SystemTime, allowed: Duration| takeovers.iter().any(|t| *t >= began && *t <= began + allowed);
     let (mut by_guard, mut commanded) = (0, 0);
     let mut frozen = vec![];
     for o @ &(_, len, allowed, began) in &stretches.over {
         if taken(began, allowed) {
             by_guard += 1;
-        } else if longest_quiet(began, began + len, &bursts) <= allowed {
+        } else if longest_quiet(began, began + len, &commands) <= allowed {
             commanded += 1;
         } else {
             frozen.push(o);
@@ -714,7 +767,7 @@ fn structurally_valid_fuzz_never_freezes_a_flow() {
     }
     println!(
         "guard fuzz: {} constant-cwnd stretches past their bound of {} samples: {by_guard} handed to the kernel's cubic by \
-         the guard within it, {commanded} commanded by the fuzzer's own messages throughout, {} frozen",
+         the guard within it, {commanded} commanded by the fuzzer's or the algorithm's messages throughout, {} frozen",
         stretches.over.len(),
         stretches.samples,
         frozen.len()
