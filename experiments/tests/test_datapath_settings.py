@@ -338,3 +338,13 @@ def test_a_real_sweep_flow_runs_under_the_payloads_policy(monkeypatch, tmp_path)
     sweep.real_flow(p, _scenario(report_prompt_us=50), tmp_path / "run")
     assert got["policy"] == ValidityPolicy(0.4, True) and got["run_index"] == 3
     assert got["scenario"].report_prompt_us == 50 and [str(f.cca) for f in got["flows"]] == ["ccp:reno"]
+
+
+def test_contest_doc_reproduces_the_datapath_settings():
+    from ccplab.contest_doc import ContestResult
+
+    setup = {"trace": "t", "duration_s": 3, "quickack": True, "ccas": ["ccp:reno"], "report_wake_ms": 5}
+    res = ContestResult(Path("c"), setup, [])
+    assert "--report-wake-ms 5" in res.command() and "--report-prompt-us" not in res.command()
+    assert res.key != ContestResult(Path("d"), {**setup, "report_wake_ms": None}, []).key, \
+        "boards under another report window are not the same board"
