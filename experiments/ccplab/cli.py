@@ -57,6 +57,20 @@ def _link_args(p: argparse.ArgumentParser, defaults: bool) -> None:
                         "segments); recorded in metadata.json")
 
 
+def _datapath_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
+    """The datapath settings of `scenario.DATAPATH_SETTINGS`, each ``--FLAG N`` (default None: the
+    datapath's own); in a sweep, the value of every scenario whose table does not give the key."""
+    for s in sc.DATAPATH_SETTINGS:
+        where = (f"; the value of every scenario that does not give {s.field}" if sweep else "")
+        p.add_argument(s.flag, dest=s.field, type=whole(s.lo, s.hi), default=None, metavar="N",
+                       help=s.help + where)
+
+
+def _datapath(args) -> dict[str, int]:
+    """The datapath settings given on the command line, by `Scenario` field (the ones not given: none)."""
+    return {s.field: getattr(args, s.field) for s in sc.DATAPATH_SETTINGS if getattr(args, s.field) is not None}
+
+
 def _validity_args(p: argparse.ArgumentParser) -> None:
     from .control import DEFAULT_MAX_FALLBACK_SHARE
 
@@ -93,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--step", action="append", default=[], metavar="AT_S:FROM_MBPS:TO_MBPS",
                      help="a capacity step in the trace, for the analysis (default: the trace's sidecar)")
     _link_args(run, defaults=False)
+    _datapath_args(run)
     _validity_args(run)
     run.add_argument("--out", required=True, type=Path, help="run directory to create (must not exist)")
 
@@ -113,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="per-ms capacity noise of a generated trace, Mbit/s (default %(default)s)")
     cmp_.add_argument("--seed", type=SEED, default=sc.DEMO_SEED, help="seed of a generated trace")
     _link_args(cmp_, defaults=True)
+    _datapath_args(cmp_)
     _validity_args(cmp_)
     cmp_.add_argument("--out", type=Path, required=True, help="comparison directory (new or empty)")
     cmp_.add_argument("--no-analysis", action="store_true", help="only run; analyse later with ccplab analyze")
@@ -139,6 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
     swp.add_argument("--retry-failed", action="store_true", help="run again the runs recorded as failed")
     swp.add_argument("--dest", metavar="URL", help="where raw run directories go (a path or an fsspec URL; "
                      "default OUT/runs)")
+    _datapath_args(swp, sweep=True)
+    _validity_args(swp)
 
     clean = sub.add_parser("clean", help="remove what killed runs left: their processes, the link's network "
                            "namespaces, a registered 'ccp' with no datapath, the Portus socket, partial run dirs")
@@ -222,7 +240,8 @@ def cmd_run(args) -> int:
     flows = _flows_of(args)
     steps = sc.parse_step_args(args.step)
     scenario = sc.scenario_for_trace(args.trace.stem, args.trace, args.one_way_delay_ms,
-                                     args.queue_packets, args.duration_s, steps, quickack=args.quickack)
+                                     args.queue_packets, args.duration_s, steps, quickack=args.quickack,
+                                     **_datapath(args))
     scenario.validate()
     check_flows(flows, scenario.duration_s)
     print(f"running {flows_label(flows)} for {scenario.duration_s} s through {scenario.trace.name} ...",
@@ -233,11 +252,11 @@ def cmd_run(args) -> int:
 
 
 def _comparison(ccas, trace, steps, sigma, seed, owd, queue, duration, runs, out, analyze=True,
-                policy=None, quickack=False) -> int:
+                policy=None, quickack=False, datapath=None) -> int:
     from .compare import compare, setup_comparison
 
     out, scenario = setup_comparison(ccas, runs, out, owd, queue, duration, trace=trace, steps=steps,
-                                     sigma_mbps=sigma, seed=seed, quickack=quickack)
+                                     sigma_mbps=sigma, seed=seed, quickack=quickack, **(datapath or {}))
     report = compare(ccas, scenario, runs, out, analyze=analyze, **({"policy": policy} if policy else {}))
     print(f"results in {out}" + (f"; report: {report}" if report != out else ""))
     return 0
@@ -251,7 +270,7 @@ def cmd_compare(args) -> int:
     steps = () if args.trace else sc.parse_step_args(args.step or ["0:0:12"])
     return _comparison(ccas, args.trace, steps, args.sigma_mbps, args.seed, args.one_way_delay_ms,
                        args.queue_packets, args.duration_s, args.runs, args.out, not args.no_analysis,
-                       policy=_policy(args), quickack=args.quickack)
+                       policy=_policy(args), quickack=args.quickack, datapath=_datapath(args))
 
 
 def cmd_demo(args) -> int:
@@ -270,7 +289,7 @@ def cmd_sweep(args) -> int:
     """``ccplab sweep``: plan (--dry-run) or run an experiment file; prints a summary line."""
     from .sweepfile import format_plan, load_sweep
 
-    sweep = load_sweep(args.file)
+    sweep = load_sweep(args.file, defaults=_datapath(args))
     if args.dry_run:
         print(format_plan(sweep))
         return 0
@@ -282,7 +301,7 @@ def cmd_sweep(args) -> int:
 
     out = args.out or REPO_ROOT / "results" / f"sweep-{sweep.name}"
     s = execute(sweep, out, scheduler=args.scheduler, workers=args.workers, retry_failed=args.retry_failed,
-                dest=args.dest, use_dask=not args.no_dask)
+                dest=args.dest, use_dask=not args.no_dask, policy=_policy(args))
     # (wall - time inside the runs) / runs is the scheduling overhead only when runs do not overlap
     timing = (f"scheduling overhead {s.overhead_per_run_s:.2f} s/run" if args.workers == 1 and not args.scheduler
               else f"{s.run_s / s.wall_s if s.wall_s else 0:.2f} runs in parallel on average")
@@ -407,6 +426,8 @@ def _add_contest_parser(sub) -> None:
     con.add_argument("--delayed-acks", action="store_true",
                      help="the receiver keeps Linux's delayed ACKs (about one ACK per two segments) instead of "
                           "acknowledging every segment at once as the contest's receiver did")
+    _datapath_args(con)
+    _validity_args(con)
     con.add_argument("--max-new-runs", type=RUNS, default=None, metavar="N",
                      help="stop after N new runs; run the same command again to go on (a long leaderboard in "
                           "pieces)")
@@ -422,11 +443,11 @@ def cmd_contest(args) -> int:
         raise CcplabError("give either --best or --sweep, not both")
     sweep = ct.best_sweep(args.best) if args.best else args.sweep
     setup = ct.make_setup(args.trace, args.cca, args.runs, args.duration_s, sweep, args.one_way_delay_ms,
-                          quickack=not args.delayed_acks)
+                          quickack=not args.delayed_acks, **_datapath(args))
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     out = args.out or REPO_ROOT / "results" / f"contest-{setup.trace_name}-{stamp}"
     setup = ct.resume_setup(setup, out, ccas_given=bool(args.cca))
-    rows = ct.run_contest(setup, out, max_new_runs=args.max_new_runs)
+    rows = ct.run_contest(setup, out, max_new_runs=args.max_new_runs, policy=_policy(args))
     print(ct.format_leaderboard(ct.leaderboard(rows), setup))
     left = len(ct.pending_runs(setup, out.resolve()))
     if left:
@@ -480,6 +501,8 @@ def _add_coexist_parser(sub) -> None:
     queue.add_argument("--queue-packets", type=QUEUE_PACKETS, default=None, help="droptail queue, packets")
     co.add_argument("--duration-s", type=DURATION_S, default=cx.DEFAULT_DURATION_S, help="run length, s (default "
                     "%(default)s)")
+    _datapath_args(co)
+    _validity_args(co)
     co.add_argument("--out", type=Path, required=True, help="results directory (new or empty)")
 
 
@@ -491,7 +514,7 @@ def cmd_coexist(args) -> int:
     queue = args.queue_packets if args.queue_packets is not None else cx.queue_packets_for(
         1.0 if args.queue_bdp is None else args.queue_bdp, args.capacity_mbps, args.one_way_delay_ms)
     report = cx.run_coexist(plan, args.runs, args.out, args.capacity_mbps, args.one_way_delay_ms, queue,
-                            args.duration_s)
+                            args.duration_s, policy=_policy(args), **_datapath(args))
     print(f"coexistence matrix: {args.out / 'coexist.csv'}; report: {report}")
     return 0
 

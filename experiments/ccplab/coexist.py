@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .cca import Cca
+from .control import ValidityPolicy
 from .errors import CcplabError
 from .flows import FlowSpec, check_flows
 
@@ -86,9 +87,13 @@ def queue_packets_for(queue_bdp: float, capacity_mbps: float, one_way_delay_ms: 
 
 
 def run_coexist(plan: CoexistPlan, runs: int, out: Path, capacity_mbps: float, one_way_delay_ms: int,
-                queue_packets: int, duration_s: int) -> Path:
+                queue_packets: int, duration_s: int, policy: ValidityPolicy = ValidityPolicy(),
+                report_wake_ms: int | None = None, report_prompt_us: int | None = None) -> Path:
     """Run the plan (``runs`` times each entry) on a constant ``capacity_mbps`` link into ``out`` (new or
     empty), then analyse it and write the matrix and the report; returns the report's path.
+
+    ``policy``: what makes a ccp run valid (``ccplab.control``); ``report_wake_ms``,
+    ``report_prompt_us``: the datapath's settings, None for its defaults (``ccplab.scenario.Scenario``).
 
     Everything is checked before ``out`` is created (CcplabError names the input); progress goes to
     stderr one line a run.
@@ -97,8 +102,9 @@ def run_coexist(plan: CoexistPlan, runs: int, out: Path, capacity_mbps: float, o
     from .scenario import Step
 
     out, scenario = setup_comparison(plan.entries(), runs, out, one_way_delay_ms, queue_packets, duration_s,
-                                     steps=(Step(0.0, 0.0, capacity_mbps),), sigma_mbps=0.0, seed=0)
-    compare(plan.entries(), scenario, runs, out, analyze=False)
+                                     steps=(Step(0.0, 0.0, capacity_mbps),), sigma_mbps=0.0, seed=0,
+                                     report_wake_ms=report_wake_ms, report_prompt_us=report_prompt_us)
+    compare(plan.entries(), scenario, runs, out, analyze=False, policy=policy)
     return analyze_coexist(out)
 
 

@@ -62,7 +62,8 @@ def check_runs(runs: int) -> None:
 
 def setup_comparison(ccas: Sequence[Entry], runs: int, out: Path, one_way_delay_ms: int, queue_packets: int,
                      duration_s: int, trace: Path | None = None, steps: Sequence[Step] = (),
-                     sigma_mbps: float = 0.0, seed: int = 0, quickack: bool = False) -> tuple[Path, Scenario]:
+                     sigma_mbps: float = 0.0, seed: int = 0, quickack: bool = False,
+                     report_wake_ms: int | None = None, report_prompt_us: int | None = None) -> tuple[Path, Scenario]:
     """Check every input, then create ``out`` with its scenario; returns (out, scenario).
 
     The scenario runs on ``trace`` (a user's file) or, without one, on a trace
@@ -70,12 +71,14 @@ def setup_comparison(ccas: Sequence[Entry], runs: int, out: Path, one_way_delay_
     ``seed``, saved under ``out/trace/``. All input is checked (runs, link
     setup, steps, CCAs and the machine, the trace) BEFORE ``out`` is created,
     so refused input leaves nothing behind. ``quickack``: the receiver ACKs every
-    segment (`Scenario`). Raises CcplabError.
+    segment; ``report_wake_ms``, ``report_prompt_us``: the datapath's report window
+    and prompt interval, None for its defaults (`Scenario`). Raises CcplabError.
     """
     check_runs(runs)
     if not ccas:
         raise CcplabError("no CCA given: use --cca kernel:NAME or --cca ccp:NAME")
-    Scenario("check", Path("."), one_way_delay_ms, queue_packets, duration_s, tuple(steps)).validate()
+    datapath = {"report_wake_ms": report_wake_ms, "report_prompt_us": report_prompt_us}
+    Scenario("check", Path("."), one_way_delay_ms, queue_packets, duration_s, tuple(steps), **datapath).validate()
     labels = [flows_label(entry_flows(e)) for e in ccas]
     dup = sorted({label for label in labels if labels.count(label) > 1})
     if dup:
@@ -89,7 +92,7 @@ def setup_comparison(ccas: Sequence[Entry], runs: int, out: Path, one_way_delay_
         sc.check_trace(trace)
         out = prepare_out_dir(out)
         return out, sc.scenario_for_trace(trace.stem, trace, one_way_delay_ms, queue_packets, duration_s,
-                                          quickack=quickack)
+                                          quickack=quickack, **datapath)
     name = sc.step_trace_name(steps)
     with tempfile.TemporaryDirectory(prefix="ccplab-trace-") as tmp:
         made = sc.generate_step_trace(Path(tmp) / f"{name}.trace", steps, duration_s, sigma_mbps, seed)
@@ -98,7 +101,8 @@ def setup_comparison(ccas: Sequence[Entry], runs: int, out: Path, one_way_delay_
         for part in (made, sc.sidecar_path(made)):
             shutil.move(part, out / "trace" / part.name)
     path = out / "trace" / made.name
-    return out, sc.scenario_for_trace(name, path, one_way_delay_ms, queue_packets, duration_s, quickack=quickack)
+    return out, sc.scenario_for_trace(name, path, one_way_delay_ms, queue_packets, duration_s, quickack=quickack,
+                                      **datapath)
 
 
 def compare(ccas: Sequence[Entry], scenario: Scenario, runs: int, out: Path, analyze: bool = True,

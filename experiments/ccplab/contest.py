@@ -68,8 +68,10 @@ from .binaries import REPO_ROOT
 from .cca import Cca, parse_cca
 from .compare import check_out_dir
 from .errors import CcplabError
-from .scenario import Scenario, check_trace
+from .control import ValidityPolicy
+from .scenario import DATAPATH_SETTINGS, Scenario, check_trace
 
+DATAPATH = {s.field: s for s in DATAPATH_SETTINGS}
 CELLULAR_DIR = REPO_ROOT / "traces" / "cellular"
 DEFAULT_TRACE = "Verizon-LTE-short"
 CONTEST_ONE_WAY_DELAY_MS = 20
@@ -93,9 +95,10 @@ BEST_SETTING_SWEEPS = {
 }
 """``--best NAME``: the one parameter of each contest algorithm swept for its best setting (the one its
 rule is most sensitive to: a window, a delay threshold or target, a weight), as ``--sweep NAME:SPEC``."""
-LINK_KEYS = ("trace", "trace_end_ms", "duration_s", "one_way_delay_ms", "queue_packets", "quickack", "trace_once")
+LINK_KEYS = ("trace", "trace_end_ms", "duration_s", "one_way_delay_ms", "queue_packets", "quickack", "trace_once",
+             "report_wake_ms", "report_prompt_us")
 """What a resumed contest must share with the runs already in its directory (the trace by name and
-length, not by path: a checkout elsewhere resumes it)."""
+length, not by path: a checkout elsewhere resumes it; the datapath's settings, absent = its defaults)."""
 
 
 # ---------------------------------------------------------------- inputs
@@ -291,6 +294,8 @@ class ContestSetup:
     one_way_delay_ms: int = CONTEST_ONE_WAY_DELAY_MS
     sweep: Sweep | None = None
     quickack: bool = True  # the receiver ACKs every segment, as the contest's did (False: Linux's delayed ACKs)
+    report_wake_ms: int | None = None  # the datapath's settings (ccplab.scenario.Scenario); None: its defaults
+    report_prompt_us: int | None = None
 
     @cached_property
     def end_ms(self) -> int:
@@ -305,13 +310,15 @@ class ContestSetup:
     def scenario(self) -> Scenario:
         return Scenario(name=f"contest-{self.trace_name}", trace=self.down, one_way_delay_ms=self.one_way_delay_ms,
                         queue_packets=UNBOUNDED_QUEUE_PACKETS, duration_s=self.duration_s, downlink_trace=self.up,
-                        quickack=self.quickack, trace_once=True)
+                        quickack=self.quickack, trace_once=True, report_wake_ms=self.report_wake_ms,
+                        report_prompt_us=self.report_prompt_us)
 
     def to_json(self) -> dict:
         return {"trace": self.trace_name, "down": str(self.down), "up": str(self.up),
                 "duration_s": self.duration_s, "runs": self.runs, "one_way_delay_ms": self.one_way_delay_ms,
                 "queue_packets": UNBOUNDED_QUEUE_PACKETS, "quickack": self.quickack, "trace_once": True,
                 "receiver": self.receiver, "trace_end_ms": self.end_ms,
+                "report_wake_ms": self.report_wake_ms, "report_prompt_us": self.report_prompt_us,
                 "scoring_window": "flow start to min(flow start + duration_s, trace_end_ms)",
                 "ccas": [str(c) for c in self.ccas],
                 "sweep": None if self.sweep is None else {"base": self.sweep.base, "param": self.sweep.param,
@@ -320,17 +327,21 @@ class ContestSetup:
 
 def make_setup(trace: str = DEFAULT_TRACE, ccas: Sequence[str] = (), runs: int = 1, duration_s: int | None = None,
                sweep: str | None = None, one_way_delay_ms: int = CONTEST_ONE_WAY_DELAY_MS,
-               quickack: bool = True) -> ContestSetup:
+               quickack: bool = True, report_wake_ms: int | None = None,
+               report_prompt_us: int | None = None) -> ContestSetup:
     """Check the contest's input (CcplabError names the bad one); creates nothing.
 
     ``ccas``: CCA texts (default: `default_ccas`); ``sweep``: a `parse_sweep` spec (then no ``ccas``);
     ``duration_s``: default the trace's length; it may not exceed it (the trace is played once);
-    ``quickack``: the receiver ACKs every segment (False: Linux's delayed ACKs).
+    ``quickack``: the receiver ACKs every segment (False: Linux's delayed ACKs); ``report_wake_ms``,
+    ``report_prompt_us``: the datapath's settings, None for its defaults (``ccplab.scenario.Scenario``).
     """
     if runs < 1:
         raise CcplabError(f"--runs must be >= 1, got {runs}")
     if one_way_delay_ms < 0:
         raise CcplabError(f"--one-way-delay-ms must be >= 0, got {one_way_delay_ms}")
+    DATAPATH["report_wake_ms"].check(report_wake_ms)
+    DATAPATH["report_prompt_us"].check(report_prompt_us)
     down, up = resolve_trace(trace)
     length = trace_length_s(down)
     if duration_s is None:
@@ -352,7 +363,8 @@ def make_setup(trace: str = DEFAULT_TRACE, ccas: Sequence[str] = (), runs: int =
     if len(set(slugs)) != len(slugs):
         raise CcplabError(f"a CCA is listed twice: {', '.join(sorted(s for s in slugs if slugs.count(s) > 1))}")
     name = down.name[:-len(".down")] if down.name.endswith(".down") else down.stem
-    return ContestSetup(name, down, up, duration_s, runs, tuple(cca_list), one_way_delay_ms, parsed_sweep, quickack)
+    return ContestSetup(name, down, up, duration_s, runs, tuple(cca_list), one_way_delay_ms, parsed_sweep, quickack,
+                        report_wake_ms, report_prompt_us)
 
 
 def run_metrics(run_dir: Path, setup: ContestSetup) -> dict[str, float]:
@@ -403,7 +415,7 @@ def resume_setup(setup: ContestSetup, out: Path, ccas_given: bool) -> ContestSet
     ccas = old + [c for c in setup.ccas if str(c) not in names] if ccas_given or setup.sweep else old
     return ContestSetup(setup.trace_name, setup.down, setup.up, setup.duration_s,
                         max(setup.runs, int(recorded.get("runs", 1))), tuple(ccas), setup.one_way_delay_ms, sweep,
-                        setup.quickack)
+                        setup.quickack, setup.report_wake_ms, setup.report_prompt_us)
 
 
 def run_dir_of(out: Path, cca: Cca, k: int) -> Path:
@@ -417,19 +429,24 @@ def pending_runs(setup: ContestSetup, out: Path) -> list[tuple[Cca, int]]:
     return [(c, k) for c in setup.ccas for k in range(1, setup.runs + 1) if not run_dir_of(out, c, k).is_dir()]
 
 
-def run_contest(setup: ContestSetup, out: Path, max_new_runs: int | None = None, runner=None) -> list[dict]:
+def run_contest(setup: ContestSetup, out: Path, max_new_runs: int | None = None, runner=None,
+                policy: ValidityPolicy = ValidityPolicy()) -> list[dict]:
     """Run every CCA ``setup.runs`` times into ``out`` (new, empty, or a contest directory to resume:
     runs already there are kept, see `resume_setup`); write the tables and plots of every run there.
 
     ``max_new_runs``: stop after that many new runs (the rest stay pending for the next call).
-    ``runner(cca, scenario, run_dir, run_index)``: makes a run directory (default ``ccplab.run.run_one``).
+    ``runner(cca, scenario, run_dir, run_index)``: makes a run directory (default: one flow of ``cca``
+    by ``ccplab.run.run_flows`` under ``policy``, what makes a ccp run valid, ``ccplab.control``).
+    A run kept invalid (``policy.keep_invalid``) stays in ``out`` but out of the tables (`collect_rows`).
     Returns the per-run rows (`RUN_COLUMNS`) of the finished runs. Progress on stderr.
     Raises CcplabError (a run failed: finished runs stay in place, and a new call resumes).
     """
     if runner is None:
-        from .run import preflight, run_one
+        from .flows import single_flow
+        from .run import preflight, run_flows
 
-        runner = run_one
+        def runner(cca, scenario, run_dir, k):
+            return run_flows(single_flow(cca), scenario, run_dir, k, policy=policy)
         for cca in setup.ccas:
             preflight(cca)
         for tr in (setup.down, setup.up):
@@ -467,13 +484,19 @@ def run_contest(setup: ContestSetup, out: Path, max_new_runs: int | None = None,
 
 
 def collect_rows(setup: ContestSetup, out: Path) -> list[dict]:
-    """One row per finished run of ``setup`` in ``out`` (`RUN_COLUMNS`), in the setup's order."""
+    """One row per finished run of ``setup`` in ``out`` (`RUN_COLUMNS`), in the setup's order. A run the
+    runner marked invalid (kept by ``--keep-invalid``) is left out, named on stderr with the reason."""
+    from transient.analyze import invalid_reason
+
     values = setup.sweep.values if setup.sweep else [None] * len(setup.ccas)
     rows = []
     for cca, value in zip(setup.ccas, values):
         for k in range(1, setup.runs + 1):
             d = run_dir_of(out, cca, k)
-            if d.is_dir():
+            reason = invalid_reason(d) if d.is_dir() else None
+            if reason is not None:
+                _progress(f"{cca} run {k} is marked invalid, left out of the tables: {reason}")
+            elif d.is_dir():
                 rows.append({"cca": str(cca), "run": k, "value": value, **run_metrics(d, setup), "run_dir": str(d)})
     return rows
 

@@ -32,6 +32,7 @@ from typing import Sequence
 
 from .contest import leaderboard
 from .errors import CcplabError
+from .scenario import DATAPATH_SETTINGS
 
 NUMERIC = ("capacity_mbps", "throughput_mbps", "utilization", "p95_queueing_delay_ms", "p95_signal_delay_ms",
            "power_score")
@@ -51,8 +52,10 @@ class ContestResult:
 
     @property
     def key(self) -> tuple:
-        """What makes two results comparable: trace, receiver, duration."""
-        return (self.setup["trace"], self.receiver, self.setup["duration_s"])
+        """What makes two results comparable: trace, receiver, duration, the datapath's settings (0: its
+        defaults)."""
+        return (self.setup["trace"], self.receiver, self.setup["duration_s"],
+                *(self.setup.get(s.field) or 0 for s in DATAPATH_SETTINGS))
 
     def command(self) -> str:
         """The ``ccplab contest`` command line that runs this directory again (resuming it)."""
@@ -62,6 +65,7 @@ class ContestResult:
             parts.append(f"--runs {s['runs']}")
         if not s.get("quickack", False):
             parts.append("--delayed-acks")
+        parts += [f"{d.flag} {s[d.field]}" for d in DATAPATH_SETTINGS if s.get(d.field) is not None]
         if s.get("sweep"):
             sw = s["sweep"]
             values = sw["values"]

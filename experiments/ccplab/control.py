@@ -27,6 +27,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import CcplabError
+
 DEFAULT_MAX_FALLBACK_SHARE = 0.01
 """Largest share of a run's ccp ACKs the kernel's cubic fallback may have driven (1 %)."""
 
@@ -34,6 +36,11 @@ _SUMMARY_MARK = "command_acks="
 _PAIR = re.compile(r"\b([a-z_]+)=(\d+)\b")
 _CREATED = re.compile(r"flow created flow=(\d+) .*?dst=[0-9.]+:(\d+) .*?algorithm=(\S+)")
 _RELEASED = re.compile(r"flow released flow=(\d+) delivered_pkts=(\d+) fallback_pkts=(\d+)")
+
+
+class InvalidRunError(CcplabError):
+    """A run whose ccp flows the fallback drove beyond the policy (or without the datapath's evidence):
+    the message is the evidence. A run of it is a measurement, not an accident, so it is not retried."""
 
 
 @dataclass(frozen=True)

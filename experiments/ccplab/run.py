@@ -91,7 +91,7 @@ from .binaries import REPO_ROOT, project_binary, system_binary
 from .cca import Cca, DATAPATH_CA, kernel_ccs
 from .flows import BASE_PORT, FlowSpec, check_flows, flows_label, port_of, single_flow
 from .errors import CcplabError
-from .control import ValidityPolicy, control_evidence, flow_evidence
+from .control import InvalidRunError, ValidityPolicy, control_evidence, flow_evidence
 from .hostlock import ccp_host_claim
 from .cleanup import find_leftovers, remove_namespace, remove_stale_partials
 from .processes import Daemon, child_env, supervised, wait_exit
@@ -218,7 +218,7 @@ def _claimed_run(flows: Sequence[FlowSpec], scenario: Scenario, out: Path, run_i
         if any_ccp:
             entries, control = _with_flow_control(entries, flows, partial / "datapath.log", policy, control)
         if control is not None and not control["valid"] and not policy.keep_invalid:
-            raise CcplabError(f"{control['reason']}: the run is not a valid result of "
+            raise InvalidRunError(f"{control['reason']}: the run is not a valid result of "
                               f"{flows_label(flows)} and was not saved (--keep-invalid keeps it, marked)")
         metadata = {
             "schema": 3, "cca": first.base, "cca_params": first.param_dict, "label": flows_label(flows),
@@ -279,7 +279,7 @@ def _run_flows(flows: Sequence[FlowSpec], scenario: Scenario, rundir: Path) -> t
         watched = [link]
         if any(f.cca.uses_datapath for f in flows):
             ccp_daemons.append(stack.enter_context(_start_algorithm(flows, rundir)))
-            ccp_daemons.append(stack.enter_context(_start_datapath(flows, rundir)))
+            ccp_daemons.append(stack.enter_context(_start_datapath(flows, scenario, rundir)))
             watched += ccp_daemons
         link.wait_ready((rundir / ".link-ready.json").exists, READY_TIMEOUT_S)
         ready = json.loads((rundir / ".link-ready.json").read_text())
@@ -478,20 +478,22 @@ def _start_algorithm(flows: Sequence[FlowSpec], rundir: Path) -> Daemon:
     return daemon
 
 
-def datapath_argv(flows: Sequence[FlowSpec], ready_file: Path) -> list[str]:
+def datapath_argv(flows: Sequence[FlowSpec], ready_file: Path, scenario: Scenario | None = None) -> list[str]:
     """ccp-datapath's command line: the first ccp algorithm by default and, per ccp flow, a rule
-    choosing its algorithm by the flow's receiver port."""
+    choosing its algorithm by the flow's receiver port; ``scenario``'s datapath settings
+    (``--report-wake-ms``, ``--report-prompt-us``) only when it sets them."""
     rules = [a for k, f in enumerate(flows) if f.cca.uses_datapath
              for a in ("--rule", f"dport={port_of(k)}:{f.cca.name}")]
     first = _ccp_algorithms(flows)[0]
     socket = ["--portus-socket", str(first.portus_socket)] if first.portus_socket != PORTUS_SOCKET else []
-    return [str(project_binary("ccp-datapath")), "--congalg", first.name, *rules, *socket,
+    settings = scenario.datapath_args() if scenario is not None else []
+    return [str(project_binary("ccp-datapath")), "--congalg", first.name, *rules, *socket, *settings,
             "--ready-file", str(ready_file)]
 
 
-def _start_datapath(flows: Sequence[FlowSpec], rundir: Path) -> Daemon:
+def _start_datapath(flows: Sequence[FlowSpec], scenario: Scenario, rundir: Path) -> Daemon:
     ready_file = rundir / ".datapath-ready.json"
-    daemon = Daemon("ccp-datapath", datapath_argv(flows, ready_file), rundir / "datapath.log")
+    daemon = Daemon("ccp-datapath", datapath_argv(flows, ready_file, scenario), rundir / "datapath.log")
     return _started(daemon, ready_file.exists)
 
 

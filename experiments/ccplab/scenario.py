@@ -35,6 +35,56 @@ def parse_step_args(texts: Iterable[str], option: str = "--step") -> tuple[Step,
 
 
 @dataclass(frozen=True)
+class DatapathSetting:
+    """A ccp-datapath option a scenario may set: its `Scenario` field (also the sweep-file key), the
+    option (ccp-datapath's and ccplab's), its range (whole numbers, both ends included), the datapath's
+    own default and what it does (ccp-datapath's doc, datapath/src/main.rs); ``name_tag``: how a set
+    value shows in a sweep scenario's automatic name (``..._wake5``)."""
+
+    field: str
+    name_tag: str
+    flag: str
+    unit: str
+    lo: int
+    hi: int
+    default: int
+    doc: str
+
+    @property
+    def help(self) -> str:
+        """The CLI's help text: what it does, unit, range and default."""
+        return (f"{self.doc}; {self.unit}, {self.lo}..{self.hi} (default: the datapath's own, {self.default}); "
+                "passed to ccp-datapath and recorded in metadata.json; for ccp and portus flows")
+
+    def check(self, value: int | None) -> None:
+        """CcplabError naming the option when ``value`` is set and not a whole number in range."""
+        if value is None:
+            return
+        if isinstance(value, bool) or not isinstance(value, int) or not self.lo <= value <= self.hi:
+            raise CcplabError(f"{self.flag} must be a whole number in {self.lo}..{self.hi} ({self.unit}), "
+                              f"got {value!r}")
+
+
+DATAPATH_SETTINGS = (
+    DatapathSetting(
+        "report_wake_ms", "wake", "--report-wake-ms", "ms", 1, 10_000, 20,
+        "the datapath's report window: after a look that found reports of the in-kernel fold programs it looks "
+        "again this much later, and a report wakes it only when no such look is promised, so a report waits at "
+        "most about this long; looks and forced wakeups (20-30 us of BPF time each) come at most 1000/N times "
+        "a second each"),
+    DatapathSetting(
+        "report_prompt_us", "prompt", "--report-prompt-us", "us", 1, 10_000_000, 1000,
+        "how long a report of a flow that reports more than 4 times per RTT (a per-ACK program, or a timer "
+        "short against the RTT) may wait for the datapath's next look, in place of the report window; forced "
+        "wakeups for such reports come at most once per this interval; per-RTT programs keep the window"),
+)
+"""The datapath options a run may set, declared once: `Scenario`'s fields, the CLI's flags
+(``ccplab.cli``), the sweep files' keys (``ccplab.sweepfile``) and ccp-datapath's argv
+(``ccplab.run.datapath_argv``) all derive from it. Both act with the datapath's default
+``--fold kernel``."""
+
+
+@dataclass(frozen=True)
 class Scenario:
     """What every run of a comparison shares: trace, delays, queue, duration.
 
@@ -45,6 +95,8 @@ class Scenario:
     datagram) instead of Linux's delayed ACKs (about one ACK per two segments).
     ``trace_once``: the link plays the traces once and stops at their end
     (``ccplab-link --once``, as ``mm-link --once``) instead of looping them.
+    ``report_wake_ms``, ``report_prompt_us``: ccp-datapath's report window (ms) and prompt interval
+    (us) for the run's ccp flows (`DATAPATH_SETTINGS`); None = the datapath's own default.
     """
 
     name: str
@@ -60,6 +112,8 @@ class Scenario:
     downlink_trace: Path | None = None
     quickack: bool = False
     trace_once: bool = False
+    report_wake_ms: int | None = None
+    report_prompt_us: int | None = None
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -76,7 +130,14 @@ class Scenario:
             raise CcplabError(f"--queue-packets must be >= 1, got {self.queue_packets}")
         if self.duration_s < 1:
             raise CcplabError(f"--duration-s must be >= 1, got {self.duration_s}")
+        for setting in DATAPATH_SETTINGS:
+            setting.check(getattr(self, setting.field))
         check_steps_within(self.steps, self.duration_s)
+
+    def datapath_args(self) -> list[str]:
+        """ccp-datapath's options for the settings this scenario gives (none for the defaults)."""
+        return [a for s in DATAPATH_SETTINGS if getattr(self, s.field) is not None
+                for a in (s.flag, str(getattr(self, s.field)))]
 
 
 def check_steps_within(steps: Sequence[Step], duration_s: float) -> None:
@@ -159,9 +220,10 @@ def trace_annotations(trace: Path) -> dict:
 
 
 def scenario_for_trace(name: str, trace: Path, one_way_delay_ms: int, queue_packets: int,
-                       duration_s: int, steps: tuple[Step, ...] = (), quickack: bool = False) -> Scenario:
-    """A scenario on an existing trace; steps given explicitly win over the sidecar's; ``quickack``: see
-    `Scenario`."""
+                       duration_s: int, steps: tuple[Step, ...] = (), quickack: bool = False,
+                       report_wake_ms: int | None = None, report_prompt_us: int | None = None) -> Scenario:
+    """A scenario on an existing trace; steps given explicitly win over the sidecar's; ``quickack``,
+    ``report_wake_ms``, ``report_prompt_us``: see `Scenario`."""
     notes = trace_annotations(trace)
     return Scenario(
         name=name, trace=trace.resolve(), one_way_delay_ms=one_way_delay_ms,
@@ -169,6 +231,7 @@ def scenario_for_trace(name: str, trace: Path, one_way_delay_ms: int, queue_pack
         steps=tuple(steps) or tuple(notes.get("steps", ())),
         sigma_mbps=notes.get("sigma_mbps"), seed=notes.get("seed"),
         trace_kind=notes.get("trace_kind", "file"), quickack=quickack,
+        report_wake_ms=report_wake_ms, report_prompt_us=report_prompt_us,
     )
 
 

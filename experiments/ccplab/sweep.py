@@ -20,7 +20,14 @@ Resume: a run counts as finished when its rows are in the store. Runs that
 were interrupted (partial directories, a raw directory without rows) are
 discarded and rerun. A run that fails is retried once on the worker; then it
 is recorded in ``store/failed`` with its error (``--retry-failed`` runs those
-again). A worker killed mid-run: Dask reschedules its task on another worker,
+again).
+
+Validity (``ccplab.control``, ``--max-fallback-share``): a ccp run the datapath's
+kernel-cubic fallback drove beyond the policy is recorded in ``store/failed`` at
+once, not retried (a second try would keep the runs that happened to pass), its
+error the datapath's evidence; its rows never reach the tables. With
+``--keep-invalid`` its run directory is published too, marked invalid in its
+metadata.json, and the failure record says where. A worker killed mid-run: Dask reschedules its task on another worker,
 whose run replaces the partial one, so nothing is lost or counted twice.
 """
 
@@ -40,6 +47,7 @@ import pandas as pd
 
 from . import scenario as sc
 from . import store
+from .control import InvalidRunError, ValidityPolicy
 from .errors import CcplabError
 from .sweepfile import RunSpec, ScenarioSpec, Sweep
 
@@ -117,7 +125,7 @@ def pending(sweep: Sweep, out: Path, retry_failed: bool = False) -> tuple[list[R
     return todo, done
 
 
-def payload(sweep: Sweep, out: Path, spec: RunSpec, dest: str) -> dict:
+def payload(sweep: Sweep, out: Path, spec: RunSpec, dest: str, policy: ValidityPolicy = ValidityPolicy()) -> dict:
     """What a worker needs for one run besides the trace's bytes (plain data: it may travel to another host)."""
     s = spec.scenario
     return {"sweep": sweep.name, "run_id": spec.run_id, "cca": spec.cca, "flows": list(spec.flow_texts),
@@ -125,12 +133,14 @@ def payload(sweep: Sweep, out: Path, spec: RunSpec, dest: str) -> dict:
             "cca_slug": spec.cca_slug, "scenario": s.name, "one_way_delay_ms": s.one_way_delay_ms,
             "queue_packets": s.queue_packets, "duration_s": s.duration_s,
             "steps": [str(x) for x in s.steps], "trace_name": trace_path(out, s).name, "dest": dest,
-            "quickack": s.quickack}
+            "quickack": s.quickack, **s.datapath(),
+            "max_fallback_share": policy.max_fallback_share, "keep_invalid": policy.keep_invalid}
 
 
 def execute(sweep: Sweep, out: Path, *, scheduler: str | None = None, workers: int = 1,
             retry_failed: bool = False, dest: str | None = None, progress: bool | None = None,
-            run_fn: Callable[[dict, bytes], dict] | None = None, use_dask: bool = True) -> SweepSummary:
+            run_fn: Callable[[dict, bytes], dict] | None = None, use_dask: bool = True,
+            policy: ValidityPolicy = ValidityPolicy()) -> SweepSummary:
     """Run every pending run of ``sweep`` into ``out``; returns a SweepSummary.
 
     ``scheduler``: a Dask scheduler address (tcp://HOST:8786) whose workers have
@@ -139,7 +149,8 @@ def execute(sweep: Sweep, out: Path, *, scheduler: str | None = None, workers: i
     docs/experiments.md, "Sweeps"). ``use_dask=False`` runs in this process instead. ``dest``: where
     raw run directories go (default ``out/runs``; any fsspec URL). ``progress``:
     a progress bar (default: when stderr is a terminal). ``run_fn(payload, trace_bytes)``:
-    the task (default ``run_task``). Each scenario's trace is read once and, on
+    the task (default ``run_task``). ``policy``: what makes a ccp run valid (``ccplab.control``;
+    an invalid run is recorded failed, see the module's doc). Each scenario's trace is read once and, on
     Dask, sent once to the cluster as a task (not copied into every run's task: the
     TPCCA grid is 1200 runs of 1.5 MB traces). KeyboardInterrupt stops the sweep; finished
     runs stay.
@@ -164,7 +175,7 @@ def execute(sweep: Sweep, out: Path, *, scheduler: str | None = None, workers: i
     with _Progress(len(todo) + done, done, sweep.name, progress) as bar:
         traces = {s.name: trace_path(out, s).read_bytes() for s in sweep.scenarios}
         results = (_dask_results if use_dask else _local_results)(
-            run_fn, [payload(sweep, out, r, dest) for r in todo], traces, scheduler, workers)
+            run_fn, [payload(sweep, out, r, dest, policy) for r in todo], traces, scheduler, workers)
         for result in results:
             _record(out / "store", result, summary)
             bar.advance(result)
@@ -261,7 +272,15 @@ def real_flow(p: dict, scenario: sc.Scenario, run_dir: Path) -> None:
     from .run import run_flows
 
     _wait_for_clean_host(find_leftovers)
-    run_flows(parse_entry(p.get("flows") or p["cca"].split()), scenario, run_dir, run_index=p["repetition"])
+    run_flows(parse_entry(p.get("flows") or p["cca"].split()), scenario, run_dir, run_index=p["repetition"],
+              policy=payload_policy(p))
+
+
+def payload_policy(p: dict) -> ValidityPolicy:
+    """The validity policy a payload carries (the default one when it carries none)."""
+    default = ValidityPolicy()
+    return ValidityPolicy(p.get("max_fallback_share", default.max_fallback_share),
+                          p.get("keep_invalid", default.keep_invalid))
 
 
 def parse_entry(texts):
@@ -278,7 +297,9 @@ def run_task(p: dict, trace_bytes: bytes, flow: Callable[[dict, sc.Scenario, Pat
     ``flow(p, scenario, run_dir)`` makes the run directory (``real_flow``; tests
     of the sweep machinery pass a synthetic one). Never raises for a failed
     run: after ATTEMPTS tries it returns ``status="failed"`` with the last
-    error (so Dask does not retry it again). KeyboardInterrupt passes.
+    error (so Dask does not retry it again); an invalid run (InvalidRunError:
+    the datapath's evidence) fails at its first try, its directory published
+    when the payload's ``keep_invalid`` kept it. KeyboardInterrupt passes.
     """
     started = time.monotonic()
     error = ""
@@ -291,6 +312,12 @@ def run_task(p: dict, trace_bytes: bytes, flow: Callable[[dict, sc.Scenario, Pat
                 runs = runs.assign(attempts=attempt, run_seconds=time.monotonic() - started)
                 return {**_key(p), "status": "finished", "runs": runs, "steps": steps, "attempts": attempt,
                         "seconds": time.monotonic() - started}
+            except InvalidRunError as exc:
+                error = f"invalid run: {exc}"
+                if (scratch / "run" / "metadata.json").is_file():  # kept (--keep-invalid), marked invalid
+                    _publish(scratch / "run", p["dest"], p["run_id"])
+                    error += f" (kept, marked invalid: {p['dest'].rstrip('/')}/{p['run_id']})"
+                return _failure(p, error, attempt, time.monotonic() - started)
             except Exception as exc:  # any failure of a run is retried once, then recorded with its error
                 error = f"{type(exc).__name__}: {exc}" if not isinstance(exc, CcplabError) else str(exc)
                 if not isinstance(exc, CcplabError):
@@ -336,8 +363,14 @@ def _run_and_analyse(p: dict, trace_bytes: bytes, scratch: Path, flow) -> tuple[
     scenario = sc.Scenario(name=p["scenario"], trace=trace, one_way_delay_ms=p["one_way_delay_ms"],
                            queue_packets=p["queue_packets"], duration_s=p["duration_s"],
                            steps=sc.parse_step_args(p["steps"]),
-                           trace_kind="step" if p["steps"] else "file", quickack=p.get("quickack", False))
+                           trace_kind="step" if p["steps"] else "file", quickack=p.get("quickack", False),
+                           **{s.field: p.get(s.field) for s in sc.DATAPATH_SETTINGS})
     flow(p, scenario, scratch / "run")
+    from transient.analyze import invalid_reason
+
+    reason = invalid_reason(scratch / "run")
+    if reason is not None:  # the runner kept it (--keep-invalid): listed apart, never scored
+        raise InvalidRunError(reason)
     try:
         a = transient.analyze_all(scratch / "run")
     except transient.TransientError as exc:

@@ -25,6 +25,11 @@ Format (every key but ``name`` optional; see experiments/sweeps/*.toml)::
     # name = "..."               scenario name (default: built from the values)
     # quickack = true            the receiver ACKs every segment (default false: Linux's
     #                            delayed ACKs); [false, true] runs both
+    # report_wake_ms = [5, 20]   ccp-datapath's report window, ms (1..10000; default: the
+    #                            datapath's own, 20, or ccplab sweep --report-wake-ms)
+    # report_prompt_us = 1000    ccp-datapath's prompt interval of per-ACK reporters, us
+    #                            (1..10000000; default: the datapath's own, 1000, or
+    #                            ccplab sweep --report-prompt-us)
 
 Every list-valued key of a scenario table is crossed with the others: the
 example gives 2 x 2 = 4 scenarios. The plan is every (scenario, CCA,
@@ -53,7 +58,7 @@ from .flows import flow_label_text
 
 NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 SCENARIO_KEYS = {"name", "one_way_delay_ms", "queue_packets", "duration_s", "steps", "sigma_mbps",
-                 "trace_seed", "trace", "quickack"}
+                 "trace_seed", "trace", "quickack", *(s.field for s in sc.DATAPATH_SETTINGS)}
 TOP_KEYS = {"name", "seed", "repetitions", "ccas", "flows", "scenario"}
 DEFAULTS = {"one_way_delay_ms": sc.DEMO_ONE_WAY_DELAY_MS, "queue_packets": sc.DEMO_QUEUE_PACKETS,
             "duration_s": sc.DEMO_DURATION_S, "sigma_mbps": sc.DEMO_SIGMA_MBPS, "trace_seed": sc.DEMO_SEED,
@@ -78,12 +83,20 @@ class ScenarioSpec:
     trace_seed: int = 0
     trace: Path | None = None
     quickack: bool = False
+    report_wake_ms: int | None = None  # the datapath's settings (sc.DATAPATH_SETTINGS); None: its defaults
+    report_prompt_us: int | None = None
+
+    def datapath(self) -> dict[str, int | None]:
+        """The datapath's settings by `sc.Scenario` field (None: the datapath's default)."""
+        return {s.field: getattr(self, s.field) for s in sc.DATAPATH_SETTINGS}
 
     def describe(self) -> str:
         source = f"trace {self.trace}" if self.trace else (
             "steps " + " ".join(str(s) for s in self.steps) + f", sigma {self.sigma_mbps:g} Mbit/s")
+        settings = "".join(f", datapath {s.flag} {getattr(self, s.field)}" for s in sc.DATAPATH_SETTINGS
+                           if getattr(self, s.field) is not None)
         return (f"{source}, one-way delay {self.one_way_delay_ms} ms, queue {self.queue_packets} packets, "
-                f"{self.duration_s} s" + (", receiver ACKs every segment" if self.quickack else ""))
+                f"{self.duration_s} s" + (", receiver ACKs every segment" if self.quickack else "") + settings)
 
 
 @dataclass(frozen=True)
@@ -145,11 +158,12 @@ class Sweep:
         return sum(r.scenario.duration_s + RUN_OVERHEAD_S for r in self.plan())
 
 
-def load_sweep(path: Path) -> Sweep:
+def load_sweep(path: Path, defaults: dict[str, Any] | None = None) -> Sweep:
     """Parse and check an experiment file; CcplabError names the file and the key that is wrong.
 
     CCA names are checked by shape here (``kind:NAME``); the machine check
-    (``ccplab.cca.parse_cca``) happens when the sweep starts.
+    (``ccplab.cca.parse_cca``) happens when the sweep starts. ``defaults``: values of scenario keys
+    for every scenario table that does not give them (``ccplab sweep --report-wake-ms``, ...).
     """
     path = Path(path)
     where = str(path)
@@ -183,7 +197,7 @@ def load_sweep(path: Path) -> Sweep:
         raise CcplabError(f"{where}: scenario must be a table [scenario] or tables [[scenario]]")
     scenarios = []
     for k, table in enumerate(tables):
-        scenarios += _expand(table, f"{where}: scenario[{k}]", path.parent)
+        scenarios += _expand(table, f"{where}: scenario[{k}]", path.parent, defaults or {})
     names = [s.name for s in scenarios]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
@@ -203,7 +217,7 @@ def _flow_sets(value: Any, where: str) -> list[tuple[str, ...]]:
     return [tuple(fs) for fs in value]
 
 
-def _expand(table: dict[str, Any], where: str, base: Path) -> list[ScenarioSpec]:
+def _expand(table: dict[str, Any], where: str, base: Path, defaults: dict[str, Any]) -> list[ScenarioSpec]:
     """The cross product of a scenario table's list-valued keys, one ScenarioSpec each."""
     unknown = set(table) - SCENARIO_KEYS
     if unknown:
@@ -211,7 +225,7 @@ def _expand(table: dict[str, Any], where: str, base: Path) -> list[ScenarioSpec]
                           f"(known: {', '.join(sorted(SCENARIO_KEYS))})")
     if "steps" in table and "trace" in table:
         raise CcplabError(f"{where}: give steps (a generated trace) or trace (a file), not both")
-    values = {**DEFAULTS, "steps": "0:0:12", **table}
+    values = {**DEFAULTS, "steps": "0:0:12", **defaults, **table}
     if "trace" in table:
         values.pop("steps")
     prefix = values.pop("name", None)
@@ -234,6 +248,14 @@ def _scenario(v: dict[str, Any], where: str, base: Path, prefix: str | None, sin
     tseed = _int(v["trace_seed"], f"{where}: trace_seed", minimum=0)
     if not isinstance(v["quickack"], bool):
         raise CcplabError(f"{where}: quickack must be true or false, got {v['quickack']!r}")
+    datapath = {}
+    for setting in sc.DATAPATH_SETTINGS:
+        value = v.get(setting.field)
+        try:
+            setting.check(value)
+        except CcplabError as exc:
+            raise CcplabError(f"{where}: {setting.field}: {exc}") from None
+        datapath[setting.field] = value
     trace, steps = None, ()
     if "trace" in v:
         if not isinstance(v["trace"], str):
@@ -252,10 +274,12 @@ def _scenario(v: dict[str, Any], where: str, base: Path, prefix: str | None, sin
         except CcplabError as exc:
             raise CcplabError(f"{where}: {exc}") from None
         source = sc.step_trace_name(steps) + (f"-sigma{sigma:g}" if sigma else "")
-    auto = f"{source}_owd{owd}_q{queue}_d{duration}" + ("_quickack" if v["quickack"] else "")
+    auto = (f"{source}_owd{owd}_q{queue}_d{duration}" + ("_quickack" if v["quickack"] else "")
+            + "".join(f"_{s.name_tag}{datapath[s.field]}" for s in sc.DATAPATH_SETTINGS
+                      if datapath[s.field] is not None))
     name = auto if prefix is None else prefix if single else f"{prefix}_{auto}"
     _name(name, f"{where}: name")
-    return ScenarioSpec(name, owd, queue, duration, steps, sigma, tseed, trace, v["quickack"])
+    return ScenarioSpec(name, owd, queue, duration, steps, sigma, tseed, trace, v["quickack"], **datapath)
 
 
 def _name(value: Any, where: str) -> str:

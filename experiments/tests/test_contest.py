@@ -227,6 +227,25 @@ def test_contest_resumes_runs_in_pieces_and_reports_the_spread(tmp_path, capsys)
     assert ct.pending_runs(more, out) == [(more.ccas[2], 1), (more.ccas[2], 2)]
 
 
+def test_a_run_kept_invalid_stays_in_the_directory_but_out_of_the_tables(tmp_path, capsys):
+    setup = ct.make_setup(str(_trace_pair(tmp_path)), ["kernel:cubic", "kernel:reno"], duration_s=3)
+    out = tmp_path / "contest"
+    reason = "the kernel's cubic fallback drove 40.0% of the ccp flows' ACKs (command_acks=6 fallback_acks=4)"
+
+    def runner(cca, scenario, run_dir, k):
+        _fake_run(run_dir, 0.3, _log(300, 20))
+        if cca.name == "reno":  # saved by --keep-invalid, marked
+            meta = json.loads((run_dir / "metadata.json").read_text())
+            meta.update(valid=False, control={"valid": False, "reason": reason})
+            (run_dir / "metadata.json").write_text(json.dumps(meta))
+
+    rows = ct.run_contest(setup, out, runner=runner)
+    assert [r["cca"] for r in rows] == ["kernel:cubic"] and ct.pending_runs(setup, out) == []
+    assert f"kernel:reno run 1 is marked invalid, left out of the tables: {reason}" in capsys.readouterr().err
+    with open(out / "runs.csv") as f:
+        assert [r["cca"] for r in csv.DictReader(f)] == ["kernel:cubic"]
+
+
 def test_every_declared_best_setting_sweep_is_valid_for_its_algorithm():
     require_binaries("ccp-algorithms")
     for name in ct.BEST_SETTING_SWEEPS:
