@@ -43,10 +43,9 @@ mod fold_harness;
 use fold_harness::skel;
 
 mod common;
+use common::suite::{portus_install, suite_programs};
 use common::{edge_u64, env_u64, Rng};
 
-use std::path::PathBuf;
-use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -54,7 +53,7 @@ use fold_kernel::{
     FoldMaps, FoldMsgError, FoldProg, FoldReport, FoldStaged, FoldState, KernelFold,
     LIBCCP_MAX_PROGRAMS, MAX_SLOTS,
 };
-use libbpf_rs::{MapCore, MapFlags, ProgramInput};
+use libbpf_rs::MapCore;
 use libccp::{
     CongestionOps, Connection, Datapath, DatapathBuilder, DatapathOps, FlowInfo, LibccpError,
     Primitives,
@@ -286,19 +285,9 @@ impl FoldMaps for HarnessMaps<'_> {
         let mut ctx = delta.as_bytes().to_vec();
         ctx.extend_from_slice(&flow.to_ne_bytes());
         ctx.extend_from_slice(&[0; 4]);
-        let run = ProgramInput {
-            context_in: Some(&mut ctx[..]),
-            ..Default::default()
-        };
-        let out = self
-            .k
-            .skel
-            .progs
-            .fold_stage
-            .test_run(run)
-            .map_err(|e| e.to_string())?;
-        if out.return_value != 0 {
-            return Err(format!("fold_stage returned {}", out.return_value as i32));
+        let rc = fold_harness::run_on(&self.k.skel.progs.fold_stage, &mut ctx, "fold_stage");
+        if rc != 0 {
+            return Err(format!("fold_stage returned {}", rc as i32));
         }
         Ok(())
     }
@@ -310,8 +299,7 @@ impl Kernel {
     }
 
     fn put<M: MapCore>(map: &M, key: u32, val: &[u8]) {
-        map.update(&key.to_ne_bytes(), val, MapFlags::ANY)
-            .unwrap_or_else(|e| panic!("writing key {key} of map {:?}: {e}", map.name()));
+        fold_harness::write(map, key, val)
     }
 
     fn reset_flow(&mut self, flow: u32) {
@@ -324,24 +312,9 @@ impl Kernel {
 
     fn invoke(&self, input: &TestIn) -> TestOut {
         let mut ctx = input.as_bytes().to_vec();
-        let run = ProgramInput {
-            context_in: Some(&mut ctx[..]),
-            ..Default::default()
-        };
-        let out = self
-            .skel
-            .progs
-            .fold_test_invoke
-            .test_run(run)
-            .expect("BPF_PROG_TEST_RUN of fold_test_invoke");
-        assert_eq!(out.return_value, 0, "fold_test_invoke found its maps");
-        let raw = self
-            .skel
-            .maps
-            .fold_out
-            .lookup(&input.flow.to_ne_bytes(), MapFlags::ANY)
-            .expect("reading fold_out")
-            .expect("fold_out entry");
+        let rc = fold_harness::run_on(&self.skel.progs.fold_test_invoke, &mut ctx, "fold_test_invoke");
+        assert_eq!(rc, 0, "fold_test_invoke found its maps");
+        let raw = fold_harness::read(&self.skel.maps.fold_out, input.flow);
         TestOut::read_from_bytes(&raw[..]).expect("fold_out layout")
     }
 }
@@ -692,22 +665,6 @@ fn change_msg(sid: u32, uid: u32, updates: &[(u8, u32, u64)]) -> Vec<u8> {
     b.extend_from_slice(&(updates.len() as u32).to_le_bytes());
     b.extend(updates_bytes(updates));
     b
-}
-
-/// Portus's install message for DSL `src`, sent with program uid `uid`.
-fn portus_install(src: &str, uid: u32) -> Vec<u8> {
-    let (bin, _sc) = portus::lang::compile(src.as_bytes(), &[])
-        .unwrap_or_else(|e| panic!("Portus compiles {src}: {e:?}"));
-    let msg = portus::serialize::install::Msg {
-        sid: 0,
-        program_uid: uid,
-        num_events: bin.events.len() as u32,
-        num_instrs: bin.instrs.len() as u32,
-        instrs: bin,
-    };
-    portus::serialize::serialize(&msg).unwrap_or_else(|e| {
-        panic!("Portus cannot serialize the install message of this fold program (it could never be installed): {e:?}\n{src}")
-    })
 }
 
 // ------------------------------------------------------------ randomness
@@ -1431,66 +1388,6 @@ fn edge_case_programs_match_libccp() {
     );
 }
 
-/// Directory of the workspace's built binaries (target/<profile>).
-fn bin_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    exe.parent()
-        .and_then(|d| d.parent())
-        .expect("target/<profile>/deps/<test>")
-        .to_path_buf()
-}
-
-/// (name, fold program) of every algorithm of the suite: `ccp-algorithms
-/// --list-json` names them, `ccp-algorithms NAME --dump-program` prints each
-/// program (algorithms/src/suite.rs). FOLD_ALGORITHMS_BIN names another
-/// ccp-algorithms binary (e.g. one built from a fixed commit, so interpreter
-/// figures compare the same programs).
-fn suite_programs() -> Vec<(String, String)> {
-    let bin = std::env::var_os("FOLD_ALGORITHMS_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| bin_dir().join("ccp-algorithms"));
-    let run = |args: &[&str]| -> Vec<u8> {
-        let out = Command::new(&bin).args(args).output().unwrap_or_else(|e| {
-            panic!(
-                "running {} {args:?}: {e} (build it: cargo build --release -p ccp-algorithms)",
-                bin.display()
-            )
-        });
-        assert!(
-            out.status.success(),
-            "{} {args:?} failed: {}",
-            bin.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out.stdout
-    };
-    let list: serde_json::Value =
-        serde_json::from_slice(&run(&["--list-json"])).expect("--list-json prints JSON");
-    let names: Vec<String> = list
-        .as_array()
-        .expect("--list-json prints an array")
-        .iter()
-        .map(|a| {
-            a["name"]
-                .as_str()
-                .expect("each algorithm has a name")
-                .to_string()
-        })
-        .collect();
-    assert!(
-        !names.is_empty(),
-        "ccp-algorithms --list-json lists no algorithm"
-    );
-    names
-        .into_iter()
-        .map(|n| {
-            let text =
-                String::from_utf8(run(&[&n, "--dump-program"])).expect("program text is UTF-8");
-            (n, text)
-        })
-        .collect()
-}
-
 #[test]
 fn suite_fold_programs_match_libccp() {
     let programs = suite_programs();
@@ -1706,15 +1603,7 @@ fn kernel_primitives_match_user_space() {
                 ..io
             };
             let mut ctx = io.as_bytes().to_vec();
-            let run = ProgramInput {
-                context_in: Some(&mut ctx[..]),
-                ..Default::default()
-            };
-            k.skel
-                .progs
-                .fold_test_prims
-                .test_run(run)
-                .expect("BPF_PROG_TEST_RUN of fold_test_prims");
+            fold_harness::run_on(&k.skel.progs.fold_test_prims, &mut ctx, "fold_test_prims");
             io = PrimsIo::read_from_bytes(&ctx[..]).unwrap();
             let u = |v: u32| u64::from(v);
             let expected = [
