@@ -43,6 +43,7 @@ mod fold_harness;
 use fold_harness::skel;
 
 mod common;
+use common::msg::{change_msg, install_msg, update_msg, WI};
 use common::suite::{portus_install, suite_programs};
 use common::{edge_u64, env_u64, Rng};
 
@@ -606,65 +607,6 @@ fn parse_measure(m: &[u8]) -> (u32, Vec<u64>) {
         .map(|i| u64::from_le_bytes(m[16 + 8 * i..24 + 8 * i].try_into().unwrap()))
         .collect();
     (u32::from_le_bytes(m[8..12].try_into().unwrap()), fields)
-}
-
-fn hdr(ty: u8, len: usize, sid: u32) -> Vec<u8> {
-    let mut b = vec![ty, 0];
-    b.extend_from_slice(&(len as u16).to_le_bytes());
-    b.extend_from_slice(&sid.to_le_bytes());
-    b
-}
-
-/// One wire instruction: op, then (type, index) for result, left, right.
-#[derive(Clone, Copy, Debug)]
-struct WI {
-    op: u8,
-    ret: (u8, u32),
-    left: (u8, u32),
-    right: (u8, u32),
-}
-
-fn install_msg(uid: u32, exprs: &[[u32; 4]], instrs: &[WI]) -> Vec<u8> {
-    let mut b = hdr(2, 8 + 12 + 16 * (exprs.len() + instrs.len()), 0);
-    for v in [uid, exprs.len() as u32, instrs.len() as u32] {
-        b.extend_from_slice(&v.to_le_bytes());
-    }
-    for e in exprs {
-        e.iter().for_each(|v| b.extend_from_slice(&v.to_le_bytes()));
-    }
-    for i in instrs {
-        b.push(i.op);
-        for (t, x) in [i.ret, i.left, i.right] {
-            b.push(t);
-            b.extend_from_slice(&x.to_le_bytes());
-        }
-    }
-    b
-}
-
-fn updates_bytes(updates: &[(u8, u32, u64)]) -> Vec<u8> {
-    let mut b = vec![];
-    for &(t, i, v) in updates {
-        b.push(t);
-        b.extend_from_slice(&i.to_le_bytes());
-        b.extend_from_slice(&v.to_le_bytes());
-    }
-    b
-}
-
-fn update_msg(sid: u32, updates: &[(u8, u32, u64)]) -> Vec<u8> {
-    let mut b = hdr(3, 12 + 13 * updates.len(), sid);
-    b.extend_from_slice(&(updates.len() as u32).to_le_bytes());
-    b.extend(updates_bytes(updates));
-    b
-}
-
-fn change_msg(sid: u32, uid: u32, updates: &[(u8, u32, u64)]) -> Vec<u8> {
-    let mut b = hdr(4, 16 + 13 * updates.len(), sid);
-    b.extend_from_slice(&uid.to_le_bytes());
-    b.extend_from_slice(&(updates.len() as u32).to_le_bytes());
-    b.extend(updates_bytes(updates));
-    b
 }
 
 // ------------------------------------------------------------ randomness

@@ -32,6 +32,7 @@ mod fold_harness;
 use fold_harness::skel;
 
 mod common;
+use common::msg::{install_msg, WI};
 use common::suite::{portus_install, suite_programs};
 use common::{edge_u64, env_u64, Rng};
 
@@ -181,36 +182,6 @@ fn random_state(r: &mut Rng, small: u64) -> Box<FoldState> {
 }
 
 // ------------------------------------------------------------ wire programs
-
-/// One wire instruction: op, then (type, index) for result, left, right.
-#[derive(Clone, Copy, Debug)]
-struct WI {
-    op: u8,
-    ret: (u8, u32),
-    left: (u8, u32),
-    right: (u8, u32),
-}
-
-fn install_msg(uid: u32, exprs: &[[u32; 4]], instrs: &[WI]) -> Vec<u8> {
-    let len = 8 + 12 + 16 * (exprs.len() + instrs.len());
-    let mut b = vec![2, 0];
-    b.extend_from_slice(&(len as u16).to_le_bytes());
-    b.extend_from_slice(&0u32.to_le_bytes());
-    for v in [uid, exprs.len() as u32, instrs.len() as u32] {
-        b.extend_from_slice(&v.to_le_bytes());
-    }
-    for e in exprs {
-        e.iter().for_each(|v| b.extend_from_slice(&v.to_le_bytes()));
-    }
-    for i in instrs {
-        b.push(i.op);
-        for (t, x) in [i.ret, i.left, i.right] {
-            b.push(t);
-            b.extend_from_slice(&x.to_le_bytes());
-        }
-    }
-    b
-}
 
 /// libccp's opcodes except DEF (2).
 const OPS: [u8; 14] = [0, 1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14];

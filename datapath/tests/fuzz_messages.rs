@@ -26,6 +26,7 @@ use std::time::Instant;
 use fold_kernel::{FoldMaps, FoldProg, FoldStaged, KernelFold, MAX_SLOTS};
 
 mod common;
+use common::msg::hdr;
 use common::{env_u64, Rng};
 
 /// Flow (socket) ids the fuzzer announces; messages also name others.
@@ -93,13 +94,6 @@ const PROGRAMS: [&str; 4] = [
         (fallthrough))
      (when (> Micros 10000) (report) (:= Micros 0))",
 ];
-
-fn hdr(typ: u16, len: usize, sid: u32) -> Vec<u8> {
-    let mut b = typ.to_le_bytes().to_vec();
-    b.extend_from_slice(&(len as u16).to_le_bytes());
-    b.extend_from_slice(&sid.to_le_bytes());
-    b
-}
 
 /// Valid messages made by Portus itself: installs of [`PROGRAMS`] (several
 /// uids), change-program and update-field messages naming their registers.

@@ -9,12 +9,14 @@
 //!   bottleneck, and a bulk TCP flow through it;
 //! - [`link`]: the `ccplab-link` emulated bottleneck and processes inside
 //!   its namespaces;
-//! - [`suite`]: the suite's fold programs and Portus's install messages.
+//! - [`suite`]: the suite's fold programs and Portus's install messages;
+//! - [`msg`]: Portus messages built byte by byte.
 //!
 //! Each test binary compiles all of it (`mod common;`) and uses a part.
 #![allow(dead_code)]
 
 pub mod link;
+pub mod msg;
 pub mod net;
 pub mod process;
 pub mod suite;
