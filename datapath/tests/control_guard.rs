@@ -56,16 +56,6 @@ const LINK_BPS: u64 = 20_000_000;
 /// Namespaces ccpgA/ccpgB (10.202.0.1 -> 10.202.0.2), TBF at LINK_BPS with a
 /// small (64 KB) queue, so RTTs stay short and the guard's bound is its floor.
 const NET: NetSpec = NetSpec { ns_prefix: "ccpg", veth_prefix: "cg", subnet: 202, rate_bps: LINK_BPS, queue_limit: "64kb" };
-/// Messages the fuzzer sends: `CCPLAB_GUARD_FUZZ_MESSAGES`, 20,000 by default.
-fn messages() -> u64 {
-    env_u64("CCPLAB_GUARD_FUZZ_MESSAGES", 20_000)
-}
-
-/// The fuzzer's seed: `CCPLAB_GUARD_FUZZ_SEED`, fixed by default so a failure reproduces.
-fn seed() -> u64 {
-    env_u64("CCPLAB_GUARD_FUZZ_SEED", 0x9a2d_c0de)
-}
-
 /// The datapath's default guard floor (--control-timeout-ms).
 const GUARD_FLOOR: Duration = Duration::from_millis(250);
 /// CTL_GUARD_RTTS in bpf/ccp.bpf.c.
@@ -75,6 +65,16 @@ const GUARD_RTTS: u32 = 16;
 /// later (it starts a fresh epoch at the cwnd it found).
 const TAKEOVER_SLACK: Duration = Duration::from_millis(250);
 const TCP_CA_LOSS: u8 = 4;
+
+/// Messages the fuzzer sends: `CCPLAB_GUARD_FUZZ_MESSAGES`, 20,000 by default.
+fn messages() -> u64 {
+    env_u64("CCPLAB_GUARD_FUZZ_MESSAGES", 20_000)
+}
+
+/// The fuzzer's seed: `CCPLAB_GUARD_FUZZ_SEED`, fixed by default so a failure reproduces.
+fn seed() -> u64 {
+    env_u64("CCPLAB_GUARD_FUZZ_SEED", 0x9a2d_c0de)
+}
 
 /// `KEY=N` from the datapath's exit summary.
 fn summary_count(log: &str, key: &str) -> u64 {
