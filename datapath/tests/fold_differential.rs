@@ -43,7 +43,7 @@ mod fold_harness;
 use fold_harness::skel;
 
 mod common;
-use common::msg::{change_msg, install_msg, update_msg, WI};
+use common::msg::{change_msg, install_msg, read_reg_with, small_index, update_msg, write_reg, WI};
 use common::suite::{portus_install, suite_programs};
 use common::{edge_u64, env_u64, Rng};
 
@@ -663,14 +663,6 @@ fn ack_prims(r: &mut Rng, f: &Flow, acks: u64) -> Prims {
 
 const OPS: [u8; 14] = [0, 1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14];
 
-fn small_index(r: &mut Rng, n: u64) -> u32 {
-    if r.chance(3) {
-        r.below(130) as u32 // past libccp's arrays: writes ignored, reads alias
-    } else {
-        r.below(n) as u32
-    }
-}
-
 fn imm(r: &mut Rng) -> (u8, u32) {
     let v = match r.below(6) {
         0 => r.pick(&[0, 1, 2, 3, 9, 10, 11, 1448]),
@@ -681,26 +673,9 @@ fn imm(r: &mut Rng) -> (u8, u32) {
     (1, v)
 }
 
+/// A random operand to read, its immediates from [`imm`].
 fn read_reg(r: &mut Rng) -> (u8, u32) {
-    match r.below(12) {
-        0..=2 => imm(r),
-        3..=5 => (4, r.below(16) as u32),
-        6 => (r.pick(&[5, 6]), small_index(r, 6)),
-        7 => (r.pick(&[0, 8]), small_index(r, 6)),
-        8 => (7, r.below(16) as u32),
-        9 => (3, r.below(10) as u32),
-        _ => (2, r.below(7) as u32),
-    }
-}
-
-fn write_reg(r: &mut Rng) -> (u8, u32) {
-    match r.below(10) {
-        0 | 1 => (r.pick(&[5, 6]), small_index(r, 6)),
-        2 | 3 => (r.pick(&[0, 8]), small_index(r, 6)),
-        4 | 5 => (7, r.below(16) as u32),
-        6 => (3, r.below(10) as u32),
-        _ => (2, r.pick(&[0, 0, 1, 2, 3, 4, 4, 5, 6])),
-    }
+    read_reg_with(r, imm)
 }
 
 fn random_instr(r: &mut Rng) -> WI {

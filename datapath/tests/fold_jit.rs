@@ -32,7 +32,7 @@ mod fold_harness;
 use fold_harness::skel;
 
 mod common;
-use common::msg::{install_msg, WI};
+use common::msg::{install_msg, read_reg_with, write_reg, IMPLICIT_REG, TMP_REG, WI};
 use common::suite::{portus_install, suite_programs};
 use common::{edge_u64, env_u64, Rng};
 
@@ -185,41 +185,14 @@ fn random_state(r: &mut Rng, small: u64) -> Box<FoldState> {
 
 /// libccp's opcodes except DEF (2).
 const OPS: [u8; 14] = [0, 1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14];
-const IMPLICIT_REG: u8 = 2;
-const TMP_REG: u8 = 7;
 const FLAG: (u8, u32) = (IMPLICIT_REG, 0);
 const FALLTHROUGH: (u8, u32) = (IMPLICIT_REG, 1);
 const REPORT_BIT: (u8, u32) = (IMPLICIT_REG, 2);
 const MICROS: (u8, u32) = (IMPLICIT_REG, 3);
 
-fn small_index(r: &mut Rng, n: u64) -> u32 {
-    if r.chance(3) {
-        r.below(130) as u32 // past libccp's arrays: writes ignored, reads alias
-    } else {
-        r.below(n) as u32
-    }
-}
-
+/// A random operand to read, its immediates edge-heavy.
 fn read_reg(r: &mut Rng) -> (u8, u32) {
-    match r.below(12) {
-        0..=2 => (1, edge_u32(r)),
-        3..=5 => (4, r.below(16) as u32),
-        6 => (r.pick(&[5, 6]), small_index(r, 6)),
-        7 => (r.pick(&[0, 8]), small_index(r, 6)),
-        8 => (TMP_REG, r.below(16) as u32),
-        9 => (3, r.below(10) as u32),
-        _ => (IMPLICIT_REG, r.below(7) as u32),
-    }
-}
-
-fn write_reg(r: &mut Rng) -> (u8, u32) {
-    match r.below(10) {
-        0 | 1 => (r.pick(&[5, 6]), small_index(r, 6)),
-        2 | 3 => (r.pick(&[0, 8]), small_index(r, 6)),
-        4 | 5 => (TMP_REG, r.below(16) as u32),
-        6 => (3, r.below(10) as u32),
-        _ => (IMPLICIT_REG, r.pick(&[0, 0, 1, 2, 3, 4, 4, 5, 6])),
-    }
+    read_reg_with(r, |r| (1, edge_u32(r)))
 }
 
 fn random_instr(r: &mut Rng) -> WI {

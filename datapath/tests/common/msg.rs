@@ -1,5 +1,8 @@
 //! Portus messages built byte by byte, as libccp reads them (little-endian):
-//! the fold tests and the fuzzer make ones Portus's serializer never would.
+//! the fold tests and the fuzzer make ones Portus's serializer never would,
+//! from random operands ([`read_reg_with`], [`write_reg`]) among others.
+
+use super::Rng;
 
 /// The 8-byte header: type, length of the whole message, socket id.
 pub fn hdr(typ: u16, len: usize, sid: u32) -> Vec<u8> {
@@ -64,4 +67,49 @@ pub fn change_msg(sid: u32, uid: u32, updates: &[(u8, u32, u64)]) -> Vec<u8> {
     b.extend_from_slice(&(updates.len() as u32).to_le_bytes());
     b.extend(updates_bytes(updates));
     b
+}
+
+// ------------------------------------------------------------ random operands
+
+/// Operand type of libccp's implicit registers (the flag, fallthrough,
+/// report bit, Micros, ...).
+pub const IMPLICIT_REG: u8 = 2;
+/// Operand type of libccp's temporaries.
+pub const TMP_REG: u8 = 7;
+
+/// An index below `n` mostly; 3% of the time one up to 129, past libccp's
+/// arrays (writes there are ignored, reads alias).
+pub fn small_index(r: &mut Rng, n: u64) -> u32 {
+    if r.chance(3) {
+        r.below(130) as u32 // past libccp's arrays: writes ignored, reads alias
+    } else {
+        r.below(n) as u32
+    }
+}
+
+/// A random operand to read: an immediate (`imm` draws it: a quarter of
+/// the time), a primitive, a report or control register, a temporary, a
+/// local or an implicit register.
+pub fn read_reg_with(r: &mut Rng, imm: impl FnOnce(&mut Rng) -> (u8, u32)) -> (u8, u32) {
+    match r.below(12) {
+        0..=2 => imm(r),
+        3..=5 => (4, r.below(16) as u32),
+        6 => (r.pick(&[5, 6]), small_index(r, 6)),
+        7 => (r.pick(&[0, 8]), small_index(r, 6)),
+        8 => (TMP_REG, r.below(16) as u32),
+        9 => (3, r.below(10) as u32),
+        _ => (IMPLICIT_REG, r.below(7) as u32),
+    }
+}
+
+/// A random register to write: a report or control register, a
+/// temporary, a local, or one of the implicit registers a program may set.
+pub fn write_reg(r: &mut Rng) -> (u8, u32) {
+    match r.below(10) {
+        0 | 1 => (r.pick(&[5, 6]), small_index(r, 6)),
+        2 | 3 => (r.pick(&[0, 8]), small_index(r, 6)),
+        4 | 5 => (TMP_REG, r.below(16) as u32),
+        6 => (3, r.below(10) as u32),
+        _ => (IMPLICIT_REG, r.pick(&[0, 0, 1, 2, 3, 4, 4, 5, 6])),
+    }
 }
