@@ -37,24 +37,25 @@
 //! Messages: `CCPLAB_GUARD_FUZZ_MESSAGES` (default 20,000; `make bench` runs
 //! 1,000,000), seed `CCPLAB_GUARD_FUZZ_SEED`.
 
-use std::fs::File;
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, TcpListener, TcpStream};
-use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::net::UnixDatagram;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
-use ccplab_util::testkit::{lock_ccp_registration, require_path, require_root, require_tools, try_wait_until, wait_for_exit, CcpRegistrationLock};
+use ccplab_util::testkit::{lock_ccp_registration, require_root, require_tools, try_wait_until, CcpRegistrationLock};
 use portus::lang::{Bin, Reg, Scope};
 use portus::serialize::{changeprog, install, serialize, update_field};
 
-const BIN: &str = env!("CARGO_BIN_EXE_ccp-datapath");
+mod common;
+use common::net::{BulkFlow, Net, NetSpec};
+use common::process::{uniq, AlgorithmProc, DatapathProc};
+use common::{env_u64, Rng};
+
 const LINK_BPS: u64 = 20_000_000;
+/// Namespaces ccpgA/ccpgB (10.202.0.1 -> 10.202.0.2), TBF at LINK_BPS with a
+/// small (64 KB) queue, so RTTs stay short and the guard's bound is its floor.
+const NET: NetSpec = NetSpec { ns_prefix: "ccpg", veth_prefix: "cg", subnet: 202, rate_bps: LINK_BPS, queue_limit: "64kb" };
 /// The datapath's default guard floor (--control-timeout-ms).
 const GUARD_FLOOR: Duration = Duration::from_millis(250);
 /// CTL_GUARD_RTTS in bpf/ccp.bpf.c.
@@ -65,239 +66,14 @@ const GUARD_RTTS: u32 = 16;
 const TAKEOVER_SLACK: Duration = Duration::from_millis(250);
 const TCP_CA_LOSS: u8 = 4;
 
+/// Messages the fuzzer sends: `CCPLAB_GUARD_FUZZ_MESSAGES`, 20,000 by default.
 fn messages() -> u64 {
-    match std::env::var("CCPLAB_GUARD_FUZZ_MESSAGES") {
-        Ok(v) => v.parse().unwrap_or_else(|_| panic!("CCPLAB_GUARD_FUZZ_MESSAGES={v:?}: not a whole number")),
-        Err(_) => 20_000,
-    }
+    env_u64("CCPLAB_GUARD_FUZZ_MESSAGES", 20_000)
 }
 
+/// The fuzzer's seed: `CCPLAB_GUARD_FUZZ_SEED`, fixed by default so a failure reproduces.
 fn seed() -> u64 {
-    match std::env::var("CCPLAB_GUARD_FUZZ_SEED") {
-        Ok(v) => v.parse().unwrap_or_else(|_| panic!("CCPLAB_GUARD_FUZZ_SEED={v:?}: not a u64")),
-        Err(_) => 0x9a2d_c0de,
-    }
-}
-
-/// splitmix64: small, seeded, reproducible.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-    fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
-        xs[self.below(xs.len() as u64) as usize]
-    }
-}
-
-fn uniq(tag: &str) -> String {
-    static N: AtomicU32 = AtomicU32::new(0);
-    format!("{tag}{}x{}", std::process::id() % 100_000, N.fetch_add(1, Ordering::SeqCst))
-}
-
-fn sh(args: &[&str]) {
-    let out = Command::new(args[0]).args(&args[1..]).output().expect("spawn");
-    assert!(out.status.success(), "{:?} failed: {}", args, String::from_utf8_lossy(&out.stderr));
-}
-
-// ------------------------------------------------------------ network and flow
-
-/// Namespaces A (10.202.0.1) and B (10.202.0.2), a veth pair, TBF at
-/// LINK_BPS with a 64 KB queue on A's side. Deleted on drop.
-struct Net {
-    a: String,
-    b: String,
-}
-
-impl Net {
-    fn new() -> Net {
-        let id = uniq("");
-        let net = Net { a: format!("ccpgA{id}"), b: format!("ccpgB{id}") };
-        let (va, vb) = (format!("cga{id}"), format!("cgb{id}"));
-        sh(&["ip", "netns", "add", &net.a]);
-        sh(&["ip", "netns", "add", &net.b]);
-        sh(&["ip", "link", "add", &va, "netns", &net.a, "type", "veth", "peer", "name", &vb, "netns", &net.b]);
-        sh(&["ip", "-n", &net.a, "addr", "add", "10.202.0.1/24", "dev", &va]);
-        sh(&["ip", "-n", &net.b, "addr", "add", "10.202.0.2/24", "dev", &vb]);
-        for (ns, dev) in [(&net.a, &va), (&net.b, &vb)] {
-            sh(&["ip", "-n", ns, "link", "set", dev, "up"]);
-            sh(&["ip", "-n", ns, "link", "set", "lo", "up"]);
-        }
-        let rate = format!("{LINK_BPS}bit");
-        sh(&["tc", "-n", &net.a, "qdisc", "add", "dev", &va, "root", "tbf", "rate", &rate, "burst", "4kb", "limit", "64kb"]);
-        net
-    }
-}
-
-impl Drop for Net {
-    fn drop(&mut self) {
-        for ns in [&self.a, &self.b] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
-        }
-    }
-}
-
-fn enter_netns(name: &str) {
-    let f = File::open(format!("/var/run/netns/{name}")).expect("netns file");
-    // SAFETY: setns on this thread only (network namespaces are per thread).
-    assert_eq!(unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) }, 0, "setns {name}");
-}
-
-/// A bulk TCP flow A -> B with congestion control `ccp`.
-struct BulkFlow {
-    stream: Arc<TcpStream>,
-    stop: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<()>>,
-}
-
-impl BulkFlow {
-    fn start(net: &Net) -> BulkFlow {
-        let stop = Arc::new(AtomicBool::new(false));
-        let (ready_tx, ready_rx) = mpsc::channel();
-        let (b, stop_r) = (net.b.clone(), stop.clone());
-        let receiver = std::thread::spawn(move || {
-            enter_netns(&b);
-            let l = TcpListener::bind("10.202.0.2:5201").expect("listen in B");
-            ready_tx.send(()).unwrap();
-            let (mut s, _) = l.accept().expect("accept");
-            s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
-            let mut buf = vec![0u8; 1 << 16];
-            while !stop_r.load(Ordering::SeqCst) {
-                match s.read(&mut buf) {
-                    Ok(0) => break,
-                    Ok(_) => {}
-                    Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
-                    Err(_) => break,
-                }
-            }
-        });
-        ready_rx.recv_timeout(Duration::from_secs(5)).expect("receiver ready");
-        let (stream_tx, stream_rx) = mpsc::channel();
-        let (a, stop_s) = (net.a.clone(), stop.clone());
-        let sender = std::thread::spawn(move || {
-            enter_netns(&a);
-            let s = Arc::new(connect_ccp(Ipv4Addr::new(10, 202, 0, 2), 5201).expect("connect"));
-            s.set_write_timeout(Some(Duration::from_millis(200))).unwrap();
-            stream_tx.send(s.clone()).unwrap();
-            let buf = vec![0x5au8; 1 << 16];
-            while !stop_s.load(Ordering::SeqCst) {
-                match (&*s).write(&buf) {
-                    Ok(_) => {}
-                    Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
-                    Err(_) => break,
-                }
-            }
-            let _ = s.shutdown(std::net::Shutdown::Both);
-        });
-        let stream = stream_rx.recv_timeout(Duration::from_secs(5)).expect("sender connected");
-        BulkFlow { stream, stop, threads: vec![receiver, sender] }
-    }
-
-    fn info(&self) -> libc::tcp_info {
-        // SAFETY: getsockopt into a correctly sized tcp_info.
-        unsafe {
-            let mut ti: libc::tcp_info = std::mem::zeroed();
-            let mut len = std::mem::size_of::<libc::tcp_info>() as u32;
-            let r = libc::getsockopt(self.stream.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_INFO, &mut ti as *mut _ as *mut libc::c_void, &mut len);
-            assert_eq!(r, 0, "TCP_INFO");
-            ti
-        }
-    }
-}
-
-impl Drop for BulkFlow {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        let _ = self.stream.shutdown(std::net::Shutdown::Both);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
-    }
-}
-
-fn connect_ccp(dst: Ipv4Addr, port: u16) -> std::io::Result<TcpStream> {
-    // SAFETY: plain socket syscalls on an fd owned by the TcpStream from the start.
-    unsafe {
-        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let stream = TcpStream::from_raw_fd(fd);
-        let cc = "ccp";
-        if libc::setsockopt(fd, libc::IPPROTO_TCP, libc::TCP_CONGESTION, cc.as_ptr() as *const libc::c_void, cc.len() as u32) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let addr = libc::sockaddr_in {
-            sin_family: libc::AF_INET as u16,
-            sin_port: port.to_be(),
-            sin_addr: libc::in_addr { s_addr: u32::from(dst).to_be() },
-            sin_zero: [0; 8],
-        };
-        if libc::connect(fd, &addr as *const _ as *const libc::sockaddr, std::mem::size_of_val(&addr) as u32) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(stream)
-    }
-}
-
-// ------------------------------------------------------------ processes
-
-/// A child process logging to a file; SIGTERM (then SIGKILL) on drop.
-struct Proc {
-    child: Option<Child>,
-    log: PathBuf,
-    what: &'static str,
-}
-
-impl Proc {
-    fn spawn(what: &'static str, cmd: &mut Command) -> Proc {
-        let log = std::env::temp_dir().join(format!("ccp-guard-test-{what}-{}.log", uniq("")));
-        let child = cmd.stdout(Stdio::null()).stderr(File::create(&log).unwrap()).spawn().unwrap_or_else(|e| panic!("spawn {what}: {e}"));
-        Proc { child: Some(child), log, what }
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn alive(&mut self) -> bool {
-        self.child.as_mut().is_some_and(|c| c.try_wait().unwrap().is_none())
-    }
-
-    /// SIGTERM; the exit status (None if it had to be killed).
-    fn stop(&mut self) -> Option<std::process::ExitStatus> {
-        let mut child = self.child.take()?;
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        let st = wait_for_exit(&mut child, Duration::from_secs(5));
-        if st.is_none() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        st
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.stop();
-        if std::thread::panicking() || std::env::var_os("CCP_DP_TEST_KEEP_LOGS").is_some() {
-            eprintln!("{} log kept at {}", self.what, self.log.display());
-        } else {
-            let _ = std::fs::remove_file(&self.log);
-        }
-    }
+    env_u64("CCPLAB_GUARD_FUZZ_SEED", 0x9a2d_c0de)
 }
 
 /// `KEY=N` from the datapath's exit summary.
@@ -572,26 +348,13 @@ fn lock() -> CcpRegistrationLock {
 #[test]
 fn structurally_valid_fuzz_never_freezes_a_flow() {
     let _l = lock();
-    let algorithms = Path::new(BIN).with_file_name("ccp-algorithms");
-    require_path(&algorithms, "the ccp-algorithms binary (cargo build --release -p ccp-algorithms)");
     let total = messages();
-    let net = Net::new();
+    let net = Net::new(NET);
 
-    let name = uniq("ccpguard-alg-");
-    let alg_socket = PathBuf::from(format!("/tmp/ccp/{name}"));
-    let mut alg = Proc::spawn("algorithm", Command::new(&algorithms).args(["reno", "--ipc-name", &name]));
-    let bound = try_wait_until(Duration::from_secs(10), || UnixDatagram::unbound().unwrap().connect(&alg_socket).ok());
-    assert!(bound.is_some(), "ccp-algorithms did not bind {}: {}", alg_socket.display(), alg.log_text());
-
-    let ready = std::env::temp_dir().join(format!("ccp-guard-test-ready-{}.json", uniq("")));
-    let mut dp = Proc::spawn(
-        "datapath",
-        Command::new(BIN).args(["--portus-socket", alg_socket.to_str().unwrap(), "--congalg", "reno", "--ready-file", ready.to_str().unwrap()]),
-    );
-    let up = try_wait_until(Duration::from_secs(15), || ready.exists().then_some(()));
-    assert!(up.is_some(), "ccp-datapath not ready after 15 s: {}", dp.log_text());
-    let ready_json: serde_json::Value = serde_json::from_slice(&std::fs::read(&ready).unwrap()).unwrap();
-    let dp_socket = PathBuf::from(ready_json["socket"].as_str().unwrap());
+    let mut alg = AlgorithmProc::start(&uniq("ccpguard-alg-"), &["reno"], "ccp-guard-test");
+    let alg_socket = alg.path.to_str().unwrap().to_owned();
+    let mut dp = DatapathProc::start(&["--portus-socket", &alg_socket, "--congalg", "reno"], "ccp-guard-test", Duration::from_secs(15));
+    let dp_socket = dp.socket.clone();
 
     let flow = Arc::new(BulkFlow::start(&net));
     // under the algorithm once it answers the flow's reports
@@ -780,6 +543,5 @@ fn structurally_valid_fuzz_never_freezes_a_flow() {
     assert!(n("guard_fallbacks") >= 1, "the guard never acted");
     assert!(n("evictions_refused") >= 1, "no install was refused for evicting the live flow's program (uid 1 comes up)");
     drop(flow);
-    let _ = std::fs::remove_file(&ready);
     drop(net);
 }

@@ -14,12 +14,10 @@
 //! Drop guards, also when an assertion fails.
 
 use std::collections::HashMap;
-use std::fs::File;
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, TcpListener, TcpStream};
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::io::Write;
+use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
@@ -29,17 +27,22 @@ use ccplab_util::testkit::{
     ccp_registered, lock_ccp_registration, require_root, require_tools, try_wait_until, wait_for_exit,
     CcpRegistrationLock,
 };
-use portus::ipc::{BackendBuilder, Blocking, Ipc};
+use portus::ipc::Ipc;
 use portus::lang::Scope;
-use portus::{CCPHandle, CongAlg, Datapath, DatapathInfo, DatapathTrait, Flow, Report, RunBuilder};
+use portus::{CongAlg, Datapath, DatapathInfo, DatapathTrait, Flow, Report};
 
-const BIN: &str = env!("CARGO_BIN_EXE_ccp-datapath");
+mod common;
+use common::net::{connect_with, enter_netns, sh, BulkFlow, Net, NetSpec, SocketSetup};
+use common::process::{uniq, AlgorithmProc, DatapathProc, PortusThread, DATAPATH as BIN};
+
 /// Bottleneck rate on A's veth egress (TBF), bits/s.
 const LINK_BPS: u64 = 20_000_000;
 /// tcpi_snd_ssthresh while slow start has not ended (TCP_INFINITE_SSTHRESH).
 const INFINITE_SSTHRESH: u32 = 0x7fff_ffff;
 /// Bytes on the wire per full-size segment (1448 payload + TCP/IP/timestamps + Ethernet).
 const WIRE_BYTES_PER_SEG: u64 = 1514;
+/// Namespaces ccpdpA/ccpdpB (10.201.0.1 -> 10.201.0.2), TBF at LINK_BPS with a 1 MB queue.
+const NET: NetSpec = NetSpec { ns_prefix: "ccpdp", veth_prefix: "cd", subnet: 201, rate_bps: LINK_BPS, queue_limit: "1mb" };
 
 // ---------------------------------------------------------------- locking
 
@@ -49,253 +52,6 @@ fn lock() -> CcpRegistrationLock {
     require_root("loading the BPF struct_ops congestion control and creating network namespaces");
     require_tools(&["ip", "tc", "setpriv"], "the test network and the non-root check");
     lock_ccp_registration()
-}
-
-fn uniq(tag: &str) -> String {
-    static N: AtomicU32 = AtomicU32::new(0);
-    format!("{tag}{}x{}", std::process::id() % 100_000, N.fetch_add(1, Ordering::SeqCst))
-}
-
-// ---------------------------------------------------------------- netns
-
-fn sh(args: &[&str]) {
-    let out = Command::new(args[0]).args(&args[1..]).output().expect("spawn");
-    assert!(out.status.success(), "{:?} failed: {}", args, String::from_utf8_lossy(&out.stderr));
-}
-
-/// Namespaces A (sender, 10.201.0.1) and B (receiver, 10.201.0.2) joined by a
-/// veth pair; TBF at LINK_BPS on A's side. Deleted on drop.
-struct Net {
-    a: String,
-    b: String,
-}
-
-impl Net {
-    fn new() -> Net {
-        let id = uniq("");
-        let net = Net { a: format!("ccpdpA{id}"), b: format!("ccpdpB{id}") };
-        let (va, vb) = (format!("cda{id}"), format!("cdb{id}"));
-        sh(&["ip", "netns", "add", &net.a]);
-        sh(&["ip", "netns", "add", &net.b]);
-        sh(&["ip", "link", "add", &va, "netns", &net.a, "type", "veth", "peer", "name", &vb, "netns", &net.b]);
-        sh(&["ip", "-n", &net.a, "addr", "add", "10.201.0.1/24", "dev", &va]);
-        sh(&["ip", "-n", &net.b, "addr", "add", "10.201.0.2/24", "dev", &vb]);
-        for (ns, dev) in [(&net.a, &va), (&net.b, &vb)] {
-            sh(&["ip", "-n", ns, "link", "set", dev, "up"]);
-            sh(&["ip", "-n", ns, "link", "set", "lo", "up"]);
-        }
-        let rate = format!("{}bit", LINK_BPS);
-        sh(&["tc", "-n", &net.a, "qdisc", "add", "dev", &va, "root", "tbf", "rate", &rate, "burst", "4kb", "limit", "1mb"]);
-        net
-    }
-}
-
-impl Drop for Net {
-    fn drop(&mut self) {
-        for ns in [&self.a, &self.b] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
-        }
-    }
-}
-
-fn enter_netns(name: &str) {
-    let f = File::open(format!("/var/run/netns/{name}")).expect("netns file");
-    // SAFETY: setns on this thread only (network namespaces are per thread).
-    assert_eq!(unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) }, 0, "setns {name}");
-}
-
-// ---------------------------------------------------------------- TCP flow
-
-/// A bulk TCP flow A -> B with congestion control `ccp`, sender socket
-/// readable from the test thread.
-struct BulkFlow {
-    stream: Arc<TcpStream>,
-    stop: Arc<AtomicBool>,
-    /// While set the writer writes nothing (the application is idle).
-    paused: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<()>>,
-}
-
-/// How the sender's socket is set up around connect().
-#[derive(Clone, Copy)]
-struct SocketSetup {
-    /// TCP_CONGESTION before connect.
-    cc: &'static str,
-    /// TCP_CONGESTION after connect (the CA's init runs then), if any.
-    cc_after_connect: Option<&'static str>,
-    /// SO_MAX_PACING_RATE before connect, bytes/s (the kernel turns on
-    /// TCP-internal pacing for it).
-    max_pacing_bytes_per_s: Option<u32>,
-}
-
-impl SocketSetup {
-    const CCP: SocketSetup = SocketSetup { cc: "ccp", cc_after_connect: None, max_pacing_bytes_per_s: None };
-}
-
-fn set_congestion_control(fd: i32, cc: &str) -> std::io::Result<()> {
-    // SAFETY: setsockopt with a buffer of the given length.
-    let r = unsafe { libc::setsockopt(fd, libc::IPPROTO_TCP, libc::TCP_CONGESTION, cc.as_ptr() as *const libc::c_void, cc.len() as u32) };
-    if r != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-fn connect_with(dst: Ipv4Addr, port: u16, setup: SocketSetup) -> std::io::Result<TcpStream> {
-    // SAFETY: plain socket syscalls on an fd we own until wrapped in TcpStream.
-    unsafe {
-        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let stream = TcpStream::from_raw_fd(fd);
-        set_congestion_control(fd, setup.cc)?;
-        if let Some(rate) = setup.max_pacing_bytes_per_s {
-            let r = libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_MAX_PACING_RATE, &rate as *const u32 as *const libc::c_void, 4);
-            if r != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-        }
-        let addr = libc::sockaddr_in {
-            sin_family: libc::AF_INET as u16,
-            sin_port: port.to_be(),
-            sin_addr: libc::in_addr { s_addr: u32::from(dst).to_be() },
-            sin_zero: [0; 8],
-        };
-        let r = libc::connect(fd, &addr as *const _ as *const libc::sockaddr, std::mem::size_of_val(&addr) as u32);
-        if r != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        if let Some(cc) = setup.cc_after_connect {
-            set_congestion_control(fd, cc)?;
-        }
-        Ok(stream)
-    }
-}
-
-impl BulkFlow {
-    fn start(net: &Net) -> BulkFlow {
-        Self::start_with(net, SocketSetup::CCP)
-    }
-
-    fn start_with(net: &Net, setup: SocketSetup) -> BulkFlow {
-        let stop = Arc::new(AtomicBool::new(false));
-        let (ready_tx, ready_rx) = mpsc::channel();
-        let b = net.b.clone();
-        let stop_r = stop.clone();
-        let receiver = std::thread::spawn(move || {
-            enter_netns(&b);
-            let l = TcpListener::bind("10.201.0.2:5201").expect("listen in B");
-            ready_tx.send(()).unwrap();
-            let (mut s, _) = l.accept().expect("accept");
-            s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
-            let mut buf = vec![0u8; 1 << 16];
-            while !stop_r.load(Ordering::SeqCst) {
-                match s.read(&mut buf) {
-                    Ok(0) => break,
-                    Ok(_) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut => {}
-                    Err(_) => break,
-                }
-            }
-        });
-        ready_rx.recv_timeout(Duration::from_secs(5)).expect("receiver ready");
-        let (stream_tx, stream_rx) = mpsc::channel();
-        let a = net.a.clone();
-        let stop_s = stop.clone();
-        let paused = Arc::new(AtomicBool::new(false));
-        let paused_s = paused.clone();
-        let sender = std::thread::spawn(move || {
-            enter_netns(&a);
-            let s = Arc::new(connect_with(Ipv4Addr::new(10, 201, 0, 2), 5201, setup).expect("connect"));
-            s.set_write_timeout(Some(Duration::from_millis(200))).unwrap();
-            stream_tx.send(s.clone()).unwrap();
-            let buf = vec![0x5au8; 1 << 16];
-            while !stop_s.load(Ordering::SeqCst) {
-                if paused_s.load(Ordering::SeqCst) {
-                    std::thread::park(); // resume() and drop unpark
-                    continue;
-                }
-                match (&*s).write(&buf) {
-                    Ok(_) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut => {}
-                    Err(_) => break,
-                }
-            }
-            let _ = s.shutdown(std::net::Shutdown::Both);
-        });
-        let stream = stream_rx.recv_timeout(Duration::from_secs(5)).expect("sender connected");
-        BulkFlow { stream, stop, paused, threads: vec![receiver, sender] }
-    }
-
-    /// Stop writing: once the send queue drains the sender is idle.
-    fn pause(&self) {
-        self.paused.store(true, Ordering::SeqCst);
-    }
-
-    fn resume(&self) {
-        self.paused.store(false, Ordering::SeqCst);
-        self.threads[1].thread().unpark();
-    }
-
-    /// Bytes written and not yet acked, unsent ones included (SIOCOUTQ).
-    fn send_queue_bytes(&self) -> i32 {
-        let mut n: libc::c_int = 0;
-        // SAFETY: ioctl TIOCOUTQ (= SIOCOUTQ) writes one int.
-        let r = unsafe { libc::ioctl(self.stream.as_raw_fd(), libc::TIOCOUTQ, &mut n) };
-        assert_eq!(r, 0, "SIOCOUTQ");
-        n
-    }
-
-    fn info(&self) -> libc::tcp_info {
-        // SAFETY: getsockopt into a correctly sized tcp_info.
-        unsafe {
-            let mut ti: libc::tcp_info = std::mem::zeroed();
-            let mut len = std::mem::size_of::<libc::tcp_info>() as u32;
-            let r = libc::getsockopt(
-                self.stream.as_raw_fd(),
-                libc::IPPROTO_TCP,
-                libc::TCP_INFO,
-                &mut ti as *mut _ as *mut libc::c_void,
-                &mut len,
-            );
-            assert_eq!(r, 0, "TCP_INFO");
-            ti
-        }
-    }
-
-    fn congestion_control(&self) -> String {
-        let mut buf = [0u8; 16];
-        let mut len = buf.len() as u32;
-        // SAFETY: getsockopt into a 16-byte buffer.
-        let r = unsafe {
-            libc::getsockopt(
-                self.stream.as_raw_fd(),
-                libc::IPPROTO_TCP,
-                libc::TCP_CONGESTION,
-                buf.as_mut_ptr() as *mut libc::c_void,
-                &mut len,
-            )
-        };
-        assert_eq!(r, 0, "TCP_CONGESTION");
-        String::from_utf8_lossy(&buf[..len as usize]).trim_end_matches('\0').to_string()
-    }
-
-    /// Poll TCP_INFO until `pred` holds or `timeout` passes.
-    fn wait_for(&self, timeout: Duration, pred: impl Fn(&libc::tcp_info) -> bool) -> Option<libc::tcp_info> {
-        try_wait_until(timeout, || Some(self.info()).filter(|ti| pred(ti)))
-    }
-}
-
-impl Drop for BulkFlow {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        self.threads[1].thread().unpark();
-        let _ = self.stream.shutdown(std::net::Shutdown::Both);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
-    }
 }
 
 // ---------------------------------------------------------------- Portus alg
@@ -402,132 +158,37 @@ impl<I: Ipc> Drop for FixedFlow<I> {
     }
 }
 
-/// In-process Portus on /tmp/ccp/<name>; stopped and unlinked on drop.
-struct Portus {
-    handle: Option<CCPHandle>,
-    path: PathBuf,
-    alg: FixedCwnd,
-}
+/// The fixed-cwnd algorithm on an in-process Portus.
+type Portus = PortusThread<FixedCwnd>;
 
-impl Portus {
-    fn start(target_pkts: u32) -> Portus {
-        let name = uniq("ccpdp-test-portus-");
-        let alg = FixedCwnd {
-            target_pkts: Arc::new(AtomicU32::new(target_pkts)),
-            reports: Arc::new(AtomicU64::new(0)),
-            flows: Arc::new(AtomicU32::new(0)),
-            closed: Arc::new(AtomicU32::new(0)),
-            busy_ms: Arc::new(AtomicU64::new(0)),
-            sparse: Arc::new(AtomicBool::new(false)),
-            sparse_reports: Arc::new(std::sync::Mutex::new(Vec::new())),
-        };
-        let sock = portus::ipc::unix::Socket::<Blocking>::new(&name).expect("bind Portus socket");
-        let handle = RunBuilder::new(BackendBuilder { sock })
-            .default_alg(alg.clone())
-            .spawn_thread()
-            .run()
-            .expect("spawn Portus");
-        Portus { handle: Some(handle), path: PathBuf::from(format!("/tmp/ccp/{name}")), alg }
-    }
-}
-
-impl Drop for Portus {
-    fn drop(&mut self) {
-        if let Some(h) = self.handle.take() {
-            h.kill();
-            let _ = h.wait(); // its socket has a 1 s read timeout
-        }
-        let _ = std::fs::remove_file(&self.path);
-    }
+/// [`FixedCwnd`] at `target_pkts`, on its own Portus socket.
+fn start_portus(target_pkts: u32) -> Portus {
+    let alg = FixedCwnd {
+        target_pkts: Arc::new(AtomicU32::new(target_pkts)),
+        reports: Arc::new(AtomicU64::new(0)),
+        flows: Arc::new(AtomicU32::new(0)),
+        closed: Arc::new(AtomicU32::new(0)),
+        busy_ms: Arc::new(AtomicU64::new(0)),
+        sparse: Arc::new(AtomicBool::new(false)),
+        sparse_reports: Arc::new(std::sync::Mutex::new(Vec::new())),
+    };
+    PortusThread::start("ccpdp-test-portus-", alg)
 }
 
 // ---------------------------------------------------------------- datapath
 
-/// The `ccp-datapath` binary; SIGTERM on drop (SIGKILL if it hangs).
-struct DatapathProc {
-    child: Option<Child>,
-    ready: PathBuf,
-    log: PathBuf,
-    /// Its bound socket (from the ready file); removed on drop in case the
-    /// process was SIGKILLed and could not remove it itself.
-    socket: PathBuf,
-}
-
-impl DatapathProc {
-    fn start(portus_socket: &Path, congalg: &str) -> DatapathProc {
-        Self::start_with(portus_socket, congalg, &[])
-    }
-
-    fn start_with(portus_socket: &Path, congalg: &str, extra: &[&str]) -> DatapathProc {
-        let tag = uniq("");
-        let ready = std::env::temp_dir().join(format!("ccp-dp-test-ready-{tag}.json"));
-        let log = std::env::temp_dir().join(format!("ccp-dp-test-{tag}.log"));
-        let child = Command::new(BIN)
-            .args(["--portus-socket", portus_socket.to_str().unwrap(), "--congalg", congalg, "-v", "--ready-file"])
-            .arg(&ready)
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(File::create(&log).unwrap())
-            .spawn()
-            .expect("spawn ccp-datapath");
-        let mut dp = DatapathProc { child: Some(child), ready, log, socket: PathBuf::new() };
-        // The ready file is written atomically once `ccp` is registered.
-        let ready_now = try_wait_until(Duration::from_secs(15), || {
-            if let Some(st) = dp.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("ccp-datapath exited early ({st}): {}", dp.log_text());
-            }
-            dp.ready.exists().then_some(())
-        });
-        assert!(ready_now.is_some(), "ccp-datapath not ready after 15 s: {}", dp.log_text());
-        let ready: serde_json::Value = serde_json::from_slice(&std::fs::read(&dp.ready).unwrap()).unwrap();
-        assert_eq!(ready["ca"], "ccp");
-        assert_eq!(ready["pid"], dp.child.as_ref().unwrap().id());
-        dp.socket = PathBuf::from(ready["socket"].as_str().unwrap());
-        assert!(dp.socket.exists(), "bound socket exists");
-        assert!(ccp_registered(), "ccp registered once ready");
-        dp
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn signal(&mut self, sig: libc::c_int) {
-        if let Some(c) = &self.child {
-            // SAFETY: signalling our own child.
-            unsafe { libc::kill(c.id() as i32, sig) };
-        }
-    }
-
-    /// Stop with `sig`; returns the exit status (None if it had to be killed).
-    fn stop(&mut self, sig: libc::c_int) -> Option<std::process::ExitStatus> {
-        let mut child = self.child.take()?;
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(child.id() as i32, sig) };
-        let st = wait_for_exit(&mut child, Duration::from_secs(5));
-        if st.is_none() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        st
-    }
-}
-
-impl Drop for DatapathProc {
-    fn drop(&mut self) {
-        self.stop(libc::SIGTERM);
-        let _ = std::fs::remove_file(&self.ready);
-        if !self.socket.as_os_str().is_empty() {
-            let _ = std::fs::remove_file(&self.socket);
-        }
-        if std::env::var_os("CCP_DP_TEST_KEEP_LOGS").is_some() {
-            eprintln!("ccp-datapath log kept at {}", self.log.display());
-        } else if !std::thread::panicking() {
-            let _ = std::fs::remove_file(&self.log);
-        } else {
-            eprintln!("ccp-datapath log kept at {}", self.log.display());
-        }
-    }
+/// `ccp-datapath --portus-socket PORTUS --congalg CONGALG -v EXTRA...`,
+/// ready within 15 s: its ready file names `ccp`, its pid and a socket
+/// that exists, and `ccp` is registered.
+fn start_datapath(portus_socket: &Path, congalg: &str, extra: &[&str]) -> DatapathProc {
+    let mut args = vec!["--portus-socket", portus_socket.to_str().unwrap(), "--congalg", congalg, "-v"];
+    args.extend_from_slice(extra);
+    let dp = DatapathProc::start(&args, "ccp-dp-test", Duration::from_secs(15));
+    assert_eq!(dp.ready_json["ca"], "ccp");
+    assert_eq!(dp.ready_json["pid"], dp.proc.child.as_ref().unwrap().id());
+    assert!(dp.socket.exists(), "bound socket exists");
+    assert!(ccp_registered(), "ccp registered once ready");
+    dp
 }
 
 /// Expected smoothed RTT when `cwnd_pkts` full segments sit in the TBF queue.
@@ -610,9 +271,9 @@ fn fixed_cwnd_follows_portus_with_the_interpreted_fold() {
 /// the program's main section.
 fn fixed_cwnd_follows_portus(datapath_args: &[&str], programs: (u64, u64)) {
     let _l = lock();
-    let net = Net::new();
-    let portus = Portus::start(10);
-    let mut dp = DatapathProc::start_with(&portus.path, "ccpdp-test-fixed", datapath_args);
+    let net = Net::new(NET);
+    let portus = start_portus(10);
+    let mut dp = start_datapath(&portus.path, "ccpdp-test-fixed", datapath_args);
     let flow = BulkFlow::start(&net);
     assert_eq!(flow.congestion_control(), "ccp");
 
@@ -640,7 +301,7 @@ fn fixed_cwnd_follows_portus(datapath_args: &[&str], programs: (u64, u64)) {
     assert!(at40 > at10 * 2, "RTT should grow ~4x with 4x the queued packets");
 
     drop(flow);
-    let st = dp.stop(libc::SIGINT).expect("datapath exits on SIGINT");
+    let st = dp.stop_with(libc::SIGINT).expect("datapath exits on SIGINT");
     assert!(st.success(), "exit status {st}");
     let log = dp.log_text();
     assert_eq!(
@@ -677,10 +338,10 @@ impl ConnectionBurst {
     fn open(net: &Net, n: usize) -> ConnectionBurst {
         let stop = Arc::new(AtomicBool::new(false));
         let (ready_tx, ready_rx) = mpsc::channel();
-        let (b, stop_r) = (net.b.clone(), stop.clone());
+        let (b, b_ip, stop_r) = (net.b.clone(), net.b_ip, stop.clone());
         let receiver = std::thread::spawn(move || {
             enter_netns(&b);
-            let l = TcpListener::bind(("10.201.0.2", Self::PORT)).expect("listen in B");
+            let l = TcpListener::bind((b_ip, Self::PORT)).expect("listen in B");
             ready_tx.send(()).unwrap();
             let accepted: Vec<TcpStream> = (0..n).map(|_| l.accept().expect("accept").0).collect();
             while !stop_r.load(Ordering::SeqCst) {
@@ -695,7 +356,7 @@ impl ConnectionBurst {
             enter_netns(&a);
             let mut conns = vec![];
             for _ in 0..n {
-                let mut s = connect_with(Ipv4Addr::new(10, 201, 0, 2), Self::PORT, SocketSetup::CCP).expect("connect");
+                let mut s = connect_with(b_ip, Self::PORT, SocketSetup::CCP).expect("connect");
                 s.write_all(&[0x5a; 4096]).expect("write");
                 conns.push(s);
             }
@@ -740,10 +401,10 @@ fn summary_field(log: &str, section: &str, key: &str) -> u64 {
 fn a_burst_of_creates_and_closes_reaches_a_slow_algorithm_whole() {
     const N: u32 = 40;
     let _l = lock();
-    let net = Net::new();
-    let portus = Portus::start(10);
+    let net = Net::new(NET);
+    let portus = start_portus(10);
     portus.alg.busy_ms.store(5, Ordering::SeqCst);
-    let mut dp = DatapathProc::start(&portus.path, "ccpdp-test-fixed");
+    let mut dp = start_datapath(&portus.path, "ccpdp-test-fixed", &[]);
     let burst = ConnectionBurst::open(&net, N as usize);
     let created = try_wait_until(Duration::from_secs(10), || (portus.alg.flows.load(Ordering::SeqCst) >= N).then_some(()));
     assert!(created.is_some(), "Portus saw {} of {N} creates: {}", portus.alg.flows.load(Ordering::SeqCst), dp.log_text());
@@ -751,7 +412,7 @@ fn a_burst_of_creates_and_closes_reaches_a_slow_algorithm_whole() {
     let closed = try_wait_until(Duration::from_secs(10), || (portus.alg.closed.load(Ordering::SeqCst) >= N).then_some(()));
     assert!(closed.is_some(), "Portus saw {} of {N} closes: {}", portus.alg.closed.load(Ordering::SeqCst), dp.log_text());
     assert_eq!(portus.alg.flows.load(Ordering::SeqCst), N, "each flow created once (no retry of a create that was deferred)");
-    let st = dp.stop(libc::SIGINT).expect("datapath exits on SIGINT");
+    let st = dp.stop_with(libc::SIGINT).expect("datapath exits on SIGINT");
     assert!(st.success(), "exit status {st}");
     let log = dp.log_text();
     assert!(summary_field(&log, "outbox:", "deferred") > 0, "the burst outran the slow algorithm: {log}");
@@ -767,10 +428,10 @@ fn a_burst_of_creates_and_closes_reaches_a_slow_algorithm_whole() {
 #[test]
 fn a_sparse_report_wakes_the_datapath_at_once() {
     let _l = lock();
-    let net = Net::new();
-    let portus = Portus::start(10);
+    let net = Net::new(NET);
+    let portus = start_portus(10);
     portus.alg.sparse.store(true, Ordering::SeqCst);
-    let mut dp = DatapathProc::start(&portus.path, "ccpdp-test-fixed");
+    let mut dp = start_datapath(&portus.path, "ccpdp-test-fixed", &[]);
     let flow = BulkFlow::start(&net);
     let enough = try_wait_until(Duration::from_secs(15), || (portus.alg.sparse_reports.lock().unwrap().len() >= 16).then_some(()));
     assert!(enough.is_some(), "{} sparse reports in 15 s: {}", portus.alg.sparse_reports.lock().unwrap().len(), dp.log_text());
@@ -782,7 +443,7 @@ fn a_sparse_report_wakes_the_datapath_at_once() {
     let p50 = delays[delays.len() / 2];
     eprintln!("sparse report delays beyond the smallest, us: {delays:?}");
     assert!(p50 < 10_000, "median report delay {p50} us: reports waited for a poll instead of waking the daemon");
-    let st = dp.stop(libc::SIGINT).expect("datapath exits on SIGINT");
+    let st = dp.stop_with(libc::SIGINT).expect("datapath exits on SIGINT");
     assert!(st.success(), "exit status {st}");
     drop(net);
 }
@@ -790,10 +451,10 @@ fn a_sparse_report_wakes_the_datapath_at_once() {
 #[test]
 fn flow_keeps_moving_without_an_algorithm() {
     let _l = lock();
-    let net = Net::new();
+    let net = Net::new(NET);
     // nobody listens on this Portus path
     let missing = PathBuf::from(format!("/tmp/ccp/{}", uniq("ccpdp-test-nobody-")));
-    let mut dp = DatapathProc::start(&missing, "reno");
+    let mut dp = start_datapath(&missing, "reno", &[]);
     let flow = BulkFlow::start(&net);
     assert_eq!(flow.congestion_control(), "ccp");
     let start = flow.info();
@@ -804,7 +465,7 @@ fn flow_keeps_moving_without_an_algorithm() {
     // the fallback (kernel cubic, slow start) grew the window beyond its initial 10 packets
     assert!(end.tcpi_snd_cwnd > 10, "no fallback growth: cwnd {}", end.tcpi_snd_cwnd);
     drop(flow);
-    assert!(dp.stop(libc::SIGTERM).expect("exits on SIGTERM").success());
+    assert!(dp.stop().expect("exits on SIGTERM").success());
 }
 
 /// The fallback's cubic gets its RTT samples (cong_control feeds
@@ -815,9 +476,9 @@ fn flow_keeps_moving_without_an_algorithm() {
 #[test]
 fn fallback_cubic_leaves_slow_start_by_hystart_before_any_loss() {
     let _l = lock();
-    let net = Net::new();
+    let net = Net::new(NET);
     let missing = PathBuf::from(format!("/tmp/ccp/{}", uniq("ccpdp-test-nobody-")));
-    let mut dp = DatapathProc::start(&missing, "reno");
+    let mut dp = start_datapath(&missing, "reno", &[]);
     let flow = BulkFlow::start(&net);
     assert_eq!(flow.congestion_control(), "ccp");
     let ti = flow.wait_for(Duration::from_secs(10), |t| t.tcpi_snd_ssthresh < INFINITE_SSTHRESH);
@@ -831,7 +492,7 @@ fn fallback_cubic_leaves_slow_start_by_hystart_before_any_loss() {
     );
     eprintln!("HyStart set ssthresh {} at cwnd {}, srtt {} us", ti.tcpi_snd_ssthresh, ti.tcpi_snd_cwnd, ti.tcpi_rtt);
     drop(flow);
-    assert!(dp.stop(libc::SIGTERM).expect("exits on SIGTERM").success());
+    assert!(dp.stop().expect("exits on SIGTERM").success());
 }
 
 /// How long the application stays idle in the idle-restart test.
@@ -846,7 +507,7 @@ const IDLE: Duration = Duration::from_secs(10);
 /// idle, cwnd 1 s after the restart). Slow start after idle is off in the
 /// sender's namespace, so the window survives the idle period.
 fn cwnd_growth_over_idle(cc: &'static str) -> (u32, u32) {
-    let net = Net::new();
+    let net = Net::new(NET);
     sh(&["ip", "netns", "exec", &net.a, "sysctl", "-qw", "net.ipv4.tcp_slow_start_after_idle=0"]);
     let flow = BulkFlow::start_with(&net, SocketSetup { cc, ..SocketSetup::CCP });
     assert_eq!(flow.congestion_control(), cc);
@@ -877,27 +538,27 @@ fn cwnd_growth_over_idle(cc: &'static str) -> (u32, u32) {
 fn fallback_cubic_grows_after_idle_as_kernel_cubic_does() {
     let _l = lock();
     let missing = PathBuf::from(format!("/tmp/ccp/{}", uniq("ccpdp-test-nobody-")));
-    let mut dp = DatapathProc::start(&missing, "reno");
+    let mut dp = start_datapath(&missing, "reno", &[]);
     let (k0, k1) = cwnd_growth_over_idle("cubic");
     let (c0, c1) = cwnd_growth_over_idle("ccp");
     let (kernel, ccp) = (k1 as i64 - k0 as i64, c1 as i64 - c0 as i64);
     eprintln!("cwnd 1 s after a {IDLE:?} idle: kernel cubic {k0} -> {k1} ({kernel:+}), ccp fallback {c0} -> {c1} ({ccp:+})");
     assert!(kernel >= 0 && ccp >= 0, "a window shrank over the restart: kernel {kernel:+}, ccp {ccp:+}");
     assert!(ccp <= kernel + 30, "fallback grew {ccp:+} packets after the idle period, kernel cubic {kernel:+}");
-    assert!(dp.stop(libc::SIGTERM).expect("exits on SIGTERM").success());
+    assert!(dp.stop().expect("exits on SIGTERM").success());
 }
 
 #[test]
 fn flow_falls_back_to_kernel_cubic_when_the_datapath_dies() {
     let _l = lock();
-    let net = Net::new();
-    let portus = Portus::start(10);
-    let mut dp = DatapathProc::start(&portus.path, "ccpdp-test-fixed");
+    let net = Net::new(NET);
+    let portus = start_portus(10);
+    let mut dp = start_datapath(&portus.path, "ccpdp-test-fixed", &[]);
     let flow = BulkFlow::start(&net);
     assert!(flow.wait_for(Duration::from_secs(5), |t| t.tcpi_snd_cwnd == 10).is_some(), "{}", dp.log_text());
     // SIGKILL: no cleanup; the kernel drops the struct_ops link with the process
     dp.signal(libc::SIGKILL);
-    let st = dp.stop(libc::SIGKILL);
+    let st = dp.stop_with(libc::SIGKILL);
     assert!(st.is_some());
     assert!(!ccp_registered(), "ccp unregistered when its process died");
     // heartbeat goes stale after 500 ms: the BPF side runs kernel cubic
@@ -924,9 +585,9 @@ fn delivery_rate(flow: &BulkFlow, window: Duration) -> f64 {
 #[test]
 fn pacing_the_socket_came_with_stays_on_at_the_kernel_rate() {
     let _l = lock();
-    let net = Net::new();
-    let portus = Portus::start(40); // a cwnd-only algorithm: commands no rate
-    let dp = DatapathProc::start(&portus.path, "ccpdp-test-fixed");
+    let net = Net::new(NET);
+    let portus = start_portus(40); // a cwnd-only algorithm: commands no rate
+    let dp = start_datapath(&portus.path, "ccpdp-test-fixed", &[]);
 
     // SO_MAX_PACING_RATE at a quarter of the link rate, set before connect
     let cap = (LINK_BPS / 8 / 4) as u32;
@@ -1008,78 +669,15 @@ fn clear_errors_for_bad_environment() {
 
     // a second datapath while one is running
     let missing = PathBuf::from(format!("/tmp/ccp/{}", uniq("ccpdp-test-nobody-")));
-    let mut dp = DatapathProc::start(&missing, "reno");
+    let mut dp = start_datapath(&missing, "reno", &[]);
     let err = run_expect_failure(&[], false);
     assert!(err.contains("already registered"), "{err}");
     assert!(ccp_registered(), "the first datapath is unaffected");
-    assert!(dp.stop(libc::SIGTERM).expect("exits").success());
+    assert!(dp.stop().expect("exits").success());
     assert!(!ccp_registered());
 }
 
 // ------------------------------------------------- never frozen
-
-/// The suite's `ccp-algorithms` binary (built beside this crate's binary).
-fn algorithms_bin() -> PathBuf {
-    let p = Path::new(BIN).with_file_name("ccp-algorithms");
-    ccplab_util::testkit::require_path(&p, "the ccp-algorithms binary (cargo build --release -p ccp-algorithms)");
-    p
-}
-
-/// A real algorithm process: `ccp-algorithms fixed-window --window PKTS` on
-/// /tmp/ccp/<name>; SIGKILLed on drop.
-struct AlgorithmProc {
-    child: Child,
-    path: PathBuf,
-    /// Its stderr; kept when a test fails.
-    log: PathBuf,
-}
-
-impl AlgorithmProc {
-    fn start(name: &str, window_pkts: u32) -> AlgorithmProc {
-        Self::start_with(name, &["fixed-window", "--window", &window_pkts.to_string()])
-    }
-
-    /// `ccp-algorithms ARGS... --ipc-name NAME`.
-    fn start_with(name: &str, args: &[&str]) -> AlgorithmProc {
-        let path = PathBuf::from(format!("/tmp/ccp/{name}"));
-        let log = std::env::temp_dir().join(format!("ccp-dp-test-alg-{}.log", uniq("")));
-        let child = Command::new(algorithms_bin())
-            .args(args)
-            .args(["--ipc-name", name])
-            .stdout(Stdio::null())
-            .stderr(File::create(&log).unwrap())
-            .spawn()
-            .expect("spawn ccp-algorithms");
-        let mut alg = AlgorithmProc { child, path, log };
-        // ready once its socket accepts a connect (the datapath's own probe)
-        let bound = try_wait_until(Duration::from_secs(10), || {
-            if let Some(st) = alg.child.try_wait().unwrap() {
-                panic!("ccp-algorithms exited early ({st})");
-            }
-            let probe = std::os::unix::net::UnixDatagram::unbound().unwrap();
-            probe.connect(&alg.path).ok()
-        });
-        assert!(bound.is_some(), "ccp-algorithms did not bind {} within 10 s", alg.path.display());
-        alg
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for AlgorithmProc {
-    fn drop(&mut self) {
-        self.kill();
-        let _ = std::fs::remove_file(&self.path);
-        if std::thread::panicking() || std::env::var_os("CCP_DP_TEST_KEEP_LOGS").is_some() {
-            eprintln!("ccp-algorithms log kept at {}", self.log.display());
-        } else {
-            let _ = std::fs::remove_file(&self.log);
-        }
-    }
-}
 
 /// Over `window`: distinct cwnd values seen and bytes acked (the flow moves).
 fn watch_cwnd(flow: &BulkFlow, window: Duration) -> (std::collections::BTreeSet<u32>, u64) {
@@ -1106,10 +704,10 @@ fn no_phase_freezes_the_flow_with_the_userspace_fold() {
 /// Kill the algorithm, restart it, kill the datapath, in one flow.
 fn no_phase_freezes_the_flow(datapath_args: &[&str]) {
     let _l = lock();
-    let net = Net::new();
+    let net = Net::new(NET);
     let name = uniq("ccpdp-test-alg-");
-    let mut alg = AlgorithmProc::start(&name, 20);
-    let mut dp = DatapathProc::start_with(&alg.path, "fixed-window", datapath_args);
+    let mut alg = AlgorithmProc::start(&name, &["fixed-window", "--window", "20"], "ccp-dp-test-alg");
+    let mut dp = start_datapath(&alg.path, "fixed-window", datapath_args);
     let flow = BulkFlow::start(&net);
     let moving = LINK_BPS / 8 / 4; // bytes in a 1 s window at a quarter of the link
 
@@ -1141,7 +739,7 @@ fn no_phase_freezes_the_flow(datapath_args: &[&str]) {
     //    (unless the flow meets a loss: then reno halves it, as it should)
     let t_restart = Instant::now();
     let before = flow.info();
-    let mut alg2 = AlgorithmProc::start_with(&name, &["reno"]);
+    let mut alg2 = AlgorithmProc::start(&name, &["reno"], "ccp-dp-test-alg");
     let announced = try_wait_until(Duration::from_secs(5), || dp.log_text().contains("live flows announced").then_some(()));
     assert!(announced.is_some(), "the flow was not announced to the restarted algorithm: {}", dp.log_text());
     let end = Instant::now() + Duration::from_secs(2);
@@ -1170,7 +768,7 @@ fn no_phase_freezes_the_flow(datapath_args: &[&str]) {
     // reno answers the flow's reports (it holds cwnd while the flow does
     // not fill it, so a constant cwnd here is reno's own)
     let answering = try_wait_until(Duration::from_secs(2), || {
-        std::fs::read_to_string(&alg2.log).unwrap_or_default().contains("report sid=").then_some(())
+        alg2.log_text().contains("report sid=").then_some(())
     });
     assert!(answering.is_some(), "the restarted reno got no report: {}", dp.log_text());
     let (_, acked) = watch_cwnd(&flow, Duration::from_secs(1));
@@ -1179,7 +777,7 @@ fn no_phase_freezes_the_flow(datapath_args: &[&str]) {
     // 4. the datapath is SIGKILLed: the BPF side's heartbeat goes stale and
     //    the kernel's cubic runs the flow again
     dp.signal(libc::SIGKILL);
-    assert!(dp.stop(libc::SIGKILL).is_some());
+    assert!(dp.stop_with(libc::SIGKILL).is_some());
     assert!(!ccp_registered(), "ccp unregistered when its process died");
     let at_kill = flow.info().tcpi_snd_cwnd;
     let left = flow.wait_for(Duration::from_secs(5), |t| t.tcpi_snd_cwnd != at_kill);
@@ -1205,10 +803,10 @@ fn no_phase_freezes_the_flow(datapath_args: &[&str]) {
 #[test]
 fn a_flow_whose_create_record_was_lost_is_announced_from_the_flows_map() {
     let _l = lock();
-    let net = Net::new();
+    let net = Net::new(NET);
     // 7 packets: below the initial window, where the fallback never goes
-    let portus = Portus::start(7);
-    let mut dp = DatapathProc::start_with(&portus.path, "ccpdp-test-fixed", &["--test-drop-create-records", "1"]);
+    let portus = start_portus(7);
+    let mut dp = start_datapath(&portus.path, "ccpdp-test-fixed", &["--test-drop-create-records", "1"]);
     // start the flow after the datapath's first announcement to Portus (which
     // would otherwise tell Portus about it, lost record or not)
     let announced = try_wait_until(Duration::from_secs(5), || dp.log_text().contains("no live flow to announce").then_some(()));
@@ -1227,6 +825,6 @@ fn a_flow_whose_create_record_was_lost_is_announced_from_the_flows_map() {
     assert!(dp.log_text().contains("create record was lost"), "resync not logged: {}", dp.log_text());
     assert_eq!(portus.alg.flows.load(Ordering::SeqCst), 1, "announced exactly once");
     drop(flow);
-    assert!(dp.stop(libc::SIGTERM).expect("exits on SIGTERM").success());
+    assert!(dp.stop().expect("exits on SIGTERM").success());
     drop(net);
 }

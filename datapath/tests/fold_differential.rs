@@ -43,10 +43,10 @@ mod fold_harness;
 use fold_harness::skel;
 
 mod common;
+use common::msg::{change_msg, install_msg, read_reg_with, small_index, update_msg, write_reg, WI};
+use common::suite::{portus_install, suite_programs};
 use common::{edge_u64, env_u64, Rng};
 
-use std::path::PathBuf;
-use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -54,7 +54,7 @@ use fold_kernel::{
     FoldMaps, FoldMsgError, FoldProg, FoldReport, FoldStaged, FoldState, KernelFold,
     LIBCCP_MAX_PROGRAMS, MAX_SLOTS,
 };
-use libbpf_rs::{MapCore, MapFlags, ProgramInput};
+use libbpf_rs::MapCore;
 use libccp::{
     CongestionOps, Connection, Datapath, DatapathBuilder, DatapathOps, FlowInfo, LibccpError,
     Primitives,
@@ -286,19 +286,9 @@ impl FoldMaps for HarnessMaps<'_> {
         let mut ctx = delta.as_bytes().to_vec();
         ctx.extend_from_slice(&flow.to_ne_bytes());
         ctx.extend_from_slice(&[0; 4]);
-        let run = ProgramInput {
-            context_in: Some(&mut ctx[..]),
-            ..Default::default()
-        };
-        let out = self
-            .k
-            .skel
-            .progs
-            .fold_stage
-            .test_run(run)
-            .map_err(|e| e.to_string())?;
-        if out.return_value != 0 {
-            return Err(format!("fold_stage returned {}", out.return_value as i32));
+        let rc = fold_harness::run_on(&self.k.skel.progs.fold_stage, &mut ctx, "fold_stage");
+        if rc != 0 {
+            return Err(format!("fold_stage returned {}", rc as i32));
         }
         Ok(())
     }
@@ -310,8 +300,7 @@ impl Kernel {
     }
 
     fn put<M: MapCore>(map: &M, key: u32, val: &[u8]) {
-        map.update(&key.to_ne_bytes(), val, MapFlags::ANY)
-            .unwrap_or_else(|e| panic!("writing key {key} of map {:?}: {e}", map.name()));
+        fold_harness::write(map, key, val)
     }
 
     fn reset_flow(&mut self, flow: u32) {
@@ -324,24 +313,9 @@ impl Kernel {
 
     fn invoke(&self, input: &TestIn) -> TestOut {
         let mut ctx = input.as_bytes().to_vec();
-        let run = ProgramInput {
-            context_in: Some(&mut ctx[..]),
-            ..Default::default()
-        };
-        let out = self
-            .skel
-            .progs
-            .fold_test_invoke
-            .test_run(run)
-            .expect("BPF_PROG_TEST_RUN of fold_test_invoke");
-        assert_eq!(out.return_value, 0, "fold_test_invoke found its maps");
-        let raw = self
-            .skel
-            .maps
-            .fold_out
-            .lookup(&input.flow.to_ne_bytes(), MapFlags::ANY)
-            .expect("reading fold_out")
-            .expect("fold_out entry");
+        let rc = fold_harness::run_on(&self.skel.progs.fold_test_invoke, &mut ctx, "fold_test_invoke");
+        assert_eq!(rc, 0, "fold_test_invoke found its maps");
+        let raw = fold_harness::read(&self.skel.maps.fold_out, input.flow);
         TestOut::read_from_bytes(&raw[..]).expect("fold_out layout")
     }
 }
@@ -635,81 +609,6 @@ fn parse_measure(m: &[u8]) -> (u32, Vec<u64>) {
     (u32::from_le_bytes(m[8..12].try_into().unwrap()), fields)
 }
 
-fn hdr(ty: u8, len: usize, sid: u32) -> Vec<u8> {
-    let mut b = vec![ty, 0];
-    b.extend_from_slice(&(len as u16).to_le_bytes());
-    b.extend_from_slice(&sid.to_le_bytes());
-    b
-}
-
-/// One wire instruction: op, then (type, index) for result, left, right.
-#[derive(Clone, Copy, Debug)]
-struct WI {
-    op: u8,
-    ret: (u8, u32),
-    left: (u8, u32),
-    right: (u8, u32),
-}
-
-fn install_msg(uid: u32, exprs: &[[u32; 4]], instrs: &[WI]) -> Vec<u8> {
-    let mut b = hdr(2, 8 + 12 + 16 * (exprs.len() + instrs.len()), 0);
-    for v in [uid, exprs.len() as u32, instrs.len() as u32] {
-        b.extend_from_slice(&v.to_le_bytes());
-    }
-    for e in exprs {
-        e.iter().for_each(|v| b.extend_from_slice(&v.to_le_bytes()));
-    }
-    for i in instrs {
-        b.push(i.op);
-        for (t, x) in [i.ret, i.left, i.right] {
-            b.push(t);
-            b.extend_from_slice(&x.to_le_bytes());
-        }
-    }
-    b
-}
-
-fn updates_bytes(updates: &[(u8, u32, u64)]) -> Vec<u8> {
-    let mut b = vec![];
-    for &(t, i, v) in updates {
-        b.push(t);
-        b.extend_from_slice(&i.to_le_bytes());
-        b.extend_from_slice(&v.to_le_bytes());
-    }
-    b
-}
-
-fn update_msg(sid: u32, updates: &[(u8, u32, u64)]) -> Vec<u8> {
-    let mut b = hdr(3, 12 + 13 * updates.len(), sid);
-    b.extend_from_slice(&(updates.len() as u32).to_le_bytes());
-    b.extend(updates_bytes(updates));
-    b
-}
-
-fn change_msg(sid: u32, uid: u32, updates: &[(u8, u32, u64)]) -> Vec<u8> {
-    let mut b = hdr(4, 16 + 13 * updates.len(), sid);
-    b.extend_from_slice(&uid.to_le_bytes());
-    b.extend_from_slice(&(updates.len() as u32).to_le_bytes());
-    b.extend(updates_bytes(updates));
-    b
-}
-
-/// Portus's install message for DSL `src`, sent with program uid `uid`.
-fn portus_install(src: &str, uid: u32) -> Vec<u8> {
-    let (bin, _sc) = portus::lang::compile(src.as_bytes(), &[])
-        .unwrap_or_else(|e| panic!("Portus compiles {src}: {e:?}"));
-    let msg = portus::serialize::install::Msg {
-        sid: 0,
-        program_uid: uid,
-        num_events: bin.events.len() as u32,
-        num_instrs: bin.instrs.len() as u32,
-        instrs: bin,
-    };
-    portus::serialize::serialize(&msg).unwrap_or_else(|e| {
-        panic!("Portus cannot serialize the install message of this fold program (it could never be installed): {e:?}\n{src}")
-    })
-}
-
 // ------------------------------------------------------------ randomness
 
 fn edge_u32(r: &mut Rng) -> u64 {
@@ -764,14 +663,6 @@ fn ack_prims(r: &mut Rng, f: &Flow, acks: u64) -> Prims {
 
 const OPS: [u8; 14] = [0, 1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14];
 
-fn small_index(r: &mut Rng, n: u64) -> u32 {
-    if r.chance(3) {
-        r.below(130) as u32 // past libccp's arrays: writes ignored, reads alias
-    } else {
-        r.below(n) as u32
-    }
-}
-
 fn imm(r: &mut Rng) -> (u8, u32) {
     let v = match r.below(6) {
         0 => r.pick(&[0, 1, 2, 3, 9, 10, 11, 1448]),
@@ -782,26 +673,9 @@ fn imm(r: &mut Rng) -> (u8, u32) {
     (1, v)
 }
 
+/// A random operand to read, its immediates from [`imm`].
 fn read_reg(r: &mut Rng) -> (u8, u32) {
-    match r.below(12) {
-        0..=2 => imm(r),
-        3..=5 => (4, r.below(16) as u32),
-        6 => (r.pick(&[5, 6]), small_index(r, 6)),
-        7 => (r.pick(&[0, 8]), small_index(r, 6)),
-        8 => (7, r.below(16) as u32),
-        9 => (3, r.below(10) as u32),
-        _ => (2, r.below(7) as u32),
-    }
-}
-
-fn write_reg(r: &mut Rng) -> (u8, u32) {
-    match r.below(10) {
-        0 | 1 => (r.pick(&[5, 6]), small_index(r, 6)),
-        2 | 3 => (r.pick(&[0, 8]), small_index(r, 6)),
-        4 | 5 => (7, r.below(16) as u32),
-        6 => (3, r.below(10) as u32),
-        _ => (2, r.pick(&[0, 0, 1, 2, 3, 4, 4, 5, 6])),
-    }
+    read_reg_with(r, imm)
 }
 
 fn random_instr(r: &mut Rng) -> WI {
@@ -1431,66 +1305,6 @@ fn edge_case_programs_match_libccp() {
     );
 }
 
-/// Directory of the workspace's built binaries (target/<profile>).
-fn bin_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    exe.parent()
-        .and_then(|d| d.parent())
-        .expect("target/<profile>/deps/<test>")
-        .to_path_buf()
-}
-
-/// (name, fold program) of every algorithm of the suite: `ccp-algorithms
-/// --list-json` names them, `ccp-algorithms NAME --dump-program` prints each
-/// program (algorithms/src/suite.rs). FOLD_ALGORITHMS_BIN names another
-/// ccp-algorithms binary (e.g. one built from a fixed commit, so interpreter
-/// figures compare the same programs).
-fn suite_programs() -> Vec<(String, String)> {
-    let bin = std::env::var_os("FOLD_ALGORITHMS_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| bin_dir().join("ccp-algorithms"));
-    let run = |args: &[&str]| -> Vec<u8> {
-        let out = Command::new(&bin).args(args).output().unwrap_or_else(|e| {
-            panic!(
-                "running {} {args:?}: {e} (build it: cargo build --release -p ccp-algorithms)",
-                bin.display()
-            )
-        });
-        assert!(
-            out.status.success(),
-            "{} {args:?} failed: {}",
-            bin.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out.stdout
-    };
-    let list: serde_json::Value =
-        serde_json::from_slice(&run(&["--list-json"])).expect("--list-json prints JSON");
-    let names: Vec<String> = list
-        .as_array()
-        .expect("--list-json prints an array")
-        .iter()
-        .map(|a| {
-            a["name"]
-                .as_str()
-                .expect("each algorithm has a name")
-                .to_string()
-        })
-        .collect();
-    assert!(
-        !names.is_empty(),
-        "ccp-algorithms --list-json lists no algorithm"
-    );
-    names
-        .into_iter()
-        .map(|n| {
-            let text =
-                String::from_utf8(run(&[&n, "--dump-program"])).expect("program text is UTF-8");
-            (n, text)
-        })
-        .collect()
-}
-
 #[test]
 fn suite_fold_programs_match_libccp() {
     let programs = suite_programs();
@@ -1706,15 +1520,7 @@ fn kernel_primitives_match_user_space() {
                 ..io
             };
             let mut ctx = io.as_bytes().to_vec();
-            let run = ProgramInput {
-                context_in: Some(&mut ctx[..]),
-                ..Default::default()
-            };
-            k.skel
-                .progs
-                .fold_test_prims
-                .test_run(run)
-                .expect("BPF_PROG_TEST_RUN of fold_test_prims");
+            fold_harness::run_on(&k.skel.progs.fold_test_prims, &mut ctx, "fold_test_prims");
             io = PrimsIo::read_from_bytes(&ctx[..]).unwrap();
             let u = |v: u32| u64::from(v);
             let expected = [

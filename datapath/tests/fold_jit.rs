@@ -32,11 +32,11 @@ mod fold_harness;
 use fold_harness::skel;
 
 mod common;
+use common::msg::{install_msg, read_reg_with, write_reg, IMPLICIT_REG, TMP_REG, WI};
+use common::suite::{portus_install, suite_programs};
 use common::{edge_u64, env_u64, Rng};
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::path::PathBuf;
-use std::process::Command;
 use std::time::Instant;
 
 use fold_jit::{compile_main, load, JitError, JitTarget};
@@ -45,7 +45,7 @@ use fold_kernel::{
     OFF_EXPR_FLAG, OFF_FALLTHROUGH, OFF_IMPLICIT, OFF_JIT_NOW, OFF_JIT_RET, OFF_REPORT,
     OFF_TIME_ZERO, OP_BRK, OP_EWMA, OP_JZ,
 };
-use libbpf_rs::{MapCore, MapFlags, ProgramInput};
+use libbpf_rs::{MapCore, MapFlags};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 const OFF_MICROS: u32 = OFF_IMPLICIT + 3;
@@ -67,11 +67,7 @@ impl Kernel {
 
     /// The program under test into fold_progs[SLOT] (for the interpreter).
     fn put_prog(&self, p: &FoldProg) {
-        self.skel
-            .maps
-            .fold_progs
-            .update(&SLOT.to_ne_bytes(), p.as_bytes(), MapFlags::ANY)
-            .expect("writing fold_progs");
+        fold_harness::write(&self.skel.maps.fold_progs, SLOT, p.as_bytes());
     }
 
     /// The interpreter's main section on `st` (fold_test_main, on
@@ -79,27 +75,12 @@ impl Kernel {
     fn interpret(&self, st: &FoldState) -> FoldState {
         const FLOW: u32 = 0;
         let states = &self.skel.maps.fold_states;
-        states
-            .update(&FLOW.to_ne_bytes(), st.as_bytes(), MapFlags::ANY)
-            .expect("writing fold_states");
+        fold_harness::write(states, FLOW, st.as_bytes());
         // struct fold_test_main_in: slot, flow
         let mut ctx = [SLOT.to_ne_bytes(), FLOW.to_ne_bytes()].concat();
-        let run = ProgramInput {
-            context_in: Some(&mut ctx[..]),
-            ..Default::default()
-        };
-        let out = self
-            .skel
-            .progs
-            .fold_test_main
-            .test_run(run)
-            .expect("BPF_PROG_TEST_RUN of fold_test_main");
-        assert_eq!(out.return_value, 0, "fold_test_main found its maps");
-        let raw = states
-            .lookup(&FLOW.to_ne_bytes(), MapFlags::ANY)
-            .expect("reading fold_states")
-            .expect("fold_states entry");
-        FoldState::read_from_bytes(&raw[..]).expect("register file")
+        let rc = fold_harness::run_on(&self.skel.progs.fold_test_main, &mut ctx, "fold_test_main");
+        assert_eq!(rc, 0, "fold_test_main found its maps");
+        FoldState::read_from_bytes(&fold_harness::read(states, FLOW)[..]).expect("register file")
     }
 }
 
@@ -202,73 +183,16 @@ fn random_state(r: &mut Rng, small: u64) -> Box<FoldState> {
 
 // ------------------------------------------------------------ wire programs
 
-/// One wire instruction: op, then (type, index) for result, left, right.
-#[derive(Clone, Copy, Debug)]
-struct WI {
-    op: u8,
-    ret: (u8, u32),
-    left: (u8, u32),
-    right: (u8, u32),
-}
-
-fn install_msg(uid: u32, exprs: &[[u32; 4]], instrs: &[WI]) -> Vec<u8> {
-    let len = 8 + 12 + 16 * (exprs.len() + instrs.len());
-    let mut b = vec![2, 0];
-    b.extend_from_slice(&(len as u16).to_le_bytes());
-    b.extend_from_slice(&0u32.to_le_bytes());
-    for v in [uid, exprs.len() as u32, instrs.len() as u32] {
-        b.extend_from_slice(&v.to_le_bytes());
-    }
-    for e in exprs {
-        e.iter().for_each(|v| b.extend_from_slice(&v.to_le_bytes()));
-    }
-    for i in instrs {
-        b.push(i.op);
-        for (t, x) in [i.ret, i.left, i.right] {
-            b.push(t);
-            b.extend_from_slice(&x.to_le_bytes());
-        }
-    }
-    b
-}
-
 /// libccp's opcodes except DEF (2).
 const OPS: [u8; 14] = [0, 1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14];
-const IMPLICIT_REG: u8 = 2;
-const TMP_REG: u8 = 7;
 const FLAG: (u8, u32) = (IMPLICIT_REG, 0);
 const FALLTHROUGH: (u8, u32) = (IMPLICIT_REG, 1);
 const REPORT_BIT: (u8, u32) = (IMPLICIT_REG, 2);
 const MICROS: (u8, u32) = (IMPLICIT_REG, 3);
 
-fn small_index(r: &mut Rng, n: u64) -> u32 {
-    if r.chance(3) {
-        r.below(130) as u32 // past libccp's arrays: writes ignored, reads alias
-    } else {
-        r.below(n) as u32
-    }
-}
-
+/// A random operand to read, its immediates edge-heavy.
 fn read_reg(r: &mut Rng) -> (u8, u32) {
-    match r.below(12) {
-        0..=2 => (1, edge_u32(r)),
-        3..=5 => (4, r.below(16) as u32),
-        6 => (r.pick(&[5, 6]), small_index(r, 6)),
-        7 => (r.pick(&[0, 8]), small_index(r, 6)),
-        8 => (TMP_REG, r.below(16) as u32),
-        9 => (3, r.below(10) as u32),
-        _ => (IMPLICIT_REG, r.below(7) as u32),
-    }
-}
-
-fn write_reg(r: &mut Rng) -> (u8, u32) {
-    match r.below(10) {
-        0 | 1 => (r.pick(&[5, 6]), small_index(r, 6)),
-        2 | 3 => (r.pick(&[0, 8]), small_index(r, 6)),
-        4 | 5 => (TMP_REG, r.below(16) as u32),
-        6 => (3, r.below(10) as u32),
-        _ => (IMPLICIT_REG, r.pick(&[0, 0, 1, 2, 3, 4, 4, 5, 6])),
-    }
+    read_reg_with(r, |r| (1, edge_u32(r)))
 }
 
 fn random_instr(r: &mut Rng) -> WI {
@@ -647,76 +571,11 @@ fn bench_jit_vs_interpreter() {
     }
 }
 
-/// Directory of the workspace's built binaries (target/<profile>).
-fn bin_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    exe.parent()
-        .and_then(|d| d.parent())
-        .expect("target/<profile>/deps/<test>")
-        .to_path_buf()
-}
-
-/// (name, fold program) of every algorithm of the suite, as
-/// tests/fold_differential.rs gets them: `ccp-algorithms --list-json`,
-/// then `ccp-algorithms NAME --dump-program` (FOLD_ALGORITHMS_BIN names
-/// another ccp-algorithms binary).
-fn suite_programs() -> Vec<(String, String)> {
-    let bin = std::env::var_os("FOLD_ALGORITHMS_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| bin_dir().join("ccp-algorithms"));
-    let run = |args: &[&str]| -> Vec<u8> {
-        let out = Command::new(&bin).args(args).output().unwrap_or_else(|e| {
-            panic!(
-                "running {} {args:?}: {e} (build it: cargo build --release -p ccp-algorithms)",
-                bin.display()
-            )
-        });
-        assert!(
-            out.status.success(),
-            "{} {args:?} failed: {}",
-            bin.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out.stdout
-    };
-    let list: serde_json::Value =
-        serde_json::from_slice(&run(&["--list-json"])).expect("--list-json prints JSON");
-    let names: Vec<String> = list
-        .as_array()
-        .expect("--list-json prints an array")
-        .iter()
-        .map(|a| a["name"].as_str().expect("each algorithm has a name").to_string())
-        .collect();
-    assert!(!names.is_empty(), "ccp-algorithms --list-json lists no algorithm");
-    names
-        .into_iter()
-        .map(|n| {
-            let text =
-                String::from_utf8(run(&[&n, "--dump-program"])).expect("program text is UTF-8");
-            (n, text)
-        })
-        .collect()
-}
-
-/// Portus's install message for DSL `src`, sent with program uid 1.
-fn portus_install(src: &str) -> Vec<u8> {
-    let (bin, _sc) = portus::lang::compile(src.as_bytes(), &[])
-        .unwrap_or_else(|e| panic!("Portus compiles {src}: {e:?}"));
-    let msg = portus::serialize::install::Msg {
-        sid: 0,
-        program_uid: 1,
-        num_events: bin.events.len() as u32,
-        num_instrs: bin.instrs.len() as u32,
-        instrs: bin,
-    };
-    portus::serialize::serialize(&msg).unwrap_or_else(|e| panic!("Portus serializes {src}: {e:?}"))
-}
-
 fn suite_compiled() -> Vec<(String, Box<FoldProg>)> {
     suite_programs()
         .into_iter()
         .map(|(name, src)| {
-            let p = compile_install(&portus_install(&src))
+            let p = compile_install(&portus_install(&src, 1))
                 .unwrap_or_else(|| panic!("fold_kernel compiles {name}'s program"));
             (name, p)
         })

@@ -16,7 +16,7 @@
 mod fold_harness;
 use fold_harness::skel;
 
-use libbpf_rs::{MapCore, MapFlags, ProgramInput};
+use libbpf_rs::{MapCore, MapFlags};
 
 /// bpf/fold_ccp.h FOLD_MAX_FLOWS and FOLD_NO_SLOT.
 const MAX_FLOWS: u32 = 4096;
@@ -47,11 +47,13 @@ impl Kernel {
     fn run_io(&self, claim: bool, flow_id: u32, slot: u32) -> (u32, u32) {
         // a syscall program's context is copied back into context_in
         let mut ctx = [flow_id.to_ne_bytes(), slot.to_ne_bytes()].concat();
-        let run = ProgramInput { context_in: Some(&mut ctx[..]), ..Default::default() };
         let progs = &self.skel.progs;
-        let res = if claim { progs.fold_test_claim.test_run(run) } else { progs.fold_test_release.test_run(run) }
-            .expect("BPF_PROG_TEST_RUN");
-        assert_eq!(res.return_value, 0);
+        let rc = if claim {
+            fold_harness::run_on(&progs.fold_test_claim, &mut ctx, "fold_test_claim")
+        } else {
+            fold_harness::run_on(&progs.fold_test_release, &mut ctx, "fold_test_release")
+        };
+        assert_eq!(rc, 0);
         (u32::from_ne_bytes(ctx[0..4].try_into().unwrap()), u32::from_ne_bytes(ctx[4..8].try_into().unwrap()))
     }
 
@@ -64,20 +66,12 @@ impl Kernel {
     }
 
     fn slot_value(&self, slot: u32) -> Vec<u8> {
-        self.skel
-            .maps
-            .fold_flows
-            .lookup(&slot.to_ne_bytes(), MapFlags::ANY)
-            .expect("reading fold_flows")
-            .expect("an array slot always has a value")
+        // an array slot always has a value
+        fold_harness::read(&self.skel.maps.fold_flows, slot)
     }
 
     fn put_slot_value(&self, slot: u32, value: &[u8]) {
-        self.skel
-            .maps
-            .fold_flows
-            .update(&slot.to_ne_bytes(), value, MapFlags::ANY)
-            .expect("writing fold_flows");
+        fold_harness::write(&self.skel.maps.fold_flows, slot, value);
     }
 
     /// `fold_stage` for `flow_id` with nothing in the delta.
@@ -86,9 +80,8 @@ impl Kernel {
         let mut ctx = vec![0u8; 40 + 8 * 110];
         ctx.extend_from_slice(&flow_id.to_ne_bytes());
         ctx.extend_from_slice(&[0; 4]);
-        let run = ProgramInput { context_in: Some(&mut ctx[..]), ..Default::default() };
-        let res = self.skel.progs.fold_stage.test_run(run).expect("running fold_stage");
-        assert_eq!(res.return_value, 0, "fold_stage for flow {flow_id}");
+        let rc = fold_harness::run_on(&self.skel.progs.fold_stage, &mut ctx, "fold_stage");
+        assert_eq!(rc, 0, "fold_stage for flow {flow_id}");
     }
 
     /// fold_counters' u64 number `index`, summed over CPUs.

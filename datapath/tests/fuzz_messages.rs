@@ -25,40 +25,29 @@ use std::time::Instant;
 
 use fold_kernel::{FoldMaps, FoldProg, FoldStaged, KernelFold, MAX_SLOTS};
 
+mod common;
+use common::msg::hdr;
+use common::{env_u64, Rng};
+
 /// Flow (socket) ids the fuzzer announces; messages also name others.
 const FLOWS: [u32; 3] = [1, 2, 7];
 
+/// Cases per path: `CCPLAB_FUZZ_CASES`, 100,000 by default.
 fn cases() -> u64 {
-    match std::env::var("CCPLAB_FUZZ_CASES") {
-        Ok(v) => v.parse().unwrap_or_else(|_| panic!("CCPLAB_FUZZ_CASES={v:?}: not a whole number of cases")),
-        Err(_) => 100_000,
-    }
+    env_u64("CCPLAB_FUZZ_CASES", 100_000)
 }
 
+/// `CCPLAB_FUZZ_SEED`; a fixed default, so a failure reproduces.
 fn seed() -> u64 {
-    match std::env::var("CCPLAB_FUZZ_SEED") {
-        Ok(v) => v.parse().unwrap_or_else(|_| panic!("CCPLAB_FUZZ_SEED={v:?}: not a u64")),
-        Err(_) => 0x00cc_f022,
-    }
+    env_u64("CCPLAB_FUZZ_SEED", 0x00cc_f022)
 }
 
-/// splitmix64: small, seeded, reproducible.
-struct Rng(u64);
+/// What this fuzzer draws beyond [`Rng`]'s own.
+trait EdgyU32 {
+    fn edgy_u32(&mut self) -> u32;
+}
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
+impl EdgyU32 for Rng {
     /// A value biased to the edges that break parsers.
     fn edgy_u32(&mut self) -> u32 {
         match self.below(8) {
@@ -105,13 +94,6 @@ const PROGRAMS: [&str; 4] = [
         (fallthrough))
      (when (> Micros 10000) (report) (:= Micros 0))",
 ];
-
-fn hdr(typ: u16, len: usize, sid: u32) -> Vec<u8> {
-    let mut b = typ.to_le_bytes().to_vec();
-    b.extend_from_slice(&(len as u16).to_le_bytes());
-    b.extend_from_slice(&sid.to_le_bytes());
-    b
-}
 
 /// Valid messages made by Portus itself: installs of [`PROGRAMS`] (several
 /// uids), change-program and update-field messages naming their registers.

@@ -28,28 +28,22 @@ mod primitives;
 #[allow(dead_code)]
 mod wire;
 
-use std::fs::File;
 use std::io::ErrorKind;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
-
+use std::process::Command;
 use std::time::Duration;
 
 use ccplab_util::testkit::{
-    ccp_registered, lock_ccp_registration, require_root, try_wait_until, wait_for_exit, wait_until,
+    ccp_registered, lock_ccp_registration, require_root, try_wait_until, wait_until,
 };
 use ipc::{secure_dir, PortusIpc, Trust};
 
-const BIN: &str = env!("CARGO_BIN_EXE_ccp-datapath");
-const NOBODY: u32 = 65534;
+mod common;
+use common::process::{uniq, DatapathProc, DATAPATH as BIN};
 
-fn uniq(prefix: &str) -> String {
-    static N: AtomicU32 = AtomicU32::new(0);
-    format!("{prefix}{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
-}
+const NOBODY: u32 = 65534;
 
 /// A fresh directory under the system temp dir, removed on drop.
 struct TempDir(PathBuf);
@@ -182,7 +176,8 @@ fn non_root_user_cannot_reach_the_sockets() {
     let portus = portus::ipc::unix::Socket::<portus::ipc::Blocking>::new(&name).expect("bind Portus socket");
     let portus_path = PathBuf::from(format!("/tmp/ccp/{name}"));
     let _unlink = Unlink(portus_path.clone());
-    let mut dp = Datapath::start(&portus_path);
+    // the default --bind-dir (/tmp/ccp)
+    let mut dp = DatapathProc::start(&["--portus-socket", portus_path.to_str().unwrap()], "ccp-sec", Duration::from_secs(15));
     let md = std::fs::symlink_metadata("/tmp/ccp").unwrap();
     assert_eq!((md.uid(), md.mode() & 0o777), (0, 0o700), "/tmp/ccp owned by root, mode 0700");
 
@@ -211,63 +206,5 @@ struct Unlink(PathBuf);
 impl Drop for Unlink {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-/// `ccp-datapath` with the default --bind-dir (/tmp/ccp); SIGTERM on drop.
-struct Datapath {
-    child: Option<Child>,
-    ready: PathBuf,
-    log: PathBuf,
-    socket: PathBuf,
-}
-
-impl Datapath {
-    fn start(portus: &Path) -> Datapath {
-        let tag = uniq("");
-        let ready = std::env::temp_dir().join(format!("ccp-sec-ready-{tag}.json"));
-        let log = std::env::temp_dir().join(format!("ccp-sec-{tag}.log"));
-        let child = Command::new(BIN)
-            .args(["--portus-socket", portus.to_str().unwrap(), "--ready-file"])
-            .arg(&ready)
-            .stdout(Stdio::null())
-            .stderr(File::create(&log).unwrap())
-            .spawn()
-            .expect("spawn ccp-datapath");
-        let mut dp = Datapath { child: Some(child), ready, log, socket: PathBuf::new() };
-        let ok = try_wait_until(Duration::from_secs(15), || {
-            if let Some(st) = dp.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("ccp-datapath exited early ({st}): {}", dp.log_text());
-            }
-            dp.ready.exists().then_some(())
-        });
-        assert!(ok.is_some(), "ccp-datapath not ready after 15 s: {}", dp.log_text());
-        let ready: serde_json::Value = serde_json::from_slice(&std::fs::read(&dp.ready).unwrap()).unwrap();
-        dp.socket = PathBuf::from(ready["socket"].as_str().unwrap());
-        dp
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn stop(&mut self) -> Option<std::process::ExitStatus> {
-        let mut child = self.child.take()?;
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        let st = wait_for_exit(&mut child, Duration::from_secs(5));
-        if st.is_none() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        st
-    }
-}
-
-impl Drop for Datapath {
-    fn drop(&mut self) {
-        self.stop();
-        let _ = std::fs::remove_file(&self.log);
-        let _ = std::fs::remove_file(&self.socket);
     }
 }

@@ -18,176 +18,31 @@
 //! is torn down by Drop guards, also when an assertion fails.
 
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use ccplab_util::testkit::{
-    ccp_registered, lock_ccp_registration, require_path, require_root, require_tools, try_wait_until,
-    wait_for_exit, wait_for_tcp_listener, wait_until,
-};
+use ccplab_util::testkit::{ccp_registered, lock_ccp_registration, require_root, require_tools, wait_for_tcp_listener, wait_until};
 
-const DATAPATH: &str = env!("CARGO_BIN_EXE_ccp-datapath");
+mod common;
+use common::link::{in_netns, Link, LinkSpec};
+use common::process::{uniq, workspace_bin, DatapathProc, Proc};
+
 /// Port of the cubic flow (iperf3's default).
 const CUBIC_PORT: u16 = 5201;
 /// Port of the fixed-window flow.
 const FIXED_PORT: u16 = 5202;
-/// fixed-window's `--window`, packets: well below the BDP (see [`LINK_OPPORTUNITIES_PER_MS`]).
+/// fixed-window's `--window`, packets: well below the BDP (see [`LINK`]).
 const FIXED_WINDOW_PKTS: u32 = 20;
-/// Bottleneck: 2 delivery opportunities of 1500 bytes per ms = 24 Mbit/s.
-const LINK_OPPORTUNITIES_PER_MS: usize = 2;
-/// One-way delay, ms: RTT 40 ms, BDP = 24 Mbit/s x 40 ms = 80 packets.
-const ONE_WAY_DELAY_MS: u32 = 20;
-/// Droptail queue, packets.
-const QUEUE_PKTS: u32 = 100;
+/// Bottleneck: 2 delivery opportunities of 1500 bytes per ms = 24 Mbit/s;
+/// 20 ms one-way delay: RTT 40 ms, BDP = 24 Mbit/s x 40 ms = 80 packets;
+/// a 100-packet droptail queue.
+const LINK: LinkSpec = LinkSpec { opportunities_per_ms: 2, one_way_delay_ms: 20, queue_packets: 100 };
 /// How long each iperf3 client sends, s (covers the wait for its start and the sampling).
 const FLOW_S: u32 = 14;
 /// Sampling window and period of `ss -tin`.
 const SAMPLE_FOR: Duration = Duration::from_secs(6);
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
-
-/// Directory of the workspace's built binaries (target/<profile>).
-fn bin_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    exe.parent().and_then(|d| d.parent()).expect("target/<profile>/deps/<test>").to_path_buf()
-}
-
-fn workspace_bin(name: &str) -> PathBuf {
-    let p = bin_dir().join(name);
-    require_path(&p, &format!("the workspace binary {name} (`cargo build --release --workspace` or `make build`)"));
-    p
-}
-
-/// A name no other run uses now (pid and clock).
-fn unique(tag: &str) -> String {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
-    format!("{tag}-{}-{nanos}", std::process::id())
-}
-
-// ------------------------------------------------------------ processes
-
-/// A child process with a log file; SIGTERM then SIGKILL on drop.
-struct Proc {
-    name: &'static str,
-    child: Option<Child>,
-    log: PathBuf,
-}
-
-impl Proc {
-    fn spawn(name: &'static str, cmd: &mut Command, log: PathBuf) -> Proc {
-        let child = cmd
-            .stdout(Stdio::null())
-            .stderr(File::create(&log).expect("log file"))
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawning {name}: {e}"));
-        Proc { name, child: Some(child), log }
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Panics (with its log) if the process has exited.
-    fn assert_running(&mut self) {
-        if let Some(st) = self.child.as_mut().and_then(|c| c.try_wait().expect("try_wait")) {
-            panic!("{} exited early ({st}):\n{}", self.name, self.log_text());
-        }
-    }
-
-    /// Waits until its log contains `needle` (it must keep running meanwhile).
-    fn wait_log(&mut self, needle: &str, timeout: Duration) {
-        let found = try_wait_until(timeout, || {
-            self.assert_running();
-            self.log_text().contains(needle).then_some(())
-        });
-        assert!(found.is_some(), "{}: no {needle:?} within {timeout:?}; log:\n{}", self.name, self.log_text());
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            // SAFETY: signalling our own child.
-            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-            if wait_for_exit(&mut c, Duration::from_secs(5)).is_none() {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-        }
-        if std::thread::panicking() {
-            eprintln!("{} log kept at {}", self.name, self.log.display());
-        }
-    }
-}
-
-#[derive(serde::Deserialize)]
-struct LinkReady {
-    sender_netns: String,
-    receiver_netns: String,
-    emulator_netns: String,
-    receiver_ip: String,
-}
-
-/// `ccplab-link` with a constant-rate trace; it stops the processes inside
-/// its namespaces and deletes them when it stops (SIGTERM on drop).
-struct Link {
-    proc: Proc,
-    ready: LinkReady,
-}
-
-impl Link {
-    fn start(dir: &Path) -> Link {
-        let trace = dir.join("constant.up");
-        std::fs::write(&trace, "1\n".repeat(LINK_OPPORTUNITIES_PER_MS)).unwrap();
-        let ready_file = dir.join("link-ready.json");
-        let mut cmd = Command::new(workspace_bin("ccplab-link"));
-        cmd.arg("--uplink-trace")
-            .arg(&trace)
-            .arg("--uplink-log")
-            .arg(dir.join("uplink.log"))
-            .arg("--ready-file")
-            .arg(&ready_file)
-            .args(["--one-way-delay-ms", &ONE_WAY_DELAY_MS.to_string()])
-            .args(["--queue-packets", &QUEUE_PKTS.to_string()])
-            .args(["--duration-s", "120"]);
-        let mut proc = Proc::spawn("ccplab-link", &mut cmd, dir.join("link.log"));
-        // The ready file is written atomically once the link is up.
-        let ready = wait_until("ccplab-link's ready file", Duration::from_secs(20), || {
-            proc.assert_running();
-            let text = std::fs::read_to_string(&ready_file).ok()?;
-            Some(serde_json::from_str::<LinkReady>(&text).expect("ready file JSON"))
-        });
-        Link { proc, ready }
-    }
-}
-
-impl Drop for Link {
-    /// SIGTERM and wait for its own cleanup (longer than [`Proc`]'s 5 s),
-    /// then delete any namespace a killed link left behind.
-    fn drop(&mut self) {
-        if let Some(mut c) = self.proc.child.take() {
-            // SAFETY: signalling our own child.
-            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-            // It stops the processes inside (SIGTERM, SIGKILL after 1 s) and deletes its namespaces.
-            if wait_for_exit(&mut c, Duration::from_secs(15)).is_none() {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-        }
-        for ns in [&self.ready.sender_netns, &self.ready.emulator_netns, &self.ready.receiver_netns] {
-            if Path::new("/var/run/netns").join(ns).exists() {
-                let _ = Command::new("ip").args(["netns", "del", ns]).status();
-            }
-        }
-    }
-}
-
-/// `ip netns exec NS ARGS...` as a background process (killed on drop;
-/// `ip netns exec` execs the command, so the kill reaches it).
-fn in_netns(name: &'static str, ns: &str, args: &[&str], log: PathBuf) -> Proc {
-    Proc::spawn(name, Command::new("ip").args(["netns", "exec", ns]).args(args), log)
-}
 
 // ------------------------------------------------------------ ss -tin
 
@@ -272,7 +127,7 @@ fn two_flows_with_different_ccp_algorithms_share_one_bottleneck() {
     let dir = tempfile::Builder::new().prefix("ccplab-two-algs-").tempdir().expect("temp dir");
 
     // One daemon hosting both algorithms (reno takes any other name).
-    let ipc_name = unique("ccplab-two-algs");
+    let ipc_name = uniq("ccplab-two-algs-");
     let portus_socket = PathBuf::from(format!("/tmp/ccp/{ipc_name}"));
     let fixed = format!("fixed-window:window={FIXED_WINDOW_PKTS}");
     let mut daemon = Proc::spawn(
@@ -283,28 +138,29 @@ fn two_flows_with_different_ccp_algorithms_share_one_bottleneck() {
     );
     daemon.wait_log("hosted=reno,cubic,fixed-window", Duration::from_secs(10));
 
-    let link = Link::start(dir.path());
+    let link = Link::start(dir.path(), LINK);
     let (sender, receiver, receiver_ip) =
         (&link.ready.sender_netns, &link.ready.receiver_netns, link.ready.receiver_ip.as_str());
 
     // The datapath: flows to FIXED_PORT ask for fixed-window, to CUBIC_PORT for cubic.
-    let dp_ready = dir.path().join("datapath-ready.json");
-    let mut datapath = Proc::spawn(
-        "ccp-datapath",
-        Command::new(DATAPATH)
-            .arg("--portus-socket")
-            .arg(&portus_socket)
-            .args(["--congalg", "reno", "-v"])
-            .args(["--rule", &format!("dport={FIXED_PORT}:fixed-window")])
-            .args(["--rule", &format!("dport={CUBIC_PORT}:cubic")])
-            .arg("--ready-file")
-            .arg(&dp_ready),
-        dir.path().join("datapath.log"),
+    let fixed_rule = format!("dport={FIXED_PORT}:fixed-window");
+    let cubic_rule = format!("dport={CUBIC_PORT}:cubic");
+    let datapath = DatapathProc::start_in(
+        dir.path(),
+        "ready",
+        &[
+            "--portus-socket",
+            portus_socket.to_str().expect("a UTF-8 path"),
+            "--congalg",
+            "reno",
+            "-v",
+            "--rule",
+            &fixed_rule,
+            "--rule",
+            &cubic_rule,
+        ],
+        Duration::from_secs(20),
     );
-    wait_until("ccp-datapath's ready file", Duration::from_secs(20), || {
-        datapath.assert_running();
-        dp_ready.exists().then_some(())
-    });
     assert!(ccp_registered(), "ccp registered once the datapath is ready");
 
     // Two iperf3 servers behind the link, two ccp clients through it.

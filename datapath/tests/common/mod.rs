@@ -1,6 +1,25 @@
-//! What the datapath's randomized tests share: a seeded generator, sizes
-//! from the environment, and edge-heavy register values.
+//! What the datapath's integration tests share, in one place so every test
+//! sets up, waits and cleans up the same way:
+//! - here: a seeded generator, sizes and seeds from the environment, and
+//!   edge-heavy register values (the randomized tests);
+//! - [`process`]: child processes with a log file, the built `ccp-datapath`
+//!   and `ccp-algorithms` started and awaited on their readiness signals,
+//!   an in-process Portus;
+//! - [`net`]: two network namespaces joined by a veth pair with a TBF
+//!   bottleneck, and a bulk TCP flow through it;
+//! - [`link`]: the `ccplab-link` emulated bottleneck and processes inside
+//!   its namespaces;
+//! - [`suite`]: the suite's fold programs and Portus's install messages;
+//! - [`msg`]: Portus messages built byte by byte.
+//!
+//! Each test binary compiles all of it (`mod common;`) and uses a part.
 #![allow(dead_code)]
+
+pub mod link;
+pub mod msg;
+pub mod net;
+pub mod process;
+pub mod suite;
 
 /// splitmix64: small, seeded, reproducible.
 pub struct Rng(pub u64);
@@ -13,8 +32,9 @@ impl Rng {
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)
     }
+    /// Uniform in [0, n); 0 when n is 0 (an empty range picks its start).
     pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
+        self.next() % n.max(1)
     }
     pub fn chance(&mut self, percent: u64) -> bool {
         self.below(100) < percent
@@ -24,6 +44,8 @@ impl Rng {
     }
 }
 
+/// The whole number in environment variable `name` (a case count, a seed),
+/// or `default` when it is unset; panics naming it when it is not one.
 pub fn env_u64(name: &str, default: u64) -> u64 {
     match std::env::var(name) {
         Ok(v) => v
