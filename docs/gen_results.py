@@ -137,8 +137,9 @@ def render_datapath(json_path: Path, commit: str) -> str:
         raise InputError(f"{json_path}: no such file")
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "experiments"), str(ROOT), env.get("PYTHONPATH", "")])
-    out = subprocess.run([sys.executable, "-m", "ccplab.dpbench", "--from", str(json_path)],
-                         capture_output=True, text=True, env=env, cwd=ROOT)
+    # run beside the file and name it alone: the page must not carry this machine's path to it
+    out = subprocess.run([sys.executable, "-m", "ccplab.dpbench", "--from", json_path.name],
+                         capture_output=True, text=True, env=env, cwd=json_path.resolve().parent)
     if out.returncode != 0:
         raise InputError(f"{json_path}: dpbench --from failed: {out.stderr.strip()[-400:]}")
     return (_header("datapath", json_path, commit, "`make bench` (or `python -m ccplab.dpbench --json FILE` "

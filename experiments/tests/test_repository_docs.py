@@ -153,3 +153,15 @@ def test_results_generator_names_a_missing_input(tmp_path, capsys, page):
     assert GEN.main([page, str(tmp_path / "nothing"), "--out-dir", str(tmp_path / "out")]) == 2
     assert "nothing" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_datapath_page_names_its_run_file_without_this_machines_path(tmp_path):
+    """The page quotes ``dpbench --from``, which names the file it read: only the file's name may
+    reach the page, never the directory it sat in on the machine that ran the benchmark."""
+    src = ROOT / "experiments" / "tests" / "data" / "dpbench-mini.json"
+    saved = tmp_path / "bench runs" / "bench-datapath.json"
+    saved.parent.mkdir()
+    saved.write_bytes(src.read_bytes())
+    page = GEN.render_datapath(saved, "abc1234")
+    assert "saved run bench-datapath.json: 4 measurements" in page
+    assert str(tmp_path) not in page
