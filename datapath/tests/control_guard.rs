@@ -14,14 +14,17 @@
 //! for two seconds: the guard must take the flow, and a cwnd update must get
 //! it back.
 //!
-//! Requirements: the sender's cwnd (TCP_INFO, sampled every 5 ms) never
-//! stays constant longer than the guard's bound, max(16 x SRTT, 250 ms),
+//! Requirements: the sender's cwnd and commanded pacing rate (TCP_INFO,
+//! sampled every 5 ms; a rate counts as commanded where it is not the one
+//! the datapath computes for a cwnd-only CCA) never both stay constant
+//! longer than the guard's bound, max(16 x SRTT, 250 ms),
 //! plus the 250 ms a takeover and the fallback's first growth may take,
 //! plus the longest wait for an ACK in the stretch (the guard acts on ACKs;
 //! a fuzzed pacing rate is floored at one MSS per 125 ms, ccp.bpf.c
 //! `pacing_floor`, so data in flight is ACKed at least that often), plus
-//! the sampler's own lateness, unless the guard handed the flow to the
-//! kernel's cubic within that bound (its log line's time), or the fuzzer
+//! the sampler's own lateness, unless the kernel's cubic ran the flow in
+//! the stretch (the guard took it before the stretch began, or within the
+//! bound, by its log lines' times), or the fuzzer
 //! itself kept addressing the flow (no quiet part of the stretch longer
 //! than the bound: its messages are commands, as the algorithm's): what cubic and
 //! the kernel's loss recovery do next is a kernel flow's behaviour (in
@@ -223,11 +226,13 @@ impl Fuzzer {
 struct Stretches {
     longest: Duration,
     longest_cwnd: u32,
-    /// Each stretch over its bound: (cwnd, length, allowed, when it began).
-    over: Vec<(u32, Duration, Duration, SystemTime)>,
+    /// Each stretch over its bound: (cwnd, commanded pacing rate, length, allowed, when it began).
+    over: Vec<(u32, Option<u64>, Duration, Duration, SystemTime)>,
     /// The longest wait for an ACK seen (tcpi_last_ack_recv).
     longest_ack_gap: Duration,
     samples: u64,
+    /// Samples with a commanded pacing rate ([`commanded_rate`]).
+    rate_commanded: u64,
 }
 
 fn watch(flow: Arc<BulkFlow>, stop: Arc<AtomicBool>) -> JoinHandle<Stretches> {
@@ -247,8 +252,10 @@ fn watch(flow: Arc<BulkFlow>, stop: Arc<AtomicBool>) -> JoinHandle<Stretches> {
                 // an RTO: the kernel's retransmission timer paces the flow
                 cur = None;
             } else {
+                let rate = commanded_rate(&ti);
+                st.rate_commanded += u64::from(rate.is_some());
                 match &mut cur {
-                    Some(s) if s.cwnd == ti.tcpi_snd_cwnd => {
+                    Some(s) if s.cwnd == ti.tcpi_snd_cwnd && s.rate == rate => {
                         s.srtt_us = s.srtt_us.max(ti.tcpi_rtt);
                         s.ack_gap_ms = s.ack_gap_ms.max(ti.tcpi_last_ack_recv);
                         s.sample_gap = s.sample_gap.max(gap);
@@ -259,6 +266,7 @@ fn watch(flow: Arc<BulkFlow>, stop: Arc<AtomicBool>) -> JoinHandle<Stretches> {
                         }
                         cur = Some(Stretch {
                             cwnd: ti.tcpi_snd_cwnd,
+                            rate,
                             since: now,
                             since_wall: SystemTime::now(),
                             srtt_us: ti.tcpi_rtt,
@@ -277,9 +285,25 @@ fn watch(flow: Arc<BulkFlow>, stop: Arc<AtomicBool>) -> JoinHandle<Stretches> {
     })
 }
 
-/// One run of samples with the same cwnd.
+/// The pacing rate (B/s) a command set, or None where the datapath paces as
+/// the kernel would for a cwnd-only CCA (ccp.bpf.c `kernel_like_pacing`:
+/// mss x 1e6 x {120 | 200} % x max(cwnd, packets out) / SRTT us, from the
+/// ACK that TCP_INFO's figures also come from). A program that commands a
+/// new rate on every ACK controls its flow though its cwnd stays put.
+fn commanded_rate(ti: &libc::tcp_info) -> Option<u64> {
+    if ti.tcpi_rtt == 0 {
+        return Some(ti.tcpi_pacing_rate);
+    }
+    let packets = u64::from(ti.tcpi_snd_cwnd.max(ti.tcpi_unacked));
+    let kernel_like = |percent: u64| u64::from(ti.tcpi_snd_mss) * 1_000_000 * percent / 100 * packets / u64::from(ti.tcpi_rtt);
+    let near = |expected: u64| ti.tcpi_pacing_rate.abs_diff(expected) * 100 <= expected;
+    (!near(kernel_like(120)) && !near(kernel_like(200))).then_some(ti.tcpi_pacing_rate)
+}
+
+/// One run of samples with the same cwnd and the same commanded pacing rate.
 struct Stretch {
     cwnd: u32,
+    rate: Option<u64>,
     since: Instant,
     /// `since` on the clock of the datapath's log lines.
     since_wall: SystemTime,
@@ -303,7 +327,7 @@ impl Stretch {
             st.longest_cwnd = self.cwnd;
         }
         if len > allowed {
-            st.over.push((self.cwnd, len, allowed, self.since_wall));
+            st.over.push((self.cwnd, self.rate, len, allowed, self.since_wall));
         }
     }
 }
@@ -321,7 +345,6 @@ fn longest_quiet(from: SystemTime, to: SystemTime, bursts: &[(SystemTime, System
     longest.max(to.duration_since(at).unwrap_or_default())
 }
 
-/// When the datapath logged each control-guard takeover (its log lines' RFC 3339 timestamps).
 /// When the algorithm answered a report of flow `sid` with a cwnd (its log's
 /// `report sid=<sid> ... -> cwnd=<bytes>` lines): a command, as the fuzzer's.
 fn algorithm_answers(log: &str, sid: u32) -> Vec<SystemTime> {
@@ -332,11 +355,24 @@ fn algorithm_answers(log: &str, sid: u32) -> Vec<SystemTime> {
         .collect()
 }
 
-fn guard_takeovers(log: &str) -> Vec<SystemTime> {
-    log.lines()
-        .filter(|l| l.contains("control guard: flow not commanded"))
-        .filter_map(|l| humantime::parse_rfc3339(l.split_whitespace().next()?).ok())
-        .collect()
+/// When the kernel's cubic ran the flow: from each control-guard takeover to
+/// the hand-back that ended it (or the end of the log), by the datapath's
+/// log lines' RFC 3339 timestamps.
+fn fallback_spans(log: &str) -> Vec<(SystemTime, SystemTime)> {
+    let mut spans = vec![];
+    let mut took: Option<SystemTime> = None;
+    for line in log.lines() {
+        let Some(at) = line.split_whitespace().next().and_then(|t| humantime::parse_rfc3339(t).ok()) else { continue };
+        if line.contains("control guard: flow not commanded") {
+            took.get_or_insert(at);
+        } else if line.contains("control guard: the algorithm commands the flow again") {
+            if let Some(from) = took.take() {
+                spans.push((from, at));
+            }
+        }
+    }
+    spans.extend(took.map(|from| (from, SystemTime::now())));
+    spans
 }
 
 fn lock() -> CcpRegistrationLock {
@@ -366,6 +402,18 @@ fn structurally_valid_fuzz_never_freezes_a_flow() {
         let at = line.find("flow=").expect("flow= on the line") + 5;
         line[at..].chars().take_while(|c| c.is_ascii_digit()).collect::<String>().parse().unwrap()
     };
+
+    // reno commands cwnd only, so the datapath paces it as the kernel would: the
+    // estimate in commanded_rate must see that, or every sample would end a stretch
+    let samples: Vec<(u64, Option<u64>)> = (0..100)
+        .map(|_| {
+            std::thread::sleep(Duration::from_millis(5)); // sampling period, not a wait
+            let ti = flow.info();
+            (ti.tcpi_pacing_rate, commanded_rate(&ti))
+        })
+        .collect();
+    let kernel_like = samples.iter().filter(|(_, c)| c.is_none()).count();
+    assert!(kernel_like >= 90, "reno's pacing rate matched the kernel-like estimate in {kernel_like} of 100 samples: {samples:?}");
 
     let stop = Arc::new(AtomicBool::new(false));
     let watcher = watch(flow.clone(), stop.clone());
@@ -486,7 +534,8 @@ fn structurally_valid_fuzz_never_freezes_a_flow() {
         "guard fuzz: {} messages in {:.1} s ({} bursts of 5000 + 1 s quiet), seed {:#x}; datapath: installs={} staged={} refused={} \
          evictions_refused={} replaced_unused={} aborted={} guard_fallbacks={} (warn lines {guard_warnings}) cwnd_clamped={} \
          rate_floored={}; \
-         longest constant cwnd {:?} (at {} packets; longest wait for an ACK {:?}) over {} samples",
+         longest constant cwnd and commanded rate {:?} (at {} packets; longest wait for an ACK {:?}) over {} samples \
+         ({} with a commanded pacing rate)",
         sent.load(Ordering::Relaxed),
         fuzz_time.as_secs_f64(),
         total.div_ceil(5000),
@@ -504,22 +553,24 @@ fn structurally_valid_fuzz_never_freezes_a_flow() {
         stretches.longest_cwnd,
         stretches.longest_ack_gap,
         stretches.samples,
+        stretches.rate_commanded,
     );
-    // A stretch past its bound is the datapath's fault unless the guard gave the flow to the
-    // fallback within it: from then on the kernel's cubic (and its loss recovery, which holds cwnd
-    // at ssthresh until the lost packets are repaired) decides, as for any kernel flow.
+    // A stretch past its bound is the datapath's fault unless the fallback ran the flow in it
+    // (the guard took the flow before the stretch began, or within its bound): then the kernel's
+    // cubic (and its loss recovery, which holds cwnd at ssthresh until the lost packets are
+    // repaired) decides, as for any kernel flow.
     // A stretch during which the fuzzer or the algorithm kept sending the flow updates was
     // commanded all along (a message for the flow is a command); one with a quiet part longer
     // than the bound must have been taken by the guard within its bound.
-    let takeovers = guard_takeovers(&log);
+    let fallbacks = fallback_spans(&log);
     // the algorithm's answers command the flow too (a constant cwnd it keeps answering is its own)
     let mut commands = bursts.clone();
     commands.extend(algorithm_answers(&alg.log_text(), sid).into_iter().map(|t| (t, t)));
     commands.sort();
-    let taken = |began: SystemTime, allowed: Duration| takeovers.iter().any(|t| *t >= began && *t <= began + allowed);
+    let taken = |began: SystemTime, allowed: Duration| fallbacks.iter().any(|&(from, to)| from <= began + allowed && to >= began);
     let (mut by_guard, mut commanded) = (0, 0);
     let mut frozen = vec![];
-    for o @ &(_, len, allowed, began) in &stretches.over {
+    for o @ &(_, _, len, allowed, began) in &stretches.over {
         if taken(began, allowed) {
             by_guard += 1;
         } else if longest_quiet(began, began + len, &commands) <= allowed {
@@ -529,8 +580,8 @@ fn structurally_valid_fuzz_never_freezes_a_flow() {
         }
     }
     println!(
-        "guard fuzz: {} constant-cwnd stretches past their bound of {} samples: {by_guard} handed to the kernel's cubic by \
-         the guard within it, {commanded} commanded by the fuzzer's or the algorithm's messages throughout, {} frozen",
+        "guard fuzz: {} constant-cwnd stretches past their bound of {} samples: {by_guard} run by the kernel's cubic (the guard \
+         took the flow before or within it), {commanded} commanded by the fuzzer's or the algorithm's messages throughout, {} frozen",
         stretches.over.len(),
         stretches.samples,
         frozen.len()
@@ -538,7 +589,7 @@ fn structurally_valid_fuzz_never_freezes_a_flow() {
     assert!(
         frozen.is_empty(),
         "cwnd constant past the guard's bound, quiet for longer than it and no guard takeover within it \
-         (cwnd, length, allowed, began): {frozen:?}\n{log}"
+         (cwnd, commanded pacing B/s, length, allowed, began): {frozen:?}\n{log}"
     );
     assert!(n("guard_fallbacks") >= 1, "the guard never acted");
     assert!(n("evictions_refused") >= 1, "no install was refused for evicting the live flow's program (uid 1 comes up)");
