@@ -83,6 +83,7 @@
 //! that links it (docs/NOTES.md, "libccp's `log` symbol"), and that is tested in tests/libccp_glue.rs.
 
 use crate::fold::{Cadence, FoldProgram};
+use crate::loss_based::FOLD_FEATURES;
 use crate::window::{
     cwnd_limited, slow_start, FoldPrr, FoldSlowStart, LossGuard, Measurement, Paced, PacingMode, Prr, ReportEvent,
     RttEstimator, WindowAlgorithm, WindowParams,
@@ -128,7 +129,7 @@ pub struct CubicArgs {
 /// Cubic's fold program: four reports per RTT (smaller cwnd steps, so slow start
 /// sends smaller bursts), urgent on loss or timeout.
 pub const PROGRAM: FoldProgram =
-    FoldProgram { name: "ccplab_cubic", cadence: Cadence::PerRtt(4), urgent_on_loss: true };
+    FoldProgram { name: "ccplab_cubic", cadence: Cadence::PerRtt(4), urgent_on_loss: true, features: FOLD_FEATURES };
 
 impl AlgorithmSpec for CubicSpec {
     const NAME: &'static str = "cubic";
@@ -413,7 +414,7 @@ impl Cubic {
     }
 
     /// The same flow with the initial slow start run per ACK by the fold
-    /// program ([`crate::fold::SLOW_START_IN_FOLD`]) when `on`.
+    /// program ([`crate::fold::Growth::SlowStart`]) when `on`.
     /// A flow taken over at or above its ssthresh (a running flow announced
     /// again, [`crate::portus_glue::WindowBounds::params_for_flow`]) starts in
     /// congestion avoidance: no slow start in the fold.
@@ -423,7 +424,7 @@ impl Cubic {
     }
 
     /// The same flow with PRR applied per ACK by the fold program
-    /// ([`crate::fold::PRR_IN_FOLD`]) when `on`.
+    /// ([`crate::fold::Features::prr`]) when `on`.
     pub fn with_fold_prr(mut self, on: bool) -> Self {
         self.fold_prr = FoldPrr::new(on);
         self

@@ -26,6 +26,7 @@ pub mod contest;
 pub mod copa;
 pub mod cubic;
 pub mod fold;
+pub mod loss_based;
 pub mod portus_glue;
 pub mod reno;
 pub mod reinstall;

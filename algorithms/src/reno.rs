@@ -73,6 +73,7 @@
 //! targets (docs/results/fidelity.md).
 
 use crate::fold::{Cadence, FoldProgram};
+use crate::loss_based::FOLD_FEATURES;
 use crate::window::{
     cwnd_limited, slow_start, FoldPrr, FoldSlowStart, LossGuard, Measurement, Paced, PacingMode, Prr, ReportEvent,
     RttEstimator, WindowAlgorithm, WindowParams,
@@ -100,7 +101,7 @@ impl Default for RenoArgs {
 
 /// Reno's fold program: four reports per RTT, urgent on loss or timeout.
 pub const PROGRAM: FoldProgram =
-    FoldProgram { name: "ccplab_reno", cadence: Cadence::PerRtt(4), urgent_on_loss: true };
+    FoldProgram { name: "ccplab_reno", cadence: Cadence::PerRtt(4), urgent_on_loss: true, features: FOLD_FEATURES };
 
 impl AlgorithmSpec for RenoSpec {
     const NAME: &'static str = "reno";
@@ -161,7 +162,7 @@ impl Reno {
     }
 
     /// The same flow with the initial slow start run per ACK by the fold
-    /// program ([`crate::fold::SLOW_START_IN_FOLD`]) when `on`.
+    /// program ([`crate::fold::Growth::SlowStart`]) when `on`.
     /// A flow taken over at or above its ssthresh (a running flow announced
     /// again, [`crate::portus_glue::WindowBounds::params_for_flow`]) starts in
     /// congestion avoidance: no slow start in the fold.
@@ -171,7 +172,7 @@ impl Reno {
     }
 
     /// The same flow with PRR applied per ACK by the fold program
-    /// ([`crate::fold::PRR_IN_FOLD`]) when `on`.
+    /// ([`crate::fold::Features::prr`]) when `on`.
     pub fn with_fold_prr(mut self, on: bool) -> Self {
         self.fold_prr = FoldPrr::new(on);
         self

@@ -11,7 +11,7 @@
 //! datapath since the last answer sent:
 //! - the flow's program is one whose fold writes the control registers its
 //!   algorithm sends only at a loss or a timeout, and otherwise only Cwnd
-//!   ([`crate::fold::SKIPS_REPEATED_ANSWERS`]);
+//!   ([`crate::fold::Features::skips_repeated_answers`]);
 //! - the report carries no loss and no timeout (the ACKs at which the fold
 //!   writes those registers, and after which the answer always goes);
 //! - the report's cwnd (`Report.cwnd`) is the answer's Cwnd in whole packets
@@ -42,8 +42,8 @@ pub struct RepeatFilter {
 }
 
 impl RepeatFilter {
-    /// A filter for a flow with this MSS (bytes, > 0); `on` = its program is
-    /// in [`crate::fold::SKIPS_REPEATED_ANSWERS`] and the daemon's
+    /// A filter for a flow with this MSS (bytes, > 0); `on` = its program
+    /// declares [`crate::fold::Features::skips_repeated_answers`] and the daemon's
     /// `--skip-repeated-answers` holds. Off, every answer is sent.
     pub fn new(on: bool, mss_bytes: u32) -> Self {
         RepeatFilter { on, mss_bytes: mss_bytes.max(1), ..Default::default() }

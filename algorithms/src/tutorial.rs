@@ -17,7 +17,7 @@
 //! the rules run in user space on each report.
 
 use crate::contest::{window_control, OncePerRtt};
-use crate::fold::{Cadence, FoldProgram};
+use crate::fold::{Cadence, Features, FoldProgram};
 use crate::window::{Measurement, WindowParams};
 use crate::{AlgorithmSpec, Control, Controller};
 
@@ -34,7 +34,7 @@ pub struct TutorialArgs {
 
 /// One report per RTT, and one at once on a loss or a timeout.
 pub const PROGRAM: FoldProgram =
-    FoldProgram { name: "ccplab_tutorial", cadence: Cadence::PerRtt(1), urgent_on_loss: true };
+    FoldProgram { name: "ccplab_tutorial", cadence: Cadence::PerRtt(1), urgent_on_loss: true, features: Features::NONE };
 
 impl AlgorithmSpec for TutorialSpec {
     const NAME: &'static str = "tutorial";

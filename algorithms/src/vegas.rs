@@ -21,7 +21,7 @@
 //! latest RTT sample) rather than "until snd_nxt of the round start is acked";
 //! increases only when cwnd-limited (Linux Vegas' own rule does not check).
 
-use crate::fold::{Cadence, FoldProgram};
+use crate::fold::{Cadence, Features, FoldProgram};
 use crate::window::{
     cwnd_limited, slow_start, LossGuard, Measurement, ReportEvent, WindowAlgorithm,
     WindowParams,
@@ -47,7 +47,7 @@ pub struct VegasArgs {
 
 /// Vegas's fold program: one report (= one Vegas round) per RTT.
 pub const PROGRAM: FoldProgram =
-    FoldProgram { name: "ccplab_vegas", cadence: Cadence::PerRtt(1), urgent_on_loss: true };
+    FoldProgram { name: "ccplab_vegas", cadence: Cadence::PerRtt(1), urgent_on_loss: true, features: Features::NONE };
 
 impl AlgorithmSpec for VegasSpec {
     const NAME: &'static str = "vegas";

@@ -475,7 +475,7 @@ impl Prr {
     }
 }
 
-/// User space's side of PRR per ACK in the fold ([`crate::fold::PRR_IN_FOLD`]).
+/// User space's side of PRR per ACK in the fold ([`crate::fold::Features::prr`]).
 ///
 /// Between two reports the kernel keeps the last commanded cwnd while every ACK
 /// delivers packets and RACK marks more lost: in flight falls by each, and the
@@ -511,7 +511,7 @@ pub struct FoldPrr {
 }
 
 impl FoldPrr {
-    /// PRR per ACK in the fold when `on` (the program has [`crate::fold::PRR_IN_FOLD`]'s block).
+    /// PRR per ACK in the fold when `on` (the program has PRR block, [`crate::fold::Features::prr`]).
     pub fn new(on: bool) -> Self {
         FoldPrr { on, reports: 0 }
     }
@@ -569,7 +569,7 @@ impl FoldPrr {
 /// the byte changes nothing else.
 pub const TAKEOVER_MARK_BYTES: u32 = 1;
 
-/// User space's side of slow start in the fold ([`crate::fold::SLOW_START_IN_FOLD`]).
+/// User space's side of slow start in the fold ([`crate::fold::Growth::SlowStart`]).
 ///
 /// While active the fold grows cwnd per ACK: each report's `dp_cwnd_bytes` is
 /// the flow's cwnd (adopted with [`FoldSlowStart::adopt`]), and the command is

@@ -1,4 +1,4 @@
-//! cwnd growth per ACK in the fold: slow start in reno's and cubic's programs (`fold::SLOW_START_IN_FOLD`) and growth toward a cap in bbr's (`fold::CAP_IN_FOLD`)
+//! cwnd growth per ACK in the fold: slow start in reno's and cubic's programs (`fold::Growth::SlowStart`) and growth toward a cap in bbr's (`fold::Growth::TowardCap`)
 //! run by a real libccp 1.2 datapath (in-process), the semantics the kernel
 //! fold interpreter copies: every ACK raises cwnd by its acknowledged bytes while
 //! the flow is cwnd-limited; a Cwnd 0 from user space is "go on"; a loss, a

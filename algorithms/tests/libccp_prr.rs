@@ -1,4 +1,4 @@
-//! PRR per ACK in reno's and cubic's fold programs (`fold::PRR_IN_FOLD`), run by
+//! PRR per ACK in reno's and cubic's fold programs (`fold::Features::prr`), run by
 //! a real libccp 1.2 datapath (in-process), the semantics the kernel fold
 //! interpreter copies: at the loss ACK cwnd is held at in flight + 1 packet
 //! until user space answers; from its answer until the next report every ACK

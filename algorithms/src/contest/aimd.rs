@@ -28,7 +28,7 @@
 //! and half of it.
 
 use crate::contest::{congestion_signal, window_control, OncePerRtt};
-use crate::fold::{Cadence, FoldProgram};
+use crate::fold::{Cadence, Features, FoldProgram};
 use crate::window::{Measurement, WindowParams};
 use crate::{AlgorithmSpec, Control, Controller};
 
@@ -60,7 +60,7 @@ pub struct AimdArgs {
 
 /// Report every 10 ms and at once on loss or timeout.
 pub const PROGRAM: FoldProgram =
-    FoldProgram { name: "ccplab_aimd", cadence: Cadence::IntervalUs(10_000), urgent_on_loss: true };
+    FoldProgram { name: "ccplab_aimd", cadence: Cadence::IntervalUs(10_000), urgent_on_loss: true, features: Features::NONE };
 
 impl AlgorithmSpec for AimdSpec {
     const NAME: &'static str = "aimd";

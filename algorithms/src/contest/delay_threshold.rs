@@ -19,7 +19,7 @@
 //! float divisions need state the shared fold program does not keep.
 
 use crate::contest::{window_control, OncePerRtt};
-use crate::fold::{Cadence, FoldProgram};
+use crate::fold::{Cadence, Features, FoldProgram};
 use crate::window::{Measurement, WindowParams};
 use crate::{AlgorithmSpec, Control, Controller};
 
@@ -98,7 +98,7 @@ impl DelayThresholdArgs {
 
 /// Report every 10 ms and at once on loss or timeout.
 pub const PROGRAM: FoldProgram =
-    FoldProgram { name: "ccplab_delay_threshold", cadence: Cadence::IntervalUs(10_000), urgent_on_loss: true };
+    FoldProgram { name: "ccplab_delay_threshold", cadence: Cadence::IntervalUs(10_000), urgent_on_loss: true, features: Features::NONE };
 
 impl AlgorithmSpec for DelayThresholdSpec {
     const NAME: &'static str = "delay-threshold";

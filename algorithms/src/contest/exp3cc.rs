@@ -24,7 +24,7 @@
 //! exported `log` would capture a C-library `log` call (docs/NOTES.md, "libccp's `log` symbol").
 
 use crate::contest::{exp, ln, pow, window_control, SeededRng};
-use crate::fold::{Cadence, FoldProgram};
+use crate::fold::{Cadence, Features, FoldProgram};
 use crate::window::{Measurement, WindowParams};
 use crate::{AlgorithmSpec, Control, Controller};
 
@@ -68,7 +68,7 @@ pub fn schedule(a: &Exp3ccArgs) -> (usize, f64, f64) {
 
 /// Report every 10 ms.
 pub const PROGRAM: FoldProgram =
-    FoldProgram { name: "ccplab_exp3cc", cadence: Cadence::IntervalUs(10_000), urgent_on_loss: false };
+    FoldProgram { name: "ccplab_exp3cc", cadence: Cadence::IntervalUs(10_000), urgent_on_loss: false, features: Features::NONE };
 
 impl AlgorithmSpec for Exp3ccSpec {
     const NAME: &'static str = "exp3cc";

@@ -7,7 +7,7 @@
 //! ceiling (`--min-cwnd-pkts`, `--max-cwnd-pkts`) still clamp it.
 
 use crate::contest::window_control;
-use crate::fold::{Cadence, FoldProgram};
+use crate::fold::{Cadence, Features, FoldProgram};
 use crate::window::{Measurement, WindowParams};
 use crate::{AlgorithmSpec, Control, Controller};
 
@@ -24,7 +24,7 @@ pub struct FixedWindowArgs {
 
 /// One report per RTT (log only), nothing urgent.
 pub const PROGRAM: FoldProgram =
-    FoldProgram { name: "ccplab_fixed_window", cadence: Cadence::PerRtt(1), urgent_on_loss: false };
+    FoldProgram { name: "ccplab_fixed_window", cadence: Cadence::PerRtt(1), urgent_on_loss: false, features: Features::NONE };
 
 impl AlgorithmSpec for FixedWindowSpec {
     const NAME: &'static str = "fixed-window";

@@ -28,7 +28,7 @@
 //! exponential come from `contest::{ln, exp}` (pure Rust; libccp's `log`).
 
 use crate::contest::{exp, ln, window_control, TickClock};
-use crate::fold::{Cadence, FoldProgram};
+use crate::fold::{Cadence, Features, FoldProgram};
 use crate::window::{Measurement, WindowParams};
 use crate::{AlgorithmSpec, Control, Controller};
 
@@ -102,7 +102,7 @@ impl AlgorithmSpec for SpodermanSpec {
 
     fn program(a: &SpodermanArgs) -> FoldProgram {
         FoldProgram { name: "ccplab_spoderman", cadence: Cadence::IntervalUs((a.tick_ms * 1000.0) as u64),
-            urgent_on_loss: false }
+            urgent_on_loss: false, features: Features::NONE }
     }
 }
 

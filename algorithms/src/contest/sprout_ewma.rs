@@ -16,7 +16,7 @@
 //! Nothing runs per ACK: the scheme samples per tick.
 
 use crate::contest::{window_control, TickClock};
-use crate::fold::{Cadence, FoldProgram};
+use crate::fold::{Cadence, Features, FoldProgram};
 use crate::window::{Measurement, WindowParams};
 use crate::{AlgorithmSpec, Control, Controller};
 
@@ -88,7 +88,7 @@ impl AlgorithmSpec for SproutEwmaSpec {
 
     fn program(a: &SproutEwmaArgs) -> FoldProgram {
         FoldProgram { name: "ccplab_sprout_ewma", cadence: Cadence::IntervalUs((a.tick_ms * 1000.0) as u64),
-            urgent_on_loss: false }
+            urgent_on_loss: false, features: Features::NONE }
     }
 }
 
