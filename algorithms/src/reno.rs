@@ -73,11 +73,8 @@
 //! targets (docs/results/fidelity.md).
 
 use crate::fold::{Cadence, FoldProgram};
-use crate::loss_based::FOLD_FEATURES;
-use crate::window::{
-    cwnd_limited, slow_start, FoldPrr, FoldSlowStart, LossGuard, Measurement, Paced, PacingMode, Prr, ReportEvent,
-    RttEstimator, WindowAlgorithm, WindowParams,
-};
+use crate::loss_based::{LossBased, LossRules, LossWindow, FOLD_FEATURES};
+use crate::window::{Paced, PacingMode, WindowParams};
 use crate::AlgorithmSpec;
 
 /// Reno (RFC 5681) as an [`AlgorithmSpec`].
@@ -113,16 +110,12 @@ impl AlgorithmSpec for RenoSpec {
     type Flow = Paced<Reno>;
 
     fn new_flow(args: &RenoArgs, params: WindowParams) -> Paced<Reno> {
-        let reno = Reno::new(params).with_fold_slow_start(PROGRAM.slow_start_in_fold()).with_fold_prr(PROGRAM.prr_in_fold());
+        let reno = Reno::new(params).with_fold(&PROGRAM);
         Paced::new(reno, args.pacing.per_report())
     }
 
-    /// `--pacing kernel` needs a datapath that paces per ACK: without one the
-    /// algorithm commands the same rate with every report (`--pacing report`).
     fn pace_itself(args: &mut Self::Args) -> bool {
-        if args.pacing == PacingMode::Kernel {
-            args.pacing = PacingMode::Report;
-        }
+        args.pacing = args.pacing.without_datapath_pacing();
         true
     }
 
@@ -131,143 +124,38 @@ impl AlgorithmSpec for RenoSpec {
     }
 }
 
-/// Reno's per-flow state.
-#[derive(Clone, Debug)]
-pub struct Reno {
-    params: WindowParams,
-    cwnd: f64,
-    ssthresh: f64,
-    rtt: RttEstimator,
-    guard: LossGuard,
-    fold_ss: FoldSlowStart,
-    /// Proportional Rate Reduction during fast recovery (None outside it).
-    prr: Option<Prr>,
-    /// PRR applied per ACK by the fold program (its constants).
-    fold_prr: FoldPrr,
+/// Reno's own rules (Linux tcp_cong.c's `tcp_reno_ssthresh` and
+/// `tcp_reno_cong_avoid`); the rest is the loss-based core's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RenoRules;
+
+impl LossRules for RenoRules {
+    /// Half the window, at least 2 packets (§3.2 eq. 4 with cwnd for
+    /// FlightSize, as Linux `tcp_reno_ssthresh`).
+    fn ssthresh(&mut self, cwnd_pkts: f64) -> f64 {
+        (cwnd_pkts / 2.0).max(2.0)
+    }
+
+    /// +1/cwnd per packet acknowledged: +1 packet per RTT (§3.1).
+    fn congestion_avoidance(&mut self, w: &mut LossWindow, _now_us: u64, acked_pkts: f64) {
+        w.cwnd += acked_pkts / w.cwnd;
+    }
 }
+
+/// Reno's per-flow state: the loss-based core with Reno's rules.
+pub type Reno = LossBased<RenoRules>;
 
 impl Reno {
     /// A new flow starting at `params.init_cwnd_pkts` in slow start.
     pub fn new(params: WindowParams) -> Self {
-        Reno {
-            cwnd: params.clamp(params.init_cwnd_pkts),
-            ssthresh: params.init_ssthresh_pkts,
-            params,
-            rtt: RttEstimator::default(),
-            guard: LossGuard::default(),
-            fold_ss: FoldSlowStart::default(),
-            prr: None,
-            fold_prr: FoldPrr::default(),
-        }
-    }
-
-    /// The same flow with the initial slow start run per ACK by the fold
-    /// program ([`crate::fold::Growth::SlowStart`]) when `on`.
-    /// A flow taken over at or above its ssthresh (a running flow announced
-    /// again, [`crate::portus_glue::WindowBounds::params_for_flow`]) starts in
-    /// congestion avoidance: no slow start in the fold.
-    pub fn with_fold_slow_start(mut self, on: bool) -> Self {
-        self.fold_ss = FoldSlowStart::new(on && self.cwnd < self.ssthresh);
-        self
-    }
-
-    /// The same flow with PRR applied per ACK by the fold program
-    /// ([`crate::fold::Features::prr`]) when `on`.
-    pub fn with_fold_prr(mut self, on: bool) -> Self {
-        self.fold_prr = FoldPrr::new(on);
-        self
-    }
-
-    /// True while the fold program runs slow start.
-    pub fn fold_slow_start(&self) -> bool {
-        self.fold_ss.active()
-    }
-
-    /// Slow start in the fold: it ends at ssthresh (a finite `--init-ssthresh`)
-    /// or the ceiling, with cwnd held at that bound.
-    fn check_fold_slow_start(&mut self) {
-        let bound = self.ssthresh.min(self.params.max_cwnd_pkts);
-        if self.cwnd >= bound {
-            self.cwnd = bound;
-            self.fold_ss.stop();
-        }
-    }
-
-    /// Smoothed RTT in microseconds (0 before the first sample).
-    pub fn srtt_us(&self) -> f64 {
-        self.rtt.srtt_us
-    }
-
-    fn on_timeout(&mut self, m: &Measurement) {
-        if !self.guard.active() {
-            self.ssthresh = (self.cwnd / 2.0).max(2.0);
-        }
-        let outstanding = (m.outstanding_pkts() as f64).max(self.cwnd);
-        self.cwnd = 1.0;
-        self.guard.start(outstanding, self.params.mss_bytes, true);
-    }
-
-    fn on_loss_event(&mut self, m: &Measurement) {
-        let outstanding = (m.outstanding_pkts() as f64).max(1.0);
-        self.ssthresh = (self.cwnd / 2.0).max(2.0);
-        self.cwnd = self.ssthresh;
-        self.guard.start(outstanding, self.params.mss_bytes, false);
-        self.prr = Some(Prr::new(outstanding, self.ssthresh));
-    }
-
-    fn grow(&mut self, m: &Measurement) {
-        if !cwnd_limited(m, self.cwnd, self.cwnd < self.ssthresh) {
-            return;
-        }
-        // Linux tcp_reno_cong_avoid grows by acked_sacked, not by the bytes the
-        // cumulative ACK passed (which count packets SACKed earlier again).
-        let acked_pkts = m.delivered_pkts as f64;
-        let leftover = slow_start(&mut self.cwnd, self.ssthresh, acked_pkts);
-        if leftover > 0.0 {
-            self.cwnd += leftover / self.cwnd;
-        }
+        LossBased::with_rules(params, RenoRules)
     }
 }
-
-impl WindowAlgorithm for Reno {
-    fn on_report(&mut self, m: &Measurement) -> u32 {
-        self.rtt.update(m);
-        self.fold_prr.count(m);
-        let fold_grew = self.fold_ss.adopt(m, &mut self.cwnd, self.params.mss_bytes);
-        match self.guard.classify(m) {
-            ReportEvent::Timeout => self.on_timeout(m),
-            ReportEvent::LossEvent => self.on_loss_event(m),
-            ReportEvent::Growth if fold_grew => self.check_fold_slow_start(),
-            ReportEvent::Growth => self.grow(m),
-            ReportEvent::Hold => {}
-        }
-        self.cwnd = self.params.clamp(self.cwnd);
-        let pkts = crate::window::commanded_window(&mut self.prr, &self.guard, &self.params, self.cwnd, m);
-        let bytes = self.params.to_bytes(pkts);
-        self.fold_ss.command(bytes)
-    }
-
-    crate::window::loss_window_accessors!();
-
-    fn fold_registers(&self) -> Vec<(&'static str, u32)> {
-        self.fold_prr.registers(self.prr.as_ref(), &self.guard, self.params.mss_bytes)
-    }
-
-    fn initial_fold_registers(&self) -> Vec<(&'static str, u32)> {
-        self.fold_ss.initial_registers(self.cwnd_bytes())
-    }
-
-    fn packets_out_pkts(&self, m: &Measurement) -> f64 {
-        let unacked = self.prr.map_or(0.0, |p| p.unacked_pkts());
-        (m.outstanding_pkts() as f64).max(unacked)
-    }
-}
-
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::window::Phase;
+    use crate::window::{Measurement, Phase, WindowAlgorithm};
 
     const MSS: u32 = 1000;
     const RTT_US: u64 = 50_000;

@@ -192,7 +192,21 @@ impl WindowAlgorithm for Vegas {
         self.cwnd_bytes()
     }
 
-    crate::window::loss_window_accessors!();
+    fn cwnd_pkts(&self) -> f64 {
+        self.cwnd
+    }
+
+    fn ssthresh_pkts(&self) -> f64 {
+        self.ssthresh
+    }
+
+    fn phase(&self) -> crate::window::Phase {
+        self.guard.phase(self.cwnd, self.ssthresh)
+    }
+
+    fn params(&self) -> &WindowParams {
+        &self.params
+    }
 }
 
 #[cfg(test)]

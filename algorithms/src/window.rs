@@ -199,31 +199,6 @@ pub trait WindowAlgorithm: Send {
     }
 }
 
-/// The four state accessors of [`WindowAlgorithm`] for a loss-based algorithm whose struct holds
-/// `cwnd` and `ssthresh` (packets, f64), `guard: LossGuard` (which names the phase) and
-/// `params: WindowParams`. Invoke inside the `impl WindowAlgorithm for ...` block: one definition
-/// for Reno, Cubic and Vegas.
-macro_rules! loss_window_accessors {
-    () => {
-        fn cwnd_pkts(&self) -> f64 {
-            self.cwnd
-        }
-
-        fn ssthresh_pkts(&self) -> f64 {
-            self.ssthresh
-        }
-
-        fn phase(&self) -> $crate::window::Phase {
-            self.guard.phase(self.cwnd, self.ssthresh)
-        }
-
-        fn params(&self) -> &$crate::window::WindowParams {
-            &self.params
-        }
-    };
-}
-pub(crate) use loss_window_accessors;
-
 /// Smoothed RTT per RFC 6298 (alpha = 1/8), from the reports' latest samples.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct RttEstimator {
@@ -741,6 +716,17 @@ impl PacingMode {
     /// depends on it, as tcp_cubic.c's on `sk_pacing_status`).
     pub fn paced(self) -> bool {
         self != PacingMode::Off
+    }
+
+    /// The mode on a datapath that does not pace per ACK
+    /// ([`crate::AlgorithmSpec::pace_itself`]): `Kernel` needs one, so the
+    /// algorithm commands the same rate with every report (`Report`).
+    pub fn without_datapath_pacing(self) -> PacingMode {
+        if self == PacingMode::Kernel {
+            PacingMode::Report
+        } else {
+            self
+        }
     }
 }
 
