@@ -90,8 +90,8 @@
 //! (docs/results/fidelity.md). What remains apart is mostly the per-report
 //! decisions above and ProbeBW's standing queue, which spreads widely in both.
 
+use crate::cc::{Measurement, RttEstimator, WindowParams};
 use crate::fold::{Cadence, Features, FoldProgram, Growth, TowardCap};
-use crate::window::{Measurement, RttEstimator, WindowParams};
 use crate::{AlgorithmSpec, Control, Controller};
 use std::collections::VecDeque;
 

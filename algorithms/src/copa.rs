@@ -31,8 +31,8 @@
 //! the paper: per-report rather than per-ACK updates; the largest queueing
 //! delay of an RTT is taken from each report's largest RTT sample (`maxrtt`).
 
+use crate::cc::{Measurement, RttEstimator, WindowParams};
 use crate::fold::{Cadence, Features, FoldProgram};
-use crate::window::{Measurement, RttEstimator, WindowParams};
 use crate::{AlgorithmSpec, Control, Controller};
 use std::collections::VecDeque;
 

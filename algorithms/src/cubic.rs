@@ -42,14 +42,14 @@
 //!   [`crate::reno`]): user space adopts the fold's cwnd at each report, checks
 //!   HyStart on it and, when a detector fires, takes over with cwnd = ssthresh
 //!   = the cwnd at that moment (the fold's growth after it is undone).
-//! - Fast recovery follows PRR ([`crate::window::Prr`]), as Linux, applied per
-//!   ACK by the fold program as Reno's ([`crate::window::FoldPrr`]).
+//! - Fast recovery follows PRR ([`crate::cc::Prr`]), as Linux, applied per
+//!   ACK by the fold program as Reno's ([`crate::cc::FoldPrr`]).
 //! - Pacing as kernel:cubic is paced on the same socket (`--pacing kernel`, the
 //!   default): ccp-datapath keeps the TCP-internal pacing a socket came with
 //!   and sets Linux `tcp_update_pacing_rate`'s rate per ACK, as the kernel
 //!   does; `--pacing report` commands that rate per report instead
-//!   ([`crate::window::Paced`]), `--pacing off` commands none. See
-//!   [`crate::window::PacingMode`].
+//!   ([`crate::cc::Paced`]), `--pacing off` commands none. See
+//!   [`crate::cc::PacingMode`].
 //!
 //! Fold program: [`crate::fold`]'s fields (incl. the HyStart fields `rtt8`,
 //! `nrtt`, `train`, `trainon` accumulated per ACK) and the per-ACK slow start,
@@ -84,7 +84,7 @@
 
 use crate::fold::{Cadence, FoldProgram};
 use crate::loss_based::{LossBased, LossRules, LossWindow, FOLD_FEATURES};
-use crate::window::{Measurement, Paced, PacingMode, WindowParams};
+use crate::cc::{Measurement, Paced, PacingMode, WindowParams};
 use crate::AlgorithmSpec;
 
 /// CUBIC (RFC 9438) as an [`AlgorithmSpec`].
@@ -519,7 +519,7 @@ impl Cubic {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::window::{Phase, WindowAlgorithm};
+    use crate::cc::{Phase, WindowAlgorithm};
 
     const MSS: u32 = 1000;
     const C: f64 = 0.4;
@@ -852,7 +852,7 @@ mod tests {
         assert_eq!(cu.hystart_exit(), Some(HyStartExit::DelayIncrease));
         assert!(!cu.fold_slow_start());
         assert_eq!((cu.cwnd_pkts(), cu.ssthresh_pkts()), (80.0, 80.0));
-        assert_eq!(bytes, 80 * MSS + crate::window::TAKEOVER_MARK_BYTES);
+        assert_eq!(bytes, 80 * MSS + crate::cc::TAKEOVER_MARK_BYTES);
         // A loss before any detector: the fold's cwnd at the loss is cut by beta.
         let mut cu = Cubic::new(p, CubicParams::default()).with_fold_slow_start(true);
         cu.on_report(&fold(ss_report(0, 10.0, 40_000, 0, false), 30));
@@ -860,7 +860,7 @@ mod tests {
         assert!(close(cu.cwnd_pkts(), 35.0) && close(cu.w_max().unwrap(), 50.0));
         // Commanded: the PRR window, 50 outstanding - 1 lost = 49 (the report's 20
         // acked packets came before the loss ACK: not deliveries of the recovery).
-        assert_eq!(cut, 49 * MSS + crate::window::TAKEOVER_MARK_BYTES);
+        assert_eq!(cut, 49 * MSS + crate::cc::TAKEOVER_MARK_BYTES);
         assert!(CubicSpec::new_flow(&default_args(), p).fold_slow_start(), "on by default");
     }
 

@@ -15,7 +15,7 @@
 //! not reset the timer. libccp reads an absent RTT sample (0) as 4294967295, so
 //! "has a sample" is `(< Flow.rtt_sample_us +infinity)`, not `> 0`.
 
-use crate::window::Measurement;
+use crate::cc::Measurement;
 use portus::lang::Scope;
 use portus::Report;
 
@@ -57,7 +57,7 @@ pub struct Features {
     /// Who moves cwnd per ACK in the fold, if anyone.
     pub growth: Growth,
     /// PRR per ACK in recovery (`PRR_PER_ACK`); its algorithm sends
-    /// [`crate::window::FoldPrr::registers`] with each command.
+    /// [`crate::cc::FoldPrr::registers`] with each command.
     pub prr: bool,
     /// The fold writes the control registers its algorithm sends only at a
     /// loss ACK or a timeout (`PRR_PER_ACK`'s `pm`), and otherwise only Cwnd
@@ -68,7 +68,7 @@ pub struct Features {
     pub skips_repeated_answers: bool,
     /// Regular reports back off while the flow is far from cwnd-limited
     /// (`APP_LIMITED_TRACK`): for an algorithm that grows cwnd only when
-    /// cwnd-limited ([`crate::window::cwnd_limited`], as Linux's
+    /// cwnd-limited ([`crate::cc::cwnd_limited`], as Linux's
     /// `tcp_is_cwnd_limited`), a report of a flow using less than half its cwnd
     /// cannot change its decision, and losses and timeouts are reported at once
     /// anyway.
@@ -88,7 +88,7 @@ pub enum Growth {
     None,
     /// Slow start per ACK until the first loss or user space takes over
     /// (`SLOW_START`); its algorithm answers reports with Cwnd 0 while it runs
-    /// ([`crate::window::FoldSlowStart`]).
+    /// ([`crate::cc::FoldSlowStart`]).
     SlowStart,
     /// Growth toward the cap user space commands (`toward_cap`), fed by the
     /// algorithm's own per-ACK parts.
@@ -201,20 +201,15 @@ pub const REPORT_FIELDS: [&str; 16] = [
 /// The report fields every program declares, in declaration order, before the
 /// ACK-train slot ([`ACK_TRAIN_FIELDS`] or [`TowardCap::report_fields`]).
 const SHARED_FIELDS: [ReportField; 13] = [
-    ReportField { name: "acked", init: "0" },
-    ReportField { name: "sacked", init: "0" },
-    ReportField { name: "loss", init: "0" },
-    ReportField { name: "delivered", init: "0" },
-    ReportField { name: "rtt", init: "0" },
-    ReportField { name: "minrtt", init: "+infinity" },
-    ReportField { name: "inflight", init: "0" },
-    ReportField { name: "inflmax", init: "0" },
-    ReportField { name: "rate", init: "0" },
-    ReportField { name: "acks", init: "0" },
-    ReportField { name: "cwnd", init: "0" },
-    ReportField { name: "rtt8", init: "+infinity" },
-    ReportField { name: "nrtt", init: "0" },
+    field("acked", "0"), field("sacked", "0"), field("loss", "0"), field("delivered", "0"),
+    field("rtt", "0"), field("minrtt", "+infinity"), field("inflight", "0"), field("inflmax", "0"),
+    field("rate", "0"), field("acks", "0"), field("cwnd", "0"), field("rtt8", "+infinity"),
+    field("nrtt", "0"),
 ];
+
+const fn field(name: &'static str, init: &'static str) -> ReportField {
+    ReportField { name, init }
+}
 
 /// The report field declared after the ACK-train slot.
 const MAX_RTT_FIELD: ReportField = ReportField { name: "maxrtt", init: "0" };
@@ -268,13 +263,13 @@ const SCRATCH_DEFS: &str = "    (t1 0)\n    (t2 false)\n";
 /// kernel samples `packets_out` (with this round alone, cwnd stopped at 36
 /// instead of 40 packets after the second round in one run of three). Not the
 /// in flight of the ACK itself: a paced flow
-/// ([`crate::window::Paced`]) keeps in flight below cwnd while its cwnd
+/// ([`crate::cc::Paced`]) keeps in flight below cwnd while its cwnd
 /// doubles, and that test stopped the growth at about half the round's ACKs
 /// (cwnd 36 instead of 40 packets after the second round). `ss` ends
 /// for good at the first ACK that carries a loss or a timeout, or when user
 /// space takes over by commanding a Cwnd other than 0 and other than the
 /// fold's own last value `fcw` (user space marks that command with
-/// [`crate::window::TAKEOVER_MARK_BYTES`] so it cannot equal `fcw`). While `ss`
+/// [`crate::cc::TAKEOVER_MARK_BYTES`] so it cannot equal `fcw`). While `ss`
 /// holds, user space commands Cwnd 0, which the datapath does not apply (it
 /// keeps the fold's cwnd) and the fold reads as "go on".
 ///
@@ -305,7 +300,7 @@ const SLOW_START: &str = "\
 
 /// The control registers of PRR per ACK in the fold (see [`PRR_PER_ACK`]):
 /// `nrep` the reports sent so far, and from user space
-/// ([`crate::window::FoldPrr::registers`]) `pm` (0 = nothing to do, 1 = hold
+/// ([`crate::cc::FoldPrr::registers`]) `pm` (0 = nothing to do, 1 = hold
 /// cwnd at the next loss ACK, 2 = PRR), `pn` (the reports user space had seen
 /// when it answered), `pa` (the PRR window at that report before the
 /// ssthresh floor, packets, at least 0), `pf` (ssthresh / RecoverFS x 1024),
@@ -318,7 +313,7 @@ const PRR_DEFS: &str =
 /// since user space's answer (`pn` = `nrep`), every ACK sets cwnd to
 /// `max(pa + d x pf / 1024, l + d + pss) - (l + d)` packets with `d`, `l` the
 /// packets delivered and marked lost since that report (`Report.delivered`,
-/// `Report.loss`): the PRR window of [`crate::window::Prr`] at this ACK. At a
+/// `Report.loss`): the PRR window of [`crate::cc::Prr`] at this ACK. At a
 /// loss ACK before user space has answered (`pm` = 1), cwnd is held at in
 /// flight + 1 packet, once. An RTO ends both and leaves cwnd to the
 /// datapath's loss window. The subtraction cannot underflow: it
@@ -327,7 +322,7 @@ const PRR_DEFS: &str =
 ///
 /// Why: per report, the window stood still while in flight fell with every
 /// delivered or newly lost packet, and the kernel refilled it one for one
-/// (see [`crate::window::FoldPrr`] for what that cost on Verizon LTE).
+/// (see [`crate::cc::FoldPrr`] for what that cost on Verizon LTE).
 const PRR_PER_ACK: &str = "\
 (when (&& Flow.was_timeout true)
     (:= pm 0)

@@ -18,11 +18,11 @@
 //! congestion avoidance (`cong_avoid` after slow start), what it forgets at a
 //! timeout (`CA_EVENT_LOSS`) and an early end of slow start (HyStart).
 
-use crate::fold::{Features, FoldProgram, Growth};
-use crate::window::{
+use crate::cc::{
     commanded_window, cwnd_limited, slow_start, FoldPrr, FoldSlowStart, LossGuard, Measurement, Phase, Prr,
     ReportEvent, RttEstimator, WindowAlgorithm, WindowParams,
 };
+use crate::fold::{Features, FoldProgram, Growth};
 
 /// The fold features of a loss-based window algorithm: slow start per ACK
 /// until the first loss or user space takes over, PRR per ACK in recovery,
@@ -294,9 +294,9 @@ mod tests {
     #[test]
     fn programs_that_skip_repeated_answers_write_what_user_space_sends_only_at_loss_or_timeout() {
         // what a loss-based algorithm sends besides Cwnd: the PRR registers
-        let guard = crate::window::LossGuard::default();
+        let guard = crate::cc::LossGuard::default();
         let sent: Vec<&str> =
-            crate::window::FoldPrr::new(true).registers(None, &guard, 1448).iter().map(|(n, _)| *n).collect();
+            crate::cc::FoldPrr::new(true).registers(None, &guard, 1448).iter().map(|(n, _)| *n).collect();
         assert!(sent.contains(&"pm"), "{sent:?}");
         for prog in [crate::reno::PROGRAM, crate::cubic::PROGRAM] {
             assert_eq!(prog.features, FOLD_FEATURES, "{}", prog.name);

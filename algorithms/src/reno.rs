@@ -8,8 +8,8 @@
 //! with a loss or an RTO, or until user space takes over (ssthresh from
 //! `--init-ssthresh`, the ceiling). Meanwhile each report's `dp_cwnd` is
 //! adopted as cwnd and the command is Cwnd 0 ("leave it",
-//! [`crate::window::FoldSlowStart`]). Fast recovery's PRR window is also
-//! applied **per ACK in the fold** (`PRR_PER_ACK`, [`crate::window::FoldPrr`]):
+//! [`crate::cc::FoldSlowStart`]). Fast recovery's PRR window is also
+//! applied **per ACK in the fold** (`PRR_PER_ACK`, [`crate::cc::FoldPrr`]):
 //! user space computes it at each report and the fold moves it with every
 //! ACK's delivered and lost packets until the next report. Everything else is
 //! applied **per report** (four reports per RTT, plus an urgent report on every
@@ -26,7 +26,7 @@
 //!   window outstanding at the loss is cumulatively acknowledged, as the
 //!   kernel's `high_seq`) the window is neither grown nor cut again. During
 //!   that recovery the commanded window follows PRR (RFC 6937, as Linux
-//!   `tcp_cwnd_reduction`, [`crate::window::Prr`]), so the flow keeps sending
+//!   `tcp_cwnd_reduction`, [`crate::cc::Prr`]), so the flow keeps sending
 //!   one packet per two delivered instead of falling silent until in-flight
 //!   drops below ssthresh. PRR counts deliveries from the loss ACK on: the
 //!   loss report's earlier ACKs are not (see the Prr docs for what counting
@@ -34,7 +34,7 @@
 //! - Retransmission timeout (§3.1, loss window): ssthresh = max(cwnd / 2, 2),
 //!   cwnd = 1 packet, then slow start. An RTO during recovery keeps ssthresh
 //!   (as Linux `tcp_enter_loss` does while `high_seq` is ahead).
-//! - Growth only when cwnd-limited ([`crate::window::cwnd_limited`], as Linux
+//! - Growth only when cwnd-limited ([`crate::cc::cwnd_limited`], as Linux
 //!   `tcp_is_cwnd_limited`): an application-limited flow's cwnd stays put.
 //! - **Pacing** (`--pacing kernel`, the default): as the kernel paces
 //!   kernel:reno on the same socket. kernel:reno is paced in this lab (bbr, the
@@ -43,7 +43,7 @@
 //!   max(cwnd, packets_out)/SRTT while cwnd < ssthresh/2, 120 % after;
 //!   ccp-datapath keeps that pacing and sets the same rate per ACK.
 //!   `--pacing report` commands the rate with every report instead
-//!   ([`crate::window::Paced`]; in slow start for 1.5 x the reported cwnd, as
+//!   ([`crate::cc::Paced`]; in slow start for 1.5 x the reported cwnd, as
 //!   the fold doubles cwnd per round between reports), `--pacing off` none.
 //!
 //! Why per ACK in the fold: growth applied once per report released a whole
@@ -56,7 +56,7 @@
 //! fold holds cwnd (one report round trip, p50 0.16 ms); PRR divides by
 //! RecoverFS (RFC 6937) where Linux divides by `prior_cwnd`; the recovery point
 //! is estimated from the in-flight, lost and SACKed counts at the loss
-//! ([`crate::window::LossGuard::start`]), and a loss in the report that passes
+//! ([`crate::cc::LossGuard::start`]), and a loss in the report that passes
 //! it counts as the old window's; ssthresh uses cwnd rather than
 //! FlightSize, as Linux `tcp_reno_ssthresh` does.
 //!
@@ -74,7 +74,7 @@
 
 use crate::fold::{Cadence, FoldProgram};
 use crate::loss_based::{LossBased, LossRules, LossWindow, FOLD_FEATURES};
-use crate::window::{Paced, PacingMode, WindowParams};
+use crate::cc::{Paced, PacingMode, WindowParams};
 use crate::AlgorithmSpec;
 
 /// Reno (RFC 5681) as an [`AlgorithmSpec`].
@@ -155,7 +155,7 @@ impl Reno {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::window::{Measurement, Phase, WindowAlgorithm};
+    use crate::cc::{Measurement, Phase, WindowAlgorithm};
 
     const MSS: u32 = 1000;
     const RTT_US: u64 = 50_000;
@@ -304,7 +304,7 @@ mod tests {
         let loss = Measurement { lost_pkts: 2, dp_cwnd_bytes: 37 * MSS as u64, inflight_max_pkts: 37, ..ack_report(2, 3.0) };
         // PRR: 37 outstanding, 2 lost, nothing delivered since the loss ACK (the
         // report's 3 acked came before it): 37 - 2 = 35 packets.
-        assert_eq!(r.on_report(&loss), 35_000 + crate::window::TAKEOVER_MARK_BYTES);
+        assert_eq!(r.on_report(&loss), 35_000 + crate::cc::TAKEOVER_MARK_BYTES);
         assert!(!r.fold_slow_start());
         assert_eq!((r.cwnd_pkts(), r.ssthresh_pkts(), r.phase()), (18.5, 18.5, Phase::Recovery));
         // From now on user space commands as before; the report's cwnd is not adopted.
@@ -337,7 +337,7 @@ mod tests {
     fn slow_start_in_the_fold_stops_at_ssthresh() {
         let mut r = Reno::new(params(10.0, 16.0, 1e6)).with_fold_slow_start(true);
         let m = Measurement { dp_cwnd_bytes: 17 * MSS as u64, ..ack_report(1, 7.0) };
-        assert_eq!(r.on_report(&m), 16 * MSS + crate::window::TAKEOVER_MARK_BYTES);
+        assert_eq!(r.on_report(&m), 16 * MSS + crate::cc::TAKEOVER_MARK_BYTES);
         assert_eq!((r.cwnd_pkts(), r.phase()), (16.0, Phase::CongestionAvoidance));
         // Congestion avoidance per report from here: +1/cwnd per acked packet.
         assert_eq!(r.on_report(&ack_report(2, 16.0)), 17 * MSS);

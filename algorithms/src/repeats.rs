@@ -17,14 +17,14 @@
 //! - the report's cwnd (`Report.cwnd`) is the answer's Cwnd in whole packets
 //!   (the datapath applies `bytes / mss`): the fold did not move it; or the
 //!   answer's Cwnd is 0, "leave it" while slow start runs in the fold
-//!   ([`crate::window::FoldSlowStart`]): the fold owns cwnd then, and a 0 sent
+//!   ([`crate::cc::FoldSlowStart`]): the fold owns cwnd then, and a 0 sent
 //!   again would change nothing (its slow start takes a Cwnd of 0 as its own);
 //! - the answer equals the last one sent, field for field;
 //! - fewer than [`MAX_SKIPPED_IN_A_ROW`] answers in a row were skipped, so
 //!   an answer lost on the way (the datapath's queue was full) is sent again
 //!   within that many reports.
 
-use crate::window::Measurement;
+use crate::cc::Measurement;
 
 /// At most this many repeated answers in a row are skipped; the next goes.
 /// With one report a second while app-limited, a lost answer is repeated

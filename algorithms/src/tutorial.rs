@@ -16,9 +16,9 @@
 //! The fold program reports once per RTT and at once on a loss or a timeout;
 //! the rules run in user space on each report.
 
+use crate::cc::{Measurement, WindowParams};
 use crate::contest::{window_control, OncePerRtt};
 use crate::fold::{Cadence, Features, FoldProgram};
-use crate::window::{Measurement, WindowParams};
 use crate::{AlgorithmSpec, Control, Controller};
 
 /// tutorial as an [`AlgorithmSpec`]: its name, flags and fold program.

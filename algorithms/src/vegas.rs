@@ -21,11 +21,11 @@
 //! latest RTT sample) rather than "until snd_nxt of the round start is acked";
 //! increases only when cwnd-limited (Linux Vegas' own rule does not check).
 
-use crate::fold::{Cadence, Features, FoldProgram};
-use crate::window::{
+use crate::cc::{
     cwnd_limited, slow_start, LossGuard, Measurement, ReportEvent, WindowAlgorithm,
     WindowParams,
 };
+use crate::fold::{Cadence, Features, FoldProgram};
 use crate::AlgorithmSpec;
 
 /// Vegas as an [`AlgorithmSpec`].
@@ -200,7 +200,7 @@ impl WindowAlgorithm for Vegas {
         self.ssthresh
     }
 
-    fn phase(&self) -> crate::window::Phase {
+    fn phase(&self) -> crate::cc::Phase {
         self.guard.phase(self.cwnd, self.ssthresh)
     }
 
@@ -212,7 +212,7 @@ impl WindowAlgorithm for Vegas {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::window::Phase;
+    use crate::cc::Phase;
 
     const MSS: u32 = 1000;
     const BASE: u64 = 40_000;

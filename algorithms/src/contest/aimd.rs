@@ -27,9 +27,9 @@
 //! congestion signal is the delay threshold: aimd saws between the threshold
 //! and half of it.
 
+use crate::cc::{Measurement, WindowParams};
 use crate::contest::{congestion_signal, window_control, OncePerRtt};
 use crate::fold::{Cadence, Features, FoldProgram};
-use crate::window::{Measurement, WindowParams};
 use crate::{AlgorithmSpec, Control, Controller};
 
 /// aimd as an [`AlgorithmSpec`].

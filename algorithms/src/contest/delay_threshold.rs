@@ -18,9 +18,9 @@
 //! and otherwise apply the increase. Not in the fold program because the once-per-RTT guards and the
 //! float divisions need state the shared fold program does not keep.
 
+use crate::cc::{Measurement, WindowParams};
 use crate::contest::{window_control, OncePerRtt};
 use crate::fold::{Cadence, Features, FoldProgram};
-use crate::window::{Measurement, WindowParams};
 use crate::{AlgorithmSpec, Control, Controller};
 
 /// delay-threshold as an [`AlgorithmSpec`].

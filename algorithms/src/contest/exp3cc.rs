@@ -23,9 +23,9 @@
 //! powers come from `contest::{ln, exp, pow}` (pure Rust): the libccp crate's
 //! exported `log` would capture a C-library `log` call (docs/NOTES.md, "libccp's `log` symbol").
 
+use crate::cc::{Measurement, WindowParams};
 use crate::contest::{exp, ln, pow, window_control, SeededRng};
 use crate::fold::{Cadence, Features, FoldProgram};
-use crate::window::{Measurement, WindowParams};
 use crate::{AlgorithmSpec, Control, Controller};
 
 /// exp3cc as an [`AlgorithmSpec`].

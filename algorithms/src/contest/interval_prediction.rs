@@ -16,9 +16,9 @@
 //! carries one sample per report), not between consecutive ACKs. Before the
 //! first tick the window is the shared `--init-cwnd-pkts`.
 
+use crate::cc::{Measurement, WindowParams};
 use crate::contest::{window_control, TickClock};
 use crate::fold::{Cadence, Features, FoldProgram};
-use crate::window::{Measurement, WindowParams};
 use crate::{AlgorithmSpec, Control, Controller};
 use std::collections::VecDeque;
 

@@ -11,8 +11,8 @@
 use crate::contest::window_control;
 use crate::contest::delay_threshold::{DelayThreshold, DelayThresholdArgs, Mode};
 use crate::fold::{Cadence, Features, FoldProgram};
+use crate::cc::{Measurement, WindowParams};
 use crate::contest::interval_prediction::{IntervalPrediction, IntervalPredictionArgs};
-use crate::window::{Measurement, WindowParams};
 use crate::{AlgorithmSpec, Control, Controller};
 
 /// mixture as an [`AlgorithmSpec`].

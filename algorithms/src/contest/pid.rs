@@ -12,9 +12,9 @@
 //! carries the latest and the smallest sample of a report, not a sum. Reports
 //! without an RTT sample are skipped (no error to act on).
 
+use crate::cc::{Measurement, WindowParams};
 use crate::contest::window_control;
 use crate::fold::{Cadence, Features, FoldProgram};
-use crate::window::{Measurement, WindowParams};
 use crate::{AlgorithmSpec, Control, Controller};
 
 /// pid as an [`AlgorithmSpec`].

@@ -20,9 +20,9 @@
 //! while a report's samples agree. Not in the fold program: a weight of 0.01
 //! is below the fold language's `ewma` resolution (tenths).
 
+use crate::cc::{Measurement, WindowParams};
 use crate::contest::{window_control, Ewma};
 use crate::fold::{Cadence, Features, FoldProgram};
-use crate::window::{Measurement, WindowParams};
 use crate::{AlgorithmSpec, Control, Controller};
 
 /// rocinante as an [`AlgorithmSpec`].

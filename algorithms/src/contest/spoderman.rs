@@ -27,9 +27,9 @@
 //! spans two ticks; the Poisson log-likelihood is used as is). Logarithm and
 //! exponential come from `contest::{ln, exp}` (pure Rust; libccp's `log`).
 
+use crate::cc::{Measurement, WindowParams};
 use crate::contest::{exp, ln, window_control, TickClock};
 use crate::fold::{Cadence, Features, FoldProgram};
-use crate::window::{Measurement, WindowParams};
 use crate::{AlgorithmSpec, Control, Controller};
 
 /// spoderman as an [`AlgorithmSpec`].

@@ -15,9 +15,9 @@
 //! length (a late report's packets are spread over the ticks it spans).
 //! Nothing runs per ACK: the scheme samples per tick.
 
+use crate::cc::{Measurement, WindowParams};
 use crate::contest::{window_control, TickClock};
 use crate::fold::{Cadence, Features, FoldProgram};
-use crate::window::{Measurement, WindowParams};
 use crate::{AlgorithmSpec, Control, Controller};
 
 /// sprout-ewma as an [`AlgorithmSpec`].
