@@ -1,5 +1,10 @@
 //! CUBIC window logic (RFC 9438), independent of Portus.
 //!
+//! This file keeps CUBIC's own rules ([`CubicRules`]: the cubic curve, the
+//! Reno-friendly region, beta and fast convergence, HyStart); slow start,
+//! recovery, PRR and the fold's per-ACK parts are the loss-based core's
+//! ([`crate::loss_based`]), shared with Reno.
+//!
 //! Applied **per report** (four per RTT, plus an urgent report on loss or
 //! timeout) with the report's totals: the per-ACK rule
 //! `cwnd += (target - cwnd) / cwnd` becomes `cwnd += (target - cwnd) * acked / cwnd`

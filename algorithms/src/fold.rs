@@ -4,7 +4,11 @@
 //! Every algorithm owns a [`FoldProgram`]: the same per-ACK accumulation (the
 //! report fields below) with its own report cadence ([`Cadence`]) and urgent
 //! reports on loss or timeout. One field set means one decoder for the whole
-//! suite; the cadence is what the algorithms differ in.
+//! suite; the cadence is what the algorithms differ in, and the per-ACK parts
+//! a program declares ([`Features`]): slow start and PRR of the loss-based
+//! core, or growth toward a commanded cap with its algorithm's own blocks
+//! ([`TowardCap`]). The text is composed from those typed parts; this module
+//! names no algorithm.
 //!
 //! Language limits respected (docs/fold-language.md; libccp 1.2 / Portus 0.9): binary
 //! operators only, no `>=`/`<=`, expressions at most 3 deep (libccp has 8 tmp

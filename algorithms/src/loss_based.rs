@@ -291,6 +291,75 @@ mod tests {
         found
     }
 
+    /// Rules that note when the core calls them: ssthresh 0.6 x cwnd, +1
+    /// packet per congestion-avoidance call, slow start ends at once when
+    /// `exit` is set.
+    #[derive(Clone, Debug, Default)]
+    struct Noted {
+        ssthresh_calls: u32,
+        timeouts: u32,
+        observed: u32,
+        exit: Option<f64>,
+    }
+
+    impl LossRules for Noted {
+        fn ssthresh(&mut self, cwnd_pkts: f64) -> f64 {
+            self.ssthresh_calls += 1;
+            0.6 * cwnd_pkts
+        }
+        fn congestion_avoidance(&mut self, w: &mut LossWindow, _now_us: u64, _acked_pkts: f64) {
+            w.cwnd += 1.0;
+        }
+        fn on_timeout(&mut self) {
+            self.timeouts += 1;
+        }
+        fn observe(&mut self, _m: &Measurement) {
+            self.observed += 1;
+        }
+        fn slow_start_exit(&mut self, _m: &Measurement, _cwnd_pkts: f64, _srtt_us: f64) -> Option<f64> {
+            self.exit
+        }
+    }
+
+    #[test]
+    fn the_core_asks_its_rules_once_per_congestion_event_and_grows_with_them() {
+        let params = crate::cc::test_params();
+        let full = |acked: u64| Measurement {
+            acked_bytes: acked * 1000,
+            delivered_pkts: acked,
+            rtt_us: 50_000,
+            inflight_max_pkts: 40,
+            ..Default::default()
+        };
+        let mut f = LossBased::with_rules(params, Noted::default());
+        // Slow start per report (no fold): 10 + 10 packets.
+        f.on_report(&full(10));
+        assert_eq!(f.cwnd_pkts(), 20.0);
+        // A loss: ssthresh from the rules (0.6 x 20), cwnd to it, PRR in recovery.
+        let bytes = f.on_report(&Measurement { lost_pkts: 2, inflight_pkts: 18, ..full(0) });
+        assert_eq!((f.ssthresh_pkts(), f.phase()), (12.0, Phase::Recovery));
+        assert!(bytes >= 12_000, "PRR's window is at least ssthresh: {bytes}");
+        // More losses of the same window: no second call.
+        f.on_report(&Measurement { lost_pkts: 1, ..full(1) });
+        assert_eq!(f.rules().ssthresh_calls, 1);
+        // Recovery ends once the outstanding window is acknowledged; then the rules' CA.
+        f.on_report(&full(30));
+        let cwnd = f.cwnd_pkts();
+        f.on_report(&full(12));
+        assert_eq!((f.cwnd_pkts(), f.phase()), (cwnd + 1.0, Phase::CongestionAvoidance));
+        // A timeout: ssthresh again, cwnd 1 packet, the rules forget.
+        f.on_report(&Measurement { timeout: true, ..full(0) });
+        assert_eq!((f.cwnd_pkts(), f.rules().ssthresh_calls, f.rules().timeouts), (1.0, 2, 1));
+        assert_eq!(f.rules().observed, 6, "every report is shown to the rules");
+        // The rules' early exit ends slow start in the fold, with the growth after it undone.
+        let mut g = LossBased::with_rules(params, Noted { exit: Some(0.5), ..Default::default() }).with_fold(
+            &FoldProgram { name: "t", cadence: crate::fold::Cadence::PerRtt(4), urgent_on_loss: true, features: FOLD_FEATURES },
+        );
+        assert!(g.fold_slow_start());
+        assert_eq!(g.on_report(&Measurement { dp_cwnd_bytes: 30_000, ..full(20) }), 20_000 + 1, "taken over, marked");
+        assert_eq!((g.cwnd_pkts(), g.ssthresh_pkts(), g.fold_slow_start()), (20.0, 20.0, false));
+    }
+
     #[test]
     fn programs_that_skip_repeated_answers_write_what_user_space_sends_only_at_loss_or_timeout() {
         // what a loss-based algorithm sends besides Cwnd: the PRR registers

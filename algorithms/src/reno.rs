@@ -1,5 +1,10 @@
 //! Reno window logic (RFC 5681), independent of Portus.
 //!
+//! This file keeps Reno's own rules ([`RenoRules`]: halve on a congestion
+//! event, +1 packet per RTT); slow start, recovery, PRR and the fold's
+//! per-ACK parts are the loss-based core's ([`crate::loss_based`]), shared
+//! with Cubic.
+//!
 //! Slow start runs **per ACK in the fold program** ([`crate::fold`]'s
 //! `SLOW_START`, as Linux `tcp_slow_start` and CCP's own datapath slow start):
 //! every ACK raises cwnd by its acknowledged bytes while the flow is
