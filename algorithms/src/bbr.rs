@@ -49,7 +49,7 @@
 //! or before 10 packets were delivered, as tcp_bbr.c's `bbr_set_cwnd` while
 //! the pipe is not full; `--startup-cwnd-in-fold`, default on; user space
 //! turns it on with its initial command and off when Startup ends), and cwnd grown **per ACK in the fold toward
-//! the commanded value** (`fold::toward_cap`: cwnd = min(cwnd + acked, cap), a
+//! the commanded value** ([`FOLD_GROWTH`]: cwnd = min(cwnd + acked, cap), a
 //! lower cap at once), as tcp_bbr.c's per-ACK `bbr_set_cwnd`; user space
 //! adopts the fold's cwnd from each report and commands the target (ProbeBW /
 //! Drain target, packet conservation, ProbeRTT's 4 packets; in Startup a
@@ -90,8 +90,8 @@
 //! (docs/results/fidelity.md). What remains apart is mostly the per-report
 //! decisions above and ProbeBW's standing queue, which spreads widely in both.
 
-use crate::fold::{Cadence, FoldProgram};
-use crate::window::{Measurement, RttEstimator, WindowParams};
+use crate::cc::{Measurement, RttEstimator, WindowParams};
+use crate::fold::{Cadence, Features, FoldProgram, Growth, TowardCap};
 use crate::{AlgorithmSpec, Control, Controller};
 use std::collections::VecDeque;
 
@@ -210,7 +210,7 @@ pub fn startup_rate_block() -> String {
 }
 
 /// The control registers of Startup's per-ACK cwnd rule ([`startup_cwnd_block`],
-/// applied in `fold::toward_cap`): `sg` 0 = off (the initial value: user
+/// applied in the growth toward the cap, [`startup_cwnd_growth_lines`]): `sg` 0 = off (the initial value: user
 /// space turns it on with `--startup-cwnd-in-fold`), else 1 + the packets
 /// delivered so far, counted up to [`STARTUP_SG_FULL`]; `sbw` the largest
 /// per-ACK delivery-rate sample, bytes/s (min(`Flow.rate_outgoing`,
@@ -234,7 +234,7 @@ pub const STARTUP_CWND_GAIN_PER_MILLE: u64 = 2885;
 /// before `bbr_set_cwnd`; in Startup BtlBw is the largest sample, its bandwidth
 /// only grows), and, while `sg` is on, the packets delivered (`Ack.packets_acked +
 /// Ack.packets_misordered`, the kernel's `tp->delivered` growth), counted to
-/// [`STARTUP_SG_FULL`]. The rule itself is in `fold::toward_cap`: while `sg`
+/// [`STARTUP_SG_FULL`]. The rule itself is in [`startup_cwnd_growth_lines`]: while `sg`
 /// is on, an ACK grows cwnd only if cwnd < 2.885 x `sbw` x `srt` + `sq` or
 /// fewer than 10 packets were delivered (tcp_bbr.c `bbr_set_cwnd` while
 /// `!bbr_full_bw_reached`: `cwnd < target_cwnd || tp->delivered <
@@ -261,8 +261,8 @@ pub fn startup_cwnd_block() -> String {
     )
 }
 
-/// The lines of `fold::toward_cap` that decide how much cwnd grows by on
-/// this ACK (`xe`, then added up to the cap). Rule off (`sg` = 0): the ACK's
+/// The lines of the fold's growth toward the cap ([`TowardCap::growth`]) that
+/// decide how much cwnd grows by on this ACK (`xe`, then added up to the cap). Rule off (`sg` = 0): the ACK's
 /// `Ack.bytes_acked`. Rule on: nothing once at least 10 packets were
 /// delivered (`sg` = [`STARTUP_SG_FULL`]) and cwnd (`fcw`) is at or above the
 /// target 2.885 x `sbw` x `srt` + `sq` bytes ([`startup_cwnd_block`]), else
@@ -296,12 +296,10 @@ pub fn startup_cwnd_growth_lines() -> String {
 /// then its excess, `xr` "restart the epoch".
 pub const ACK_AGG_DEFS: &str = "    (xbw 0)\n    (xt 0)\n    (xa 0)\n    (xe 0)\n    (xn 0)\n    (xr false)\n";
 
-/// The report field of the per-ACK excess (largest in the report, mpkts).
-pub const EXTRA_ACKED_FIELD: &str = "Report.xacked";
-
-/// Its declaration in the program's Report block (it takes the register of
-/// HyStart's ACK train, which bbr has no use for: Portus allows 16).
-pub const ACK_AGG_REPORT_DEF: &str = "        (volatile xacked 0)\n";
+/// The report field of the per-ACK excess (largest in the report, mpkts); bbr's
+/// program declares it ([`crate::fold::EXTRA_ACKED`]) in place of HyStart's ACK
+/// train, which bbr has no use for (Portus allows 16 report fields).
+pub use crate::fold::EXTRA_ACKED_FIELD;
 
 /// Longest aggregation epoch the fold measures, us: bounds BtlBw x elapsed
 /// (a u32 mpkt/s times at most 10^7 us fits a u64) where tcp_bbr.c restarts
@@ -360,9 +358,38 @@ pub const EXTRA_ACKED_WIN_ROUNDS: u32 = 5;
 /// Cap of the ACK-aggregation allowance, us of BtlBw (`bbr_extra_acked_max_us`).
 pub const EXTRA_ACKED_MAX_US: f64 = 100_000.0;
 
-/// BBR's fold program: [`REPORTS_PER_RTT`] reports per RTT, urgent on loss or timeout.
-pub const PROGRAM: FoldProgram =
-    FoldProgram { name: "ccplab_bbr", cadence: Cadence::PerRtt(REPORTS_PER_RTT), urgent_on_loss: true };
+/// BBR's per-ACK blocks in the fold, in the order they run: Startup's cwnd
+/// rule's filters ([`startup_cwnd_block`]), Startup's pacing rate
+/// ([`startup_rate_block`]) and the ACK-aggregation excess
+/// ([`ack_aggregation_block`]), all before the growth toward the cap.
+fn fold_blocks() -> String {
+    startup_cwnd_block() + &startup_rate_block() + &ack_aggregation_block()
+}
+
+/// cwnd growth per ACK toward the cap bbr commands (tcp_bbr.c's per-ACK
+/// `bbr_set_cwnd`), with bbr's blocks and its Startup rule
+/// ([`startup_cwnd_growth_lines`]: with `--startup-cwnd-in-fold`, an ACK grows
+/// cwnd only while it is below the kernel's per-ACK target or fewer than 10
+/// packets were delivered). The growth's scratch is the ACK-aggregation
+/// block's `xn`, `xr` and `xe` ([`ACK_AGG_DEFS`]): that block runs earlier on
+/// the same ACK and leaves nothing in them that is read later, and bbr's
+/// program uses 15 of Portus's 16 control registers.
+pub const FOLD_GROWTH: TowardCap = TowardCap {
+    report_fields: &[crate::fold::EXTRA_ACKED],
+    registers: &[STARTUP_RATE_DEFS, STARTUP_CWND_DEFS, ACK_AGG_DEFS],
+    blocks: fold_blocks,
+    growth: startup_cwnd_growth_lines,
+    scratch: ["xn", "xr", "xe"],
+};
+
+/// BBR's fold program: [`REPORTS_PER_RTT`] reports per RTT, urgent on loss or
+/// timeout, cwnd grown per ACK toward the commanded cap ([`FOLD_GROWTH`]).
+pub const PROGRAM: FoldProgram = FoldProgram {
+    name: "ccplab_bbr",
+    cadence: Cadence::PerRtt(REPORTS_PER_RTT),
+    urgent_on_loss: true,
+    features: Features { growth: Growth::TowardCap(&FOLD_GROWTH), ..Features::NONE },
+};
 
 impl AlgorithmSpec for BbrSpec {
     const NAME: &'static str = "bbr";
@@ -442,7 +469,7 @@ pub struct Bbr {
     /// Recovery point (acked_total to reach) and the round that ends packet conservation.
     recovery: Option<(u64, u64)>,
     rng: u64,
-    /// The fold grows cwnd per ACK toward the commanded cap ([`crate::fold::CAP_IN_FOLD`]).
+    /// The fold grows cwnd per ACK toward the commanded cap ([`FOLD_GROWTH`]).
     fold_growth: bool,
     /// The cap this report commands (fold growth only; None = the cwnd itself).
     cap: Option<f64>,
@@ -524,7 +551,7 @@ impl Bbr {
     }
 
     /// The same flow with cwnd grown per ACK by the fold program toward the
-    /// commanded value (on: commands are caps, see [`crate::fold::CAP_IN_FOLD`]).
+    /// commanded value (on: commands are caps, see [`FOLD_GROWTH`]).
     /// With `--startup-rate-in-fold` the same program also sets Startup's
     /// pacing rate per ACK ([`startup_rate_block`], at the default
     /// [`HIGH_GAIN`] only: its gain is a constant in the program text; another
@@ -1234,6 +1261,8 @@ mod tests {
         let ctl = plain.on_report(&report(RTT, 12, 12, 1_000_000, RTT));
         assert_eq!((plain.cap_pkts(), ctl.cwnd_bytes), (None, Some(22 * MSS)));
         assert!(PROGRAM.cwnd_toward_cap_in_fold() && !PROGRAM.slow_start_in_fold());
+        // The fold writes Rate per ACK and grows cwnd toward the cap: every answer goes.
+        assert!(!PROGRAM.skips_repeated_answers());
     }
 
     #[test]

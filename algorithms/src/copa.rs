@@ -31,8 +31,8 @@
 //! the paper: per-report rather than per-ACK updates; the largest queueing
 //! delay of an RTT is taken from each report's largest RTT sample (`maxrtt`).
 
-use crate::fold::{Cadence, FoldProgram};
-use crate::window::{Measurement, RttEstimator, WindowParams};
+use crate::cc::{Measurement, RttEstimator, WindowParams};
+use crate::fold::{Cadence, Features, FoldProgram};
 use crate::{AlgorithmSpec, Control, Controller};
 use std::collections::VecDeque;
 
@@ -61,7 +61,7 @@ pub struct CopaArgs {
 
 /// Copa's fold program: two reports per RTT, urgent on loss or timeout.
 pub const PROGRAM: FoldProgram =
-    FoldProgram { name: "ccplab_copa", cadence: Cadence::PerRtt(2), urgent_on_loss: true };
+    FoldProgram { name: "ccplab_copa", cadence: Cadence::PerRtt(2), urgent_on_loss: true, features: Features::NONE };
 
 impl AlgorithmSpec for CopaSpec {
     const NAME: &'static str = "copa";

@@ -1,5 +1,10 @@
 //! CUBIC window logic (RFC 9438), independent of Portus.
 //!
+//! This file keeps CUBIC's own rules ([`CubicRules`]: the cubic curve, the
+//! Reno-friendly region, beta and fast convergence, HyStart); slow start,
+//! recovery, PRR and the fold's per-ACK parts are the loss-based core's
+//! ([`crate::loss_based`]), shared with Reno.
+//!
 //! Applied **per report** (four per RTT, plus an urgent report on loss or
 //! timeout) with the report's totals: the per-ACK rule
 //! `cwnd += (target - cwnd) / cwnd` becomes `cwnd += (target - cwnd) * acked / cwnd`
@@ -42,14 +47,14 @@
 //!   [`crate::reno`]): user space adopts the fold's cwnd at each report, checks
 //!   HyStart on it and, when a detector fires, takes over with cwnd = ssthresh
 //!   = the cwnd at that moment (the fold's growth after it is undone).
-//! - Fast recovery follows PRR ([`crate::window::Prr`]), as Linux, applied per
-//!   ACK by the fold program as Reno's ([`crate::window::FoldPrr`]).
+//! - Fast recovery follows PRR ([`crate::cc::Prr`]), as Linux, applied per
+//!   ACK by the fold program as Reno's ([`crate::cc::FoldPrr`]).
 //! - Pacing as kernel:cubic is paced on the same socket (`--pacing kernel`, the
 //!   default): ccp-datapath keeps the TCP-internal pacing a socket came with
 //!   and sets Linux `tcp_update_pacing_rate`'s rate per ACK, as the kernel
 //!   does; `--pacing report` commands that rate per report instead
-//!   ([`crate::window::Paced`]), `--pacing off` commands none. See
-//!   [`crate::window::PacingMode`].
+//!   ([`crate::cc::Paced`]), `--pacing off` commands none. See
+//!   [`crate::cc::PacingMode`].
 //!
 //! Fold program: [`crate::fold`]'s fields (incl. the HyStart fields `rtt8`,
 //! `nrtt`, `train`, `trainon` accumulated per ACK) and the per-ACK slow start,
@@ -83,10 +88,8 @@
 //! that links it (docs/NOTES.md, "libccp's `log` symbol"), and that is tested in tests/libccp_glue.rs.
 
 use crate::fold::{Cadence, FoldProgram};
-use crate::window::{
-    cwnd_limited, slow_start, FoldPrr, FoldSlowStart, LossGuard, Measurement, Paced, PacingMode, Prr, ReportEvent,
-    RttEstimator, WindowAlgorithm, WindowParams,
-};
+use crate::loss_based::{LossBased, LossRules, LossWindow, FOLD_FEATURES};
+use crate::cc::{Measurement, Paced, PacingMode, WindowParams};
 use crate::AlgorithmSpec;
 
 /// CUBIC (RFC 9438) as an [`AlgorithmSpec`].
@@ -128,7 +131,7 @@ pub struct CubicArgs {
 /// Cubic's fold program: four reports per RTT (smaller cwnd steps, so slow start
 /// sends smaller bursts), urgent on loss or timeout.
 pub const PROGRAM: FoldProgram =
-    FoldProgram { name: "ccplab_cubic", cadence: Cadence::PerRtt(4), urgent_on_loss: true };
+    FoldProgram { name: "ccplab_cubic", cadence: Cadence::PerRtt(4), urgent_on_loss: true, features: FOLD_FEATURES };
 
 impl AlgorithmSpec for CubicSpec {
     const NAME: &'static str = "cubic";
@@ -160,17 +163,12 @@ impl AlgorithmSpec for CubicSpec {
         });
         let cubic = Cubic::new(params, cp)
             .with_hystart(hs)
-            .with_fold_slow_start(PROGRAM.slow_start_in_fold())
-            .with_fold_prr(PROGRAM.prr_in_fold());
+            .with_fold(&PROGRAM);
         Paced::new(cubic, a.pacing.per_report())
     }
 
-    /// `--pacing kernel` needs a datapath that paces per ACK: without one the
-    /// algorithm commands the same rate with every report (`--pacing report`).
     fn pace_itself(args: &mut Self::Args) -> bool {
-        if args.pacing == PacingMode::Kernel {
-            args.pacing = PacingMode::Report;
-        }
+        args.pacing = args.pacing.without_datapath_pacing();
         true
     }
 
@@ -362,188 +360,40 @@ pub struct Epoch {
 /// 20 while `last_max_cwnd == 0`), about 5 % per RTT.
 pub const UNKNOWN_W_MAX_ACKS_PER_PKT: f64 = 20.0;
 
-/// CUBIC's per-flow state.
+/// CUBIC's own rules and what they keep (Linux tcp_cubic.c); the rest is
+/// the loss-based core's.
 #[derive(Clone, Debug)]
-pub struct Cubic {
-    params: WindowParams,
+pub struct CubicRules {
     cp: CubicParams,
-    cwnd: f64,
-    ssthresh: f64,
     /// W_max from the last congestion event (None before one, or after an RTO).
     w_max: Option<f64>,
     /// cwnd just before the last congestion event.
     cwnd_prior: Option<f64>,
     epoch: Option<Epoch>,
     w_est: f64,
-    rtt: RttEstimator,
     /// The flow's minimum RTT sample, us (0 = none): the time offset of the
     /// target, as tcp_cubic.c's `delay_min`.
     min_rtt_us: u64,
-    guard: LossGuard,
     hystart: Option<HyStart>,
     last_hystart_exit: Option<HyStartExit>,
-    fold_ss: FoldSlowStart,
-    /// Proportional Rate Reduction during fast recovery (None outside it).
-    prr: Option<Prr>,
-    /// PRR applied per ACK by the fold program (its constants).
-    fold_prr: FoldPrr,
 }
 
-impl Cubic {
-    /// A new flow starting at `params.init_cwnd_pkts` in slow start.
-    pub fn new(params: WindowParams, cp: CubicParams) -> Self {
-        Cubic {
-            cwnd: params.clamp(params.init_cwnd_pkts),
-            ssthresh: params.init_ssthresh_pkts,
-            params,
+impl CubicRules {
+    /// The rules with constants `cp`, before any congestion event, without HyStart.
+    pub fn new(cp: CubicParams) -> Self {
+        CubicRules {
             cp,
             w_max: None,
             cwnd_prior: None,
             epoch: None,
             w_est: 0.0,
-            rtt: RttEstimator::default(),
             min_rtt_us: 0,
-            guard: LossGuard::default(),
             hystart: None,
             last_hystart_exit: None,
-            fold_ss: FoldSlowStart::default(),
-            prr: None,
-            fold_prr: FoldPrr::default(),
         }
     }
 
-    /// The same flow with the initial slow start run per ACK by the fold
-    /// program ([`crate::fold::SLOW_START_IN_FOLD`]) when `on`.
-    /// A flow taken over at or above its ssthresh (a running flow announced
-    /// again, [`crate::portus_glue::WindowBounds::params_for_flow`]) starts in
-    /// congestion avoidance: no slow start in the fold.
-    pub fn with_fold_slow_start(mut self, on: bool) -> Self {
-        self.fold_ss = FoldSlowStart::new(on && self.cwnd < self.ssthresh);
-        self
-    }
-
-    /// The same flow with PRR applied per ACK by the fold program
-    /// ([`crate::fold::PRR_IN_FOLD`]) when `on`.
-    pub fn with_fold_prr(mut self, on: bool) -> Self {
-        self.fold_prr = FoldPrr::new(on);
-        self
-    }
-
-    /// True while the fold program runs slow start.
-    pub fn fold_slow_start(&self) -> bool {
-        self.fold_ss.active()
-    }
-
-    /// A report of slow start in the fold (cwnd grew from `before` to
-    /// `self.cwnd` per ACK): HyStart is checked on it as in [`Cubic::grow`];
-    /// HyStart, ssthresh or the ceiling end it (user space takes over).
-    fn check_fold_slow_start(&mut self, m: &Measurement, before: f64) {
-        let grown = (self.cwnd - before).max(0.0);
-        if let Some((how, frac)) = self.hystart.as_mut().and_then(|h| h.check(m, before, self.rtt.srtt_us)) {
-            // As grow(): ssthresh = the cwnd when the detector fired; the fold's
-            // growth after that moment is undone (the kernel would be in CA).
-            self.cwnd = self.params.clamp(before + grown * frac);
-            self.ssthresh = self.cwnd;
-            self.last_hystart_exit = Some(how);
-            self.fold_ss.stop();
-            return;
-        }
-        let bound = self.ssthresh.min(self.params.max_cwnd_pkts);
-        if self.cwnd >= bound {
-            self.cwnd = bound;
-            self.fold_ss.stop();
-        }
-    }
-
-    /// The same flow with HyStart (None = plain slow start).
-    pub fn with_hystart(mut self, hs: Option<HyStart>) -> Self {
-        self.hystart = hs;
-        self
-    }
-
-    /// The HyStart detector that ended slow start last, if any.
-    pub fn hystart_exit(&self) -> Option<HyStartExit> {
-        self.last_hystart_exit
-    }
-
-    /// W_max remembered from the last congestion event, packets.
-    pub fn w_max(&self) -> Option<f64> {
-        self.w_max
-    }
-
-    /// The current congestion-avoidance epoch, if one has started.
-    pub fn epoch(&self) -> Option<Epoch> {
-        self.epoch
-    }
-
-    /// The Reno-friendly estimate W_est, packets (meaningful during an epoch).
-    pub fn w_est(&self) -> f64 {
-        self.w_est
-    }
-
-    /// Smoothed RTT in microseconds (0 before the first sample).
-    pub fn srtt_us(&self) -> f64 {
-        self.rtt.srtt_us
-    }
-
-    fn on_timeout(&mut self, m: &Measurement) {
-        if !self.guard.active() {
-            self.ssthresh = (self.cwnd * self.cp.beta).max(2.0);
-            self.cwnd_prior = Some(self.cwnd);
-        }
-        let outstanding = (m.outstanding_pkts() as f64).max(self.cwnd);
-        self.cwnd = 1.0;
-        self.w_max = None;
-        self.epoch = None;
-        self.guard.start(outstanding, self.params.mss_bytes, true);
-    }
-
-    fn on_congestion_event(&mut self, m: &Measurement) {
-        let cwnd = self.cwnd;
-        self.w_max = Some(match self.w_max {
-            Some(prev) if self.cp.fast_convergence && cwnd < prev => {
-                cwnd * (1.0 + self.cp.beta) / 2.0
-            }
-            _ => cwnd,
-        });
-        self.cwnd_prior = Some(cwnd);
-        self.ssthresh = (cwnd * self.cp.beta).max(2.0);
-        self.cwnd = self.ssthresh;
-        self.epoch = None;
-        let outstanding = (m.outstanding_pkts() as f64).max(1.0);
-        self.guard.start(outstanding, self.params.mss_bytes, false);
-        self.prr = Some(Prr::new(outstanding, self.ssthresh));
-    }
-
-    /// Growth for report `m`: HyStart, slow start, then congestion avoidance;
-    /// nothing when the flow did not use its window.
-    fn grow(&mut self, m: &Measurement) {
-        let in_ss = self.cwnd < self.ssthresh;
-        if !cwnd_limited(m, self.cwnd, in_ss) {
-            return;
-        }
-        // acked_sacked, as Linux cubictcp_cong_avoid (see reno's grow)
-        let acked = m.delivered_pkts as f64;
-        if in_ss {
-            if let Some((how, frac)) = self.hystart.as_mut().and_then(|h| h.check(m, self.cwnd, self.rtt.srtt_us)) {
-                // Slow start ended when the detector fired: ssthresh = the cwnd
-                // of that moment (tcp_cubic.c), the rest of the report is CA.
-                let at_exit = self.cwnd + acked * frac;
-                self.cwnd = self.params.clamp(at_exit);
-                self.ssthresh = self.cwnd;
-                self.last_hystart_exit = Some(how);
-                self.congestion_avoidance(m.now_us, acked * (1.0 - frac));
-                return;
-            }
-        }
-        let leftover = slow_start(&mut self.cwnd, self.ssthresh, acked);
-        if leftover > 0.0 {
-            self.congestion_avoidance(m.now_us, leftover);
-        }
-    }
-
-    fn start_epoch(&mut self, now_us: u64) -> Epoch {
-        let cwnd_epoch = self.cwnd;
+    fn start_epoch(&mut self, now_us: u64, cwnd_epoch: f64) -> Epoch {
         let w_max_known = self.w_max.is_some();
         let (w_max, k_s) = match self.w_max {
             Some(w) if w > cwnd_epoch => (w, ((w - cwnd_epoch) / self.cp.c).cbrt()),
@@ -556,14 +406,65 @@ impl Cubic {
         e
     }
 
-    fn congestion_avoidance(&mut self, now_us: u64, acked_pkts: f64) {
+    /// The time added to t for the target, s: the flow's minimum RTT, as Linux
+    /// (`t += delay_min`), not RFC 9438's smoothed RTT; the SRTT (`srtt_us`)
+    /// until a minimum is known. With a standing queue the SRTT is far above
+    /// the minimum (1.9 s against 50 ms on Verizon LTE with 1000 packets of
+    /// buffer), and W_cubic(t + SRTT) ran ~2 s ahead of kernel:cubic's curve:
+    /// the buffer overflowed 1.1 s earlier than kernel:cubic's.
+    fn target_offset_s(&self, srtt_us: f64) -> f64 {
+        if self.min_rtt_us > 0 {
+            self.min_rtt_us as f64 / 1e6
+        } else {
+            srtt_us / 1e6
+        }
+    }
+}
+
+impl LossRules for CubicRules {
+    /// beta x cwnd, at least 2 packets (§4.6); W_max = cwnd, or with fast
+    /// convergence (§4.7) below the previous W_max, cwnd (1 + beta) / 2; the
+    /// epoch ends.
+    fn ssthresh(&mut self, cwnd: f64) -> f64 {
+        self.w_max = Some(match self.w_max {
+            Some(prev) if self.cp.fast_convergence && cwnd < prev => cwnd * (1.0 + self.cp.beta) / 2.0,
+            _ => cwnd,
+        });
+        self.cwnd_prior = Some(cwnd);
+        self.epoch = None;
+        (cwnd * self.cp.beta).max(2.0)
+    }
+
+    /// A timeout forgets W_max and the epoch (§4.8).
+    fn on_timeout(&mut self) {
+        self.w_max = None;
+        self.epoch = None;
+    }
+
+    fn observe(&mut self, m: &Measurement) {
+        if m.min_rtt_us > 0 && (self.min_rtt_us == 0 || m.min_rtt_us < self.min_rtt_us) {
+            self.min_rtt_us = m.min_rtt_us;
+        }
+    }
+
+    /// HyStart, when on.
+    fn slow_start_exit(&mut self, m: &Measurement, cwnd_pkts: f64, srtt_us: f64) -> Option<f64> {
+        let (how, frac) = self.hystart.as_mut()?.check(m, cwnd_pkts, srtt_us)?;
+        self.last_hystart_exit = Some(how);
+        Some(frac)
+    }
+
+    /// cwnd toward W_cubic(t + RTT) clamped to [cwnd, 1.5 cwnd] (§4.2), the
+    /// Reno-friendly W_est (§4.3), at least 1 packet per 20 acknowledged while
+    /// W_max is unknown.
+    fn congestion_avoidance(&mut self, w: &mut LossWindow, now_us: u64, acked_pkts: f64) {
         let e = match self.epoch {
             Some(e) => e,
-            None => self.start_epoch(now_us),
+            None => self.start_epoch(now_us, w.cwnd),
         };
         let t_s = now_us.saturating_sub(e.start_us) as f64 / 1e6;
-        let cwnd = self.cwnd;
-        let target = w_cubic(self.cp.c, e.k_s, e.w_max, t_s + self.target_offset_s())
+        let cwnd = w.cwnd;
+        let target = w_cubic(self.cp.c, e.k_s, e.w_max, t_s + self.target_offset_s(w.rtt.srtt_us))
             .max(cwnd)
             .min(1.5 * cwnd);
         let mut next = (cwnd + (target - cwnd) * acked_pkts / cwnd).min(target);
@@ -580,67 +481,50 @@ impl Cubic {
         if !e.w_max_known {
             next = next.max(cwnd + acked_pkts / UNKNOWN_W_MAX_ACKS_PER_PKT);
         }
-        self.cwnd = next;
-    }
-
-    /// The time added to t for the target, s: the flow's minimum RTT, as Linux
-    /// (`t += delay_min`), not RFC 9438's smoothed RTT; the SRTT until a minimum
-    /// is known. With a standing queue the SRTT is far above the minimum (1.9 s
-    /// against 50 ms on Verizon LTE with 1000 packets of buffer), and W_cubic(t +
-    /// SRTT) ran ~2 s ahead of kernel:cubic's curve: the buffer overflowed 1.1 s
-    /// earlier than kernel:cubic's.
-    fn target_offset_s(&self) -> f64 {
-        if self.min_rtt_us > 0 {
-            self.min_rtt_us as f64 / 1e6
-        } else {
-            self.rtt.srtt_us / 1e6
-        }
+        w.cwnd = next;
     }
 }
 
-impl WindowAlgorithm for Cubic {
-    fn on_report(&mut self, m: &Measurement) -> u32 {
-        self.rtt.update(m);
-        if m.min_rtt_us > 0 && (self.min_rtt_us == 0 || m.min_rtt_us < self.min_rtt_us) {
-            self.min_rtt_us = m.min_rtt_us;
-        }
-        let before = self.cwnd;
-        self.fold_prr.count(m);
-        let fold_grew = self.fold_ss.adopt(m, &mut self.cwnd, self.params.mss_bytes);
-        match self.guard.classify(m) {
-            ReportEvent::Timeout => self.on_timeout(m),
-            ReportEvent::LossEvent => self.on_congestion_event(m),
-            ReportEvent::Growth if fold_grew => self.check_fold_slow_start(m, before),
-            ReportEvent::Growth => self.grow(m),
-            ReportEvent::Hold => {}
-        }
-        self.cwnd = self.params.clamp(self.cwnd);
-        let pkts = crate::window::commanded_window(&mut self.prr, &self.guard, &self.params, self.cwnd, m);
-        let bytes = self.params.to_bytes(pkts);
-        self.fold_ss.command(bytes)
+/// CUBIC's per-flow state: the loss-based core with CUBIC's rules.
+pub type Cubic = LossBased<CubicRules>;
+
+impl Cubic {
+    /// A new flow starting at `params.init_cwnd_pkts` in slow start.
+    pub fn new(params: WindowParams, cp: CubicParams) -> Self {
+        LossBased::with_rules(params, CubicRules::new(cp))
     }
 
-    crate::window::loss_window_accessors!();
-
-    fn fold_registers(&self) -> Vec<(&'static str, u32)> {
-        self.fold_prr.registers(self.prr.as_ref(), &self.guard, self.params.mss_bytes)
+    /// The same flow with HyStart (None = plain slow start).
+    pub fn with_hystart(mut self, hs: Option<HyStart>) -> Self {
+        self.rules_mut().hystart = hs;
+        self
     }
 
-    fn initial_fold_registers(&self) -> Vec<(&'static str, u32)> {
-        self.fold_ss.initial_registers(self.cwnd_bytes())
+    /// The HyStart detector that ended slow start last, if any.
+    pub fn hystart_exit(&self) -> Option<HyStartExit> {
+        self.rules().last_hystart_exit
     }
 
-    fn packets_out_pkts(&self, m: &Measurement) -> f64 {
-        let unacked = self.prr.map_or(0.0, |p| p.unacked_pkts());
-        (m.outstanding_pkts() as f64).max(unacked)
+    /// W_max remembered from the last congestion event, packets.
+    pub fn w_max(&self) -> Option<f64> {
+        self.rules().w_max
+    }
+
+    /// The current congestion-avoidance epoch, if one has started.
+    pub fn epoch(&self) -> Option<Epoch> {
+        self.rules().epoch
+    }
+
+    /// The Reno-friendly estimate W_est, packets (meaningful during an epoch).
+    pub fn w_est(&self) -> f64 {
+        self.rules().w_est
     }
 }
-
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::window::Phase;
+    use crate::cc::{Phase, WindowAlgorithm};
 
     const MSS: u32 = 1000;
     const C: f64 = 0.4;
@@ -973,7 +857,7 @@ mod tests {
         assert_eq!(cu.hystart_exit(), Some(HyStartExit::DelayIncrease));
         assert!(!cu.fold_slow_start());
         assert_eq!((cu.cwnd_pkts(), cu.ssthresh_pkts()), (80.0, 80.0));
-        assert_eq!(bytes, 80 * MSS + crate::window::TAKEOVER_MARK_BYTES);
+        assert_eq!(bytes, 80 * MSS + crate::cc::TAKEOVER_MARK_BYTES);
         // A loss before any detector: the fold's cwnd at the loss is cut by beta.
         let mut cu = Cubic::new(p, CubicParams::default()).with_fold_slow_start(true);
         cu.on_report(&fold(ss_report(0, 10.0, 40_000, 0, false), 30));
@@ -981,7 +865,7 @@ mod tests {
         assert!(close(cu.cwnd_pkts(), 35.0) && close(cu.w_max().unwrap(), 50.0));
         // Commanded: the PRR window, 50 outstanding - 1 lost = 49 (the report's 20
         // acked packets came before the loss ACK: not deliveries of the recovery).
-        assert_eq!(cut, 49 * MSS + crate::window::TAKEOVER_MARK_BYTES);
+        assert_eq!(cut, 49 * MSS + crate::cc::TAKEOVER_MARK_BYTES);
         assert!(CubicSpec::new_flow(&default_args(), p).fold_slow_start(), "on by default");
     }
 

@@ -4,7 +4,11 @@
 //! Every algorithm owns a [`FoldProgram`]: the same per-ACK accumulation (the
 //! report fields below) with its own report cadence ([`Cadence`]) and urgent
 //! reports on loss or timeout. One field set means one decoder for the whole
-//! suite; the cadence is what the algorithms differ in.
+//! suite; the cadence is what the algorithms differ in, and the per-ACK parts
+//! a program declares ([`Features`]): slow start and PRR of the loss-based
+//! core, or growth toward a commanded cap with its algorithm's own blocks
+//! ([`TowardCap`]). The text is composed from those typed parts; this module
+//! names no algorithm.
 //!
 //! Language limits respected (docs/fold-language.md; libccp 1.2 / Portus 0.9): binary
 //! operators only, no `>=`/`<=`, expressions at most 3 deep (libccp has 8 tmp
@@ -15,7 +19,7 @@
 //! not reset the timer. libccp reads an absent RTT sample (0) as 4294967295, so
 //! "has a sample" is `(< Flow.rtt_sample_us +infinity)`, not `> 0`.
 
-use crate::window::Measurement;
+use crate::cc::Measurement;
 use portus::lang::Scope;
 use portus::Report;
 
@@ -34,8 +38,8 @@ pub enum Cadence {
     IntervalUs(u64),
 }
 
-/// An algorithm's fold program: its name (the key Portus installs it under)
-/// and its report cadence.
+/// An algorithm's fold program: its name (the key Portus installs it under),
+/// its report cadence and what it runs per ACK besides the report fields.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FoldProgram {
     /// Program name, unique per algorithm (e.g. "ccplab_reno").
@@ -44,6 +48,105 @@ pub struct FoldProgram {
     pub cadence: Cadence,
     /// Report at once on an ACK that carries a loss or a timeout.
     pub urgent_on_loss: bool,
+    /// The per-ACK parts the program adds to the shared report fields
+    /// ([`Features::NONE`]: none).
+    pub features: Features,
+}
+
+/// The parts a fold program adds to the shared per-ACK accumulation, and what
+/// its algorithm promises about them. The fold layer composes the program text
+/// from these; it knows no algorithm by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Features {
+    /// Who moves cwnd per ACK in the fold, if anyone.
+    pub growth: Growth,
+    /// PRR per ACK in recovery (`PRR_PER_ACK`); its algorithm sends
+    /// [`crate::cc::FoldPrr::registers`] with each command.
+    pub prr: bool,
+    /// The fold writes the control registers its algorithm sends only at a
+    /// loss ACK or a timeout (`PRR_PER_ACK`'s `pm`), and otherwise only Cwnd
+    /// (slow start, PRR): an answer that repeats the last one sent, to a
+    /// report without loss or timeout whose cwnd is the answer's, changes
+    /// nothing in the datapath and is not sent ([`crate::repeats`]). A test
+    /// checks the claim on the program's text.
+    pub skips_repeated_answers: bool,
+    /// Regular reports back off while the flow is far from cwnd-limited
+    /// (`APP_LIMITED_TRACK`): for an algorithm that grows cwnd only when
+    /// cwnd-limited ([`crate::cc::cwnd_limited`], as Linux's
+    /// `tcp_is_cwnd_limited`), a report of a flow using less than half its cwnd
+    /// cannot change its decision, and losses and timeouts are reported at once
+    /// anyway.
+    pub backs_off_when_app_limited: bool,
+}
+
+impl Features {
+    /// The shared report fields only (HyStart's ACK train included).
+    pub const NONE: Features =
+        Features { growth: Growth::None, prr: false, skips_repeated_answers: false, backs_off_when_app_limited: false };
+}
+
+/// How a fold program moves cwnd per ACK.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Growth {
+    /// It does not: cwnd changes only by user space's commands.
+    None,
+    /// Slow start per ACK until the first loss or user space takes over
+    /// (`SLOW_START`); its algorithm answers reports with Cwnd 0 while it runs
+    /// ([`crate::cc::FoldSlowStart`]).
+    SlowStart,
+    /// Growth toward the cap user space commands (`toward_cap`), fed by the
+    /// algorithm's own per-ACK parts.
+    TowardCap(&'static TowardCap),
+}
+
+/// What growth toward a cap (`toward_cap`) takes from its algorithm: its
+/// report fields, control registers and per-ACK blocks, and the rule for how
+/// much one ACK grows cwnd by. Two are equal when they produce the same text.
+#[derive(Clone, Copy, Debug)]
+pub struct TowardCap {
+    /// Report fields declared in place of HyStart's ACK train
+    /// ([`ACK_TRAIN_FIELDS`]), which such a program does not have: Portus
+    /// allows 16 report registers.
+    pub report_fields: &'static [ReportField],
+    /// Declarations of the algorithm's control registers, one per line
+    /// (`    (name init)\n`), after the cap's own `fcw` and `cap`.
+    pub registers: &'static [&'static str],
+    /// The algorithm's per-ACK `when` blocks, which run before the growth.
+    pub blocks: fn() -> String,
+    /// Lines inside the growth that set the bytes this ACK may grow cwnd by
+    /// (`scratch[2]`), read with `fcw` the fold's cwnd and `cap` the cap.
+    pub growth: fn() -> String,
+    /// Three of the algorithm's registers the growth uses as scratch: the Cwnd
+    /// seen at this ACK (a number), whether it is a command (a flag), the bytes
+    /// to grow by (a number). Portus serializes at most 16 control registers,
+    /// too few for the growth to own its scratch; these must hold nothing
+    /// read after the growth on the same ACK.
+    pub scratch: [&'static str; 3],
+}
+
+impl PartialEq for TowardCap {
+    fn eq(&self, other: &Self) -> bool {
+        (self.report_fields, self.registers, self.scratch) == (other.report_fields, other.registers, other.scratch)
+            && (self.blocks)() == (other.blocks)()
+            && (self.growth)() == (other.growth)()
+    }
+}
+
+impl Eq for TowardCap {}
+
+/// A report field: declared `(volatile NAME INIT)`, read as `Report.NAME`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReportField {
+    /// Its name in the `Report` block.
+    pub name: &'static str,
+    /// Its value after each report.
+    pub init: &'static str,
+}
+
+impl ReportField {
+    fn declaration(&self) -> String {
+        format!("        (volatile {} {})\n", self.name, self.init)
+    }
 }
 
 /// The Report fields every program accumulates, in the order
@@ -76,9 +179,10 @@ pub struct FoldProgram {
 ///   unbroken at the report (so a train can continue into the next report),
 ///
 /// Portus allows report registers 0..15, so a program has at most 16 such
-/// fields (the suite's test compiles and serializes every program). bbr's
-/// program ([`CAP_IN_FOLD`]) has no HyStart ACK train (`train`, `trainon`,
-/// decoded as 0) and reports [`crate::bbr::EXTRA_ACKED_FIELD`] instead.
+/// fields (the suite's test compiles and serializes every program). A program
+/// that grows cwnd toward a cap ([`Growth::TowardCap`]) has no HyStart ACK
+/// train (`train`, `trainon`, decoded as 0) and declares its algorithm's
+/// fields ([`TowardCap::report_fields`], e.g. [`EXTRA_ACKED_FIELD`]) instead.
 pub const REPORT_FIELDS: [&str; 16] = [
     "Report.acked",
     "Report.sacked",
@@ -98,10 +202,29 @@ pub const REPORT_FIELDS: [&str; 16] = [
     "Report.trainon",
 ];
 
-/// HyStart's ACK-train fields in [`DEFS_HEAD`] and [`PER_ACK`], exactly as
-/// written there: the programs of [`CAP_IN_FOLD`] leave them out (no HyStart)
-/// to free report registers.
-const TRAIN_DEFS: &str = "        (volatile train 0)\n        (volatile trainon true)\n";
+/// The report fields every program declares, in declaration order, before the
+/// ACK-train slot ([`ACK_TRAIN_FIELDS`] or [`TowardCap::report_fields`]).
+const SHARED_FIELDS: [ReportField; 13] = [
+    field("acked", "0"), field("sacked", "0"), field("loss", "0"), field("delivered", "0"),
+    field("rtt", "0"), field("minrtt", "+infinity"), field("inflight", "0"), field("inflmax", "0"),
+    field("rate", "0"), field("acks", "0"), field("cwnd", "0"), field("rtt8", "+infinity"),
+    field("nrtt", "0"),
+];
+
+const fn field(name: &'static str, init: &'static str) -> ReportField {
+    ReportField { name, init }
+}
+
+/// The report field declared after the ACK-train slot.
+const MAX_RTT_FIELD: ReportField = ReportField { name: "maxrtt", init: "0" };
+
+/// HyStart's ACK-train fields (`train`, `trainon`), declared by every program
+/// but those that grow cwnd toward a cap, which declare their algorithm's
+/// fields in their place to free report registers.
+pub const ACK_TRAIN_FIELDS: [ReportField; 2] =
+    [ReportField { name: "train", init: "0" }, ReportField { name: "trainon", init: "true" }];
+
+/// How [`PER_ACK`] updates the ACK-train fields, after the other fields.
 const TRAIN_PER_ACK: &str = "    (:= Report.trainon (&& Report.trainon (< Micros (+ Report.train 2001))))\n    (:= Report.train (if Report.trainon Micros))\n";
 const TRAIN_FIELDS: [&str; 2] = ["Report.train", "Report.trainon"];
 
@@ -109,28 +232,13 @@ const TRAIN_FIELDS: [&str; 2] = ["Report.train", "Report.trainon"];
 /// `hystart_ack_delta_us`).
 pub const ACK_TRAIN_GAP_US: u64 = 2000;
 
-const DEFS_HEAD: &str = "\
-(def
-    (Report
-        (volatile acked 0)
-        (volatile sacked 0)
-        (volatile loss 0)
-        (volatile delivered 0)
-        (volatile rtt 0)
-        (volatile minrtt +infinity)
-        (volatile inflight 0)
-        (volatile inflmax 0)
-        (volatile rate 0)
-        (volatile acks 0)
-        (volatile cwnd 0)
-        (volatile rtt8 +infinity)
-        (volatile nrtt 0)
-        (volatile train 0)
-        (volatile trainon true)
-        (volatile maxrtt 0)
-    )
-    (reportIntervalUs 10000)
-";
+/// The per-ACK ACK-aggregation excess (largest in the report, thousandths of a
+/// packet), decoded into [`Measurement::extra_acked_milli_pkts`] when a program
+/// declares it ([`EXTRA_ACKED`]; the program's own blocks write it).
+pub const EXTRA_ACKED_FIELD: &str = "Report.xacked";
+
+/// The declaration of [`EXTRA_ACKED_FIELD`].
+pub const EXTRA_ACKED: ReportField = ReportField { name: "xacked", init: "0" };
 
 /// The control registers of slow start in the fold (see [`SLOW_START`]):
 /// `ss` on until it ends, `fcw` the cwnd in bytes the fold set last, `mx` the
@@ -142,8 +250,9 @@ const SLOW_START_DEFS: &str = "    (ss true)\n    (fcw 0)\n    (mx 0)\n    (pmx 
 
 /// Scratch registers of one ACK, `t1` a number shared by [`SLOW_START`] and
 /// [`PRR_PER_ACK`], `t2` a flag of [`SLOW_START`]: Portus serializes at most 16
-/// control registers (indices 0..15, counting `reportIntervalUs`; reno's and
-/// cubic's programs use 15), too few for each block to own its scratch.
+/// control registers (indices 0..15, counting `reportIntervalUs`; a program
+/// with [`crate::loss_based::FOLD_FEATURES`] uses 15), too few for each block
+/// to own its scratch.
 const SCRATCH_DEFS: &str = "    (t1 0)\n    (t2 false)\n";
 
 /// Slow start per ACK in the datapath, as Linux `tcp_slow_start` (and CCP's
@@ -158,13 +267,13 @@ const SCRATCH_DEFS: &str = "    (t1 0)\n    (t2 false)\n";
 /// kernel samples `packets_out` (with this round alone, cwnd stopped at 36
 /// instead of 40 packets after the second round in one run of three). Not the
 /// in flight of the ACK itself: a paced flow
-/// ([`crate::window::Paced`]) keeps in flight below cwnd while its cwnd
+/// ([`crate::cc::Paced`]) keeps in flight below cwnd while its cwnd
 /// doubles, and that test stopped the growth at about half the round's ACKs
 /// (cwnd 36 instead of 40 packets after the second round). `ss` ends
 /// for good at the first ACK that carries a loss or a timeout, or when user
 /// space takes over by commanding a Cwnd other than 0 and other than the
 /// fold's own last value `fcw` (user space marks that command with
-/// [`crate::window::TAKEOVER_MARK_BYTES`] so it cannot equal `fcw`). While `ss`
+/// [`crate::cc::TAKEOVER_MARK_BYTES`] so it cannot equal `fcw`). While `ss`
 /// holds, user space commands Cwnd 0, which the datapath does not apply (it
 /// keeps the fold's cwnd) and the fold reads as "go on".
 ///
@@ -195,7 +304,7 @@ const SLOW_START: &str = "\
 
 /// The control registers of PRR per ACK in the fold (see [`PRR_PER_ACK`]):
 /// `nrep` the reports sent so far, and from user space
-/// ([`crate::window::FoldPrr::registers`]) `pm` (0 = nothing to do, 1 = hold
+/// ([`crate::cc::FoldPrr::registers`]) `pm` (0 = nothing to do, 1 = hold
 /// cwnd at the next loss ACK, 2 = PRR), `pn` (the reports user space had seen
 /// when it answered), `pa` (the PRR window at that report before the
 /// ssthresh floor, packets, at least 0), `pf` (ssthresh / RecoverFS x 1024),
@@ -208,7 +317,7 @@ const PRR_DEFS: &str =
 /// since user space's answer (`pn` = `nrep`), every ACK sets cwnd to
 /// `max(pa + d x pf / 1024, l + d + pss) - (l + d)` packets with `d`, `l` the
 /// packets delivered and marked lost since that report (`Report.delivered`,
-/// `Report.loss`): the PRR window of [`crate::window::Prr`] at this ACK. At a
+/// `Report.loss`): the PRR window of [`crate::cc::Prr`] at this ACK. At a
 /// loss ACK before user space has answered (`pm` = 1), cwnd is held at in
 /// flight + 1 packet, once. An RTO ends both and leaves cwnd to the
 /// datapath's loss window. The subtraction cannot underflow: it
@@ -217,7 +326,7 @@ const PRR_DEFS: &str =
 ///
 /// Why: per report, the window stood still while in flight fell with every
 /// delivered or newly lost packet, and the kernel refilled it one for one
-/// (see [`crate::window::FoldPrr`] for what that cost on Verizon LTE).
+/// (see [`crate::cc::FoldPrr`] for what that cost on Verizon LTE).
 const PRR_PER_ACK: &str = "\
 (when (&& Flow.was_timeout true)
     (:= pm 0)
@@ -236,80 +345,46 @@ const PRR_PER_ACK: &str = "\
 )
 ";
 
-/// What the report blocks of a [`PRR_IN_FOLD`] program add before `(report)`:
+/// What the report blocks of a program with PRR ([`Features::prr`]) add before `(report)`:
 /// count the report.
 const PRR_AT_REPORT: &str = "    (:= nrep (+ nrep 1))\n";
 
 /// The control registers of cwnd growth toward a cap in the fold (see
 /// `toward_cap`): `fcw` the fold's cwnd in bytes, `cap` the last Cwnd user
-/// space commanded. Its scratch (the Cwnd seen at this ACK, whether it is a
-/// command, the bytes to grow by) are bbr's `xn`, `xr` and `xe`
-/// ([`crate::bbr::ACK_AGG_DEFS`]; that block runs earlier on the same ACK and
-/// leaves nothing in them that is read later): Portus serializes at most 16
-/// control registers, and bbr's program uses 15.
+/// space commanded. Its scratch is the algorithm's ([`TowardCap::scratch`]).
 const TOWARD_CAP_DEFS: &str = "    (fcw 0)\n    (cap 0)\n";
 
 /// cwnd growth per ACK toward the commanded value, as tcp_bbr.c's per-ACK
 /// `bbr_set_cwnd`: a Cwnd from user space (one other than the fold's own last
 /// value) is a cap; a cap below the current cwnd applies at once, above it
-/// cwnd grows by each ACK's `Ack.bytes_acked` until it reaches the cap. After
-/// an RTO the datapath seeds the loss window, which the fold takes as the cap
-/// until user space commands again. In Startup, with bbr's per-ACK rule on
-/// (`--startup-cwnd-in-fold`), an ACK grows cwnd only while it is below the
-/// kernel's per-ACK target or fewer than 10 packets were delivered
-/// ([`crate::bbr::startup_cwnd_growth_lines`]).
+/// cwnd grows by what the algorithm's rule allows on this ACK
+/// ([`TowardCap::growth`]) until it reaches the cap. After an RTO the
+/// datapath seeds the loss window, which the fold takes as the cap until user
+/// space commands again.
 ///
 /// Why: BBR commanding its cwnd twice per RTT raised it in half-window steps
 /// in Startup, bursts into the queue the kernel's per-ACK growth never sends
 /// (retransmits 2-18x the kernel's in `ccplab fidelity`).
-fn toward_cap() -> String {
+fn toward_cap(c: &TowardCap) -> String {
+    let [n, r, e] = c.scratch;
     format!(
         "\
 (when true
-    (:= xn Cwnd)
-    (:= xr (&& (> xn 0) (|| (< xn fcw) (> xn fcw))))
-    (:= cap (if xr xn))
-    (:= fcw (if (== fcw 0) xn))
+    (:= {n} Cwnd)
+    (:= {r} (&& (> {n} 0) (|| (< {n} fcw) (> {n} fcw))))
+    (:= cap (if {r} {n}))
+    (:= fcw (if (== fcw 0) {n}))
     (:= fcw (min fcw cap))
-{}    (:= fcw (min cap (+ fcw xe)))
+{}    (:= fcw (min cap (+ fcw {e})))
     (:= Cwnd fcw)
     (fallthrough)
 )
 ",
-        crate::bbr::startup_cwnd_growth_lines()
+        (c.growth)()
     )
 }
 
-/// The programs that grow cwnd toward a cap in the fold (`toward_cap`);
-/// their algorithms command caps ([`crate::bbr::Bbr::with_fold_growth`]).
-pub const CAP_IN_FOLD: [&str; 1] = [crate::bbr::PROGRAM.name];
-
-/// The programs that run PRR per ACK in the fold (`PRR_PER_ACK`); their
-/// algorithms send [`crate::window::FoldPrr::registers`] with each command.
-pub const PRR_IN_FOLD: [&str; 2] = [crate::reno::PROGRAM.name, crate::cubic::PROGRAM.name];
-
-/// The programs that run slow start in the fold (`SLOW_START`); their
-/// algorithms answer reports with Cwnd 0 while it runs
-/// ([`crate::window::FoldSlowStart`]).
-pub const SLOW_START_IN_FOLD: [&str; 2] = [crate::reno::PROGRAM.name, crate::cubic::PROGRAM.name];
-
-/// The programs whose fold writes the control registers their algorithms
-/// send only at a loss ACK or a timeout (`PRR_PER_ACK`'s `pm`), and otherwise
-/// only Cwnd (slow start, PRR): an answer that repeats the last one sent,
-/// to a report without loss or timeout whose cwnd is the answer's, changes
-/// nothing in the datapath and is not sent ([`crate::repeats`]). A test
-/// checks the claim on each program's text.
-pub const SKIPS_REPEATED_ANSWERS: [&str; 2] = [crate::reno::PROGRAM.name, crate::cubic::PROGRAM.name];
-
-/// The programs whose regular reports back off while the flow is far from
-/// cwnd-limited (`APP_LIMITED_TRACK`): their algorithms grow cwnd only when
-/// cwnd-limited ([`crate::window::cwnd_limited`], as Linux's
-/// `tcp_is_cwnd_limited`), so a report of a flow using less than half its
-/// cwnd cannot change their decision, and losses and timeouts are reported at
-/// once anyway.
-pub const REPORTS_BACK_OFF_WHEN_APP_LIMITED: [&str; 2] = [crate::reno::PROGRAM.name, crate::cubic::PROGRAM.name];
-
-/// Report interval, us, of a [`REPORTS_BACK_OFF_WHEN_APP_LIMITED`] program
+/// Report interval, us, of a program that backs off ([`Features::backs_off_when_app_limited`])
 /// while its flow keeps in flight at or below half its cwnd (an application-
 /// or receive-window-limited flow): one report a second instead of one per
 /// RTT, the minimum RTO of RFC 6298 and the timescale on which RFC 2861/7661
@@ -351,42 +426,44 @@ const PER_ACK: &str = "\
     (:= Report.rtt8 (if (&& (< Flow.rtt_sample_us +infinity) (< Report.nrtt 8)) (min Report.rtt8 Flow.rtt_sample_us)))
     (:= Report.nrtt (if (< Flow.rtt_sample_us +infinity) (+ Report.nrtt 1)))
     (:= Report.maxrtt (if (< Flow.rtt_sample_us +infinity) (max Report.maxrtt Flow.rtt_sample_us)))
-    (:= Report.trainon (&& Report.trainon (< Micros (+ Report.train 2001))))
-    (:= Report.train (if Report.trainon Micros))
 ";
 
-const URGENT: &str = "\
-(when (> Report.loss 0)
-    (report)
-    (:= Micros 0)
-)
-";
+/// The condition of the urgent report on an ACK that carries a loss or a
+/// timeout (`Report.loss` counts both).
+const URGENT_CONDITION: &str = "(> Report.loss 0)";
+
+/// A report block: on `cond`, `at_report` (the features' lines before each
+/// report), the report, the timer reset and then `after` (lines that reset
+/// per-report registers).
+fn report_when(cond: &str, at_report: &str, after: &str) -> String {
+    format!("(when {cond}\n{at_report}    (report)\n    (:= Micros 0)\n{after})\n")
+}
 
 impl FoldProgram {
-    /// Whether this program runs slow start per ACK in the fold ([`SLOW_START_IN_FOLD`]).
+    /// Whether this program runs slow start per ACK in the fold ([`Growth::SlowStart`]).
     pub fn slow_start_in_fold(&self) -> bool {
-        SLOW_START_IN_FOLD.contains(&self.name)
+        self.features.growth == Growth::SlowStart
     }
 
-    /// Whether this program runs PRR per ACK in the fold ([`PRR_IN_FOLD`]).
+    /// Whether this program runs PRR per ACK in the fold ([`Features::prr`]).
     pub fn prr_in_fold(&self) -> bool {
-        PRR_IN_FOLD.contains(&self.name)
+        self.features.prr
     }
 
-    /// Whether its algorithm's repeated answers may be skipped ([`SKIPS_REPEATED_ANSWERS`]).
+    /// Whether its algorithm's repeated answers may be skipped ([`Features::skips_repeated_answers`]).
     pub fn skips_repeated_answers(&self) -> bool {
-        SKIPS_REPEATED_ANSWERS.contains(&self.name)
+        self.features.skips_repeated_answers
     }
 
     /// Whether this program's regular reports back off while its flow is far
-    /// from cwnd-limited ([`REPORTS_BACK_OFF_WHEN_APP_LIMITED`]).
+    /// from cwnd-limited ([`Features::backs_off_when_app_limited`]).
     pub fn backs_off_when_app_limited(&self) -> bool {
-        REPORTS_BACK_OFF_WHEN_APP_LIMITED.contains(&self.name)
+        self.features.backs_off_when_app_limited
     }
 
-    /// Whether this program grows cwnd per ACK toward a commanded cap ([`CAP_IN_FOLD`]).
+    /// Whether this program grows cwnd per ACK toward a commanded cap ([`Growth::TowardCap`]).
     pub fn cwnd_toward_cap_in_fold(&self) -> bool {
-        CAP_IN_FOLD.contains(&self.name)
+        matches!(self.features.growth, Growth::TowardCap(_))
     }
 
     /// The program text exactly as installed (and printed by `--dump-program`)
@@ -405,36 +482,46 @@ impl FoldProgram {
     /// The per-ACK `when` ends in `(fallthrough)`; the urgent `when` has none,
     /// so an ACK never produces two reports.
     pub fn text_with_report_floor(&self, floor_us: u64) -> String {
-        let cap = self.cwnd_toward_cap_in_fold();
-        let mut t = if cap { DEFS_HEAD.replace(TRAIN_DEFS, crate::bbr::ACK_AGG_REPORT_DEF) } else { DEFS_HEAD.to_string() };
-        if self.prr_in_fold() {
+        let f = &self.features;
+        let cap = match f.growth {
+            Growth::TowardCap(c) => Some(c),
+            _ => None,
+        };
+        let slow_start = f.growth == Growth::SlowStart;
+        // The definitions: report fields, then control registers.
+        let mut t = String::from("(def\n    (Report\n");
+        let slot: &[ReportField] = cap.map_or(&ACK_TRAIN_FIELDS, |c| c.report_fields);
+        for field in SHARED_FIELDS.iter().chain(slot).chain([&MAX_RTT_FIELD]) {
+            t.push_str(&field.declaration());
+        }
+        t.push_str("    )\n    (reportIntervalUs 10000)\n");
+        if f.prr {
             t.push_str(PRR_DEFS);
         }
-        if self.prr_in_fold() || self.slow_start_in_fold() {
+        if f.prr || slow_start {
             t.push_str(SCRATCH_DEFS);
         }
-        let back_off = self.backs_off_when_app_limited();
-        if back_off {
+        if f.backs_off_when_app_limited {
             t.push_str(APP_LIMITED_DEFS);
         }
-        if self.slow_start_in_fold() {
+        if slow_start {
             t.push_str(SLOW_START_DEFS);
-        } else if cap {
+        } else if let Some(c) = cap {
             t.push_str(TOWARD_CAP_DEFS);
-            t.push_str(crate::bbr::STARTUP_RATE_DEFS);
-            t.push_str(crate::bbr::STARTUP_CWND_DEFS);
-            t.push_str(crate::bbr::ACK_AGG_DEFS);
+            c.registers.iter().for_each(|r| t.push_str(r));
         }
         t.push_str(")\n");
-        if self.slow_start_in_fold() {
+        // Per ACK: growth first, so Report.cwnd is the cwnd after this ACK's.
+        if slow_start {
             t.push_str(SLOW_START);
-        } else if cap {
-            t.push_str(&crate::bbr::startup_cwnd_block());
-            t.push_str(&crate::bbr::startup_rate_block());
-            t.push_str(&crate::bbr::ack_aggregation_block());
-            t.push_str(&toward_cap());
+        } else if let Some(c) = cap {
+            t.push_str(&(c.blocks)());
+            t.push_str(&toward_cap(c));
         }
-        t.push_str(&if cap { PER_ACK.replace(TRAIN_PER_ACK, "") } else { PER_ACK.to_string() });
+        t.push_str(PER_ACK);
+        if cap.is_none() {
+            t.push_str(TRAIN_PER_ACK);
+        }
         if let Cadence::PerRtt(k) = self.cadence {
             let sample = if k <= 1 {
                 "Flow.rtt_sample_us".to_string()
@@ -444,17 +531,17 @@ impl FoldProgram {
             t.push_str(&format!("    (:= reportIntervalUs (if (< Flow.rtt_sample_us +infinity) {sample}))\n"));
         }
         t.push_str("    (fallthrough)\n)\n");
-        if back_off {
+        if f.backs_off_when_app_limited {
             t.push_str(APP_LIMITED_TRACK);
         }
-        if self.prr_in_fold() {
+        if f.prr {
             // After the per-ACK fields: Report.cwnd keeps the cwnd before this
             // ACK's reduction (user space takes ssthresh from the loss report's).
             t.push_str(PRR_PER_ACK);
         }
-        let at_report = if self.prr_in_fold() { PRR_AT_REPORT } else { "" };
+        let at_report = if f.prr { PRR_AT_REPORT } else { "" };
         if self.urgent_on_loss {
-            t.push_str(&URGENT.replace("    (report)\n", &format!("{at_report}    (report)\n")));
+            t.push_str(&report_when(URGENT_CONDITION, at_report, ""));
         }
         let cond = match self.cadence {
             Cadence::PerRtt(_) if floor_us > 0 => format!("(> Micros (max reportIntervalUs {floor_us}))"),
@@ -462,16 +549,16 @@ impl FoldProgram {
             Cadence::PerAcks(n) => format!("(> Report.acks {})", n.max(1) - 1),
             Cadence::IntervalUs(us) => format!("(> Micros {})", us.max(floor_us)),
         };
-        if back_off {
+        if f.backs_off_when_app_limited {
             // the regular cadence while the flow was (nearly) cwnd-limited,
             // else one report per APP_LIMITED_REPORT_US (at least the floor)
             let slow = APP_LIMITED_REPORT_US.max(floor_us);
             for c in [format!("(&& lim {cond})"), format!("(> Micros {slow})")] {
-                t.push_str(&format!("(when {c}\n{at_report}    (report)\n    (:= Micros 0)\n    (:= lim false)\n)\n"));
+                t.push_str(&report_when(&c, at_report, "    (:= lim false)\n"));
             }
             return t;
         }
-        t.push_str(&format!("(when {cond}\n{at_report}    (report)\n    (:= Micros 0)\n)\n"));
+        t.push_str(&report_when(&cond, at_report, ""));
         t
     }
 }
@@ -536,13 +623,13 @@ pub fn read_measurement(report: &Report, sc: &Scope, now_us: u64) -> portus::Res
     let mut values = [0u64; 16];
     for (v, name) in values.iter_mut().zip(REPORT_FIELDS) {
         if TRAIN_FIELDS.contains(&name) && sc.get(name).is_none() {
-            continue; // a program without HyStart's ACK train (bbr's)
+            continue; // a program without HyStart's ACK train (one that grows toward a cap)
         }
         *v = report.get_field(name, sc)?;
     }
     let mut m = measurement_from_fields(values, now_us);
-    if sc.get(crate::bbr::EXTRA_ACKED_FIELD).is_some() {
-        m.extra_acked_milli_pkts = report.get_field(crate::bbr::EXTRA_ACKED_FIELD, sc)?;
+    if sc.get(EXTRA_ACKED_FIELD).is_some() {
+        m.extra_acked_milli_pkts = report.get_field(EXTRA_ACKED_FIELD, sc)?;
     }
     Ok(m)
 }
@@ -551,47 +638,8 @@ pub fn read_measurement(report: &Report, sc: &Scope, now_us: u64) -> portus::Res
 mod tests {
     use super::*;
 
-    /// The assignments `(:= NAME` in a program's text, each with the
-    /// condition of the `(when COND` block it sits in.
-    fn assignments_by_condition(text: &str) -> Vec<(String, String)> {
-        let mut cond = String::new();
-        let mut found = vec![];
-        for line in text.lines().map(str::trim) {
-            if let Some(c) = line.strip_prefix("(when ") {
-                cond = c.to_string();
-            } else if let Some(rest) = line.strip_prefix("(:= ") {
-                let name = rest.split_whitespace().next().unwrap_or_default();
-                found.push((name.to_string(), cond.clone()));
-            }
-        }
-        found
-    }
-
-    #[test]
-    fn programs_that_skip_repeated_answers_write_what_user_space_sends_only_at_loss_or_timeout() {
-        // what reno's and cubic's algorithms send besides Cwnd: the PRR registers
-        let guard = crate::window::LossGuard::default();
-        let sent: Vec<&str> =
-            crate::window::FoldPrr::new(true).registers(None, &guard, 1448).iter().map(|(n, _)| *n).collect();
-        assert!(sent.contains(&"pm"), "{sent:?}");
-        for prog in [crate::reno::PROGRAM, crate::cubic::PROGRAM] {
-            assert!(prog.skips_repeated_answers(), "{}", prog.name);
-            let writes = assignments_by_condition(&prog.text());
-            assert!(writes.iter().any(|(n, _)| n == "pm"), "{}: the parser finds the fold's writes", prog.name);
-            for (name, cond) in writes.iter().filter(|(n, _)| sent.contains(&n.as_str()) || n == "Rate") {
-                assert!(
-                    cond.contains("Ack.lost_pkts_sample") || cond.contains("Flow.was_timeout"),
-                    "{}: {name} is written under {cond:?}, not only at a loss or a timeout",
-                    prog.name
-                );
-            }
-        }
-        // bbr's fold grows cwnd toward a cap and writes Rate per ACK: every answer goes
-        assert!(!crate::bbr::PROGRAM.skips_repeated_answers());
-    }
-
     fn programs() -> Vec<FoldProgram> {
-        let p = |cadence, urgent| FoldProgram { name: "t", cadence, urgent_on_loss: urgent };
+        let p = |cadence, urgent| FoldProgram { name: "t", cadence, urgent_on_loss: urgent, features: Features::NONE };
         vec![
             p(Cadence::PerRtt(1), true),
             p(Cadence::PerRtt(2), true),
@@ -625,7 +673,7 @@ mod tests {
             let text = prog.text_with_report_floor(5_000);
             portus::lang::compile(text.as_bytes(), &[]).expect("compiles with a floor");
             if prog.urgent_on_loss {
-                assert!(text.contains(URGENT), "urgent reports are not held back");
+                assert!(text.contains(&report_when(URGENT_CONDITION, "", "")), "urgent reports are not held back");
             }
         }
         let floored = rtt2.text_with_report_floor(5_000);

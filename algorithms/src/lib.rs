@@ -2,8 +2,11 @@
 //! Plane (CCP), written against Portus 0.9.
 //!
 //! Layout (one module per idea, one file per algorithm):
-//! - [`window`]: the pure window vocabulary (measurement, bounds, slow start,
-//!   RTT, recovery, cwnd-limited test).
+//! - [`cc`]: the congestion-control building blocks, one module per idea
+//!   (measurement, window bounds, RTT estimation, window vocabulary, loss
+//!   guard, PRR, slow start, pacing).
+//! - [`loss_based`]: the loss-based core (recovery, PRR, slow start in the
+//!   fold) Reno and Cubic share; each keeps only its own rules.
 //! - [`reno`], [`cubic`], [`vegas`], [`copa`], [`bbr`]: one algorithm each: its
 //!   pure logic (unit-tested on scripted reports without any datapath), its
 //!   flags and its [`AlgorithmSpec`].
@@ -16,7 +19,7 @@
 //!   `--dump-program`, `--describe-json`) and the `main` of an algorithm.
 //!
 //! Adding an algorithm (see docs/writing-an-algorithm.md): one file `src/<name>.rs`
-//! with its logic (a [`Controller`], or a [`window::WindowAlgorithm`] for a
+//! with its logic (a [`Controller`], or a [`cc::WindowAlgorithm`] for a
 //! pure window algorithm), its flags (a clap `Args` struct) and an
 //! [`AlgorithmSpec`]; one line in [`suite::SUITE`].
 
@@ -26,6 +29,7 @@ pub mod contest;
 pub mod copa;
 pub mod cubic;
 pub mod fold;
+pub mod loss_based;
 pub mod portus_glue;
 pub mod reno;
 pub mod reinstall;
@@ -34,13 +38,13 @@ pub mod suite;
 pub mod tutorial;
 pub mod unix_ipc;
 pub mod vegas;
-pub mod window;
+pub mod cc;
 
 pub use cubic::CubicSpec;
 pub use reno::RenoSpec;
 
 use fold::FoldProgram;
-use window::{Measurement, WindowAlgorithm, WindowParams};
+use cc::{Measurement, WindowAlgorithm, WindowParams};
 
 /// What an algorithm commands the datapath after a report: a congestion window
 /// and/or a pacing rate. `None` leaves that control as it is.
@@ -70,7 +74,7 @@ pub trait Controller: Send {
     }
     /// Control registers to set with [`Controller::initial`]; none by default
     /// (reno, cubic: the fold's slow-start cwnd, so a late initial command is
-    /// not taken for user space's takeover, [`crate::window::FoldSlowStart::initial_registers`]).
+    /// not taken for user space's takeover, [`crate::cc::FoldSlowStart::initial_registers`]).
     fn initial_fold_registers(&self) -> Vec<(&'static str, u32)> {
         Vec::new()
     }
@@ -138,7 +142,7 @@ pub trait AlgorithmSpec: 'static {
     /// pacing rate stays at its connect-time value; `--datapath-paces no`): change
     /// `args` so the algorithm commands its own pacing rate and return true, or
     /// return false to have the Portus glue command Linux tcp_update_pacing_rate's
-    /// rate with every report ([`window::ReportPacer`]). Default: true when the
+    /// rate with every report ([`cc::ReportPacer`]). Default: true when the
     /// algorithm commands a rate ([`AlgorithmSpec::CONTROLS`] names it), else false.
     fn pace_itself(_args: &mut Self::Args) -> bool {
         Self::CONTROLS.contains("rate")

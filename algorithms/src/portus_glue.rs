@@ -15,7 +15,7 @@
 
 use crate::reinstall::InstallWatch;
 use crate::repeats::RepeatFilter;
-use crate::window::{Measurement, ReportPacer, WindowParams};
+use crate::cc::{Measurement, ReportPacer, WindowParams};
 use crate::{AlgorithmSpec, Control, Controller};
 use portus::ipc::Ipc;
 use portus::lang::Scope;
@@ -552,7 +552,7 @@ where
 mod tests {
     use super::*;
     use crate::cli::parse_from;
-    use crate::window::PacingMode;
+    use crate::cc::PacingMode;
     use crate::{bbr::BbrSpec, contest::fixed_window::FixedWindowSpec, cubic::CubicSpec, reno::RenoSpec};
 
     fn alg<S: AlgorithmSpec>(argv: &[&str]) -> PortusAlg<S> {

@@ -1,5 +1,10 @@
 //! Reno window logic (RFC 5681), independent of Portus.
 //!
+//! This file keeps Reno's own rules ([`RenoRules`]: halve on a congestion
+//! event, +1 packet per RTT); slow start, recovery, PRR and the fold's
+//! per-ACK parts are the loss-based core's ([`crate::loss_based`]), shared
+//! with Cubic.
+//!
 //! Slow start runs **per ACK in the fold program** ([`crate::fold`]'s
 //! `SLOW_START`, as Linux `tcp_slow_start` and CCP's own datapath slow start):
 //! every ACK raises cwnd by its acknowledged bytes while the flow is
@@ -8,8 +13,8 @@
 //! with a loss or an RTO, or until user space takes over (ssthresh from
 //! `--init-ssthresh`, the ceiling). Meanwhile each report's `dp_cwnd` is
 //! adopted as cwnd and the command is Cwnd 0 ("leave it",
-//! [`crate::window::FoldSlowStart`]). Fast recovery's PRR window is also
-//! applied **per ACK in the fold** (`PRR_PER_ACK`, [`crate::window::FoldPrr`]):
+//! [`crate::cc::FoldSlowStart`]). Fast recovery's PRR window is also
+//! applied **per ACK in the fold** (`PRR_PER_ACK`, [`crate::cc::FoldPrr`]):
 //! user space computes it at each report and the fold moves it with every
 //! ACK's delivered and lost packets until the next report. Everything else is
 //! applied **per report** (four reports per RTT, plus an urgent report on every
@@ -26,7 +31,7 @@
 //!   window outstanding at the loss is cumulatively acknowledged, as the
 //!   kernel's `high_seq`) the window is neither grown nor cut again. During
 //!   that recovery the commanded window follows PRR (RFC 6937, as Linux
-//!   `tcp_cwnd_reduction`, [`crate::window::Prr`]), so the flow keeps sending
+//!   `tcp_cwnd_reduction`, [`crate::cc::Prr`]), so the flow keeps sending
 //!   one packet per two delivered instead of falling silent until in-flight
 //!   drops below ssthresh. PRR counts deliveries from the loss ACK on: the
 //!   loss report's earlier ACKs are not (see the Prr docs for what counting
@@ -34,7 +39,7 @@
 //! - Retransmission timeout (§3.1, loss window): ssthresh = max(cwnd / 2, 2),
 //!   cwnd = 1 packet, then slow start. An RTO during recovery keeps ssthresh
 //!   (as Linux `tcp_enter_loss` does while `high_seq` is ahead).
-//! - Growth only when cwnd-limited ([`crate::window::cwnd_limited`], as Linux
+//! - Growth only when cwnd-limited ([`crate::cc::cwnd_limited`], as Linux
 //!   `tcp_is_cwnd_limited`): an application-limited flow's cwnd stays put.
 //! - **Pacing** (`--pacing kernel`, the default): as the kernel paces
 //!   kernel:reno on the same socket. kernel:reno is paced in this lab (bbr, the
@@ -43,7 +48,7 @@
 //!   max(cwnd, packets_out)/SRTT while cwnd < ssthresh/2, 120 % after;
 //!   ccp-datapath keeps that pacing and sets the same rate per ACK.
 //!   `--pacing report` commands the rate with every report instead
-//!   ([`crate::window::Paced`]; in slow start for 1.5 x the reported cwnd, as
+//!   ([`crate::cc::Paced`]; in slow start for 1.5 x the reported cwnd, as
 //!   the fold doubles cwnd per round between reports), `--pacing off` none.
 //!
 //! Why per ACK in the fold: growth applied once per report released a whole
@@ -56,7 +61,7 @@
 //! fold holds cwnd (one report round trip, p50 0.16 ms); PRR divides by
 //! RecoverFS (RFC 6937) where Linux divides by `prior_cwnd`; the recovery point
 //! is estimated from the in-flight, lost and SACKed counts at the loss
-//! ([`crate::window::LossGuard::start`]), and a loss in the report that passes
+//! ([`crate::cc::LossGuard::start`]), and a loss in the report that passes
 //! it counts as the old window's; ssthresh uses cwnd rather than
 //! FlightSize, as Linux `tcp_reno_ssthresh` does.
 //!
@@ -73,10 +78,8 @@
 //! targets (docs/results/fidelity.md).
 
 use crate::fold::{Cadence, FoldProgram};
-use crate::window::{
-    cwnd_limited, slow_start, FoldPrr, FoldSlowStart, LossGuard, Measurement, Paced, PacingMode, Prr, ReportEvent,
-    RttEstimator, WindowAlgorithm, WindowParams,
-};
+use crate::loss_based::{LossBased, LossRules, LossWindow, FOLD_FEATURES};
+use crate::cc::{Paced, PacingMode, WindowParams};
 use crate::AlgorithmSpec;
 
 /// Reno (RFC 5681) as an [`AlgorithmSpec`].
@@ -100,7 +103,7 @@ impl Default for RenoArgs {
 
 /// Reno's fold program: four reports per RTT, urgent on loss or timeout.
 pub const PROGRAM: FoldProgram =
-    FoldProgram { name: "ccplab_reno", cadence: Cadence::PerRtt(4), urgent_on_loss: true };
+    FoldProgram { name: "ccplab_reno", cadence: Cadence::PerRtt(4), urgent_on_loss: true, features: FOLD_FEATURES };
 
 impl AlgorithmSpec for RenoSpec {
     const NAME: &'static str = "reno";
@@ -112,16 +115,12 @@ impl AlgorithmSpec for RenoSpec {
     type Flow = Paced<Reno>;
 
     fn new_flow(args: &RenoArgs, params: WindowParams) -> Paced<Reno> {
-        let reno = Reno::new(params).with_fold_slow_start(PROGRAM.slow_start_in_fold()).with_fold_prr(PROGRAM.prr_in_fold());
+        let reno = Reno::new(params).with_fold(&PROGRAM);
         Paced::new(reno, args.pacing.per_report())
     }
 
-    /// `--pacing kernel` needs a datapath that paces per ACK: without one the
-    /// algorithm commands the same rate with every report (`--pacing report`).
     fn pace_itself(args: &mut Self::Args) -> bool {
-        if args.pacing == PacingMode::Kernel {
-            args.pacing = PacingMode::Report;
-        }
+        args.pacing = args.pacing.without_datapath_pacing();
         true
     }
 
@@ -130,143 +129,38 @@ impl AlgorithmSpec for RenoSpec {
     }
 }
 
-/// Reno's per-flow state.
-#[derive(Clone, Debug)]
-pub struct Reno {
-    params: WindowParams,
-    cwnd: f64,
-    ssthresh: f64,
-    rtt: RttEstimator,
-    guard: LossGuard,
-    fold_ss: FoldSlowStart,
-    /// Proportional Rate Reduction during fast recovery (None outside it).
-    prr: Option<Prr>,
-    /// PRR applied per ACK by the fold program (its constants).
-    fold_prr: FoldPrr,
+/// Reno's own rules (Linux tcp_cong.c's `tcp_reno_ssthresh` and
+/// `tcp_reno_cong_avoid`); the rest is the loss-based core's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RenoRules;
+
+impl LossRules for RenoRules {
+    /// Half the window, at least 2 packets (§3.2 eq. 4 with cwnd for
+    /// FlightSize, as Linux `tcp_reno_ssthresh`).
+    fn ssthresh(&mut self, cwnd_pkts: f64) -> f64 {
+        (cwnd_pkts / 2.0).max(2.0)
+    }
+
+    /// +1/cwnd per packet acknowledged: +1 packet per RTT (§3.1).
+    fn congestion_avoidance(&mut self, w: &mut LossWindow, _now_us: u64, acked_pkts: f64) {
+        w.cwnd += acked_pkts / w.cwnd;
+    }
 }
+
+/// Reno's per-flow state: the loss-based core with Reno's rules.
+pub type Reno = LossBased<RenoRules>;
 
 impl Reno {
     /// A new flow starting at `params.init_cwnd_pkts` in slow start.
     pub fn new(params: WindowParams) -> Self {
-        Reno {
-            cwnd: params.clamp(params.init_cwnd_pkts),
-            ssthresh: params.init_ssthresh_pkts,
-            params,
-            rtt: RttEstimator::default(),
-            guard: LossGuard::default(),
-            fold_ss: FoldSlowStart::default(),
-            prr: None,
-            fold_prr: FoldPrr::default(),
-        }
-    }
-
-    /// The same flow with the initial slow start run per ACK by the fold
-    /// program ([`crate::fold::SLOW_START_IN_FOLD`]) when `on`.
-    /// A flow taken over at or above its ssthresh (a running flow announced
-    /// again, [`crate::portus_glue::WindowBounds::params_for_flow`]) starts in
-    /// congestion avoidance: no slow start in the fold.
-    pub fn with_fold_slow_start(mut self, on: bool) -> Self {
-        self.fold_ss = FoldSlowStart::new(on && self.cwnd < self.ssthresh);
-        self
-    }
-
-    /// The same flow with PRR applied per ACK by the fold program
-    /// ([`crate::fold::PRR_IN_FOLD`]) when `on`.
-    pub fn with_fold_prr(mut self, on: bool) -> Self {
-        self.fold_prr = FoldPrr::new(on);
-        self
-    }
-
-    /// True while the fold program runs slow start.
-    pub fn fold_slow_start(&self) -> bool {
-        self.fold_ss.active()
-    }
-
-    /// Slow start in the fold: it ends at ssthresh (a finite `--init-ssthresh`)
-    /// or the ceiling, with cwnd held at that bound.
-    fn check_fold_slow_start(&mut self) {
-        let bound = self.ssthresh.min(self.params.max_cwnd_pkts);
-        if self.cwnd >= bound {
-            self.cwnd = bound;
-            self.fold_ss.stop();
-        }
-    }
-
-    /// Smoothed RTT in microseconds (0 before the first sample).
-    pub fn srtt_us(&self) -> f64 {
-        self.rtt.srtt_us
-    }
-
-    fn on_timeout(&mut self, m: &Measurement) {
-        if !self.guard.active() {
-            self.ssthresh = (self.cwnd / 2.0).max(2.0);
-        }
-        let outstanding = (m.outstanding_pkts() as f64).max(self.cwnd);
-        self.cwnd = 1.0;
-        self.guard.start(outstanding, self.params.mss_bytes, true);
-    }
-
-    fn on_loss_event(&mut self, m: &Measurement) {
-        let outstanding = (m.outstanding_pkts() as f64).max(1.0);
-        self.ssthresh = (self.cwnd / 2.0).max(2.0);
-        self.cwnd = self.ssthresh;
-        self.guard.start(outstanding, self.params.mss_bytes, false);
-        self.prr = Some(Prr::new(outstanding, self.ssthresh));
-    }
-
-    fn grow(&mut self, m: &Measurement) {
-        if !cwnd_limited(m, self.cwnd, self.cwnd < self.ssthresh) {
-            return;
-        }
-        // Linux tcp_reno_cong_avoid grows by acked_sacked, not by the bytes the
-        // cumulative ACK passed (which count packets SACKed earlier again).
-        let acked_pkts = m.delivered_pkts as f64;
-        let leftover = slow_start(&mut self.cwnd, self.ssthresh, acked_pkts);
-        if leftover > 0.0 {
-            self.cwnd += leftover / self.cwnd;
-        }
+        LossBased::with_rules(params, RenoRules)
     }
 }
-
-impl WindowAlgorithm for Reno {
-    fn on_report(&mut self, m: &Measurement) -> u32 {
-        self.rtt.update(m);
-        self.fold_prr.count(m);
-        let fold_grew = self.fold_ss.adopt(m, &mut self.cwnd, self.params.mss_bytes);
-        match self.guard.classify(m) {
-            ReportEvent::Timeout => self.on_timeout(m),
-            ReportEvent::LossEvent => self.on_loss_event(m),
-            ReportEvent::Growth if fold_grew => self.check_fold_slow_start(),
-            ReportEvent::Growth => self.grow(m),
-            ReportEvent::Hold => {}
-        }
-        self.cwnd = self.params.clamp(self.cwnd);
-        let pkts = crate::window::commanded_window(&mut self.prr, &self.guard, &self.params, self.cwnd, m);
-        let bytes = self.params.to_bytes(pkts);
-        self.fold_ss.command(bytes)
-    }
-
-    crate::window::loss_window_accessors!();
-
-    fn fold_registers(&self) -> Vec<(&'static str, u32)> {
-        self.fold_prr.registers(self.prr.as_ref(), &self.guard, self.params.mss_bytes)
-    }
-
-    fn initial_fold_registers(&self) -> Vec<(&'static str, u32)> {
-        self.fold_ss.initial_registers(self.cwnd_bytes())
-    }
-
-    fn packets_out_pkts(&self, m: &Measurement) -> f64 {
-        let unacked = self.prr.map_or(0.0, |p| p.unacked_pkts());
-        (m.outstanding_pkts() as f64).max(unacked)
-    }
-}
-
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::window::Phase;
+    use crate::cc::{Measurement, Phase, WindowAlgorithm};
 
     const MSS: u32 = 1000;
     const RTT_US: u64 = 50_000;
@@ -415,7 +309,7 @@ mod tests {
         let loss = Measurement { lost_pkts: 2, dp_cwnd_bytes: 37 * MSS as u64, inflight_max_pkts: 37, ..ack_report(2, 3.0) };
         // PRR: 37 outstanding, 2 lost, nothing delivered since the loss ACK (the
         // report's 3 acked came before it): 37 - 2 = 35 packets.
-        assert_eq!(r.on_report(&loss), 35_000 + crate::window::TAKEOVER_MARK_BYTES);
+        assert_eq!(r.on_report(&loss), 35_000 + crate::cc::TAKEOVER_MARK_BYTES);
         assert!(!r.fold_slow_start());
         assert_eq!((r.cwnd_pkts(), r.ssthresh_pkts(), r.phase()), (18.5, 18.5, Phase::Recovery));
         // From now on user space commands as before; the report's cwnd is not adopted.
@@ -448,7 +342,7 @@ mod tests {
     fn slow_start_in_the_fold_stops_at_ssthresh() {
         let mut r = Reno::new(params(10.0, 16.0, 1e6)).with_fold_slow_start(true);
         let m = Measurement { dp_cwnd_bytes: 17 * MSS as u64, ..ack_report(1, 7.0) };
-        assert_eq!(r.on_report(&m), 16 * MSS + crate::window::TAKEOVER_MARK_BYTES);
+        assert_eq!(r.on_report(&m), 16 * MSS + crate::cc::TAKEOVER_MARK_BYTES);
         assert_eq!((r.cwnd_pkts(), r.phase()), (16.0, Phase::CongestionAvoidance));
         // Congestion avoidance per report from here: +1/cwnd per acked packet.
         assert_eq!(r.on_report(&ack_report(2, 16.0)), 17 * MSS);

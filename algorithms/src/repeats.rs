@@ -11,20 +11,20 @@
 //! datapath since the last answer sent:
 //! - the flow's program is one whose fold writes the control registers its
 //!   algorithm sends only at a loss or a timeout, and otherwise only Cwnd
-//!   ([`crate::fold::SKIPS_REPEATED_ANSWERS`]);
+//!   ([`crate::fold::Features::skips_repeated_answers`]);
 //! - the report carries no loss and no timeout (the ACKs at which the fold
 //!   writes those registers, and after which the answer always goes);
 //! - the report's cwnd (`Report.cwnd`) is the answer's Cwnd in whole packets
 //!   (the datapath applies `bytes / mss`): the fold did not move it; or the
 //!   answer's Cwnd is 0, "leave it" while slow start runs in the fold
-//!   ([`crate::window::FoldSlowStart`]): the fold owns cwnd then, and a 0 sent
+//!   ([`crate::cc::FoldSlowStart`]): the fold owns cwnd then, and a 0 sent
 //!   again would change nothing (its slow start takes a Cwnd of 0 as its own);
 //! - the answer equals the last one sent, field for field;
 //! - fewer than [`MAX_SKIPPED_IN_A_ROW`] answers in a row were skipped, so
 //!   an answer lost on the way (the datapath's queue was full) is sent again
 //!   within that many reports.
 
-use crate::window::Measurement;
+use crate::cc::Measurement;
 
 /// At most this many repeated answers in a row are skipped; the next goes.
 /// With one report a second while app-limited, a lost answer is repeated
@@ -42,8 +42,8 @@ pub struct RepeatFilter {
 }
 
 impl RepeatFilter {
-    /// A filter for a flow with this MSS (bytes, > 0); `on` = its program is
-    /// in [`crate::fold::SKIPS_REPEATED_ANSWERS`] and the daemon's
+    /// A filter for a flow with this MSS (bytes, > 0); `on` = its program
+    /// declares [`crate::fold::Features::skips_repeated_answers`] and the daemon's
     /// `--skip-repeated-answers` holds. Off, every answer is sent.
     pub fn new(on: bool, mss_bytes: u32) -> Self {
         RepeatFilter { on, mss_bytes: mss_bytes.max(1), ..Default::default() }

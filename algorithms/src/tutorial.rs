@@ -16,9 +16,9 @@
 //! The fold program reports once per RTT and at once on a loss or a timeout;
 //! the rules run in user space on each report.
 
+use crate::cc::{Measurement, WindowParams};
 use crate::contest::{window_control, OncePerRtt};
-use crate::fold::{Cadence, FoldProgram};
-use crate::window::{Measurement, WindowParams};
+use crate::fold::{Cadence, Features, FoldProgram};
 use crate::{AlgorithmSpec, Control, Controller};
 
 /// tutorial as an [`AlgorithmSpec`]: its name, flags and fold program.
@@ -34,7 +34,7 @@ pub struct TutorialArgs {
 
 /// One report per RTT, and one at once on a loss or a timeout.
 pub const PROGRAM: FoldProgram =
-    FoldProgram { name: "ccplab_tutorial", cadence: Cadence::PerRtt(1), urgent_on_loss: true };
+    FoldProgram { name: "ccplab_tutorial", cadence: Cadence::PerRtt(1), urgent_on_loss: true, features: Features::NONE };
 
 impl AlgorithmSpec for TutorialSpec {
     const NAME: &'static str = "tutorial";

@@ -21,11 +21,11 @@
 //! latest RTT sample) rather than "until snd_nxt of the round start is acked";
 //! increases only when cwnd-limited (Linux Vegas' own rule does not check).
 
-use crate::fold::{Cadence, FoldProgram};
-use crate::window::{
+use crate::cc::{
     cwnd_limited, slow_start, LossGuard, Measurement, ReportEvent, WindowAlgorithm,
     WindowParams,
 };
+use crate::fold::{Cadence, Features, FoldProgram};
 use crate::AlgorithmSpec;
 
 /// Vegas as an [`AlgorithmSpec`].
@@ -47,7 +47,7 @@ pub struct VegasArgs {
 
 /// Vegas's fold program: one report (= one Vegas round) per RTT.
 pub const PROGRAM: FoldProgram =
-    FoldProgram { name: "ccplab_vegas", cadence: Cadence::PerRtt(1), urgent_on_loss: true };
+    FoldProgram { name: "ccplab_vegas", cadence: Cadence::PerRtt(1), urgent_on_loss: true, features: Features::NONE };
 
 impl AlgorithmSpec for VegasSpec {
     const NAME: &'static str = "vegas";
@@ -192,13 +192,27 @@ impl WindowAlgorithm for Vegas {
         self.cwnd_bytes()
     }
 
-    crate::window::loss_window_accessors!();
+    fn cwnd_pkts(&self) -> f64 {
+        self.cwnd
+    }
+
+    fn ssthresh_pkts(&self) -> f64 {
+        self.ssthresh
+    }
+
+    fn phase(&self) -> crate::cc::Phase {
+        self.guard.phase(self.cwnd, self.ssthresh)
+    }
+
+    fn params(&self) -> &WindowParams {
+        &self.params
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::window::Phase;
+    use crate::cc::Phase;
 
     const MSS: u32 = 1000;
     const BASE: u64 = 40_000;

@@ -11,7 +11,7 @@
 use ccp_algorithms::contest::{exp, ln, pow};
 use ccp_algorithms::contest::exp3cc::{schedule, Exp3cc, Exp3ccArgs};
 use ccp_algorithms::contest::spoderman::{Spoderman, SpodermanArgs};
-use ccp_algorithms::window::{Measurement, WindowParams};
+use ccp_algorithms::cc::{Measurement, WindowParams};
 use ccp_algorithms::Controller;
 use std::process::Command;
 

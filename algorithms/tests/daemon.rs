@@ -234,8 +234,8 @@ fn cubic_daemon_over_unix_socket() {
     assert_eq!(sid_of(&reply), sid, "for the flow's sid");
     ack(&mut conn, 0);
     let prr = 15.0 - 3.0;
-    let commanded = (prr * f64::from(MSS)).round() as u32 + ccp_algorithms::window::TAKEOVER_MARK_BYTES;
-    // The fold's PRR block (fold::PRR_IN_FOLD) sets the same window at that
+    let commanded = (prr * f64::from(MSS)).round() as u32 + ccp_algorithms::cc::TAKEOVER_MARK_BYTES;
+    // The fold's PRR block (fold::Features::prr) sets the same window at that
     // next ACK, in whole packets: nothing was delivered since the loss report.
     assert_eq!(conn.cwnd, 12 * MSS);
     let line = format!("-> cwnd={commanded} bytes");

@@ -142,7 +142,7 @@ fn cwnd_of(f: &libccp::Connection<'_, Conn>) -> u32 {
 #[test]
 fn the_initial_command_lets_the_first_round_grow_past_the_initial_cwnd() {
     use ccp_algorithms::bbr::{Bbr, BbrArgs, HIGH_GAIN};
-    use ccp_algorithms::window::WindowParams;
+    use ccp_algorithms::cc::WindowParams;
     use ccp_algorithms::Controller;
     let params = WindowParams {
         mss_bytes: MSS,

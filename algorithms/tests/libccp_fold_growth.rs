@@ -1,4 +1,4 @@
-//! cwnd growth per ACK in the fold: slow start in reno's and cubic's programs (`fold::SLOW_START_IN_FOLD`) and growth toward a cap in bbr's (`fold::CAP_IN_FOLD`)
+//! cwnd growth per ACK in the fold: slow start in reno's and cubic's programs (`fold::Growth::SlowStart`) and growth toward a cap in bbr's (`fold::Growth::TowardCap`)
 //! run by a real libccp 1.2 datapath (in-process), the semantics the kernel
 //! fold interpreter copies: every ACK raises cwnd by its acknowledged bytes while
 //! the flow is cwnd-limited; a Cwnd 0 from user space is "go on"; a loss, a
@@ -9,7 +9,7 @@
 
 mod common;
 use ccp_algorithms::fold::FoldProgram;
-use ccp_algorithms::window::TAKEOVER_MARK_BYTES;
+use ccp_algorithms::cc::TAKEOVER_MARK_BYTES;
 use common::{send, Conn, Outbox};
 use portus::lang::Scope;
 use portus::serialize;
@@ -168,7 +168,7 @@ fn bbr_program_jumps_to_a_restored_cwnd_sent_with_the_cap() {
 
 #[test]
 fn a_late_initial_command_restarts_slow_start_instead_of_ending_it() {
-    use ccp_algorithms::window::{WindowAlgorithm, WindowParams};
+    use ccp_algorithms::cc::{WindowAlgorithm, WindowParams};
     let params = WindowParams {
         mss_bytes: MSS,
         init_cwnd_pkts: 10.0,

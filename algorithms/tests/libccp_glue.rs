@@ -13,7 +13,7 @@ use common::{send, Conn};
 use ccp_algorithms::cli::parse_from;
 use ccp_algorithms::cubic::{Cubic, CubicParams};
 use ccp_algorithms::portus_glue::PortusAlg;
-use ccp_algorithms::window::{Measurement, WindowAlgorithm, WindowParams};
+use ccp_algorithms::cc::{Measurement, WindowAlgorithm, WindowParams};
 use ccp_algorithms::CubicSpec;
 use crossbeam::channel::{unbounded, Receiver, Sender};
 use portus::ipc::{chan, BackendBuilder, Blocking};

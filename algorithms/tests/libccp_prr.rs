@@ -1,9 +1,9 @@
-//! PRR per ACK in reno's and cubic's fold programs (`fold::PRR_IN_FOLD`), run by
+//! PRR per ACK in reno's and cubic's fold programs (`fold::Features::prr`), run by
 //! a real libccp 1.2 datapath (in-process), the semantics the kernel fold
 //! interpreter copies: at the loss ACK cwnd is held at in flight + 1 packet
 //! until user space answers; from its answer until the next report every ACK
-//! sets cwnd to the PRR window (`window::FoldPrr`, the same window
-//! `window::Prr` computes per report), then cwnd holds until the answer to that
+//! sets cwnd to the PRR window (`cc::FoldPrr`, the same window
+//! `cc::Prr` computes per report), then cwnd holds until the answer to that
 //! report; an RTO ends both.
 //!
 //! This binary links libccp, whose exported `log` symbol shadows libm's: no
@@ -12,7 +12,7 @@
 mod common;
 use ccp_algorithms::fold::FoldProgram;
 use ccp_algorithms::reno::Reno;
-use ccp_algorithms::window::{FoldPrr, Measurement, WindowAlgorithm, WindowParams};
+use ccp_algorithms::cc::{FoldPrr, Measurement, WindowAlgorithm, WindowParams};
 use common::Conn;
 
 const MSS: u32 = 1448;

@@ -27,9 +27,9 @@
 //! congestion signal is the delay threshold: aimd saws between the threshold
 //! and half of it.
 
+use crate::cc::{Measurement, WindowParams};
 use crate::contest::{congestion_signal, window_control, OncePerRtt};
-use crate::fold::{Cadence, FoldProgram};
-use crate::window::{Measurement, WindowParams};
+use crate::fold::{Cadence, Features, FoldProgram};
 use crate::{AlgorithmSpec, Control, Controller};
 
 /// aimd as an [`AlgorithmSpec`].
@@ -60,7 +60,7 @@ pub struct AimdArgs {
 
 /// Report every 10 ms and at once on loss or timeout.
 pub const PROGRAM: FoldProgram =
-    FoldProgram { name: "ccplab_aimd", cadence: Cadence::IntervalUs(10_000), urgent_on_loss: true };
+    FoldProgram { name: "ccplab_aimd", cadence: Cadence::IntervalUs(10_000), urgent_on_loss: true, features: Features::NONE };
 
 impl AlgorithmSpec for AimdSpec {
     const NAME: &'static str = "aimd";

@@ -18,9 +18,9 @@
 //! and otherwise apply the increase. Not in the fold program because the once-per-RTT guards and the
 //! float divisions need state the shared fold program does not keep.
 
+use crate::cc::{Measurement, WindowParams};
 use crate::contest::{window_control, OncePerRtt};
-use crate::fold::{Cadence, FoldProgram};
-use crate::window::{Measurement, WindowParams};
+use crate::fold::{Cadence, Features, FoldProgram};
 use crate::{AlgorithmSpec, Control, Controller};
 
 /// delay-threshold as an [`AlgorithmSpec`].
@@ -98,7 +98,7 @@ impl DelayThresholdArgs {
 
 /// Report every 10 ms and at once on loss or timeout.
 pub const PROGRAM: FoldProgram =
-    FoldProgram { name: "ccplab_delay_threshold", cadence: Cadence::IntervalUs(10_000), urgent_on_loss: true };
+    FoldProgram { name: "ccplab_delay_threshold", cadence: Cadence::IntervalUs(10_000), urgent_on_loss: true, features: Features::NONE };
 
 impl AlgorithmSpec for DelayThresholdSpec {
     const NAME: &'static str = "delay-threshold";

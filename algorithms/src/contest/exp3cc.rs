@@ -23,9 +23,9 @@
 //! powers come from `contest::{ln, exp, pow}` (pure Rust): the libccp crate's
 //! exported `log` would capture a C-library `log` call (docs/NOTES.md, "libccp's `log` symbol").
 
+use crate::cc::{Measurement, WindowParams};
 use crate::contest::{exp, ln, pow, window_control, SeededRng};
-use crate::fold::{Cadence, FoldProgram};
-use crate::window::{Measurement, WindowParams};
+use crate::fold::{Cadence, Features, FoldProgram};
 use crate::{AlgorithmSpec, Control, Controller};
 
 /// exp3cc as an [`AlgorithmSpec`].
@@ -68,7 +68,7 @@ pub fn schedule(a: &Exp3ccArgs) -> (usize, f64, f64) {
 
 /// Report every 10 ms.
 pub const PROGRAM: FoldProgram =
-    FoldProgram { name: "ccplab_exp3cc", cadence: Cadence::IntervalUs(10_000), urgent_on_loss: false };
+    FoldProgram { name: "ccplab_exp3cc", cadence: Cadence::IntervalUs(10_000), urgent_on_loss: false, features: Features::NONE };
 
 impl AlgorithmSpec for Exp3ccSpec {
     const NAME: &'static str = "exp3cc";

@@ -6,9 +6,9 @@
 //! ignored (the window is `--window` from the first packet); the floor and
 //! ceiling (`--min-cwnd-pkts`, `--max-cwnd-pkts`) still clamp it.
 
+use crate::cc::{Measurement, WindowParams};
 use crate::contest::window_control;
-use crate::fold::{Cadence, FoldProgram};
-use crate::window::{Measurement, WindowParams};
+use crate::fold::{Cadence, Features, FoldProgram};
 use crate::{AlgorithmSpec, Control, Controller};
 
 /// fixed-window as an [`AlgorithmSpec`].
@@ -24,7 +24,7 @@ pub struct FixedWindowArgs {
 
 /// One report per RTT (log only), nothing urgent.
 pub const PROGRAM: FoldProgram =
-    FoldProgram { name: "ccplab_fixed_window", cadence: Cadence::PerRtt(1), urgent_on_loss: false };
+    FoldProgram { name: "ccplab_fixed_window", cadence: Cadence::PerRtt(1), urgent_on_loss: false, features: Features::NONE };
 
 impl AlgorithmSpec for FixedWindowSpec {
     const NAME: &'static str = "fixed-window";
@@ -71,14 +71,9 @@ impl Controller for FixedWindow {
 pub(crate) mod tests {
     use super::*;
 
+    /// [`crate::cc::test_params`] with a ceiling of 100 packets.
     pub(crate) fn params() -> WindowParams {
-        WindowParams {
-            mss_bytes: 1000,
-            init_cwnd_pkts: 10.0,
-            init_ssthresh_pkts: f64::INFINITY,
-            min_cwnd_pkts: 1.0,
-            max_cwnd_pkts: 100.0,
-        }
+        WindowParams { max_cwnd_pkts: 100.0, ..crate::cc::test_params() }
     }
 
     /// A report at `now_ms` acknowledging `acked` packets of [`params`]' 1000-byte MSS, latest RTT `rtt_ms`.

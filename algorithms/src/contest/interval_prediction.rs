@@ -16,9 +16,9 @@
 //! carries one sample per report), not between consecutive ACKs. Before the
 //! first tick the window is the shared `--init-cwnd-pkts`.
 
+use crate::cc::{Measurement, WindowParams};
 use crate::contest::{window_control, TickClock};
-use crate::fold::{Cadence, FoldProgram};
-use crate::window::{Measurement, WindowParams};
+use crate::fold::{Cadence, Features, FoldProgram};
 use crate::{AlgorithmSpec, Control, Controller};
 use std::collections::VecDeque;
 
@@ -78,7 +78,7 @@ impl AlgorithmSpec for IntervalPredictionSpec {
 
     fn program(a: &IntervalPredictionArgs) -> FoldProgram {
         FoldProgram { name: "ccplab_interval_prediction", cadence: Cadence::IntervalUs((a.tick_ms * 1000.0) as u64),
-            urgent_on_loss: false }
+            urgent_on_loss: false, features: Features::NONE }
     }
 }
 

@@ -10,9 +10,9 @@
 
 use crate::contest::window_control;
 use crate::contest::delay_threshold::{DelayThreshold, DelayThresholdArgs, Mode};
-use crate::fold::{Cadence, FoldProgram};
+use crate::fold::{Cadence, Features, FoldProgram};
+use crate::cc::{Measurement, WindowParams};
 use crate::contest::interval_prediction::{IntervalPrediction, IntervalPredictionArgs};
-use crate::window::{Measurement, WindowParams};
 use crate::{AlgorithmSpec, Control, Controller};
 
 /// mixture as an [`AlgorithmSpec`].
@@ -31,7 +31,7 @@ pub struct MixtureArgs {
 
 /// Report every 10 ms and at once on loss or timeout (delay-threshold's cadence).
 pub const PROGRAM: FoldProgram =
-    FoldProgram { name: "ccplab_mixture", cadence: Cadence::IntervalUs(10_000), urgent_on_loss: true };
+    FoldProgram { name: "ccplab_mixture", cadence: Cadence::IntervalUs(10_000), urgent_on_loss: true, features: Features::NONE };
 
 impl AlgorithmSpec for MixtureSpec {
     const NAME: &'static str = "mixture";

@@ -24,7 +24,7 @@ pub mod rocinante;
 pub mod spoderman;
 pub mod sprout_ewma;
 
-use crate::window::{Measurement, WindowParams};
+use crate::cc::{Measurement, WindowParams};
 use crate::Control;
 
 const LN2: f64 = std::f64::consts::LN_2;

@@ -12,9 +12,9 @@
 //! carries the latest and the smallest sample of a report, not a sum. Reports
 //! without an RTT sample are skipped (no error to act on).
 
+use crate::cc::{Measurement, WindowParams};
 use crate::contest::window_control;
-use crate::fold::{Cadence, FoldProgram};
-use crate::window::{Measurement, WindowParams};
+use crate::fold::{Cadence, Features, FoldProgram};
 use crate::{AlgorithmSpec, Control, Controller};
 
 /// pid as an [`AlgorithmSpec`].
@@ -39,7 +39,7 @@ pub struct PidArgs {
 
 /// One report per RTT.
 pub const PROGRAM: FoldProgram =
-    FoldProgram { name: "ccplab_pid", cadence: Cadence::PerRtt(1), urgent_on_loss: false };
+    FoldProgram { name: "ccplab_pid", cadence: Cadence::PerRtt(1), urgent_on_loss: false, features: Features::NONE };
 
 impl AlgorithmSpec for PidSpec {
     const NAME: &'static str = "pid";

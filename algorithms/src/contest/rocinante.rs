@@ -20,9 +20,9 @@
 //! while a report's samples agree. Not in the fold program: a weight of 0.01
 //! is below the fold language's `ewma` resolution (tenths).
 
+use crate::cc::{Measurement, WindowParams};
 use crate::contest::{window_control, Ewma};
-use crate::fold::{Cadence, FoldProgram};
-use crate::window::{Measurement, WindowParams};
+use crate::fold::{Cadence, Features, FoldProgram};
 use crate::{AlgorithmSpec, Control, Controller};
 
 /// rocinante as an [`AlgorithmSpec`].
@@ -50,7 +50,7 @@ pub struct RocinanteArgs {
 
 /// Report every 10 ms.
 pub const PROGRAM: FoldProgram =
-    FoldProgram { name: "ccplab_rocinante", cadence: Cadence::IntervalUs(10_000), urgent_on_loss: true };
+    FoldProgram { name: "ccplab_rocinante", cadence: Cadence::IntervalUs(10_000), urgent_on_loss: true, features: Features::NONE };
 
 impl AlgorithmSpec for RocinanteSpec {
     const NAME: &'static str = "rocinante";

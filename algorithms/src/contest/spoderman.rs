@@ -27,9 +27,9 @@
 //! spans two ticks; the Poisson log-likelihood is used as is). Logarithm and
 //! exponential come from `contest::{ln, exp}` (pure Rust; libccp's `log`).
 
+use crate::cc::{Measurement, WindowParams};
 use crate::contest::{exp, ln, window_control, TickClock};
-use crate::fold::{Cadence, FoldProgram};
-use crate::window::{Measurement, WindowParams};
+use crate::fold::{Cadence, Features, FoldProgram};
 use crate::{AlgorithmSpec, Control, Controller};
 
 /// spoderman as an [`AlgorithmSpec`].
@@ -102,7 +102,7 @@ impl AlgorithmSpec for SpodermanSpec {
 
     fn program(a: &SpodermanArgs) -> FoldProgram {
         FoldProgram { name: "ccplab_spoderman", cadence: Cadence::IntervalUs((a.tick_ms * 1000.0) as u64),
-            urgent_on_loss: false }
+            urgent_on_loss: false, features: Features::NONE }
     }
 }
 

@@ -15,9 +15,9 @@
 //! length (a late report's packets are spread over the ticks it spans).
 //! Nothing runs per ACK: the scheme samples per tick.
 
+use crate::cc::{Measurement, WindowParams};
 use crate::contest::{window_control, TickClock};
-use crate::fold::{Cadence, FoldProgram};
-use crate::window::{Measurement, WindowParams};
+use crate::fold::{Cadence, Features, FoldProgram};
 use crate::{AlgorithmSpec, Control, Controller};
 
 /// sprout-ewma as an [`AlgorithmSpec`].
@@ -88,7 +88,7 @@ impl AlgorithmSpec for SproutEwmaSpec {
 
     fn program(a: &SproutEwmaArgs) -> FoldProgram {
         FoldProgram { name: "ccplab_sprout_ewma", cadence: Cadence::IntervalUs((a.tick_ms * 1000.0) as u64),
-            urgent_on_loss: false }
+            urgent_on_loss: false, features: Features::NONE }
     }
 }
 
