@@ -82,7 +82,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import fcntl
 import json
 import os
 import re
@@ -98,13 +97,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
+import psutil
+
 from . import registry
 from .binaries import REPO_ROOT, bin_dir, project_binary, system_binary
-from .cca import DATAPATH_CA, kernel_ccs
+from .cca import DATAPATH_CA, PORTUS_SOCKET, kernel_ccs
 from .errors import CcplabError
-from .processes import Daemon, child_env, supervised
-# the runner's readiness helpers: start-and-wait, a listener seen by `ss`
-from .run import PORTUS_SOCKET, READY_TIMEOUT_S, _listening, _started
+from .plumbing.locks import netlab_lock
+from .plumbing.netns import (VethPair, listening, namespaces_matching, netns_exec, remove_namespace,
+                             veth_namespaces, wait_no_connections)
+from .plumbing.processes import READY_TIMEOUT_S, Daemon, appears, child_env, run_tool, started, supervised
 
 MODES = ("kernel", "bpf-cubic", "ccp-kernel-fold", "ccp-kernel-interp", "ccp-userspace-fold")
 """Modes in the order they alternate; ``kernel`` is the reference of every ratio."""
@@ -146,6 +148,12 @@ ALGORITHM_PARAMS: dict[str, str] = {"min-report-interval-us": "10000"}
 # ("reno bbr" here; setting cubic fails with EPERM). Inherited, both are paced at 120 % of
 # cwnd/SRTT.
 NAMESPACE_DEFAULT_CA = "reno"
+NAMESPACE_SYSCTLS = (
+    # every run starts from the same state: no ssthresh/cwnd cached from the previous run's
+    # connections to the same address (per namespace, gone with it)
+    ("net.ipv4.tcp_no_metrics_save", "1"),
+    ("net.ipv4.tcp_congestion_control", NAMESPACE_DEFAULT_CA),
+)
 
 # The targets (see the module docstring).
 # The algorithm's per-report log line (target ccp::report) is the lab's instrumentation, not
@@ -158,10 +166,8 @@ EQUAL_THROUGHPUT_TOLERANCE = 0.03  # "equal paced throughput": within 3%
 MAX_BPF_NS_PER_ACK = 1500.0
 MAX_MSGS_PER_RTT = 2.0
 
-NETLAB_LOCK = Path("/tmp/ccplab-netlab.lock")
 BPF_STATS_SYSCTL = Path("/proc/sys/kernel/bpf_stats_enabled")
 PROC_STAT = Path("/proc/stat")
-NETNS_DIR = Path("/var/run/netns")
 NS_PREFIX = "dpbench"
 NS_NAME = re.compile(rf"^{NS_PREFIX}-(snd|rcv)-(\d+)$")
 SENDER_IP, RECEIVER_IP, PREFIX_LEN = "10.203.0.1", "10.203.0.2", 24
@@ -672,17 +678,6 @@ def paced_stream_rate(flows: int, total_mbps: float = PACED_TOTAL_MBPS) -> str:
 
 # ---------------------------------------------------------------- the host side
 
-def _run(argv: Sequence[str], what: str, timeout: float = 30) -> str:
-    done = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=timeout)
-    if done.returncode != 0:
-        raise CcplabError(f"{what} failed (status {done.returncode}): {done.stderr.strip() or done.stdout.strip()}")
-    return done.stdout
-
-
-def _netns_exec(ns: str, *argv) -> list[str]:
-    return ["ip", "netns", "exec", ns, *(str(a) for a in argv)]
-
-
 def preflight(modes: Sequence[str] = DEFAULT_MODES) -> None:
     """CcplabError naming what this host lacks to run the benchmark's ``modes`` (before taking the lock)."""
     if os.geteuid() != 0:
@@ -698,28 +693,6 @@ def preflight(modes: Sequence[str] = DEFAULT_MODES) -> None:
         system_binary("clang")  # compiles the reference CCA
     if "cubic" not in kernel_ccs():
         raise CcplabError("the kernel offers no 'cubic' congestion control (tcp_available_congestion_control)")
-
-
-@contextmanager
-def netlab_lock() -> Iterator[None]:
-    """Hold the host's netlab lock: nothing when this process already runs under ``flock`` on it (an
-    inherited descriptor of the lock file), else take it here, waiting for whoever holds it."""
-    inherited = False
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            inherited |= os.readlink(f"/proc/self/fd/{fd}") == str(NETLAB_LOCK)
-        except OSError:
-            pass
-    if inherited:
-        yield
-        return
-    with open(NETLAB_LOCK, "a") as f:
-        print(f"waiting for the netlab lock {NETLAB_LOCK} ...", file=sys.stderr, flush=True)
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 @contextmanager
@@ -740,7 +713,7 @@ def unregister_reference() -> bool:
     """Unregister the reference CCA if it is registered (a killed benchmark's); True if it was."""
     if REFERENCE_CA not in kernel_ccs():
         return False
-    _run(["bpftool", "struct_ops", "unregister", "name", REFERENCE_CA], f"unregistering {REFERENCE_CA}")
+    run_tool(["bpftool", "struct_ops", "unregister", "name", REFERENCE_CA], f"unregistering {REFERENCE_CA}")
     return True
 
 
@@ -752,81 +725,35 @@ def registered_reference(workdir: Path) -> Iterator[None]:
     obj = workdir / "kfunc_cubic.bpf.o"
     if not obj.exists():
         header = workdir / "vmlinux.h"
-        header.write_text(_run(["bpftool", "btf", "dump", "file", "/sys/kernel/btf/vmlinux", "format", "c"],
-                               "dumping the kernel's BTF as vmlinux.h", timeout=120))
-        _run(["clang", "-O2", "-g", "-target", "bpf", "-mcpu=v3", "-I", str(workdir), "-c",
-              str(REFERENCE_SOURCE), "-o", str(obj)], f"compiling {REFERENCE_SOURCE.name}", timeout=120)
-    _run(["bpftool", "struct_ops", "register", str(obj)], f"registering {REFERENCE_CA}")
+        header.write_text(run_tool(["bpftool", "btf", "dump", "file", "/sys/kernel/btf/vmlinux", "format", "c"],
+                               "dumping the kernel's BTF as vmlinux.h", timeout_s=120))
+        run_tool(["clang", "-O2", "-g", "-target", "bpf", "-mcpu=v3", "-I", str(workdir), "-c",
+              str(REFERENCE_SOURCE), "-o", str(obj)], f"compiling {REFERENCE_SOURCE.name}", timeout_s=120)
+    run_tool(["bpftool", "struct_ops", "register", str(obj)], f"registering {REFERENCE_CA}")
     try:
         yield
     finally:
         unregister_reference()
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _delete_netns(ns: str) -> None:
-    """SIGKILL what still runs in ``ns`` (it keeps the veth alive), then delete it."""
-    pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
-    for pid in pids:
-        try:
-            os.kill(int(pid), signal.SIGKILL)
-        except (ProcessLookupError, ValueError):
-            pass
-    subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-
-
 def remove_stale_namespaces() -> list[str]:
     """Delete namespaces a SIGKILLed benchmark left (``dpbench-*-<pid>`` of a dead pid); their names."""
-    try:
-        names = sorted(p.name for p in NETNS_DIR.iterdir())
-    except FileNotFoundError:
-        return []
-    stale = [n for n in names if (m := NS_NAME.match(n)) and not _pid_alive(int(m.group(2)))]
+    stale = [n for n in namespaces_matching(NS_NAME) if not psutil.pid_exists(int(NS_NAME.match(n).group(2)))]
     for ns in stale:
-        _delete_netns(ns)
+        remove_namespace(ns)
     return stale
 
 
-@contextmanager
-def veth_namespaces() -> Iterator[tuple[str, str]]:
-    """Two fresh namespaces (sender, receiver) joined by a veth pair, MTU 1500, addresses
-    10.203.0.1/24 and .2, TCP metrics not cached; deleted on exit (also when setting them up fails
-    half-way)."""
-    snd, rcv = f"{NS_PREFIX}-snd-{os.getpid()}", f"{NS_PREFIX}-rcv-{os.getpid()}"
-    try:
-        for ns in (snd, rcv):
-            _run(["ip", "netns", "add", ns], f"ip netns add {ns}")
-            _run(["ip", "-n", ns, "link", "set", "lo", "up"], f"lo up in {ns}")
-            # every run starts from the same state: no ssthresh/cwnd cached from the previous run's
-            # connections to the same address (per namespace, gone with it)
-            _run(_netns_exec(ns, "sysctl", "-qw", "net.ipv4.tcp_no_metrics_save=1"), f"tcp_no_metrics_save in {ns}")
-            # a stock host's default: a new namespace inherits the host's (bbr here), whose init
-            # leaves TCP-internal pacing on a socket iperf3 then switches to cubic or ccp
-            _run(_netns_exec(ns, "sysctl", "-qw", f"net.ipv4.tcp_congestion_control={NAMESPACE_DEFAULT_CA}"),
-                 f"default congestion control in {ns}")
-        _run(["ip", "-n", snd, "link", "add", "veth0", "mtu", MTU, "type", "veth",
-              "peer", "name", "veth0", "netns", rcv, "mtu", MTU], "creating the veth pair")
-        for ns, ip in ((snd, SENDER_IP), (rcv, RECEIVER_IP)):
-            _run(["ip", "-n", ns, "addr", "add", f"{ip}/{PREFIX_LEN}", "dev", "veth0"], f"address in {ns}")
-            _run(["ip", "-n", ns, "link", "set", "veth0", "up"], f"veth up in {ns}")
-        yield snd, rcv
-    finally:
-        for ns in (snd, rcv):
-            _delete_netns(ns)
+def bench_namespaces() -> VethPair:
+    """This benchmark's two namespaces (``dpbench-snd-<pid>``, ``dpbench-rcv-<pid>``, so a later
+    benchmark tells a killed one's apart) and their veth pair: MTU 1500, 10.203.0.1/24 and .2."""
+    return VethPair(f"{NS_PREFIX}-snd-{os.getpid()}", f"{NS_PREFIX}-rcv-{os.getpid()}", SENDER_IP, RECEIVER_IP,
+                    PREFIX_LEN, MTU, NAMESPACE_SYSCTLS)
 
 
 def offloads(ns: str) -> str:
     """The sender veth's segmentation/receive offloads as ``tso=on gso=on gro=off`` (ethtool -k), or why not."""
-    done = subprocess.run(_netns_exec(ns, "ethtool", "-k", "veth0"), capture_output=True, text=True)
+    done = subprocess.run(netns_exec(ns, "ethtool", "-k", "veth0"), capture_output=True, text=True)
     if done.returncode != 0:
         return "offloads unknown (ethtool missing or failed)"
     names = {"tcp-segmentation-offload": "tso", "generic-segmentation-offload": "gso",
@@ -840,7 +767,7 @@ def offloads(ns: str) -> str:
 
 
 def _bpftool_progs() -> str:
-    return _run(["bpftool", "-j", "prog", "show"], "bpftool -j prog show")
+    return run_tool(["bpftool", "-j", "prog", "show"], "bpftool -j prog show")
 
 
 @dataclass(frozen=True)
@@ -896,10 +823,10 @@ class Bench:
         self.duration_s = duration_s
         self.window = steady_window(duration_s, omit_s)
         self.algorithm_params = algorithm_params
-        self.snd, self.rcv = stack.enter_context(veth_namespaces())
-        server = Daemon("iperf3 server", _netns_exec(self.rcv, "iperf3", "-s", "-B", RECEIVER_IP, "-p", IPERF_PORT),
+        self.snd, self.rcv = stack.enter_context(veth_namespaces(bench_namespaces()))
+        server = Daemon("iperf3 server", netns_exec(self.rcv, "iperf3", "-s", "-B", RECEIVER_IP, "-p", IPERF_PORT),
                         workdir / "iperf3-server.log", stop_timeout_s=3)
-        stack.enter_context(_started(server, lambda: _listening(self.rcv, IPERF_PORT)))
+        stack.enter_context(started(server, lambda: listening(self.rcv, IPERF_PORT)))
         self.server_pid = server.proc.pid
         self.ksoftirqd_pids = ksoftirqd_pids()
         self.runs = 0
@@ -924,17 +851,15 @@ class Bench:
         log = self.workdir / f"run{self.runs:02d}-{mode}-{flows}-{'paced' if paced else 'full'}-datapath.log"
         with ExitStack() as stack:
             algo = registry.lookup(ALGORITHM)
-            PORTUS_SOCKET.unlink(missing_ok=True)  # its appearance then means this algorithm bound it
-            algorithm = stack.enter_context(_started(
+            algorithm = stack.enter_context(started(
                 Daemon(algo.binary, [*algo.argv(self.algorithm_params), "--ipc", "unix"],
                        log.with_name(log.name.replace("datapath", "algorithm")),
-                       env={"RUST_LOG": ALGORITHM_LOG_FILTER}), PORTUS_SOCKET.exists))
+                       env={"RUST_LOG": ALGORITHM_LOG_FILTER}), appears(PORTUS_SOCKET)))
             first_id = max_prog_id(_bpftool_progs())
             ready = self.workdir / ".datapath-ready.json"
-            ready.unlink(missing_ok=True)
-            datapath = stack.enter_context(_started(Daemon("ccp-datapath", [
+            datapath = stack.enter_context(started(Daemon("ccp-datapath", [
                 project_binary("ccp-datapath"), *DATAPATH_ARGS_OF_MODE[mode], "--congalg", ALGORITHM, "--ready-file", ready,
-            ], log), ready.exists))
+            ], log), appears(ready)))
             result, cpu = self._client(DATAPATH_CA, flows, paced, [datapath.proc.pid, algorithm.proc.pid])
             costs = ccp_prog_costs(_bpftool_progs(), first_id, datapath.proc.pid)
             status = datapath.stop()
@@ -954,24 +879,25 @@ class Bench:
         """Run the iperf3 client; its JSON result and the CPU shares over the steady window (from
         ``omit_s`` after its start to ``WINDOW_TAIL_S`` before its end, :func:`steady_window`) and
         over its whole lifetime."""
-        argv = _netns_exec(self.snd, "iperf3", "-c", RECEIVER_IP, "-p", IPERF_PORT, "-t", self.duration_s,
+        argv = netns_exec(self.snd, "iperf3", "-c", RECEIVER_IP, "-p", IPERF_PORT, "-t", self.duration_s,
                            "-P", flows, "-C", cc, "-J", *(["-b", paced_stream_rate(flows)] if paced else []))
         limit_s = self.duration_s + CLIENT_GRACE_S
         window_start_s, window_end_s = self.window
-        self._wait_server_idle()
+        # iperf3 3.x refuses a client while the server still finishes a test ("the server is busy")
+        wait_no_connections(self.rcv, IPERF_PORT, READY_TIMEOUT_S)
         pids = [self.server_pid, *self.ksoftirqd_pids]
         before, pids_before, daemons_before = cpu_counters(PROC_STAT.read_text()), _cpu_ticks_of(pids), _cpu_ticks_of(daemon_pids)
         child_before = _children_ticks()
-        started = time.monotonic()
+        began = time.monotonic()
         client = subprocess.Popen(supervised(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                   env=child_env())
         try:
             # setpriv and `ip netns exec` exec iperf3: the child's pid is the client's
             time.sleep(window_start_s)  # a measurement window, not a synchronisation
             w0 = self._window_sample(client, pids, daemon_pids)
-            time.sleep(max(0.0, started + window_end_s - time.monotonic()))
+            time.sleep(max(0.0, began + window_end_s - time.monotonic()))
             w1 = self._window_sample(client, pids, daemon_pids)
-            out, err = client.communicate(timeout=max(1.0, started + limit_s - time.monotonic()))
+            out, err = client.communicate(timeout=max(1.0, began + limit_s - time.monotonic()))
         except subprocess.TimeoutExpired:
             raise CcplabError(f"iperf3 client ({flows} flows, {cc}) did not finish within {limit_s:.0f} s") from None
         finally:
@@ -1007,18 +933,6 @@ class Bench:
         daemon_ticks = _cpu_ticks_of(daemon_pids)
         return WindowSample(cpu_counters(PROC_STAT.read_text()),
                             own_ticks=client_ticks + _cpu_ticks_of(pids) + daemon_ticks, daemon_ticks=daemon_ticks)
-
-    def _wait_server_idle(self) -> None:
-        """Until the server has no established connection left from the previous run (iperf3 3.x
-        refuses a client while it still finishes a test: "the server is busy")."""
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while time.monotonic() < deadline:
-            done = subprocess.run(_netns_exec(self.rcv, "ss", "-Htn", "state", "established",
-                                              f"( sport = :{IPERF_PORT} )"), capture_output=True, text=True)
-            if not done.stdout.strip():
-                return
-            time.sleep(0.05)  # poll interval of a bounded wait
-        raise CcplabError(f"the iperf3 server still had connections {READY_TIMEOUT_S:.0f} s after a run")
 
     @staticmethod
     def _checked(result: dict, cc: str, flows: int) -> IperfFigures:
