@@ -9,26 +9,18 @@ import os
 import statistics
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
-from ccplab.dpbench import cli, measure, targets
+from ccplab.dpbench import cli, host, measure, targets
 from ccplab.dpbench import plan as runs
 from ccplab.errors import CcplabError
 
-# Shaped like the datapath's exit summary (datapath/src/main.rs `summary`), tracing prefix included.
-SUMMARY_USERSPACE = (
-    "2026-11-22T19:40:01.5Z  INFO ccp_datapath: flows=10 (bpf ids 10) active=0 resynced=0 invokes=420000 "
-    "commands=9000 skipped_invalid=12 unknown_flow_acks=30 bpf: command_acks=419000 fallback_acks=5 "
-    "dropped_events=0 bad_records=0 refused_msgs=0 untrusted_msgs=0 per-ACK user cost us: mean=1.200 "
-    "p50=0.900 p99=9.100; event->command us: p50=96.000 p99=2700.500 (n=9000) kernel fold: invocations=0 "
-    "aborted=0 reports=0 reports_dropped=0 installs=0 staged=0 refused=0")
-SUMMARY_KERNEL = (
-    "2026-11-22T19:41:01.5Z  INFO ccp_datapath: flows=0 (bpf ids 10) active=0 resynced=0 invokes=0 commands=0 "
-    "skipped_invalid=0 unknown_flow_acks=0 bpf: command_acks=0 fallback_acks=7 dropped_events=0 bad_records=0 "
-    "refused_msgs=0 untrusted_msgs=0 per-ACK user cost us: mean=- p50=- p99=-; event->command us: p50=- p99=- "
-    "(n=0) kernel fold: invocations=500000 aborted=0 reports=16000 reports_dropped=3 installs=2 staged=15990 "
-    "refused=0 report->cwnd us: p50=55.125 p99=812.000 (n=15990)")
+DATA = Path(__file__).parent / "data"
+# What `ccp-datapath --stats-file` writes at exit (the figures of its exit summary line), one run per fold mode.
+STATS_USERSPACE = DATA / "datapath-stats-userspace.json"
+STATS_KERNEL = DATA / "datapath-stats-kernel.json"
 
 PROC_STAT = """cpu  100 10 50 800 40 5 5 0 7 0
 cpu0 50 5 25 400 20 2 3 0 3 0
@@ -136,28 +128,61 @@ def test_bpf_ns_per_ack_none_when_cong_control_never_ran_and_bad_json_is_an_erro
         measure.ccp_prog_costs("{}", after_id=0)
 
 
-def test_summary_fields_by_label():
-    assert measure.summary_line("noise\n" + SUMMARY_USERSPACE + "\nbye\n") == SUMMARY_USERSPACE
-    assert measure.summary_field(SUMMARY_USERSPACE, "invokes") == 420000
-    assert measure.summary_field(SUMMARY_USERSPACE, "p50") == pytest.approx(0.9), "first p50: per-ACK user cost"
-    assert measure.summary_field(SUMMARY_USERSPACE, "p99", "event->command us:") == pytest.approx(2700.5)
-    assert measure.summary_field(SUMMARY_KERNEL, "refused") == 0, "refused_msgs= is not refused="
-    assert measure.summary_field(SUMMARY_KERNEL, "p50", "event->command us:") is None, "'-' is no sample"
-    assert measure.summary_field(SUMMARY_USERSPACE, "p50", "report->cwnd us:") is None, "label not logged"
-    with pytest.raises(CcplabError, match="no summary line"):
-        measure.summary_line("INFO registered; ready\n")
-    with pytest.raises(CcplabError, match="not a number"):
-        measure.summary_field("x invokes=abc", "invokes")
-
-
 def test_crossing_messages_and_latency_per_fold_mode():
-    assert measure.crossing_messages(SUMMARY_USERSPACE, "userspace") == 420000 + 30
-    assert measure.crossing_messages(SUMMARY_KERNEL, "kernel") == 16000
-    assert measure.command_latency_us(SUMMARY_USERSPACE, "userspace") == (pytest.approx(96.0), pytest.approx(2700.5))
-    assert measure.command_latency_us(SUMMARY_KERNEL, "kernel") == (pytest.approx(55.125), pytest.approx(812.0))
-    assert measure.command_latency_us(SUMMARY_USERSPACE, "kernel") == (None, None)
-    with pytest.raises(CcplabError, match="kernel fold:reports"):
-        measure.crossing_messages("flows=1 invokes=3 kernel fold: invocations=1", "kernel")
+    user, kernel = measure.datapath_stats(STATS_USERSPACE), measure.datapath_stats(STATS_KERNEL)
+    assert measure.crossing_messages(user, "userspace") == 420000 + 30
+    assert measure.crossing_messages(kernel, "kernel") == 16000
+    assert measure.command_latency_us(user, "userspace") == (pytest.approx(96.0), pytest.approx(2700.5))
+    assert measure.command_latency_us(kernel, "kernel") == (pytest.approx(55.125), pytest.approx(812.0))
+    assert measure.command_latency_us(user, "kernel") == (None, None), "null: no sample"
+    assert measure.command_latency_us(kernel, "userspace") == (None, None)
+
+
+def test_datapath_stats_name_the_file_and_the_key_that_is_missing_or_wrong(tmp_path):
+    stats = json.loads(STATS_KERNEL.read_text())
+    path = tmp_path / "stats.json"
+    with pytest.raises(CcplabError, match=f"{path} is missing .*exits cleanly"):
+        measure.datapath_stats(path)
+    path.write_text("{")
+    with pytest.raises(CcplabError, match=f"{path}: not JSON"):
+        measure.datapath_stats(path)
+    path.write_text("[]")
+    with pytest.raises(CcplabError, match=f"{path}: the file is not a JSON object"):
+        measure.datapath_stats(path)
+    for key, broken, why in (
+            ("invokes", None, "no key 'invokes'"),
+            ("kernel_fold", {k: v for k, v in stats["kernel_fold"].items() if k != "reports"},
+             "no key 'kernel_fold.reports'"),
+            ("kernel_fold", 3, "kernel_fold is not a JSON object"),
+            ("invokes", 1.5, "invokes is 1.5, not a whole number"),
+            ("invokes", True, "invokes is True, not a whole number"),
+            ("commands", None, "commands is None, not a whole number"),
+            ("report_to_cwnd_us", {**stats["report_to_cwnd_us"], "p99": "812"},
+             "report_to_cwnd_us.p99 is '812', not a number of us or null")):
+        changed = {**stats, key: broken}
+        if broken is None and why.startswith("no key"):
+            del changed[key]
+        path.write_text(json.dumps(changed))
+        with pytest.raises(CcplabError, match=f"{path}: ") as err:
+            measure.datapath_stats(path)
+        assert why in str(err.value), (why, str(err.value))
+    path.write_text(json.dumps({**stats, "added_later": 1}))
+    assert measure.datapath_stats(path)["kernel_fold"]["reports"] == 16000, "keys beyond the schema are allowed"
+
+
+def test_the_fixtures_have_exactly_the_schemas_keys():
+    def keys(d, where=""):
+        return {f"{where}{k}" for k in d} | {
+            k for key, v in d.items() if isinstance(v, dict) for k in keys(v, f"{where}{key}.")}
+    for path in (STATS_USERSPACE, STATS_KERNEL):
+        assert keys(json.loads(path.read_text())) == keys(measure.STATS_SCHEMA), path
+
+
+def test_each_ccp_run_asks_the_datapath_for_its_stats_file(tmp_path, needs_binaries):
+    argv = host.datapath_argv("ccp-kernel-interp", tmp_path / "ready.json", tmp_path / "s.json")
+    assert argv[argv.index("--stats-file") + 1] == str(tmp_path / "s.json")
+    assert argv[argv.index("--ready-file") + 1] == str(tmp_path / "ready.json")
+    assert argv[1:5] == ["--fold", "kernel", "--fold-jit", "false"]
 
 
 def test_per_flow_rates():

@@ -48,13 +48,12 @@ after; ``run_time_ns / run_cnt`` of the datapath's ``ccp_cong_control``
 from ``bpftool -j prog show``, and the time of its struct_ops programs
 that run per ACK, i.e. all but ``init`` and ``release``, per ``cong_control`` call; the JSON also
 has each program's share, those two included); messages crossing from the kernel to user
-space (the datapath's exit summary: per-ACK snapshots ``invokes`` +
-``unknown_flow_acks`` in ``--fold userspace``, ``kernel fold: reports=`` in
-``--fold kernel``; create/release/state events are not counted) per second
-per flow and per RTT per flow (RTT: mean of iperf3's per-stream sender
-``mean_rtt``); and the latency from kernel record to command: ``report->cwnd
-us: p50 p99`` of the summary in ``--fold kernel`` (n/a while the datapath does
-not log it) and ``event->command us: p50 p99`` in ``--fold userspace``.
+space (the JSON the datapath writes at exit with ``--stats-file``, ``measure.STATS_SCHEMA``:
+per-ACK snapshots ``invokes`` + ``unknown_flow_acks`` in ``--fold userspace``,
+``kernel_fold.reports`` in ``--fold kernel``; create/release/state events are not counted) per
+second per flow and per RTT per flow (RTT: mean of iperf3's per-stream sender ``mean_rtt``); and
+the latency from kernel record to command: ``report_to_cwnd_us`` p50 and p99 of the stats in
+``--fold kernel`` and ``event_to_command_us`` in ``--fold userspace`` (n/a without a sample).
 
 Targets for ``--fold kernel``, shown as ratios with PASS/MISS (medians over the
 repetitions; a ratio is the median of the per-repetition ratios, see ``evaluate_targets``):

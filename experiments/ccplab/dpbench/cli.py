@@ -19,7 +19,7 @@ from ..binaries import REPO_ROOT, bin_dir
 from ..cca import DATAPATH_CA, kernel_ccs
 from ..errors import CcplabError
 from ..plumbing.locks import netlab_lock
-from .host import MTU, Bench, bpf_stats_enabled, offloads, preflight, remove_stale_namespaces, unregister_reference
+from .host import MTU, STATS_SUFFIX, Bench, bpf_stats_enabled, offloads, preflight, remove_stale_namespaces, unregister_reference
 from .measure import Measurement, background_busy, load_measurements
 from .plan import (ALGORITHM, ALGORITHM_LOG_FILTER, ALGORITHM_PARAMS, DEFAULT_MODES, FLOWS, LOADS, MODES, OMIT_S,
                    PACED_TOTAL_MBPS, REFERENCE_CA, WINDOW_TAIL_S, run_plan, steady_window)
@@ -92,7 +92,7 @@ def run_bench(args: argparse.Namespace) -> int:
 
 def _copy_logs(workdir: Path, dest: Path) -> None:
     dest.mkdir(parents=True, exist_ok=True)
-    for p in workdir.glob("*.log"):
+    for p in [*workdir.glob("*.log"), *workdir.glob(f"*-{STATS_SUFFIX}")]:
         (dest / p.name).write_bytes(p.read_bytes())
 
 
@@ -170,7 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"a flag of ccp-algorithms {ALGORITHM} (without --) over ALGORITHM_PARAMS "
                         f"{ALGORITHM_PARAMS}; repeatable; printed in the header")
     p.add_argument("--json", type=Path, help="also write every measurement to this JSON file")
-    p.add_argument("--keep-logs", type=Path, metavar="DIR", help="copy the daemons' logs into DIR")
+    p.add_argument("--keep-logs", type=Path, metavar="DIR",
+                   help="copy the daemons' logs and the datapath's stats files into DIR")
     p.add_argument("--from", dest="from_json", type=Path, metavar="JSON",
                    help="run nothing: print the tables and targets of a run saved with --json")
     return p

@@ -23,8 +23,8 @@ from ..plumbing.netns import (VethPair, listening, namespaces_matching, netns_ex
 from ..plumbing.processes import READY_TIMEOUT_S, Daemon, appears, child_env, run_tool, started, supervised
 from .measure import (PROC_STAT, IperfFigures, Measurement, RunCpu, WindowSample, bpf_ns_per_ack,
                       bpf_ns_per_ack_by_prog, busy_fraction, ccp_prog_costs, children_ticks, command_latency_us,
-                      cpu_counters, cpu_ticks_of, crossing_messages, iperf_figures, ksoftirqd_pids, max_prog_id,
-                      own_fraction, per_flow_rates, reference_costs, reference_ns_per_ack, summary_line)
+                      cpu_counters, cpu_ticks_of, crossing_messages, datapath_stats, iperf_figures, ksoftirqd_pids, max_prog_id,
+                      own_fraction, per_flow_rates, reference_costs, reference_ns_per_ack)
 from .plan import (ALGORITHM, ALGORITHM_LOG_FILTER, DATAPATH_ARGS_OF_MODE, DEFAULT_MODES, FOLD_OF_MODE,
                    NAMESPACE_SYSCTLS, OMIT_S, REFERENCE_CA, REFERENCE_MODE, REFERENCE_SOURCE, paced_stream_rate,
                    steady_window)
@@ -36,6 +36,8 @@ SENDER_IP, RECEIVER_IP, PREFIX_LEN = "10.203.0.1", "10.203.0.2", 24
 MTU = 1500
 IPERF_PORT = 5201
 CLIENT_GRACE_S = 30.0
+STATS_SUFFIX = "datapath-stats.json"
+"""How each ccp run's stats file (``ccp-datapath --stats-file``) is named in the work directory, after the run."""
 
 
 def preflight(modes: Sequence[str] = DEFAULT_MODES) -> None:
@@ -130,6 +132,13 @@ def _bpftool_progs() -> str:
     return run_tool(["bpftool", "-j", "prog", "show"], "bpftool -j prog show")
 
 
+def datapath_argv(mode: str, ready_file: Path, stats_file: Path) -> list[str]:
+    """ccp-datapath's command line for a run of ``mode`` (a ccp mode): its fold flags, the algorithm,
+    the file whose appearance says it is ready and the stats file it writes at exit (`datapath_stats`)."""
+    return [str(project_binary("ccp-datapath")), *DATAPATH_ARGS_OF_MODE[mode], "--congalg", ALGORITHM,
+            "--ready-file", str(ready_file), "--stats-file", str(stats_file)]
+
+
 class Bench:
     """The host side of one benchmark: namespaces, a persistent iperf3 server, and per run the
     Portus algorithm and ccp-datapath (fresh per run, so their counters cover that run only)."""
@@ -166,6 +175,7 @@ class Bench:
             return Measurement(mode, flows, paced, rep, fig.gbps, cpu.busy, cpu.own, fig.mean_rtt_us,
                                own_cpu_run=cpu.own_run)
         log = self.workdir / f"run{self.runs:02d}-{mode}-{flows}-{'paced' if paced else 'full'}-datapath.log"
+        stats_file = log.with_name(log.name.replace("datapath.log", STATS_SUFFIX))
         with ExitStack() as stack:
             algo = registry.lookup(ALGORITHM)
             algorithm = stack.enter_context(started(
@@ -174,20 +184,19 @@ class Bench:
                        env={"RUST_LOG": ALGORITHM_LOG_FILTER}), appears(PORTUS_SOCKET)))
             first_id = max_prog_id(_bpftool_progs())
             ready = self.workdir / ".datapath-ready.json"
-            datapath = stack.enter_context(started(Daemon("ccp-datapath", [
-                project_binary("ccp-datapath"), *DATAPATH_ARGS_OF_MODE[mode], "--congalg", ALGORITHM, "--ready-file", ready,
-            ], log), appears(ready)))
+            datapath = stack.enter_context(started(
+                Daemon("ccp-datapath", datapath_argv(mode, ready, stats_file), log), appears(ready)))
             result, cpu = self._client(DATAPATH_CA, flows, paced, [datapath.proc.pid, algorithm.proc.pid])
             costs = ccp_prog_costs(_bpftool_progs(), first_id, datapath.proc.pid)
             status = datapath.stop()
         fig = self._checked(result, DATAPATH_CA, flows)
         if status != 0:
             raise CcplabError(f"ccp-datapath exited with status {status}:\n{datapath.log_tail()}")
-        line = summary_line(log.read_text(errors="replace"))
+        stats = datapath_stats(stats_file)
         cc_ns, all_ns = bpf_ns_per_ack(costs)
         by_prog = bpf_ns_per_ack_by_prog(costs)
-        per_s, per_rtt = per_flow_rates(crossing_messages(line, fold), fig.seconds, flows, fig.mean_rtt_us)
-        p50, p99 = command_latency_us(line, fold)
+        per_s, per_rtt = per_flow_rates(crossing_messages(stats, fold), fig.seconds, flows, fig.mean_rtt_us)
+        p50, p99 = command_latency_us(stats, fold)
         return Measurement(mode, flows, paced, rep, fig.gbps, cpu.busy, cpu.own, fig.mean_rtt_us, cpu.daemons,
                            cc_ns, all_ns, per_s, per_rtt, p50, p99, by_prog,
                            own_cpu_run=cpu.own_run, daemons_cpu_run=cpu.daemons_run)

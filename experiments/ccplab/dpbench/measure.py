@@ -1,12 +1,11 @@
 """The figures of one benchmark run, from what the host and the tools report: /proc/stat and
 schedstat (CPU), ``bpftool -j prog show`` (BPF time), iperf3's JSON (throughput, RTT) and the
-datapath's exit summary (messages, command latency); `Measurement` holds them."""
+datapath's stats file (messages, command latency); `Measurement` holds them."""
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import resource
 import statistics
 import time
@@ -193,56 +192,81 @@ def bpf_ns_per_ack_by_prog(costs: Sequence[ProgCost]) -> dict[str, float] | None
     return out
 
 
-def summary_line(datapath_log: str) -> str:
-    """The datapath's last summary line (the one it logs at exit, containing ``kernel fold:``).
+_COUNT, _US = "a whole number", "a number of us or null"
+STATS_SCHEMA: dict = {
+    **dict.fromkeys(["flows_created", "bpf_flow_ids", "active", "resynced", "invokes", "commands",
+                     "skipped_invalid", "unknown_flow_acks", "bad_records", "refused_msgs", "untrusted_msgs"], _COUNT),
+    "bpf": dict.fromkeys(["command_acks", "fallback_acks", "guard_fallbacks", "cwnd_clamped", "rate_floored",
+                          "dropped_events"], _COUNT),
+    "outbox": dict.fromkeys(["deferred", "peak", "dropped"], _COUNT),
+    "user_ack_cost_us": dict.fromkeys(["mean", "p50", "p99"], _US),
+    "event_to_command_us": {"p50": _US, "p99": _US, "n": _COUNT},
+    "kernel_fold": dict.fromkeys(["invocations", "compiled_runs", "aborted", "reports", "reports_dropped",
+                                  "no_state_flows", "installs", "compiled", "interpreted", "staged", "refused",
+                                  "evictions_refused", "replaced_unused"], _COUNT),
+    "report_to_cwnd_us": {"p50": _US, "p99": _US, "n": _COUNT},
+}
+"""The JSON object ``ccp-datapath --stats-file PATH`` writes at exit: the figures of its exit summary
+line, counters as integers, microsecond figures as numbers or null where the line prints ``n/a`` (no
+sample). Keys beyond these are allowed (read by nothing here)."""
 
-    Raises CcplabError when the log has none (the datapath did not exit cleanly).
+
+def datapath_stats(path: Path) -> dict:
+    """The datapath's stats file (`STATS_SCHEMA`), checked: every key present with a value of its kind.
+
+    Raises CcplabError naming ``path`` when it is missing or unreadable (the datapath writes it when it
+    exits cleanly) or not JSON, and naming ``path`` and the key (``kernel_fold.reports``) when a key is
+    missing or its value is not of its kind.
     """
-    lines = [line for line in datapath_log.splitlines() if "kernel fold:" in line and "invokes=" in line]
-    if not lines:
-        raise CcplabError("the datapath logged no summary line (did it exit cleanly?)")
-    return lines[-1]
-
-
-def summary_field(line: str, key: str, after: str = "") -> float | None:
-    """Value of ``key=V`` in a summary line, the first one after the label ``after`` (e.g.
-    ``"kernel fold:"``); None when the value is ``-`` (no sample) or the key/label is absent.
-
-    Raises CcplabError when the value is neither a number nor ``-``.
-    """
-    start = line.find(after) if after else 0
-    if start < 0:
-        return None
-    m = re.search(rf"(?<![\w>-]){re.escape(key)}=([^\s,;]+)", line[start + len(after):])
-    if m is None or m.group(1) == "-":
-        return None
     try:
-        return float(m.group(1))
-    except ValueError:
-        raise CcplabError(f"datapath summary: {key}={m.group(1)!r} is not a number") from None
+        stats = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise CcplabError(f"datapath stats file {path} is missing (ccp-datapath writes it when it exits "
+                          "cleanly, with --stats-file)") from None
+    except OSError as exc:
+        raise CcplabError(f"datapath stats file {path}: cannot read it: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise CcplabError(f"datapath stats file {path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    _check_stats(stats, STATS_SCHEMA, path, "")
+    return stats
 
 
-def crossing_messages(line: str, fold: str) -> int:
-    """Kernel-to-user-space records of one datapath run, from its summary line: per-ACK snapshots
-    in ``--fold userspace`` (``invokes`` + ``unknown_flow_acks``), reports in ``--fold kernel``.
-
-    Raises CcplabError when a needed counter is missing.
-    """
-    keys = [("invokes", ""), ("unknown_flow_acks", "")] if fold == "userspace" else [("reports", "kernel fold:")]
-    total = 0
-    for key, after in keys:
-        v = summary_field(line, key, after)
-        if v is None:
-            raise CcplabError(f"datapath summary has no {after}{key}= counter: {line[-200:]}")
-        total += int(v)
-    return total
+def _check_stats(value: object, schema: dict, path: Path, where: str) -> None:
+    if not isinstance(value, dict):
+        raise CcplabError(f"datapath stats file {path}: {where or 'the file'} is not a JSON object")
+    for key, kind in schema.items():
+        name = f"{where}.{key}" if where else key
+        if key not in value:
+            raise CcplabError(f"datapath stats file {path}: no key {name!r}")
+        v = value[key]
+        if isinstance(kind, dict):
+            _check_stats(v, kind, path, name)
+        elif not _of_kind(v, kind):
+            raise CcplabError(f"datapath stats file {path}: {name} is {v!r}, not {kind}")
 
 
-def command_latency_us(line: str, fold: str) -> tuple[float | None, float | None]:
-    """(p50, p99) in us from the kernel record to the command reaching the kernel: ``report->cwnd
-    us:`` in ``--fold kernel``, ``event->command us:`` in ``--fold userspace``; None when not logged."""
-    label = "report->cwnd us:" if fold == "kernel" else "event->command us:"
-    return summary_field(line, "p50", label), summary_field(line, "p99", label)
+def _of_kind(value: object, kind: str) -> bool:
+    whole = isinstance(value, int) and not isinstance(value, bool)  # JSON true is not a count
+    if kind == _COUNT:
+        return whole and value >= 0
+    return value is None or whole or isinstance(value, float)
+
+
+def crossing_messages(stats: dict, fold: str) -> int:
+    """Kernel-to-user-space records of one datapath run, from its stats (`datapath_stats`): per-ACK
+    snapshots in ``--fold userspace`` (``invokes`` + ``unknown_flow_acks``), reports in ``--fold
+    kernel`` (``kernel_fold.reports``)."""
+    if fold == "userspace":
+        return stats["invokes"] + stats["unknown_flow_acks"]
+    return stats["kernel_fold"]["reports"]
+
+
+def command_latency_us(stats: dict, fold: str) -> tuple[float | None, float | None]:
+    """(p50, p99) in us from the kernel record to the command reaching the kernel, from the datapath's
+    stats (`datapath_stats`): ``report_to_cwnd_us`` in ``--fold kernel``, ``event_to_command_us`` in
+    ``--fold userspace``; None where there was no sample."""
+    lat = stats["report_to_cwnd_us" if fold == "kernel" else "event_to_command_us"]
+    return lat["p50"], lat["p99"]
 
 
 @dataclass(frozen=True)
