@@ -84,7 +84,7 @@ from pathlib import Path
 from typing import Sequence
 
 import transient
-from transient.atomic import write_atomic
+from ccplab_util.atomic import write_atomic
 
 from . import registry
 from .binaries import REPO_ROOT, project_binary, system_binary

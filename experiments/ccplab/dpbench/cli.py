@@ -15,6 +15,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Sequence
 
+from ccplab_util.atomic import write_atomic
+
 from ..binaries import REPO_ROOT, bin_dir
 from ..cca import DATAPATH_CA, kernel_ccs
 from ..errors import CcplabError
@@ -85,7 +87,7 @@ def run_bench(args: argparse.Namespace) -> int:
           "event->command (userspace fold), us.")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps([asdict(m) for m in measurements], indent=1))
+        write_atomic(args.json, json.dumps([asdict(m) for m in measurements], indent=1))
         print(f"measurements: {args.json}")
     return 0
 

@@ -88,9 +88,9 @@ def registered_reference(workdir: Path) -> Iterator[None]:
     if not obj.exists():
         header = workdir / "vmlinux.h"
         header.write_text(run_tool(["bpftool", "btf", "dump", "file", "/sys/kernel/btf/vmlinux", "format", "c"],
-                               "dumping the kernel's BTF as vmlinux.h", timeout_s=120))
+                                   "dumping the kernel's BTF as vmlinux.h", timeout_s=120))
         run_tool(["clang", "-O2", "-g", "-target", "bpf", "-mcpu=v3", "-I", str(workdir), "-c",
-              str(REFERENCE_SOURCE), "-o", str(obj)], f"compiling {REFERENCE_SOURCE.name}", timeout_s=120)
+                  str(REFERENCE_SOURCE), "-o", str(obj)], f"compiling {REFERENCE_SOURCE.name}", timeout_s=120)
     run_tool(["bpftool", "struct_ops", "register", str(obj)], f"registering {REFERENCE_CA}")
     try:
         yield
@@ -206,7 +206,7 @@ class Bench:
         ``omit_s`` after its start to ``WINDOW_TAIL_S`` before its end, :func:`steady_window`) and
         over its whole lifetime."""
         argv = netns_exec(self.snd, "iperf3", "-c", RECEIVER_IP, "-p", IPERF_PORT, "-t", self.duration_s,
-                           "-P", flows, "-C", cc, "-J", *(["-b", paced_stream_rate(flows)] if paced else []))
+                          "-P", flows, "-C", cc, "-J", *(["-b", paced_stream_rate(flows)] if paced else []))
         limit_s = self.duration_s + CLIENT_GRACE_S
         window_start_s, window_end_s = self.window
         # iperf3 3.x refuses a client while the server still finishes a test ("the server is busy")
