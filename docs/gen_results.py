@@ -145,7 +145,7 @@ def render_datapath(json_path: Path, commit: str) -> str:
     return (_header("datapath", json_path, commit, "`make bench` (or `python -m ccplab.dpbench --json FILE` "
                     "under the host lock), then `python docs/gen_results.py datapath FILE`.")
             + "What each column and target means: [The datapath](../datapath.md#performance) and the "
-              "docstring of `experiments/ccplab/dpbench.py`.\n\n"
+              "docstring of `experiments/ccplab/dpbench/__init__.py`.\n\n"
             + "```text\n" + out.stdout.rstrip() + "\n```\n")
 
 

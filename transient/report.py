@@ -44,7 +44,7 @@ from . import plots, stats
 from .analyze import RUN_COLUMNS, STEP_COLUMNS
 from .flows import COEXISTENCE_METRICS, coexistence_pairs, coexistence_summary
 from .flows import harm as flow_harm
-from .atomic import write_atomic
+from ccplab_util.atomic import write_atomic
 from .series import SERIES_COLUMNS
 
 OVERVIEW_RUN_METRICS = ["throughput_mbps", "p95_queueing_delay_ms", "power_score"]

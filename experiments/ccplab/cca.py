@@ -39,6 +39,8 @@ _EXTERNAL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")  # ccp-datapat
 _ENV_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 PORTUS_DIR = Path("/tmp/ccp")
 DEFAULT_IPC_NAME = "portus"
+PORTUS_SOCKET = PORTUS_DIR / DEFAULT_IPC_NAME
+"""The suite's Portus socket (an algorithm binds it unless told another ``--ipc-name``)."""
 EXTERNAL_KIND = "portus"
 DATAPATH_KINDS = ("ccp", EXTERNAL_KIND)
 

@@ -1,12 +1,12 @@
 """What a killed run leaves behind, how the next run notices it, and ``ccplab clean``.
 
-A run's daemons die with it (``processes.supervised``: PR_SET_PDEATHSIG), and
+A run's daemons die with it (``plumbing.processes.supervised``: PR_SET_PDEATHSIG), and
 the link always has a duration, so a SIGKILLed ``ccplab run`` normally leaves
 only its ``.partial`` directory. What can still be left, and how it is told
 apart from a run that is alive:
 
     processes    carry ``CCPLAB_RUNNER_PID=<pid>`` in their environment (set by
-                 ``processes``); left over when that runner is dead.
+                 ``plumbing.processes``); left over when that runner is dead.
     namespaces   named like ccplab-link's (rattan's ``ns-left-<id>``,
                  ``ns-rattan-<id>``, ``ns-right-<id>``, 6 characters) while no
                  ccplab-link process is alive.
@@ -24,7 +24,6 @@ directories beside its own output itself (they are incomplete by definition).
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import signal
@@ -35,11 +34,10 @@ from typing import Iterable
 
 import psutil
 
-from .cca import DATAPATH_CA, kernel_ccs
-from .processes import RUNNER_ENV
+from .cca import DATAPATH_CA, PORTUS_SOCKET, kernel_ccs
+from .plumbing.netns import namespaces_matching, remove_namespace
+from .plumbing.processes import RUNNER_ENV
 
-PORTUS_SOCKET = Path("/tmp/ccp/portus")
-NETNS_DIR = Path("/var/run/netns")
 LINK_NETNS = re.compile(r"^ns-(left|rattan|right)-[A-Za-z0-9]{6}$")
 PARTIAL_DIR = re.compile(r"^\..+\.partial-(\d+)$")
 DATAPATH_SOCKET = re.compile(r"^ccp-datapath-(\d+)$")
@@ -85,7 +83,7 @@ def find_leftovers(result_dirs: Iterable[Path] = ()) -> Leftovers:
     procs = list(psutil.process_iter(["pid", "name", "environ"]))
     orphans = [p for p in procs if _runner_pid(p) is not None and not psutil.pid_exists(_runner_pid(p))]
     names = {_name(p) for p in procs}
-    namespaces = [] if LINK_PROCESS in names else _link_namespaces()
+    namespaces = [] if LINK_PROCESS in names else namespaces_matching(LINK_NETNS)
     ccp = DATAPATH_PROCESS not in names and DATAPATH_CA in kernel_ccs()
     ccp_alive = any(n.startswith("ccp-") for n in names)  # an algorithm or datapath still owns the socket
     socket = PORTUS_SOCKET if PORTUS_SOCKET.exists() and not ccp_alive else None
@@ -154,29 +152,6 @@ def clean(leftovers: Leftovers) -> list[str]:
         shutil.rmtree(path, ignore_errors=True)
         done.append(f"removed partial run directory {path}")
     return done
-
-
-def _link_namespaces() -> list[str]:
-    try:
-        return sorted(p.name for p in NETNS_DIR.iterdir() if LINK_NETNS.match(p.name))
-    except FileNotFoundError:
-        return []
-
-
-def remove_namespace(ns: str) -> None:
-    """Stop what runs in network namespace ``ns`` and delete it (no error if it is gone already)."""
-    _kill_namespace_processes(ns)
-    subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-
-
-def _kill_namespace_processes(ns: str) -> None:
-    """SIGKILL what still runs in ``ns`` (it would keep the namespace's veths alive after deletion)."""
-    done = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
-    for pid in done.stdout.split():
-        try:
-            os.kill(int(pid), signal.SIGKILL)
-        except (ProcessLookupError, ValueError):
-            pass
 
 
 def _unregister_ccp() -> str:

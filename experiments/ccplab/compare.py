@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from transient.atomic import write_atomic
+from ccplab_util.atomic import write_atomic
 
 from . import scenario as sc
 from .cca import Cca

@@ -61,7 +61,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Sequence
 
-from transient.atomic import write_atomic
+from ccplab_util.atomic import write_atomic
 
 from . import registry
 from .binaries import REPO_ROOT

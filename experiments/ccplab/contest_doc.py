@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from ccplab_util.atomic import write_atomic
+
 from .contest import leaderboard
 from .errors import CcplabError
 from .scenario import DATAPATH_SETTINGS
@@ -213,8 +215,6 @@ def _receiver_pairs(boards: Sequence[ContestResult]) -> dict:
 
 def contest_doc_command(dirs: Sequence[Path], out: Path | None) -> str:
     """Render the page of ``dirs``; write it to ``out`` (atomically) when given. Returns the page."""
-    from transient.atomic import write_atomic
-
     page = render([load(d) for d in dirs])
     if out is not None:
         write_atomic(out, page)

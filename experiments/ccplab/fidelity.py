@@ -44,6 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from ccplab_util.atomic import write_atomic
+
 from .binaries import REPO_ROOT
 from .cca import parse_cca
 from .errors import CcplabError
@@ -295,7 +297,6 @@ def merge_results(sources: Sequence[Path], algorithms: Sequence[str]) -> list[di
 def write_outputs(out: Path, rows: list[dict]) -> tuple[Path, Path]:
     """fidelity.csv and fidelity.html in ``out`` (written atomically)."""
     import pandas as pd
-    from transient.atomic import write_atomic
 
     frame = pd.DataFrame(rows, columns=CSV_COLUMNS)
     csv_path, html_path = out / "fidelity.csv", out / "fidelity.html"

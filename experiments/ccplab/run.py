@@ -19,7 +19,7 @@ when the run succeeded, so a failed or interrupted run leaves nothing
 half-written in the results.
 
 A run killed outright (SIGKILL) still cleans up: its daemons die with it
-(``processes.supervised``) and the link always has a duration
+(``plumbing.processes.supervised``) and the link always has a duration
 (``link_duration_s``). The next run's preflight refuses to start on anything
 a killed run left on the host, naming ``ccplab clean``, and removes stale
 partial directories beside its own output (see ``ccplab.cleanup``).
@@ -84,25 +84,24 @@ from pathlib import Path
 from typing import Sequence
 
 import transient
-from transient.atomic import write_atomic
+from ccplab_util.atomic import write_atomic
 
 from . import registry
 from .binaries import REPO_ROOT, project_binary, system_binary
-from .cca import Cca, DATAPATH_CA, kernel_ccs
+from .cca import Cca, DATAPATH_CA, PORTUS_SOCKET, kernel_ccs
 from .flows import BASE_PORT, FlowSpec, check_flows, flows_label, port_of, single_flow
 from .errors import CcplabError
 from .control import InvalidRunError, ValidityPolicy, control_evidence, flow_evidence
-from .hostlock import ccp_host_claim
-from .cleanup import find_leftovers, remove_namespace, remove_stale_partials
-from .processes import Daemon, child_env, supervised, wait_exit
+from .cleanup import find_leftovers, remove_stale_partials
+from .plumbing.locks import ccp_host_claim
+from .plumbing.netns import listening, netns_exec, remove_namespace
+from .plumbing.processes import READY_TIMEOUT_S, Daemon, appears, child_env, started, supervised, wait_exit
 from .scenario import Scenario, check_trace
 
-PORTUS_SOCKET = Path("/tmp/ccp/portus")
 BTF_VMLINUX = Path("/sys/kernel/btf/vmlinux")  # struct_ops needs the kernel's BTF
 IPERF_PORT = BASE_PORT  # the first flow's server port
 FLOW_LOG = "uplink.flows"  # per-packet flow attribution beside uplink.log (ccplab-link --flow-log)
 WATCH_PERIOD_S = 0.1  # how often the runner looks at its clients and daemons while the flows run
-READY_TIMEOUT_S = 30.0
 CLIENT_GRACE_S = 60.0  # iperf3's client may take this long past the flow's duration before it is a failure
 TRACE_END_STOP = re.compile(r"stop(?:\x1b\[[0-9;]*m)*=(?:\x1b\[[0-9;]*m)*TraceEnd")
 """ccplab-link's log line when --once stopped it at the trace's end (colour codes allowed between the words)."""
@@ -149,7 +148,7 @@ def preflight_flows(flows: Sequence[FlowSpec]) -> None:
                           "\nremove it with `ccplab clean` (as root), then run again")
     system_binary("iperf3")
     system_binary("ip", "iproute2")
-    system_binary("setpriv", "util-linux")  # daemons die with the runner (processes.supervised)
+    system_binary("setpriv", "util-linux")  # daemons die with the runner (plumbing.processes.supervised)
     project_binary("ccplab-link")
     ccp_names = [f.cca.name for f in flows if f.cca.kind == "ccp"]
     if any(f.cca.uses_datapath for f in flows):
@@ -393,17 +392,6 @@ def _with_measured_times(entries: list[dict], rundir: Path) -> list[dict]:
     return out
 
 
-def _started(daemon: Daemon, is_ready) -> Daemon:
-    """Start ``daemon`` and wait until ``is_ready()``; stop it again if it never gets there."""
-    daemon.start()
-    try:
-        daemon.wait_ready(is_ready, READY_TIMEOUT_S)
-    except BaseException:
-        daemon.stop()
-        raise
-    return daemon
-
-
 def link_duration_s(scenario: Scenario) -> float:
     """The link's own time limit, s: the longest a healthy run can need (three daemons' readiness
     waits, the flow, the client's grace). The runner stops the link as the flow ends; this limit
@@ -425,7 +413,7 @@ def _start_link(flows: Sequence[FlowSpec], scenario: Scenario, rundir: Path, wai
         *(arg for d in ack_delays for arg in ("--ack-delay", d)),
         *(["--downlink-trace", scenario.downlink_trace] if scenario.downlink_trace is not None else []),
     ], rundir / "link.log")
-    return _started(link, ready_file.exists) if wait else link
+    return started(link, ready_file.exists) if wait else link
 
 
 def _ccp_algorithms(flows: Sequence[FlowSpec]) -> list[Cca]:
@@ -459,11 +447,11 @@ def _start_algorithm(flows: Sequence[FlowSpec], rundir: Path) -> Daemon:
     name, argv = algorithm_argv(flows)
     first = _ccp_algorithms(flows)[0]
     socket = first.portus_socket
-    socket.unlink(missing_ok=True)  # so that its appearance means this daemon bound it
+    bound = appears(socket)
     daemon = Daemon(name, argv, rundir / "algorithm.log", env=dict(first.env))
     daemon.start()
     try:
-        daemon.wait_ready(socket.exists, READY_TIMEOUT_S)
+        daemon.wait_ready(bound, READY_TIMEOUT_S)
     except CcplabError as exc:
         alive = daemon.running()
         daemon.stop()
@@ -494,23 +482,16 @@ def datapath_argv(flows: Sequence[FlowSpec], ready_file: Path, scenario: Scenari
 def _start_datapath(flows: Sequence[FlowSpec], scenario: Scenario, rundir: Path) -> Daemon:
     ready_file = rundir / ".datapath-ready.json"
     daemon = Daemon("ccp-datapath", datapath_argv(flows, ready_file, scenario), rundir / "datapath.log")
-    return _started(daemon, ready_file.exists)
+    return started(daemon, ready_file.exists)
 
 
 def _start_iperf_server(ready: dict, rundir: Path, index: int, n_flows: int) -> Daemon:
     port = port_of(index)
     log = "iperf3-server.log" if n_flows == 1 else f"iperf3-server-flow{index}.log"
-    server = Daemon(f"iperf3 server of flow {index}", [
-        "ip", "netns", "exec", ready["receiver_netns"], "iperf3", "-s", "-1",
-        "-B", ready["receiver_ip"], "-p", port,
-    ], rundir / log, stop_timeout_s=3)
-    return _started(server, lambda: _listening(ready["receiver_netns"], port))
-
-
-def _listening(netns: str, port: int) -> bool:
-    done = subprocess.run(["ip", "netns", "exec", netns, "ss", "-Hltn", f"sport = :{port}"],
-                          capture_output=True, text=True)
-    return bool(done.stdout.strip())
+    server = Daemon(f"iperf3 server of flow {index}", netns_exec(
+        ready["receiver_netns"], "iperf3", "-s", "-1", "-B", ready["receiver_ip"], "-p", port,
+    ), rundir / log, stop_timeout_s=3)
+    return started(server, lambda: listening(ready["receiver_netns"], port))
 
 
 @dataclass
@@ -590,9 +571,8 @@ def _trace_ended(link: Daemon) -> bool:
 
 
 def _start_client(c: _Client, scenario: Scenario, ready: dict) -> None:
-    argv = ["ip", "netns", "exec", ready["sender_netns"], "iperf3", "-c", ready["receiver_ip"],
-            "-p", str(port_of(c.index)), "-t", str(c.flow.length_s(scenario.duration_s)),
-            "-C", c.flow.cca.socket_cc, "-J"]
+    argv = netns_exec(ready["sender_netns"], "iperf3", "-c", ready["receiver_ip"], "-p", port_of(c.index),
+                      "-t", c.flow.length_s(scenario.duration_s), "-C", c.flow.cca.socket_cc, "-J")
     with open(c.json_path, "wb") as out:
         c.proc = subprocess.Popen(supervised(argv), stdout=out, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                                   env=child_env())

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from transient.atomic import write_atomic
+from ccplab_util.atomic import write_atomic
 from transient.errors import StepFormatError
 from transient.steps import Step, parse_steps
 

@@ -25,7 +25,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from transient.atomic import write_atomic
+from ccplab_util.atomic import write_atomic
 
 TABLES = ("runs", "steps", "failed")
 PARTITION_COLUMNS = ("sweep", "scenario")

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Callable
 
 import pandas as pd
+from ccplab_util.atomic import write_atomic
 
 from . import scenario as sc
 from . import store
@@ -97,8 +98,6 @@ def prepare(sweep: Sweep, out: Path) -> Path:
         parse_entry(flows)
     (out / "traces").mkdir(parents=True, exist_ok=True)
     if not copy.exists():
-        from transient.atomic import write_atomic
-
         write_atomic(copy, text)
     for spec in sweep.scenarios:
         if spec.trace is None and not trace_path(out, spec).exists():

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from ccplab import cleanup
-from ccplab.processes import RUNNER_ENV
+from ccplab.plumbing.processes import RUNNER_ENV
 
 from netlab import wait_for
 
@@ -34,7 +34,7 @@ def test_daemons_die_with_a_sigkilled_runner(tmp_path):
     runner = textwrap.dedent(f"""
         import sys, time
         from pathlib import Path
-        from ccplab.processes import Daemon
+        from ccplab.plumbing.processes import Daemon
         d = Daemon("sleeper", {SLEEPER!r}, Path({str(tmp_path / 'log')!r}))
         d.start()
         print(d.proc.pid, flush=True)

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from ccplab.cca import kernel_ccs
-from ccplab.processes import RUNNER_ENV
+from ccplab.plumbing.processes import RUNNER_ENV
 
 from netlab import namespaces as _namespaces, wait_for
 from test_end_to_end import _start_ccp_reno_run, _wait_for_ccp_data_flow, step_trace  # noqa: F401 (fixture)

@@ -20,7 +20,7 @@ import pytest
 import transient
 from ccplab import cli
 from ccplab.cca import kernel_ccs
-from ccplab.processes import RUNNER_ENV
+from ccplab.plumbing.processes import RUNNER_ENV
 
 from netlab import data_socket_acked_bytes, link_ready, namespaces as _namespaces, step_trace_file, wait_for
 

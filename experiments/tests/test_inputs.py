@@ -229,7 +229,7 @@ def test_every_number_at_its_extremes_gets_one_line_naming_it(tmp_path, capsys, 
 def test_a_second_ccp_run_is_refused_while_one_holds_the_host(tmp_path, capsys, needs_binaries):
     """Two ccp runs started together: the one that does not hold the claim is refused before it checks,
     creates or unlinks anything (the Portus socket of the other is left alone)."""
-    from ccplab.hostlock import ccp_host_claim
+    from ccplab.plumbing.locks import ccp_host_claim
 
     trace = tmp_path / "t.trace"
     trace.write_text("1\n")

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from ccplab.errors import CcplabError
-from ccplab.processes import Daemon
+from ccplab.plumbing.processes import Daemon
 
 SLEEPER = [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"]
 
@@ -58,7 +58,7 @@ def test_wait_exit_wakes_at_the_exit_and_times_out_without_one():
     import subprocess
     import time
 
-    from ccplab.processes import wait_exit
+    from ccplab.plumbing.processes import wait_exit
 
     quick = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.2)"])
     start = time.monotonic()

@@ -42,7 +42,7 @@ def test_a_route_as_shown_becomes_a_route_to_change():
 
 
 def test_the_link_log_line_of_a_trace_end_is_recognised(tmp_path):
-    from ccplab.processes import Daemon
+    from ccplab.plumbing.processes import Daemon
     from ccplab.run import _trace_ended
 
     log = tmp_path / "link.log"

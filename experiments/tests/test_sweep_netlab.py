@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from ccplab import cli, store
-from ccplab.processes import RUNNER_ENV
+from ccplab.plumbing.processes import RUNNER_ENV
 from ccplab.sweepfile import load_sweep
 
 from netlab import SWEEPS, link_ready, namespaces, wait_for

@@ -1,4 +1,4 @@
-"""Start a daemon with its output in a log file, wait until it is ready, stop it.
+"""Start a daemon with its output in a log file, wait until it is ready, stop it; run a tool.
 
 Every daemon of a run (the link, the algorithm, the datapath, iperf3's server)
 is a ``Daemon`` used as a context manager, so a failure or Ctrl-C anywhere
@@ -23,10 +23,12 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .errors import CcplabError
+from ..errors import CcplabError
 
 RUNNER_ENV = "CCPLAB_RUNNER_PID"
 """Environment variable naming the runner's pid in every child (see ``ccplab.cleanup``)."""
+READY_TIMEOUT_S = 30.0
+"""How long a daemon may take to become ready (`started`) before it is a failure, s."""
 
 
 def wait_exit(procs: Sequence[subprocess.Popen], timeout_s: float) -> bool:
@@ -142,3 +144,33 @@ class Daemon:
         except OSError:
             return f"  (no log at {self.log_path})"
         return "\n".join(f"  {self.name}| {line}" for line in text[-lines:])
+
+
+def started(daemon: Daemon, is_ready: Callable[[], bool], timeout_s: float = READY_TIMEOUT_S) -> Daemon:
+    """Start ``daemon`` and wait until ``is_ready()`` (`Daemon.wait_ready`); stop it again if it never
+    gets there (CcplabError) or the wait is interrupted. Returns the daemon, for ``with``."""
+    daemon.start()
+    try:
+        daemon.wait_ready(is_ready, timeout_s)
+    except BaseException:
+        daemon.stop()
+        raise
+    return daemon
+
+
+def appears(path: Path) -> Callable[[], bool]:
+    """A readiness check for a daemon that creates ``path`` (a socket, a ready file): removes ``path``
+    now, so that its appearance means the daemon about to start created it, and returns ``path.exists``."""
+    path.unlink(missing_ok=True)
+    return path.exists
+
+
+def run_tool(argv: Sequence[object], what: str, timeout_s: float = 30) -> str:
+    """Run a short-lived tool (``ip``, ``bpftool``, ``clang``) to its end; its stdout. CcplabError
+    naming ``what`` with the tool's status and message when it fails; subprocess.TimeoutExpired after
+    ``timeout_s`` seconds."""
+    done = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=timeout_s)
+    if done.returncode != 0:
+        raise CcplabError(f"{what} failed (status {done.returncode}): {done.stderr.strip() or done.stdout.strip()}")
+    return done.stdout
+
