@@ -99,10 +99,13 @@ def cached_read(log_path: Path) -> LinkLog:
 
 
 # The per-ms reduction of a one-flow log (`transient.stream`), what the analysis of such a log reads:
-# one table, padded with nulls to its longest column, the true lengths in the metadata.
-_ARRAYS_KEY = "ccplab.logarrays"
+# one table, padded with nulls to its longest column, the true lengths in the metadata; written a slice
+# of rows at a time and read a column at a time (pyarrow), so no more than one column is ever held twice.
+_ARRAYS_KEY = b"ccplab.logarrays"
 _MS_COLUMNS = {(0, "count"): "arrival_count", (0, "bytes"): "arrival_bytes", (1, "count"): "departure_count",
                (1, "bytes"): "departure_bytes", (2, "bytes"): "opportunity_bytes", (3, "packets"): "drop_packets"}
+_KINDS = ("arrival", "departure", "opportunity", "drop")
+_SLICE_ROWS = 1 << 18
 
 
 def arrays_cache_path(log_path: Path) -> Path:
@@ -110,73 +113,88 @@ def arrays_cache_path(log_path: Path) -> Path:
     return log_path.with_name(log_path.name + ".ms.parquet")
 
 
-def _whole_column(values: np.ndarray, length: int) -> pl.Series:
-    """A column of whole numbers (NaN and inf as null), padded with nulls to ``length``: Int64, which
-    Parquet's encodings keep small (most per-ms figures repeat a few values)."""
-    values = np.asarray(values)
-    if values.dtype.kind == "f":
-        missing = ~np.isfinite(values)
-        s = pl.Series(np.where(missing, 0, values).astype(np.int64))
-        if missing.any():
-            s = s.scatter(np.flatnonzero(missing), None)
-    else:
-        s = pl.Series(values.astype(np.int64, copy=False))
-    return s.extend_constant(None, length - s.len()) if s.len() < length else s
+def _whole_slice(values: np.ndarray, lo: int, hi: int):
+    """Rows lo..hi of a column of whole numbers as a pyarrow int64 array: NaN and inf as null, and null
+    beyond its end (Parquet's encodings keep such columns small: most per-ms figures repeat a few values)."""
+    import pyarrow as pa
+
+    part = np.asarray(values)[lo:hi]
+    missing = np.zeros(hi - lo, bool)
+    if part.dtype.kind == "f":
+        gone = ~np.isfinite(part)
+        part = np.where(gone, 0, part)
+        missing[: part.size] = gone
+    whole = np.zeros(hi - lo, np.int64)
+    whole[: part.size] = part
+    missing[part.size :] = True
+    return pa.array(whole, mask=missing if missing.any() else None)
 
 
 def _store_arrays(cpath: Path, arrays, stamp: dict) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     values, counts = np.unique(arrays.dep_delay_ms, return_counts=True)  # only their percentiles are used
     columns = {name: arrays.ms_sum(_KINDS[c], what) for (c, what), name in _MS_COLUMNS.items()}
     columns |= {"queueing": arrays.queueing_ms_sum, "peak_delay": arrays.peak_delay_ms,
                 "sent_min_delay": arrays.sent_min_delay, "delay_value": values, "delay_count": counts}
     length = max(v.size for v in columns.values())
-    df = pl.DataFrame({k: _whole_column(v, length) for k, v in columns.items()})
-    meta = {"stamp": stamp, "n_events": arrays.n_events, "first_ms": arrays.first_ms, "n_ms": arrays.n_ms,
+    meta = {"stamp": stamp, "n_events": arrays.n_events, "first_ms": arrays.first_ms,
             "first_event_ms": arrays.first_event_ms, "has_packets": bool(arrays.n_flows),
             "sent_lo": arrays.sent_lo, "data_ms": arrays.data_ms,
             "lengths": {k: int(v.size) for k, v in columns.items()},
             "int64": [name for (c, what), name in _MS_COLUMNS.items()
                       if arrays.ms_sum(_KINDS[c], what).dtype == np.int64]}
+    schema = pa.schema([(k, pa.int64()) for k in columns], metadata={_ARRAYS_KEY: json.dumps(meta).encode()})
+    tmp = cpath.with_name(f".{cpath.name}.{os.getpid()}.tmp")
     try:
-        _write_table(cpath, df, {_ARRAYS_KEY: json.dumps(meta)})
-    except (OSError, pl.exceptions.PolarsError):
+        with pq.ParquetWriter(tmp, schema, compression="none") as writer:
+            for lo in range(0, length, _SLICE_ROWS):
+                hi = min(lo + _SLICE_ROWS, length)
+                writer.write_table(pa.table([_whole_slice(v, lo, hi) for v in columns.values()], schema=schema))
+        os.replace(tmp, cpath)
+    except OSError:
         pass  # read-only directory: analyse uncached rather than fail
-
-
-_KINDS = ("arrival", "departure", "opportunity", "drop")
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _load_arrays(cpath: Path, stamp: dict):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     from .series import LogArrays
 
     try:
-        meta = json.loads(pl.read_parquet_metadata(cpath)[_ARRAYS_KEY])
+        pf = pq.ParquetFile(cpath)
+        meta = json.loads(pf.schema_arrow.metadata[_ARRAYS_KEY])
         if meta.get("stamp") != stamp:
             return None
-        df = pl.read_parquet(cpath)
         lengths = meta["lengths"]
 
-        def column(name: str, fill: float) -> np.ndarray:
-            s = df.drop_in_place(name).slice(0, lengths[name])
-            if s.null_count():
-                s = s.cast(pl.Float64).fill_null(fill)
-            return s.to_numpy().astype(np.float64, copy=False)
+        def column(name: str, fill: float | None) -> np.ndarray:
+            col = pf.read(columns=[name]).column(0).slice(0, lengths[name])
+            if fill is None:
+                return col.to_numpy()
+            out = col.cast(pa.float64()).fill_null(fill).to_numpy()
+            return out if out.flags.writeable else out.copy()
 
         sums = {key: column(name, 0.0) for key, name in _MS_COLUMNS.items()}
         for key, name in _MS_COLUMNS.items():
             if name in meta["int64"]:
                 sums[key] = sums[key].astype(np.int64)
-        values = column("delay_value", 0.0)
-        counts = df.drop_in_place("delay_count").slice(0, lengths["delay_count"]).to_numpy()
+        values, counts = column("delay_value", 0.0), column("delay_count", None)
         data_ms = meta["data_ms"]
-        return LogArrays.from_ms_sums(
+        arrays = LogArrays.from_ms_sums(
             n_events=meta["n_events"], first_ms=meta["first_ms"], first_event_ms=meta["first_event_ms"],
             has_packets=meta["has_packets"], sums=sums, dep_delay_ms=np.repeat(values, counts),
             queueing_ms_sum=column("queueing", 0.0), peak_delay_ms=column("peak_delay", np.nan),
             sent_lo=meta["sent_lo"], sent_min_delay=column("sent_min_delay", np.inf),
             data_ms=tuple(data_ms) if data_ms is not None else None)
-    except (OSError, KeyError, TypeError, ValueError, pl.exceptions.PolarsError):
+    except (OSError, KeyError, TypeError, ValueError, pa.ArrowException):
         return None
+    pa.default_memory_pool().release_unused()
+    return arrays
 
 
 def cached_log_arrays(log_path: Path):

@@ -107,7 +107,7 @@ class _Reduction:
         lo, hi = int(t.min()), int(t.max())
         if hi >= _EXACT:
             return False
-        arr, dep, opp, drop = (code == c for c in range(4))
+        dep = code == 1
         d = delay[dep]
         if not (np.isfinite(d).all() and np.array_equal(d, np.floor(d))):
             return False  # a delay with a fraction: its sums are not exact in every order
@@ -120,22 +120,33 @@ class _Reduction:
         self.t_hi = hi if self.t_hi is None else max(self.t_hi, hi)
         n = hi - lo + 1
         ms = t - lo
-        ms_a, ms_d = ms[arr], ms[dep]
-        for key, where, weights in (((0, "count"), ms_a, None), ((0, "bytes"), ms_a, nbytes[arr]),
-                                    ((1, "count"), ms_d, None), ((1, "bytes"), ms_d, nbytes[dep]),
-                                    ((2, "bytes"), ms[opp], nbytes[opp]), ((3, "packets"), ms[drop], packets[drop]),
-                                    ("delay", ms_d, d)):
-            if where.size:
-                view = self.ms.view(key, lo, hi)
-                view += np.bincount(where, weights=weights, minlength=n)
+        # one pass for every kind: (ms, kind) keyed counts and sums (a drop's weight is its packets)
+        key = ms * 4 + code
+        count = np.bincount(key, minlength=4 * n).reshape(n, 4)
+        drop = code == 3
+        weight = np.where(drop, packets, nbytes) if drop.any() else nbytes
+        total = np.bincount(key, weights=weight, minlength=4 * n).reshape(n, 4)
+        del key, weight
+        seen = count.any(axis=0)
+        for (c, what), part in (((0, "count"), count[:, 0]), ((0, "bytes"), total[:, 0]),
+                                ((1, "count"), count[:, 1]), ((1, "bytes"), total[:, 1]),
+                                ((2, "bytes"), total[:, 2]), ((3, "packets"), total[:, 3])):
+            if seen[c]:
+                view = self.ms.view((c, what), lo, hi)
+                view += part
+        del count, total
         if d.size:
+            ms_d = ms[dep]
+            view = self.ms.view("delay", lo, hi)
+            view += np.bincount(ms_d, weights=d, minlength=n)
             np.maximum.at(self.ms.view("peak", lo, hi), ms_d, d)
             sent = t[dep] - d.astype(np.int64)
             s_lo = int(sent.min())
             np.minimum.at(self.sent.view("least", s_lo, int(sent.max())), sent - s_lo, d)
             self.delays.append(d)
-        for c, m in enumerate((arr, dep, opp, drop)):
-            self.seen[c] = self.seen[c] or bool(m.any())
+        for c in range(4):
+            self.seen[c] = self.seen[c] or bool(seen[c])
+        arr = code == 0
         big = t[arr & (nbytes >= FLOW_START_MIN_BYTES)]
         if big.size:
             b_lo, b_hi = int(big.min()), int(big.max())
@@ -158,7 +169,7 @@ class _Reduction:
         delay_sum = self.ms.final("delay", lo, hi)
         peak = self.ms.final("peak", lo, hi)
         peak[np.isneginf(peak)] = np.nan
-        d = np.concatenate(self.delays) if len(self.delays) != 1 else self.delays[0]
+        d = np.concatenate(self.delays) if len(self.delays) > 1 else self.delays[0] if self.delays else np.empty(0)
         self.delays.clear()
         if d.size:
             # sum over a ms's departures of (delay - base): every term and sum a whole number, exact
