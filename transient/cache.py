@@ -199,11 +199,15 @@ def _load_arrays(cpath: Path, stamp: dict):
 
 def cached_log_arrays(log_path: Path):
     """`transient.stream.stream_log_arrays` through a cache beside the log (``<log>.ms.parquet``,
-    `arrays_cache_path`): loaded when fresh (same log size and modification time, same `CACHE_VERSION`),
-    else the log is streamed and the cache (re)written (an unwritable directory only skips it).
+    `arrays_cache_path`): loaded when fresh (same log size and modification time, same `CACHE_VERSION`);
+    else, for a log of at most 32 MB with a fresh event cache (`cache_path`, e.g. the runner's), reduced
+    from those events; else the log is streamed and the cache (re)written (an unwritable directory only
+    skips it).
 
     Returns None when the log must be read as events (see `stream_log_arrays`); raises what it raises.
     """
+    from .mahimahi import _STREAMING_BYTES
+    from .series import LogArrays
     from .stream import stream_log_arrays
 
     with open(log_path, "rb") as f:
@@ -212,6 +216,12 @@ def cached_log_arrays(log_path: Path):
     arrays = _load_arrays(cpath, stamp)
     if arrays is not None:
         return arrays
+    if stamp["size"] <= _STREAMING_BYTES and cache_path(log_path).exists():
+        # the events are already parsed: reading them beats the text (a big log is streamed instead,
+        # so its events are never all in memory)
+        cols = _load(cache_path(log_path), stamp, str(log_path))
+        if cols is not None:
+            return LogArrays.from_columns(cols.time_ms, cols.code, cols.nbytes, cols.delay_ms, cols.packets)
     arrays = stream_log_arrays(log_path)
     if arrays is not None:
         _store_arrays(cpath, arrays, stamp)

@@ -205,3 +205,14 @@ def test_without_the_cache_nothing_is_written_beside_the_log(tmp_path):
     log = _synthetic(tmp_path)
     analyze_log(log, options=AnalysisOptions(cache=False, rtt_ms=50))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["synthetic.log"]
+
+
+def test_a_small_log_with_a_fresh_event_cache_is_reduced_from_it(tmp_path, monkeypatch):
+    import transient.stream as stream
+    from transient import read_link_log
+
+    log = _synthetic(tmp_path)
+    read_link_log(log)  # as the runner does after a run: the event cache beside the log
+    monkeypatch.setattr(stream, "stream_log_arrays", lambda path: pytest.fail("the event cache was not used"))
+    _assert_same(_state(cached_log_arrays(log)), _state(_reference(log)))
+    assert not arrays_cache_path(log).exists()
