@@ -174,10 +174,15 @@ def _load_arrays(cpath: Path, stamp: dict):
 
         def column(name: str, fill: float | None) -> np.ndarray:
             col = pf.read(columns=[name]).column(0).slice(0, lengths[name])
+            missing = col.is_null().to_numpy(zero_copy_only=False) if col.null_count else None
+            whole = (col.fill_null(0) if missing is not None else col).to_numpy()
+            del col
             if fill is None:
-                return col.to_numpy()
-            out = col.cast(pa.float64()).fill_null(fill).to_numpy()
-            return out if out.flags.writeable else out.copy()
+                return whole
+            out = whole.astype(np.float64)
+            if missing is not None:
+                out[missing] = fill
+            return out
 
         sums = {key: column(name, 0.0) for key, name in _MS_COLUMNS.items()}
         for key, name in _MS_COLUMNS.items():
