@@ -61,6 +61,7 @@ from .mahimahi import LinkColumns, read_link_columns
 from .metrics import LinkMetrics, link_metrics_of
 from .secondorder import NAN_SECOND_ORDER, second_order_metrics
 from .series import LogArrays, binned_series
+from .stream import stream_log_arrays
 from .steps import Step
 from .timezero import no_data_flow_message
 from .tpcca import TPCCA_FAULTS, tpcca_analysis
@@ -422,12 +423,15 @@ def _tpcca_rows(arrivals: tuple[np.ndarray, np.ndarray], spec: _RunSpec, run_end
 
 def _analyze(spec: _RunSpec, opts: AnalysisOptions) -> RunResult:
     try:
-        cols = read_link_columns(spec.log_path, cache=opts.cache)
-        flow = _event_flows(cols, spec)
-        # the analysis holds per-ms sums, not the events (`LogArrays`); tpcca alone reads the arrivals
-        arrivals = _arrivals(cols) if opts.method == "tpcca" else None
-        arrays = LogArrays.from_columns(cols.time_ms, cols.code, cols.nbytes, cols.delay_ms, cols.packets, flow)
-        del cols, flow
+        arrivals = None
+        arrays = _one_flow_arrays(spec, opts)
+        if arrays is None:
+            cols = read_link_columns(spec.log_path, cache=opts.cache)
+            flow = _event_flows(cols, spec)
+            # the analysis holds per-ms sums, not the events (`LogArrays`); tpcca alone reads the arrivals
+            arrivals = _arrivals(cols) if opts.method == "tpcca" else None
+            arrays = LogArrays.from_columns(cols.time_ms, cols.code, cols.nbytes, cols.delay_ms, cols.packets, flow)
+            del cols, flow
         metrics = link_metrics_of(arrays)
     except (TransientError, ValueError, OSError) as exc:
         raise AnalysisError(f"{spec.where}: {exc}") from exc
@@ -462,6 +466,20 @@ def _analyze(spec: _RunSpec, opts: AnalysisOptions) -> RunResult:
                                     smooth_bins=opts.smooth_bins, fair_delta=opts.fair_delta, run_dir=spec.run_dir,
                                     first_input_s=in_force[-1] if in_force else start)
     return RunResult(spec.run_id, spec.where, info, metrics, steps_df, series, flow_tables)
+
+
+def _one_flow_arrays(spec: _RunSpec, opts: AnalysisOptions) -> LogArrays | None:
+    """The log's `LogArrays` reduced as it is read (`transient.stream`, through its cache when
+    ``opts.cache``) when every packet is the one flow's and the method needs no event (ccplab);
+    None when the events must be read."""
+    one_flow = spec.flow_log is None and (spec.flows is None or len(spec.flows) <= 1)
+    if opts.method != "ccplab" or not one_flow:
+        return None
+    if opts.cache:
+        from .cache import cached_log_arrays
+
+        return cached_log_arrays(spec.log_path)
+    return stream_log_arrays(spec.log_path)
 
 
 def _event_flows(cols: LinkColumns, spec: _RunSpec) -> np.ndarray | None:

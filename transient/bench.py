@@ -21,7 +21,8 @@ kind), each in a fresh process as a user runs it, with wall time and peak
 RSS (the child's own, from wait4): a 20-line Python loop that bins the
 departures' bytes per 50 ms (`BIG_LOOP`); ``python -m transient LOG --step
 0:0:12 --rtt-ms 50`` cold (no cache); the same again from the cache it
-wrote.  Targets: the cold analysis in <= 1/5 of the loop's time, peak RSS
+wrote (the log's per-ms reduction, `transient.cache.arrays_cache_path`).
+Targets: the cold analysis in <= 1/5 of the loop's time, peak RSS
 <= 2x the log's size.
 
 With ``--flows MANY ONE`` (two run directories of equal duration, e.g. 16
@@ -30,8 +31,12 @@ each, in this process, warm, without the cache, alternating: CPU seconds per
 analysis (median of ``--flow-repeats``) and per MB of log (uplink.log +
 uplink.flows).  Target: the many-flow run within 2x the one-flow run per MB.
 
-Options: ``--runs N`` ``--seconds S`` ``--keep DIR`` ``--big-mb MB`` (0:
-skip) ``--flows MANY ONE`` (only that part) ``--flow-repeats N``.
+The cold parse and the big log's commands are repeated (``--repeats``, 3),
+interleaved, and printed as the best with every run's figure beside it.
+
+Options: ``--runs N`` (0: skip the corpus) ``--seconds S`` ``--keep DIR``
+``--big-mb MB`` (0: skip) ``--repeats N`` ``--flows MANY ONE`` (only that
+part) ``--flow-repeats N``.
 """
 
 from __future__ import annotations
@@ -140,23 +145,33 @@ def big_log(root: Path, megabytes: float, repeats: int = 3) -> None:
     mb = log.stat().st_size / 1e6
     loop = root / "big" / "loop.py"
     loop.write_text(BIG_LOOP)
-    cache = log.with_name(log.name + ".parquet")
+    from transient.cache import arrays_cache_path, cache_path
+
     analyse = [sys.executable, "-m", "transient", str(log), "--step", "0:0:12", "--rtt-ms", "50"]
     rows = {"loop": [], "cold": [], "cached": []}
     for _ in range(repeats):  # interleaved, so a shared machine's drift hits each alike
         rows["loop"].append(timed_process([sys.executable, str(loop), str(log)]))
-        cache.unlink(missing_ok=True)
+        for cache in (cache_path(log), arrays_cache_path(log)):
+            cache.unlink(missing_ok=True)
         rows["cold"].append(timed_process(analyse))
         rows["cached"].append(timed_process(analyse))
-    print(f"one bare log of {mb:.0f} MB ({seconds} s at 12 Mbit/s), fresh process each, best of {repeats}:")
+    print(f"one bare log of {mb:.0f} MB ({seconds} s at 12 Mbit/s), fresh process each, best of {repeats} "
+          "(all runs' wall s in brackets):")
     best = {k: min(v) for k, v in rows.items()}
     names = {"loop": "baseline: 20-line loop binning bytes", "cold": "ours: python -m transient, cold",
              "cached": "ours: python -m transient, cached"}
     for k, (wall, rss) in best.items():
         print(f"  {names[k]:<44} {wall:7.2f} s  {mb / wall:8.1f} MB/s  peak RSS {rss:6.0f} MB "
-              f"({rss / mb:.1f}x the log)")
-    print(f"cold analysis / loop: {best['cold'][0] / best['loop'][0]:.2f} (target <= 0.20); "
-          f"cached / loop: {best['cached'][0] / best['loop'][0]:.2f}")
+              f"({rss / mb:.1f}x the log)  [{_spread(w for w, _ in rows[k])}]")
+    ratios = {k: sorted(w / l for (w, _), (l, _) in zip(rows[k], rows["loop"])) for k in ("cold", "cached")}
+    print(f"cold analysis / loop: {best['cold'][0] / best['loop'][0]:.2f} (target <= 0.20; per repetition "
+          f"{_spread(ratios['cold'], 2)}); cached / loop: {best['cached'][0] / best['loop'][0]:.2f} "
+          f"(per repetition {_spread(ratios['cached'], 2)})")
+
+
+def _spread(values, digits: int = 2) -> str:
+    """The values, smallest first, as "a / b / c"."""
+    return " / ".join(f"{v:.{digits}f}" for v in sorted(values))
 
 
 def baseline_parse(path: Path) -> int:
@@ -240,13 +255,16 @@ def flow_cost(many: Path, one: Path, repeats: int = 7) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m transient.bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("--runs", type=int, default=100)
+    p.add_argument("--runs", type=int, default=100, help="runs of the corpus part (0: only the big log)")
     p.add_argument("--seconds", type=int, default=60)
     p.add_argument("--keep", type=Path, help="generate into this (new) directory and keep it")
     p.add_argument("--big-mb", type=float, default=100.0, help="size of the one big log, MB (0: skip it)")
     p.add_argument("--flows", type=Path, nargs=2, metavar=("MANY", "ONE"),
                    help="only compare the analysis of two run directories (many flows, one flow) per MB of log")
     p.add_argument("--flow-repeats", type=int, default=7, help="analyses of each run for --flows (median)")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="repetitions of the cold parse of the runs and of the big log's three commands (best "
+                        "printed, and every run's figure)")
     args = p.parse_args(argv)
     if args.flows:
         flow_cost(*args.flows, repeats=args.flow_repeats)
@@ -260,38 +278,49 @@ def main(argv: list[str] | None = None) -> int:
         tmp = tempfile.mkdtemp(prefix="transient-bench-")
         root = Path(tmp)
     try:
-        t0 = time.perf_counter()
-        logs = make_runs(root, args.runs, args.seconds)
-        mb = sum(p.stat().st_size for p in logs) / 1e6
-        cores = len(os.sched_getaffinity(0))
-        print(f"{args.runs} runs x {args.seconds} s at 12 Mbit/s: {mb:.0f} MB of logs "
-              f"(generated in {time.perf_counter() - t0:.1f} s); {cores} cores")
-        rows = []
+        if args.runs > 0:
+            t0 = time.perf_counter()
+            logs = make_runs(root, args.runs, args.seconds)
+            mb = sum(p.stat().st_size for p in logs) / 1e6
+            cores = len(os.sched_getaffinity(0))
+            print(f"{args.runs} runs x {args.seconds} s at 12 Mbit/s: {mb:.0f} MB of logs "
+                  f"(generated in {time.perf_counter() - t0:.1f} s); {cores} cores")
+            rows = []
 
-        def row(name, seconds):
-            rows.append((name, seconds))
-            print(f"  {name:<44} {seconds:7.2f} s  {mb / seconds:8.1f} MB/s")
+            def row(name, seconds, runs=None):
+                rows.append((name, seconds))
+                spread = f"  [{_spread(runs)}]" if runs and len(runs) > 1 else ""
+                print(f"  {name:<44} {seconds:7.2f} s  {mb / seconds:8.1f} MB/s{spread}")
 
-        base = _timed(baseline_parse, logs)
-        row("baseline: line-by-line Python", base)
-        row("ours: read_link_log, cold, 1 process", _timed(ours_parse, logs))
-        row(f"ours: read_link_log, cold, {cores} processes", _timed(ours_parse, logs, cores))
-        _timed(ours_cached, logs, cores)  # writes the Parquet caches
-        row("ours: read_link_log from the Parquet cache", _timed(ours_cached, logs))
-        for name, workers in (("1 process", 1), (f"{cores} processes", cores)):
-            for cache in root.rglob("*.parquet"):
-                cache.unlink()
-            start = time.perf_counter()
-            transient.analyze_all(root, workers=workers)
-            row(f"end to end: analyze_all, cold, {name}", time.perf_counter() - start)
-            start = time.perf_counter()
-            transient.analyze_all(root, workers=workers)
-            row(f"end to end: analyze_all, cached, {name}", time.perf_counter() - start)
-        cold = min(rows[1][1], rows[2][1])
-        print(f"speed-up over the baseline: cold parse {base / cold:.1f}x, cached {base / rows[3][1]:.1f}x; "
-              f"end to end {mb / min(r[1] for r in rows[4:]):.0f} MB/s at best (targets: >= 100 MB/s, >= 10x)")
+            cold = {"base": [], "one": [], "many": []}
+            for _ in range(args.repeats):  # interleaved, so a shared machine's drift hits each alike
+                cold["base"].append(_timed(baseline_parse, logs))
+                cold["one"].append(_timed(ours_parse, logs))
+                cold["many"].append(_timed(ours_parse, logs, cores))
+            if args.repeats > 1:
+                print(f"cold parse: best of {args.repeats}, interleaved (all runs' s in brackets):")
+            base = min(cold["base"])
+            row("baseline: line-by-line Python", base, cold["base"])
+            row("ours: read_link_log, cold, 1 process", min(cold["one"]), cold["one"])
+            row(f"ours: read_link_log, cold, {cores} processes", min(cold["many"]), cold["many"])
+            _timed(ours_cached, logs, cores)  # writes the Parquet caches
+            row("ours: read_link_log from the Parquet cache", _timed(ours_cached, logs))
+            for name, workers in (("1 process", 1), (f"{cores} processes", cores)):
+                for cache in root.rglob("*.parquet"):
+                    cache.unlink()
+                start = time.perf_counter()
+                transient.analyze_all(root, workers=workers)
+                row(f"end to end: analyze_all, cold, {name}", time.perf_counter() - start)
+                start = time.perf_counter()
+                transient.analyze_all(root, workers=workers)
+                row(f"end to end: analyze_all, cached, {name}", time.perf_counter() - start)
+            best_cold = min(rows[1][1], rows[2][1])
+            per_rep = [b / min(o, m) for b, o, m in zip(cold["base"], cold["one"], cold["many"])]
+            print(f"speed-up over the baseline: cold parse {base / best_cold:.1f}x (per repetition "
+                  f"{_spread(per_rep, 1)}), cached {base / rows[3][1]:.1f}x; "
+                  f"end to end {mb / min(r[1] for r in rows[4:]):.0f} MB/s at best (targets: >= 100 MB/s, >= 10x)")
         if args.big_mb > 0:
-            big_log(root, args.big_mb)
+            big_log(root, args.big_mb, args.repeats)
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -251,6 +251,18 @@ class _LineCensus:
         """Rows polars must give: every line but the header lines."""
         return self.n_lines - len(self.header_lines)
 
+    def header(self, name: str) -> tuple[dict[str, str], int | None]:
+        """The header block as `LinkLog.header` and the base timestamp (LogFormatError as `read_link_log`)."""
+        lines = self.header_lines
+        raw_head = b"\n".join(text for _, text in lines)
+        starts, ends, pos = [], [], 0
+        for _, text in lines:
+            starts.append(pos)
+            ends.append(pos + len(text))
+            pos += len(text) + 1
+        return _parse_header(raw_head, np.array(starts, np.int64), np.array(ends, np.int64),
+                             np.array([n for n, _ in lines], np.int64), name)
+
     @classmethod
     def of_chunks(cls, chunks) -> "_LineCensus":
         c = cls(0, [])
@@ -294,41 +306,50 @@ _POLARS_SCHEMA = None
 _STREAMING_BYTES = 32 << 20  # logs above this are read by polars' streaming engine
 
 
-def _parse_polars(source: bytes | Path, name: str, census: _LineCensus | None = None) -> LinkColumns | None:
-    """The log (bytes, or a file by name) through polars, or None when the numpy reader must decide
-    (see `parse_link_bytes`); ``census``: the same text's `_LineCensus` (counted here from bytes)."""
+def _polars_events(source: bytes | Path, int_type) -> "pl.LazyFrame":
+    """The lazy polars query that reads event lines (bytes, or a file by name): columns ``t`` (Int64),
+    ``code`` (Int8 kind code), ``nbytes`` and ``packets`` (``int_type``: a value it cannot hold fails the
+    collect), ``delay`` (Float64, null unless departure), ``ok`` (False for a line that is not a
+    well-formed event; a blank line gives an all-null row that is ok). Header lines are skipped."""
     global _POLARS_SCHEMA
-    try:
-        import polars as pl
-    except ImportError:  # a dependency in pyproject.toml; without it the numpy reader does it all
-        return None
+    import polars as pl
+
     if _POLARS_SCHEMA is None:  # the symbol as an enum: its physical value is our kind code
         _POLARS_SCHEMA = {"t": pl.Int64, "s": pl.Enum(["+", "-", "#", "d"]), "a": pl.Int64, "b": pl.Float64}
-    if census is None:
-        census = _LineCensus.of_path(source) if isinstance(source, Path) else _LineCensus.of_chunks([source])
-    if census.n_rows <= 0 or census.odd_blanks:
-        return None
     s, t, a, b = pl.col("s"), pl.col("t"), pl.col("a"), pl.col("b")
     four = (s == "-") | (s == "d")  # departures and drops carry 4 fields, the others 3
     blank = t.is_null() & s.is_null() & a.is_null() & b.is_null()
     ok = blank | (t.is_not_null() & s.is_not_null() & a.is_not_null() & (t >= 0) & (a >= 0)
                   & pl.when(four).then(b.is_not_null() & (b >= 0)).otherwise(b.is_null())
                   & ((s != "d") | (b == b.floor())))
+    return (pl.scan_csv(source if isinstance(source, bytes) else str(source), has_header=False, separator=" ",
+                        comment_prefix="#", schema=_POLARS_SCHEMA, quote_char=None, missing_columns="insert")
+            .select(t, code=s.to_physical().cast(pl.Int8),
+                    # Int32 holds any packet size and drop count (a larger value fails the cast, and
+                    # the numpy reader takes the log) in half the memory of the widest column
+                    nbytes=pl.when(s == "d").then(b).otherwise(a).cast(int_type),
+                    delay=pl.when(s == "-").then(b).otherwise(None),
+                    packets=pl.when(s == "d").then(a).otherwise(1).cast(int_type),
+                    ok=ok.fill_null(False)))
+
+
+def _parse_polars(source: bytes | Path, name: str, census: _LineCensus | None = None) -> LinkColumns | None:
+    """The log (bytes, or a file by name) through polars, or None when the numpy reader must decide
+    (see `parse_link_bytes`); ``census``: the same text's `_LineCensus` (counted here from bytes)."""
+    try:
+        import polars as pl
+    except ImportError:  # a dependency in pyproject.toml; without it the numpy reader does it all
+        return None
+    if census is None:
+        census = _LineCensus.of_path(source) if isinstance(source, Path) else _LineCensus.of_chunks([source])
+    if census.n_rows <= 0 or census.odd_blanks:
+        return None
     # a big log in one streaming pass (the columns kept are computed as the text is read, no wide copy);
     # a small one in memory, which starts faster
     size = len(source) if isinstance(source, bytes) else source.stat().st_size
     engine = "streaming" if size > _STREAMING_BYTES else "in-memory"
     try:
-        df = (pl.scan_csv(source if isinstance(source, bytes) else str(source), has_header=False, separator=" ",
-                          comment_prefix="#", schema=_POLARS_SCHEMA, quote_char=None, missing_columns="insert")
-              .select(t, code=s.to_physical().cast(pl.Int8),
-                      # 32 bits hold any packet size and drop count (a larger value fails the cast, and
-                      # the numpy reader takes the log); half the memory of the widest column
-                      nbytes=pl.when(s == "d").then(b).otherwise(a).cast(pl.Int32),
-                      delay=pl.when(s == "-").then(b).otherwise(None),
-                      packets=pl.when(s == "d").then(a).otherwise(1).cast(pl.Int32),
-                      ok=ok.fill_null(False))
-              .collect(engine=engine))
+        df = _polars_events(source, pl.Int32).collect(engine=engine)
     except Exception:  # noqa: BLE001 - any complaint of polars: let the numpy reader word it
         return None
     if df.height != census.n_rows or not df.get_column("ok").all():
@@ -345,15 +366,7 @@ def _parse_polars(source: bytes | Path, name: str, census: _LineCensus | None = 
     delay = df.drop_in_place("delay").to_numpy().astype(np.float64, copy=False)
     packets = df.drop_in_place("packets").to_numpy()
     del df
-    lines = census.header_lines
-    raw_head = b"\n".join(text for _, text in lines)
-    starts, ends, pos = [], [], 0
-    for _, text in lines:
-        starts.append(pos)
-        ends.append(pos + len(text))
-        pos += len(text) + 1
-    header, base = _parse_header(raw_head, np.array(starts, np.int64), np.array(ends, np.int64),
-                                 np.array([n for n, _ in lines], np.int64), name)
+    header, base = census.header(name)
     origin = "relative"
     if base is not None and int(t.min()) >= base:
         t = t - base

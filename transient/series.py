@@ -127,15 +127,9 @@ class LogArrays:
         big = arr & (nbytes >= FLOW_START_MIN_BYTES)
         tb = t[big]
         self.data_ms = (int(tb.min()), int(tb.max())) if tb.size else None
-        self._cumsums: dict[tuple[int, int], np.ndarray | None] = {}
-        if flow is None:  # one flow, every packet its own: its figures are the link's (no per-event work)
-            self.n_flows = 1 if (arr | dep | drop).any() else 0
-            self.dep_flow = np.zeros(d.size, np.int16)
-            self.flow_data_ms = {0: self.data_ms} if self.n_flows else {}
-            self.flow_drops = {0: int(self._sums[3, "packets"].sum())} if self.n_flows else {}
-            none = np.broadcast_to(np.float64(0.0), (n,))  # no packet without a flow: no memory for zeros
-            for c in (0, 1):
-                self._flow_sums[c] = [none, self._sums[c, "bytes"]]
+        self._queueing_whole = None
+        if flow is None:
+            self._one_flow(bool((arr | dep | drop).any()))
             return
         fl = np.asarray(flow).astype(np.int16, copy=False)
         self.n_flows = int(fl.max()) + 1 if n_ev and fl.max() >= 0 else 0
@@ -152,18 +146,59 @@ class LogArrays:
             self._flow_sums[c] = np.bincount(key, weights=nbytes[m], minlength=(self.n_flows + 1) * n
                                              ).reshape(self.n_flows + 1, n)
 
-    def cumulative(self, per_ms: np.ndarray) -> np.ndarray | None:
-        """[0, cumsum...] of one of this log's per-ms arrays when every value is a whole number (then a
-        span's sum is a difference of two entries, exactly: whole numbers below 2**53 add without
-        rounding); None for an array with fractions (summed bin by bin instead). Computed once.
+    def _one_flow(self, has_packets: bool) -> None:
+        """One flow, every packet its own: its figures are the link's (no per-event work)."""
+        self.n_flows = 1 if has_packets else 0
+        self.dep_flow = np.zeros(self.dep_delay_ms.size, np.int16)
+        self.flow_data_ms = {0: self.data_ms} if self.n_flows else {}
+        self.flow_drops = {0: int(self._sums[3, "packets"].sum())} if self.n_flows else {}
+        none = np.broadcast_to(np.float64(0.0), (self.n_ms,))  # no packet without a flow: no memory for zeros
+        for c in (0, 1):
+            self._flow_sums[c] = [none, self._sums[c, "bytes"]]
+
+    @classmethod
+    def from_ms_sums(cls, *, n_events: int, first_ms: int, first_event_ms: int, has_packets: bool,
+                     sums: dict[tuple[int, str], np.ndarray], dep_delay_ms: np.ndarray,
+                     queueing_ms_sum: np.ndarray, peak_delay_ms: np.ndarray, sent_lo: int,
+                     sent_min_delay: np.ndarray, data_ms: tuple[int, int] | None) -> "LogArrays":
+        """A one-flow log (every packet flow 0) from its per-ms reduction, as `transient.stream` computes it
+        chunk by chunk without holding the events, and `transient.cache` stores it.
+
+        ``sums``: float64 per-ms arrays (n_ms = last - first ms + 1) keyed (kind code 0..3, what) for
+        (0, "count"), (0, "bytes"), (1, "count"), (1, "bytes"), (2, "bytes"), (3, "packets");
+        ``has_packets``: the log has an arrival, departure or drop line; the other arguments are the
+        attributes of the same name (see the class docstring).
+        """
+        self = cls.__new__(cls)
+        self.n_events, self.first_ms, self.first_event_ms = n_events, first_ms, first_event_ms
+        self._sums = {k: sums[k] for k in ((0, "count"), (0, "bytes"), (1, "count"), (1, "bytes"), (2, "bytes"),
+                                           (3, "packets"))}
+        for c in (0, 1):
+            self._sums[c, "packets"] = self._sums[c, "count"]
+        n = self.n_ms = self._sums[2, "bytes"].size
+        self.last_ms = first_ms + n - 1
+        self.dep_delay_ms = dep_delay_ms
+        self.base_delay_ms = float(dep_delay_ms.min()) if dep_delay_ms.size else float("nan")
+        self.queueing_ms_sum, self.peak_delay_ms = queueing_ms_sum, peak_delay_ms
+        self.queue_ms = np.cumsum(self._sums[0, "count"] - self._sums[1, "count"] - self._sums[3, "packets"])
+        self.sent_lo, self.sent_min_delay = sent_lo, sent_min_delay
+        self.data_ms = data_ms
+        self._queueing_whole = None
+        self._flow_sums = {}
+        self._one_flow(has_packets)
+        return self
+
+    def is_whole(self, per_ms: np.ndarray) -> bool:
+        """Whether every value of one of this log's per-ms arrays is a whole number (then any sum of them
+        is exact: whole numbers below 2**53 add without rounding). Checked once per array.
 
         Sums of bytes, packets and counts are whole by construction; only the queueing delays (a
         departure's delay may be written with a fraction) are checked."""
-        key = (per_ms.__array_interface__["data"][0], per_ms.size)
-        if key not in self._cumsums:
-            whole = per_ms is not self.queueing_ms_sum or bool(np.array_equal(per_ms, np.trunc(per_ms)))
-            self._cumsums[key] = np.concatenate([[0.0], np.cumsum(per_ms)]) if whole else None
-        return self._cumsums[key]
+        if per_ms is not self.queueing_ms_sum:
+            return True
+        if self._queueing_whole is None:
+            self._queueing_whole = bool(np.array_equal(per_ms, np.trunc(per_ms)))
+        return self._queueing_whole
 
     def ms_sum(self, kind: str, what: str) -> np.ndarray:
         """Per-ms sum (float64, n_ms): "bytes", "count" or "packets" of arrivals and departures,
@@ -268,11 +303,17 @@ def bin_positions(arrays: LogArrays, origin_s: float, bin_s: float, n: int) -> t
 
 def binned_sum(per_ms: np.ndarray, pos: tuple[slice, np.ndarray, np.ndarray], n: int,
                arrays: LogArrays | None = None) -> np.ndarray:
-    """Sum of a per-ms array over each of n bins at `bin_positions` ``pos``: differences of its
-    running sum when ``arrays`` holds one (`LogArrays.cumulative`, whole numbers: exact), else bin by bin."""
-    cs = arrays.cumulative(per_ms) if arrays is not None else None
-    if cs is not None:
-        return cs[pos[2][1:]] - cs[pos[2][:-1]]
+    """Sum of a per-ms array over each of n bins at `bin_positions` ``pos``: each bin's run of ms added
+    up when ``arrays`` says its values are whole (`LogArrays.is_whole`: exact in any order), else ms by ms."""
+    if arrays is not None and arrays.is_whole(per_ms):
+        # whole numbers add up exactly in any order: each bin's run of ms summed at C speed, no running sum
+        # of the whole log kept (a big log's per-ms arrays are each as long as it has ms)
+        edges = pos[2]
+        out = np.zeros(n)
+        full = np.flatnonzero(edges[1:] > edges[:-1])
+        if full.size:
+            out[full] = np.add.reduceat(per_ms[edges[0] : edges[-1]], edges[full] - edges[0])
+        return out
     return np.bincount(pos[1], weights=per_ms[pos[0]], minlength=n)[:n]
 
 
