@@ -71,7 +71,6 @@ const ERR_SUB_UNDERFLOW: i32 = -94;
 pub enum JitTarget {
     /// BPF_PROG_TYPE_SYSCALL, context = the 4096-byte register file.
     /// Only tests/fold_jit.rs builds it (the differential test's vehicle).
-    #[allow(dead_code)]
     TestRun,
     /// BPF_PROG_TYPE_STRUCT_OPS `cong_control`: registers from
     /// `flows_map_fd[*(u32 *)(sk + slot_sk_offset)]` (an array map), then a

@@ -35,12 +35,7 @@ use std::collections::{HashMap, HashSet};
 
 use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
 
-// Declared here (not `crate::stats`) because the tests include this file on
-// its own with `#[path]`; the path is relative to this file.
-#[allow(dead_code)]
-#[path = "stats.rs"]
-mod stats;
-use stats::{monotonic_ns, Samples};
+use crate::stats::{monotonic_ns, Samples};
 
 // ---- layout constants: mirror bpf/fold_vm.h ----
 pub const MAX_REPORT: u32 = 110;
@@ -67,9 +62,7 @@ pub const N_PRIM: u32 = 15;
 pub const OFF_ZERO: u32 = 147;
 pub const OFF_DISCARD: u32 = 148;
 /// fold_state.time_zero_ns and .slot (only the BPF side and tests use them).
-#[cfg_attr(not(test), allow(dead_code))]
 pub const OFF_TIME_ZERO: u32 = 149;
-#[cfg_attr(not(test), allow(dead_code))]
 pub const OFF_SLOT: u32 = 150;
 /// Register slot where a compiled main section (`fold_jit`) leaves its
 /// result (0 or a libccp abort code, as i64); never an operand.
@@ -1129,8 +1122,7 @@ enum Slot {
     /// (the program was past what the kernel supports).
     Taken {
         uid: u32,
-        #[cfg_attr(not(test), allow(dead_code))]
-        ok: bool,
+                ok: bool,
     },
 }
 
@@ -1469,7 +1461,6 @@ impl FoldTables {
     }
 
     /// Whether the kernel holds slot `slot`'s program.
-    #[cfg(test)]
     pub fn slot_ok(&self, slot: u32) -> bool {
         matches!(
             self.slots.get(slot.wrapping_sub(1) as usize),

@@ -27,17 +27,9 @@
 //! fold_differential -- --ignored --nocapture` (prints figures; not a timed
 //! test).
 
-#[allow(dead_code)]
-#[path = "../src/fold_kernel.rs"]
-mod fold_kernel;
-
+use ccp_datapath::fold_kernel;
 // The user-space primitives (the reference for fold_vm.h fold_prims).
-#[allow(dead_code)]
-#[path = "../src/primitives.rs"]
-mod primitives;
-#[allow(dead_code)]
-#[path = "../src/wire.rs"]
-mod wire;
+use ccp_datapath::{primitives, wire};
 
 mod fold_harness;
 use fold_harness::skel;

@@ -21,12 +21,7 @@
 //! Needs root (loading BPF) and syscall-type BPF programs with bpf_loop;
 //! fails naming what is missing. Registers no struct_ops: no host lock.
 
-#[allow(dead_code)]
-#[path = "../src/fold_kernel.rs"]
-mod fold_kernel;
-
-#[path = "../src/fold_jit.rs"]
-mod fold_jit;
+use ccp_datapath::{fold_jit, fold_kernel};
 
 mod fold_harness;
 use fold_harness::skel;

@@ -16,9 +16,7 @@
 //! (`make bench` runs 1,000,000); seed `CCPLAB_FUZZ_SEED` (default fixed, so a
 //! failure reproduces). A panicking case is printed as hex.
 
-#[path = "../src/fold_kernel.rs"]
-#[allow(dead_code)]
-mod fold_kernel;
+use ccp_datapath::fold_kernel;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Instant;

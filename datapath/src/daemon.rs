@@ -1,0 +1,760 @@
+//! The datapath's event loop: registers `ccp`, then moves flow events,
+//! reports and commands between the BPF side and Portus until a stop
+//! signal. [`run`] is what the `ccp-datapath` binary calls.
+
+use std::cell::RefCell;
+use std::collections::HashSet;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use ccplab_util::signals::StopSignals;
+use serde::Serialize;
+
+use crate::bpf::{ca_available, monotonic_ns, BpfConfig, BpfDatapath, CA_NAME};
+use crate::cli::{Cli, FoldMode};
+use crate::fold::{FoldEngine, GuardEvent};
+use crate::fold_kernel::{self, KernelFold};
+use crate::ipc::{PortusIpc, PortusSender, Trust};
+use crate::liveness::{AlgorithmWatch, Change};
+use crate::resync::FlowResync;
+use crate::rules::{FlowKeys, RuleTable};
+use crate::stats::Samples;
+use crate::wake::{self, Promise, ReportLooks};
+use crate::wire::{Event, FlowCreated, GuardCause};
+
+/// `--fold kernel`: the Portus side of the kernel fold.
+struct KernelMode {
+    kf: KernelFold,
+    sender: PortusSender,
+    /// Create messages Portus did not get yet (flow, message, last try).
+    unsent: Vec<(u32, Vec<u8>, Instant)>,
+    /// Report records from the kernel, raw.
+    reports: Rc<RefCell<Vec<Vec<u8>>>>,
+    /// Messages for Portus from this turn of the loop, in order, sent
+    /// together by [`KernelMode::flush`]; a create names its flow.
+    pending: Vec<(Option<u32>, Vec<u8>)>,
+    /// A send to Portus failed since the loop last looked.
+    send_failed: bool,
+    /// Whether the loop promised the BPF side to look again within the
+    /// report window (the loop's poll timeout).
+    looks: ReportLooks,
+}
+
+/// Re-send a create message Portus did not get this often.
+const CREATE_RETRY: Duration = Duration::from_secs(1);
+
+impl KernelMode {
+    /// Send this turn's messages, several to a datagram. A create Portus
+    /// did not get is kept to be announced again ([`CREATE_RETRY`]).
+    fn flush(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let pending = std::mem::take(&mut self.pending);
+        let sent = self.sender.send_packed(pending.iter().map(|(_, m)| m.as_slice()));
+        if sent < pending.len() {
+            self.send_failed = true;
+            let now = Instant::now();
+            for (flow, msg) in pending.into_iter().skip(sent) {
+                if let Some(flow) = flow {
+                    self.unsent.push((flow, msg, now));
+                }
+            }
+        }
+    }
+
+    fn created(&mut self, c: &FlowCreated, alg: &str) {
+        self.unsent.retain(|(f, _, _)| *f != c.flow_id);
+        self.pending.retain(|(f, _)| *f != Some(c.flow_id));
+        let msg = self.kf.flow_created(
+            c.flow_id,
+            c.init_cwnd_pkts.saturating_mul(c.mss),
+            c.mss,
+            (c.saddr, u32::from(c.sport)),
+            (c.daddr, u32::from(c.dport)),
+            alg,
+        );
+        match msg {
+            Ok(m) => self.pending.push((Some(c.flow_id), m)),
+            Err(e) => tracing::warn!(flow = c.flow_id, error = %e, "flow not announced (fallback)"),
+        }
+    }
+
+    fn released(&mut self, flow_id: u32) {
+        self.unsent.retain(|(f, _, _)| *f != flow_id);
+        let close = self.kf.flow_released(flow_id);
+        self.pending.push((None, close));
+    }
+
+    /// Queue the kernel's reports (collected by the report ring's
+    /// consumer) for Portus; returns how many, and how many of them came
+    /// from flows that report several times per RTT.
+    fn forward_reports(&mut self) -> (usize, usize) {
+        let records = std::mem::take(&mut *self.reports.borrow_mut());
+        for rec in &records {
+            match self.kf.report_msg_for_portus(rec) {
+                Ok((_, msg)) => self.pending.push((None, msg)),
+                Err(e) => tracing::warn!(error = %e, "report record"),
+            }
+        }
+        (records.len(), records.iter().filter(|r| fold_kernel::report_is_prompt(r)).count())
+    }
+
+    /// Re-announce flows whose create message Portus did not get.
+    fn retry_unsent(&mut self) {
+        let sender = &mut self.sender;
+        let send_failed = &mut self.send_failed;
+        self.unsent.retain_mut(|(flow, msg, at)| {
+            if at.elapsed() < CREATE_RETRY {
+                return true;
+            }
+            *at = Instant::now();
+            let sent = sender.send(msg);
+            *send_failed |= !sent;
+            if sent {
+                tracing::info!(flow = *flow, "flow announced to Portus");
+            }
+            !sent
+        });
+    }
+}
+
+/// Contents of --ready-file.
+#[derive(Serialize)]
+struct Ready<'a> {
+    ca: &'a str,
+    pid: u32,
+    socket: &'a str,
+}
+
+fn preflight() -> Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("must run as root (loading BPF struct_ops needs CAP_BPF/CAP_SYS_ADMIN and CAP_NET_ADMIN)");
+    }
+    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
+        bail!("kernel BTF (/sys/kernel/btf/vmlinux) missing: BPF struct_ops is not supported on this kernel");
+    }
+    if ca_available(CA_NAME)? {
+        bail!("congestion control `{CA_NAME}` is already registered (another ccp-datapath running?)");
+    }
+    Ok(())
+}
+
+/// Removes the ready file when dropped (also on error paths).
+struct ReadyFile(Option<PathBuf>);
+impl Drop for ReadyFile {
+    fn drop(&mut self) {
+        if let Some(p) = &self.0 {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+struct Loop {
+    bpf: BpfDatapath,
+    ipc: PortusIpc,
+    /// `--fold userspace`: libccp; `--fold kernel`: None.
+    fold: Option<FoldEngine>,
+    kernel: Option<KernelMode>,
+    /// Shares the outbox of the sender libccp or KernelMode sends with:
+    /// messages Portus had no room for yet, flushed every loop.
+    outbox: PortusSender,
+    /// Per-ACK user-space cost: decode-to-command, ns.
+    ack_cost: Samples,
+    /// Kernel event timestamp to command written into the map, ns.
+    cmd_latency: Samples,
+    bad_records: Rc<RefCell<u64>>,
+    /// Portus messages refused (parse errors, over libccp's limits, oversized).
+    bad_msgs: u64,
+    /// Which algorithm each flow asks for.
+    rules: RuleTable,
+    /// Is the algorithm there (and who is it)?
+    watch: AlgorithmWatch,
+    /// When to announce the live flows to a new algorithm.
+    announce_at: Option<Instant>,
+    /// Flows this daemon knows (created, not yet released).
+    known: HashSet<u32>,
+    /// Flows announced to the current algorithm (cleared when a new one appears).
+    announced: HashSet<u32>,
+    /// Lost create/release records, found from the BPF `flows` map.
+    resync: FlowResync,
+    resynced_flows: u64,
+    /// Fault injection for tests (--test-drop-create-records): create
+    /// records still to be dropped as if the ring buffer had been full.
+    drop_creates: u32,
+    /// `--fold userspace`: flows the control guard took (the BPF side
+    /// counts `--fold kernel`'s).
+    user_guard_fallbacks: u64,
+}
+
+/// Between a new algorithm's appearance and announcing the flows to it the
+/// fallback runs, so the `flows` map holds each flow's current cwnd (the
+/// fallback refreshes it per ACK): the algorithm starts from there.
+const ANNOUNCE_DELAY: Duration = Duration::from_millis(100);
+/// How often the known flows are checked against the BPF `flows` map.
+const RESYNC_EVERY: Duration = Duration::from_secs(1);
+
+impl Loop {
+    /// The algorithm has been away for the whole fallback timeout: the
+    /// heartbeat is no longer stamped (every flow runs the kernel's cubic) and
+    /// what the algorithm asked for is forgotten.
+    fn algorithm_away(&mut self) {
+        self.bpf.bump_ctl_epoch();
+        if let Some(k) = &mut self.kernel {
+            k.kf.algorithm_changed();
+        }
+        self.bpf.clear_commands();
+        self.announce_at = None;
+        tracing::warn!(flows = self.known.len(), "algorithm away: its flows run the kernel's cubic until it is back");
+    }
+
+    /// A (re)started algorithm: the previous one's requests are stale; the
+    /// live flows are announced to it after [`ANNOUNCE_DELAY`].
+    fn new_algorithm(&mut self, now: Instant) {
+        self.bpf.bump_ctl_epoch();
+        if let Some(k) = &mut self.kernel {
+            k.kf.algorithm_changed();
+        }
+        self.bpf.clear_commands();
+        self.announce_at = Some(now + ANNOUNCE_DELAY);
+        self.announced.clear();
+        tracing::info!(socket = %self.watch_socket(), "algorithm present; announcing the live flows to it");
+    }
+
+    fn watch_socket(&self) -> String {
+        self.watch.socket().display().to_string()
+    }
+
+    /// The loop's poll timeout, ms. Without flows nothing is submitted
+    /// without a wakeup (creates wake us), and each wakeup costs 60-120 us
+    /// of CPU in this VM: wait for the next liveness probe (`idle_ms`). With
+    /// flows, ring records submitted without a wakeup must be picked up: in
+    /// `--fold userspace` every 1 ms (per-ACK events), in `--fold kernel`
+    /// one report window after a look that found reports ([`ReportLooks`]).
+    fn poll_timeout_ms(&mut self, idle_ms: libc::c_int) -> libc::c_int {
+        if self.outbox.backlog() > 0 {
+            // Portus's queue was full: look again soon (an unconnected
+            // datagram socket cannot poll for room in another's queue)
+            return wake::MIN_POLL.as_millis() as libc::c_int;
+        }
+        if self.known.is_empty() {
+            return idle_ms;
+        }
+        match &self.kernel {
+            Some(k) => {
+                let t = k.looks.timeout(monotonic_ns(), Duration::from_millis(idle_ms as u64));
+                // poll() takes whole ms: round up, so the report is there when we look
+                t.as_micros().div_ceil(1000) as libc::c_int
+            }
+            None => wake::MIN_POLL.as_millis() as libc::c_int,
+        }
+    }
+
+    /// Once per loop: follow the algorithm's comings and goings, announce
+    /// flows when due, and stamp the heartbeat only while it controls them.
+    fn watch_algorithm(&mut self) {
+        let now = Instant::now();
+        match self.watch.poll(now) {
+            Change::Away => self.algorithm_away(),
+            Change::NewAlgorithm => self.new_algorithm(now),
+            Change::None => {}
+        }
+        if self.announce_at.is_some_and(|t| now >= t) {
+            self.announce_at = None;
+            self.announce_live_flows();
+        }
+        self.bpf.heartbeat(if self.watch.controls() { monotonic_ns() } else { 0 });
+    }
+
+    /// Tell the algorithm every live flow it was not told yet, from the BPF
+    /// `flows` map.
+    fn announce_live_flows(&mut self) {
+        let now = monotonic_ns();
+        let mut live = self.bpf.live_flows();
+        live.retain(|(id, _)| !self.announced.contains(id));
+        for (id, info) in &live {
+            self.announced.insert(*id);
+            let c = FlowCreated::from_flow_info(*id, info, now);
+            let alg = self.algorithm_for(&c).to_string();
+            self.known.insert(*id);
+            if let Some(k) = &mut self.kernel {
+                k.created(&c, &alg);
+            }
+            if let Some(fold) = &mut self.fold {
+                if let Err(e) = fold.reannounce(&c, Some(&alg), now) {
+                    tracing::warn!(flow = id, error = %e, "flow not announced (fallback)");
+                }
+            }
+        }
+        if live.is_empty() {
+            tracing::debug!("no live flow to announce to the algorithm");
+        } else {
+            tracing::info!(flows = live.len(), "live flows announced to the algorithm");
+        }
+    }
+
+    /// Flows whose create or release record was lost (ring buffer full):
+    /// found from the BPF `flows` map ([`resync`]), then handled as if the
+    /// record had arrived.
+    fn resync(&mut self) {
+        let now = monotonic_ns();
+        let live = self.bpf.live_flows();
+        let live_ids: HashSet<u32> = live.iter().map(|(id, _)| *id).collect();
+        let found = self.resync.pass(&self.known, &live_ids);
+        for (id, info) in live.iter().filter(|(id, _)| found.lost_creates.contains(id)) {
+            tracing::warn!(flow = id, "flow's create record was lost; announcing it from the flows map");
+            self.resynced_flows += 1;
+            self.handle(Event::Created(FlowCreated::from_flow_info(*id, info, now)));
+        }
+        for flow_id in found.lost_releases {
+            tracing::warn!(flow = flow_id, "flow's release record was lost; releasing it");
+            self.resynced_flows += 1;
+            // its record lost, its counts too: 0 of 0 says "no evidence"
+            self.handle(Event::Released { flow_id, ts_ns: now, delivered_pkts: 0, fallback_pkts: 0 });
+        }
+    }
+
+    /// The algorithm the rule table picks for a flow.
+    fn algorithm_for(&self, c: &FlowCreated) -> &str {
+        self.rules.algorithm_for(&FlowKeys { dport: c.dport, mark: c.mark, cgroup_id: c.cgroup_id })
+    }
+
+    fn handle(&mut self, ev: Event) {
+        match ev {
+            Event::Created(c) => {
+                self.known.insert(c.flow_id);
+                self.announced.insert(c.flow_id);
+                let alg = self.algorithm_for(&c).to_string();
+                tracing::info!(
+                    flow = c.flow_id,
+                    src = %format!("{}:{}", std::net::Ipv4Addr::from(u32::from_be(c.saddr)), c.sport),
+                    dst = %format!("{}:{}", std::net::Ipv4Addr::from(u32::from_be(c.daddr)), c.dport),
+                    mss = c.mss,
+                    init_cwnd_pkts = c.init_cwnd_pkts,
+                    mark = c.mark,
+                    cgroup_id = c.cgroup_id,
+                    kernel_pacing = c.kernel_pacing,
+                    algorithm = %alg,
+                    "flow created"
+                );
+                if let Some(k) = &mut self.kernel {
+                    k.created(&c, &alg);
+                }
+                if let Some(fold) = &mut self.fold {
+                    if let Err(e) = fold.create(&c, Some(&alg), monotonic_ns()) {
+                        tracing::warn!(flow = c.flow_id, error = %e, "flow not managed by libccp (fallback)");
+                    }
+                }
+            }
+            Event::Ack(s) => {
+                let Some(fold) = self.fold.as_mut() else {
+                    return; // --fold kernel: the kernel folds its own ACKs
+                };
+                let t0 = Instant::now();
+                let cmd = fold.on_ack(&s, monotonic_ns());
+                if let Some(cmd) = cmd {
+                    match self.bpf.set_command(s.flow_id, cmd) {
+                        Ok(()) => {
+                            self.cmd_latency.push(monotonic_ns().saturating_sub(s.ts_ns));
+                            tracing::debug!(
+                                flow = s.flow_id,
+                                cwnd_bytes = cmd.cwnd_bytes,
+                                cwnd_pkts = cmd.cwnd_bytes / s.mss.max(1),
+                                rate_bytes_per_sec = cmd.rate_bytes_per_sec,
+                                "command applied"
+                            );
+                        }
+                        Err(e) => tracing::warn!(flow = s.flow_id, error = %e, "cannot write command"),
+                    }
+                }
+                for ev in fold.take_guard_events() {
+                    self.user_guard(ev, s.snd_cwnd);
+                }
+                self.ack_cost.push(t0.elapsed().as_nanos() as u64);
+            }
+            Event::Guard { flow_id, cause: GuardCause::Resumed, cwnd_pkts, .. } => {
+                tracing::info!(flow = flow_id, cwnd_pkts, "control guard: the algorithm commands the flow again; handed back");
+            }
+            Event::Guard { flow_id, cause, cwnd_pkts, bound_us } => {
+                tracing::warn!(
+                    flow = flow_id,
+                    cwnd_pkts,
+                    bound_ms = bound_us / 1000,
+                    cause = %cause.describe(),
+                    "control guard: flow not commanded within the bound; it runs the kernel's cubic until the algorithm commands it again"
+                );
+            }
+            Event::Released { flow_id, delivered_pkts, fallback_pkts, .. } => {
+                self.known.remove(&flow_id);
+                self.announced.remove(&flow_id);
+                self.bpf.delete_command(flow_id);
+                if let Some(k) = &mut self.kernel {
+                    k.released(flow_id);
+                }
+                if let Some(f) = self.fold.as_mut() {
+                    f.release(flow_id);
+                }
+                // the runner reads these per flow (experiments/ccplab/control.py)
+                tracing::info!(flow = flow_id, delivered_pkts, fallback_pkts, "flow released");
+            }
+        }
+    }
+
+    /// `--fold userspace`: the control guard ([`crate::fold::GuardEvent`])
+    /// took a flow (its command leaves the map: the kernel's cubic runs it)
+    /// or handed it back; logged as the BPF guard's events are.
+    fn user_guard(&mut self, ev: GuardEvent, cwnd_pkts: u32) {
+        match ev {
+            GuardEvent::Took { flow_id, bound_ns, program_failing } => {
+                self.bpf.delete_command(flow_id);
+                self.user_guard_fallbacks += 1;
+                let cause = if program_failing {
+                    "its fold program fails on its invocations (it aborts, or none is installed)".to_string()
+                } else {
+                    GuardCause::Silent.describe()
+                };
+                tracing::warn!(
+                    flow = flow_id,
+                    cwnd_pkts,
+                    bound_ms = bound_ns / 1_000_000,
+                    cause = %cause,
+                    "control guard: flow not commanded within the bound; it runs the kernel's cubic until the algorithm commands it again"
+                );
+            }
+            GuardEvent::Resumed { flow_id } => {
+                tracing::info!(flow = flow_id, cwnd_pkts, "control guard: the algorithm commands the flow again; handed back");
+            }
+        }
+    }
+
+    fn drain_ipc(&mut self, buf: &mut [u8]) {
+        loop {
+            match self.ipc.try_recv(buf) {
+                Ok(Some(n)) if n > buf.len() => {
+                    self.bad_msgs += 1;
+                    if self.bad_msgs % 1000 == 1 {
+                        tracing::warn!(len = n, max = buf.len(), dropped = self.bad_msgs, "oversized Portus message dropped");
+                    }
+                }
+                Ok(Some(n)) => {
+                    self.watch.heard_from(self.ipc.portus_pid());
+                    let r = match (&mut self.kernel, &mut self.fold) {
+                        (Some(k), _) => match k.kf.on_portus_msg(&buf[..n], &mut self.bpf) {
+                            Err(e @ crate::fold_kernel::FoldMsgError::Evicts(_)) => {
+                                // counted apart (evictions_refused=); logged
+                                // first and every 100th: a flood stays readable
+                                let refused = k.kf.evictions_refused();
+                                if refused % 100 == 1 {
+                                    tracing::warn!(error = %e, refused, "install refused: it would evict a live flow's program");
+                                }
+                                Ok(())
+                            }
+                            r => r.map_err(anyhow::Error::from),
+                        },
+                        (None, Some(fold)) => crate::ipc::deliver_to_libccp(fold, &mut buf[..n], monotonic_ns()),
+                        (None, None) => Ok(()),
+                    };
+                    if let Err(e) = r {
+                        // refused like libccp refuses it; rate-limited so a
+                        // flood cannot fill the log
+                        self.bad_msgs += 1;
+                        if self.bad_msgs % 1000 == 1 {
+                            tracing::warn!(error = %e, len = n, dropped = self.bad_msgs, "Portus message refused");
+                        }
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::warn!(error = %e, "receiving from Portus");
+                    break;
+                }
+            }
+        }
+    }
+
+    fn summary(&self, level_info: bool) {
+        let b = self.bpf.stats();
+        let f = self.fold.as_ref().map(|f| f.stats()).unwrap_or_default();
+        let active = self.fold.as_ref().map_or(0, |f| f.active_flows());
+        let k = self.kernel.as_ref().map(|k| k.kf.stats()).unwrap_or_default();
+        let (jit_compiled, jit_declined) = self.bpf.jit_counts();
+        let ob = self.outbox.outbox_stats();
+        // integer formatting: µs with 3 decimals, no floats in this binary
+        let us = |v: Option<u64>| match v {
+            Some(ns) => format!("{}.{:03}", ns / 1000, ns % 1000),
+            None => "-".to_string(),
+        };
+        let msg = format!(
+            "flows={} (bpf ids {}) active={} resynced={} invokes={} commands={} skipped_invalid={} unknown_flow_acks={} \
+             bpf: command_acks={} fallback_acks={} guard_fallbacks={} cwnd_clamped={} rate_floored={} dropped_events={} bad_records={} refused_msgs={} untrusted_msgs={} \
+             outbox: deferred={} peak={} dropped={} \
+             per-ACK user cost us: mean={} p50={} p99={}; event->command us: p50={} p99={} (n={}) \
+             kernel fold: invocations={} compiled_runs={} aborted={} reports={} reports_dropped={} no_state_flows={} installs={} compiled={} interpreted={} \
+             staged={} refused={} evictions_refused={} replaced_unused={} report->cwnd us: p50={} p99={} (n={})",
+            f.flows_created,
+            b.flows,
+            active,
+            self.resynced_flows,
+            f.invokes,
+            f.commands,
+            f.skipped_invalid,
+            f.unknown_flow_acks,
+            b.command_acks,
+            b.fallback_acks,
+            b.guard_fallbacks + self.user_guard_fallbacks,
+            b.cwnd_clamped,
+            b.rate_floored,
+            b.dropped_events,
+            self.bad_records.borrow(),
+            self.bad_msgs,
+            self.ipc.dropped_untrusted(),
+            ob.deferred,
+            ob.peak,
+            ob.dropped,
+            us(self.ack_cost.mean()),
+            us(self.ack_cost.percentile(50)),
+            us(self.ack_cost.percentile(99)),
+            us(self.cmd_latency.percentile(50)),
+            us(self.cmd_latency.percentile(99)),
+            self.cmd_latency.count,
+            b.fold_invocations,
+            b.fold_compiled_runs,
+            b.fold_aborts,
+            b.fold_reports,
+            b.fold_reports_dropped,
+            b.fold_no_state_flows,
+            k.installs,
+            jit_compiled,
+            jit_declined,
+            k.staged,
+            k.refused,
+            k.evictions_refused,
+            k.replaced_unused,
+            us(k.report_to_cwnd_p50_ns),
+            us(k.report_to_cwnd_p99_ns),
+            k.report_to_cwnd_n,
+        );
+        if level_info {
+            tracing::info!("{msg}");
+        } else {
+            tracing::debug!("{msg}");
+        }
+    }
+}
+
+/// Run the datapath with these options until `stop` fires: load and
+/// register `ccp`, serve the flows, unregister.
+///
+/// Errors: not root, no kernel BTF, `ccp` already registered, a bad
+/// --rule or --congalg, the socket directory refused, BPF load failures.
+pub fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
+    preflight()?;
+    let rules = RuleTable::parse(&cli.rules, &cli.congalg).map_err(|e| anyhow::anyhow!("--rule: {e}"))?;
+    let ipc = PortusIpc::bind(&cli.bind_dir, &cli.portus_socket, Trust::current(cli.allow_gid))?;
+    let in_kernel = cli.fold == FoldMode::Kernel;
+    if in_kernel {
+        fold_kernel::create_msg(0, 0, 0, 0, 0, 0, 0, &cli.congalg).map_err(|e| anyhow::anyhow!("--congalg: {e}"))?;
+    }
+    let mut bpf = BpfDatapath::load(BpfConfig {
+        wake_interval: Duration::from_micros(cli.wake_us),
+        stale_after: Duration::from_millis(cli.fallback_timeout_ms),
+        report_wake: Duration::from_millis(cli.report_wake_ms),
+        report_prompt: Duration::from_micros(cli.report_prompt_us),
+        fold_in_kernel: in_kernel,
+        fold_jit: cli.fold_jit,
+        control_floor: Duration::from_millis(cli.control_timeout_ms),
+    })?;
+    let outbox = ipc.sender()?;
+    let (fold, kernel, report_ring) = if in_kernel {
+        let mut sender = outbox.clone();
+        if !sender.send(&fold_kernel::ready_msg(std::process::id())) {
+            tracing::info!("Portus not reachable yet; flows will be announced when it is");
+        }
+        let reports = Rc::new(RefCell::new(Vec::new()));
+        let ring = bpf.report_reader(reports.clone())?;
+        let k = KernelMode {
+            kf: KernelFold::guarded(),
+            sender,
+            unsent: vec![],
+            reports,
+            pending: vec![],
+            send_failed: false,
+            looks: ReportLooks::new(Duration::from_millis(cli.report_wake_ms), Duration::from_micros(cli.report_prompt_us)),
+        };
+        (None, Some(k), Some(ring))
+    } else {
+        let engine = FoldEngine::new(Box::new(outbox.clone()), std::process::id(), &cli.congalg)?
+            .with_guard_floor(Duration::from_millis(cli.control_timeout_ms));
+        (Some(engine), None, None)
+    };
+    let queue = Rc::new(RefCell::new(Vec::<Event>::new()));
+    let bad_records = Rc::new(RefCell::new(0u64));
+    let ring = bpf.event_reader(queue.clone(), bad_records.clone())?;
+    bpf.register()?;
+    if !ca_available(CA_NAME)? {
+        bail!("attached the struct_ops but `{CA_NAME}` is not in tcp_available_congestion_control");
+    }
+    let socket = ipc.path().to_string_lossy().into_owned();
+    let _ready = ReadyFile(cli.ready_file.clone());
+    if let Some(p) = &cli.ready_file {
+        let body = serde_json::to_vec(&Ready { ca: CA_NAME, pid: std::process::id(), socket: &socket })?;
+        ccplab_util::fs::write_atomically(p, |w| w.write_all(&body))
+            .with_context(|| format!("--ready-file {}: cannot write", p.display()))?;
+    }
+    tracing::info!(ca = CA_NAME, socket = %socket, portus = %cli.portus_socket.display(), congalg = %rules.default_algorithm(), fold = ?cli.fold, "registered; ready");
+    for r in rules.rules() {
+        tracing::info!(rule = %r, "flows matching this rule ask for this algorithm");
+    }
+
+    let watch = AlgorithmWatch::new(&cli.portus_socket, Duration::from_millis(cli.fallback_timeout_ms));
+    let mut lp = Loop {
+        bpf,
+        ipc,
+        fold,
+        kernel,
+        outbox,
+        ack_cost: Samples::new(65536),
+        cmd_latency: Samples::new(65536),
+        bad_records,
+        bad_msgs: 0,
+        rules,
+        watch,
+        announce_at: None,
+        known: HashSet::new(),
+        announced: HashSet::new(),
+        resync: FlowResync::default(),
+        resynced_flows: 0,
+        drop_creates: cli.test_drop_create_records,
+        user_guard_fallbacks: 0,
+    };
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut fds = vec![
+        libc::pollfd { fd: ring.epoll_fd(), events: libc::POLLIN, revents: 0 },
+        libc::pollfd { fd: lp.ipc.fd(), events: libc::POLLIN, revents: 0 },
+        // readable once SIGINT/SIGTERM arrived: wakes the poll at once
+        libc::pollfd { fd: stop.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+        // the algorithm process's pidfd (readable once it exited), -1 (not
+        // polled) until its process is known
+        libc::pollfd { fd: -1, events: libc::POLLIN, revents: 0 },
+    ];
+    const ALGORITHM_EXIT: usize = 3;
+    if let Some(r) = &report_ring {
+        fds.push(libc::pollfd { fd: r.epoll_fd(), events: libc::POLLIN, revents: 0 });
+    }
+    let mut last_summary = Instant::now();
+    let mut last_resync = Instant::now();
+    while stop.received().is_none() {
+        lp.watch_algorithm();
+        fds[ALGORITHM_EXIT].fd = lp.watch.exit_fd().unwrap_or(-1);
+        let timeout_ms = lp.poll_timeout_ms(idle_poll_ms(cli.fallback_timeout_ms, lp.watch.probe_period()));
+        // SAFETY: fds is a valid array of pollfd for the call's duration.
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+        if fds[ALGORITHM_EXIT].fd >= 0 && fds[ALGORITHM_EXIT].revents != 0 {
+            lp.watch.process_exited(Instant::now());
+        }
+        lp.drain_ipc(&mut buf);
+        if !lp.outbox.flush() {
+            lp.watch.send_failed(Instant::now());
+        }
+        if let Err(e) = ring.consume() {
+            tracing::warn!(error = %e, "ring buffer consume");
+        }
+        let events = std::mem::take(&mut *queue.borrow_mut());
+        for ev in events {
+            if matches!(ev, Event::Created(_)) && lp.drop_creates > 0 {
+                lp.drop_creates -= 1;
+                tracing::warn!("test: create record dropped (--test-drop-create-records)");
+                continue;
+            }
+            lp.handle(ev);
+        }
+        if let (Some(k), Some(r)) = (&mut lp.kernel, &report_ring) {
+            look_for_reports(k, r, &lp.bpf);
+        }
+        if last_resync.elapsed() >= RESYNC_EVERY {
+            lp.resync();
+            last_resync = Instant::now();
+        }
+        if let Some(k) = &mut lp.kernel {
+            k.retry_unsent();
+            // what this turn has for Portus (announcements, creates,
+            // reports, closes), in order, several to a datagram
+            k.flush();
+            if std::mem::take(&mut k.send_failed) {
+                lp.watch.send_failed(Instant::now());
+            }
+        }
+        if last_summary.elapsed() >= Duration::from_secs(10) {
+            lp.summary(false);
+            last_summary = Instant::now();
+        }
+    }
+    tracing::info!("signal received; unregistering {CA_NAME}");
+    lp.summary(true);
+    lp.bpf.unregister();
+    drop(ring);
+    drop(report_ring);
+    drop(lp); // closes maps, removes the socket file
+    Ok(())
+}
+
+/// `--fold kernel`: forward the reports in the ring and renew, keep or
+/// withdraw the promise of the next look (src/wake.rs). Withdrawing, it
+/// looks once more, for a report submitted while the old promise stood.
+fn look_for_reports(k: &mut KernelMode, ring: &libbpf_rs::RingBuffer<'_>, bpf: &BpfDatapath) {
+    let consume = || {
+        if let Err(e) = ring.consume() {
+            tracing::warn!(error = %e, "report ring buffer consume");
+        }
+    };
+    consume();
+    let now = monotonic_ns();
+    let (found, prompt) = k.forward_reports();
+    match k.looks.looked(found, prompt, now) {
+        Promise::Renew => bpf.promise_report_look(now),
+        Promise::Keep => {}
+        Promise::Withdraw => {
+            bpf.promise_report_look(0);
+            consume();
+            let (found, prompt) = k.forward_reports();
+            if k.looks.looked(found, prompt, now) == Promise::Renew {
+                bpf.promise_report_look(now);
+            }
+        }
+    }
+}
+
+/// Heartbeats the loop stamps per fallback timeout while idle: the BPF side
+/// falls back when the stamp is a whole timeout old, so a loop held up for
+/// two thirds of the timeout (333 ms at the default) still keeps the flows.
+const HEARTBEATS_PER_TIMEOUT: u64 = 3;
+
+/// The idle poll timeout, ms: the liveness probe's period (`probe_period`,
+/// [`liveness::AlgorithmWatch::probe_period`]) and short enough to refresh
+/// the heartbeat [`HEARTBEATS_PER_TIMEOUT`] times per fallback timeout.
+/// Each idle wakeup costs 60-120 us of CPU here (docs/NOTES.md).
+fn idle_poll_ms(fallback_timeout_ms: u64, probe_period: Duration) -> libc::c_int {
+    let probe_ms = probe_period.as_millis() as u64;
+    (fallback_timeout_ms / HEARTBEATS_PER_TIMEOUT).clamp(1, probe_ms.max(1)) as libc::c_int
+}
+
+#[cfg(test)]
+mod tests {
+    use super::idle_poll_ms;
+    use crate::liveness::{PROBE_EVERY, PROBE_EVERY_WATCHED};
+
+    #[test]
+    fn idle_poll_waits_for_the_probe_but_refreshes_the_heartbeat_in_time() {
+        assert_eq!(idle_poll_ms(500, PROBE_EVERY), 100, "default fallback timeout: the 100 ms probe period");
+        assert_eq!(idle_poll_ms(500, PROBE_EVERY_WATCHED), 166, "process watched: 3 heartbeats per timeout");
+        assert_eq!(idle_poll_ms(200, PROBE_EVERY), 66, "3 heartbeat refreshes per fallback timeout");
+        assert_eq!(idle_poll_ms(1, PROBE_EVERY), 1, "never a 0 ms (busy) poll");
+        assert_eq!(idle_poll_ms(60_000, PROBE_EVERY), 100);
+        assert_eq!(idle_poll_ms(60_000, PROBE_EVERY_WATCHED), 1000);
+    }
+}
+
