@@ -16,7 +16,7 @@ use serde::Serialize;
 use crate::bpf::{ca_available, monotonic_ns, BpfConfig, BpfDatapath, CA_NAME};
 use crate::cli::{Cli, FoldMode};
 use crate::fold::{FoldEngine, GuardEvent};
-use crate::fold_kernel::{self, KernelFold};
+use crate::fold::{self, KernelFold};
 use crate::ipc::{PortusIpc, PortusSender, Trust};
 use crate::liveness::{AlgorithmWatch, Change};
 use crate::resync::FlowResync;
@@ -100,7 +100,7 @@ impl KernelMode {
                 Err(e) => tracing::warn!(error = %e, "report record"),
             }
         }
-        (records.len(), records.iter().filter(|r| fold_kernel::report_is_prompt(r)).count())
+        (records.len(), records.iter().filter(|r| fold::report_is_prompt(r)).count())
     }
 
     /// Re-announce flows whose create message Portus did not get.
@@ -444,7 +444,7 @@ impl Loop {
                     self.watch.heard_from(self.ipc.portus_pid());
                     let r = match (&mut self.kernel, &mut self.fold) {
                         (Some(k), _) => match k.kf.on_portus_msg(&buf[..n], &mut self.bpf) {
-                            Err(e @ crate::fold_kernel::FoldMsgError::Evicts(_)) => {
+                            Err(e @ crate::fold::FoldMsgError::Evicts(_)) => {
                                 // counted apart (evictions_refused=); logged
                                 // first and every 100th: a flood stays readable
                                 let refused = k.kf.evictions_refused();
@@ -557,7 +557,7 @@ pub fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
     let ipc = PortusIpc::bind(&cli.bind_dir, &cli.portus_socket, Trust::current(cli.allow_gid))?;
     let in_kernel = cli.fold == FoldMode::Kernel;
     if in_kernel {
-        fold_kernel::create_msg(0, 0, 0, 0, 0, 0, 0, &cli.congalg).map_err(|e| anyhow::anyhow!("--congalg: {e}"))?;
+        fold::create_msg(0, 0, 0, 0, 0, 0, 0, &cli.congalg).map_err(|e| anyhow::anyhow!("--congalg: {e}"))?;
     }
     let mut bpf = BpfDatapath::load(BpfConfig {
         wake_interval: Duration::from_micros(cli.wake_us),
@@ -571,7 +571,7 @@ pub fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
     let outbox = ipc.sender()?;
     let (fold, kernel, report_ring) = if in_kernel {
         let mut sender = outbox.clone();
-        if !sender.send(&fold_kernel::ready_msg(std::process::id())) {
+        if !sender.send(&fold::ready_msg(std::process::id())) {
             tracing::info!("Portus not reachable yet; flows will be announced when it is");
         }
         let reports = Rc::new(RefCell::new(Vec::new()));

@@ -2,13 +2,13 @@
 //! and drives it from a Portus algorithm through libccp.
 //!
 //! Data flow, `--fold kernel` (default): the algorithm's fold programs run in
-//! the kernel per ACK (bpf/fold_vm.h, bpf/fold_ccp.h); [`fold_kernel`] turns
+//! the kernel per ACK (bpf/fold_vm.h, bpf/fold_ccp.h); [`fold::kernel`] turns
 //! Portus's install / update / change messages into BPF map entries and the
 //! kernel's report records into Portus measure messages; only flow
 //! create/release events and reports cross to user space.
 //!
 //! `--fold userspace`: kernel (bpf/ccp.bpf.c) --ring buffer--> [`bpf`]
-//! --events--> [`fold`] (libccp runs the fold programs) --commands (cwnd,
+//! --events--> [`fold::userspace`] (libccp runs the fold programs) --commands (cwnd,
 //! pacing rate)--> BPF `commands` map --next ACK--> socket; libccp <-> Portus
 //! over [`ipc`] (unix datagrams).
 //!
@@ -21,8 +21,6 @@ pub mod bpf;
 pub mod cli;
 pub mod daemon;
 pub mod fold;
-pub mod fold_jit;
-pub mod fold_kernel;
 pub mod ipc;
 pub mod liveness;
 pub mod primitives;
