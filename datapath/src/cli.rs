@@ -50,6 +50,14 @@ pub struct Cli {
     /// {"ca":"ccp","pid":N,"socket":"<bound socket path>"}. Removed on exit.
     #[arg(long)]
     pub ready_file: Option<PathBuf>,
+    /// At exit, atomically write this JSON file (temporary file beside it,
+    /// then a rename) with the figures of the exit summary line: counters as
+    /// integers, latencies in us as numbers, null where the line prints
+    /// `-`; keys as the line names them, grouped as it groups them (bpf,
+    /// outbox, user_ack_cost_us, event_to_command_us, kernel_fold,
+    /// report_to_cwnd_us). Not written when the datapath fails to start.
+    #[arg(long, value_name = "PATH")]
+    pub stats_file: Option<PathBuf>,
     /// Fallback timeout, ms: after this long without the algorithm (its
     /// socket gone) or without this daemon (heartbeat not stamped), flows run
     /// the kernel's cubic until the algorithm is back.

@@ -11,116 +11,21 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use ccplab_util::signals::StopSignals;
+use libbpf_rs::RingBuffer;
 use serde::Serialize;
 
+use crate::backend::Backend;
 use crate::bpf::{ca_available, monotonic_ns, BpfConfig, BpfDatapath, CA_NAME};
 use crate::cli::{Cli, FoldMode};
-use crate::fold::{FoldEngine, GuardEvent};
-use crate::fold::{self, KernelFold};
+use crate::fold::{self, GuardEvent};
 use crate::ipc::{PortusIpc, PortusSender, Trust};
 use crate::liveness::{AlgorithmWatch, Change};
 use crate::resync::FlowResync;
 use crate::rules::{FlowKeys, RuleTable};
 use crate::stats::Samples;
-use crate::wake::{self, Promise, ReportLooks};
+use crate::summary::{AckCost, BpfCounters, KernelFoldCounters, Latency, Micros, OutboxCounters, Stats};
+use crate::wake;
 use crate::wire::{Event, FlowCreated, GuardCause};
-
-/// `--fold kernel`: the Portus side of the kernel fold.
-struct KernelMode {
-    kf: KernelFold,
-    sender: PortusSender,
-    /// Create messages Portus did not get yet (flow, message, last try).
-    unsent: Vec<(u32, Vec<u8>, Instant)>,
-    /// Report records from the kernel, raw.
-    reports: Rc<RefCell<Vec<Vec<u8>>>>,
-    /// Messages for Portus from this turn of the loop, in order, sent
-    /// together by [`KernelMode::flush`]; a create names its flow.
-    pending: Vec<(Option<u32>, Vec<u8>)>,
-    /// A send to Portus failed since the loop last looked.
-    send_failed: bool,
-    /// Whether the loop promised the BPF side to look again within the
-    /// report window (the loop's poll timeout).
-    looks: ReportLooks,
-}
-
-/// Re-send a create message Portus did not get this often.
-const CREATE_RETRY: Duration = Duration::from_secs(1);
-
-impl KernelMode {
-    /// Send this turn's messages, several to a datagram. A create Portus
-    /// did not get is kept to be announced again ([`CREATE_RETRY`]).
-    fn flush(&mut self) {
-        if self.pending.is_empty() {
-            return;
-        }
-        let pending = std::mem::take(&mut self.pending);
-        let sent = self.sender.send_packed(pending.iter().map(|(_, m)| m.as_slice()));
-        if sent < pending.len() {
-            self.send_failed = true;
-            let now = Instant::now();
-            for (flow, msg) in pending.into_iter().skip(sent) {
-                if let Some(flow) = flow {
-                    self.unsent.push((flow, msg, now));
-                }
-            }
-        }
-    }
-
-    fn created(&mut self, c: &FlowCreated, alg: &str) {
-        self.unsent.retain(|(f, _, _)| *f != c.flow_id);
-        self.pending.retain(|(f, _)| *f != Some(c.flow_id));
-        let msg = self.kf.flow_created(
-            c.flow_id,
-            c.init_cwnd_pkts.saturating_mul(c.mss),
-            c.mss,
-            (c.saddr, u32::from(c.sport)),
-            (c.daddr, u32::from(c.dport)),
-            alg,
-        );
-        match msg {
-            Ok(m) => self.pending.push((Some(c.flow_id), m)),
-            Err(e) => tracing::warn!(flow = c.flow_id, error = %e, "flow not announced (fallback)"),
-        }
-    }
-
-    fn released(&mut self, flow_id: u32) {
-        self.unsent.retain(|(f, _, _)| *f != flow_id);
-        let close = self.kf.flow_released(flow_id);
-        self.pending.push((None, close));
-    }
-
-    /// Queue the kernel's reports (collected by the report ring's
-    /// consumer) for Portus; returns how many, and how many of them came
-    /// from flows that report several times per RTT.
-    fn forward_reports(&mut self) -> (usize, usize) {
-        let records = std::mem::take(&mut *self.reports.borrow_mut());
-        for rec in &records {
-            match self.kf.report_msg_for_portus(rec) {
-                Ok((_, msg)) => self.pending.push((None, msg)),
-                Err(e) => tracing::warn!(error = %e, "report record"),
-            }
-        }
-        (records.len(), records.iter().filter(|r| fold::report_is_prompt(r)).count())
-    }
-
-    /// Re-announce flows whose create message Portus did not get.
-    fn retry_unsent(&mut self) {
-        let sender = &mut self.sender;
-        let send_failed = &mut self.send_failed;
-        self.unsent.retain_mut(|(flow, msg, at)| {
-            if at.elapsed() < CREATE_RETRY {
-                return true;
-            }
-            *at = Instant::now();
-            let sent = sender.send(msg);
-            *send_failed |= !sent;
-            if sent {
-                tracing::info!(flow = *flow, "flow announced to Portus");
-            }
-            !sent
-        });
-    }
-}
 
 /// Contents of --ready-file.
 #[derive(Serialize)]
@@ -154,12 +59,17 @@ impl Drop for ReadyFile {
     }
 }
 
+/// The datapath loop's state: what it reads (the event ring, Portus's
+/// socket, the algorithm's liveness) and what it keeps per flow.
 struct Loop {
+    /// Flow events from the BPF side; its consumer fills `queue`. First, so
+    /// it is dropped before the maps it reads.
+    events: RingBuffer<'static>,
+    queue: Rc<RefCell<Vec<Event>>>,
+    /// Where the fold programs run (`--fold`).
+    backend: Backend,
     bpf: BpfDatapath,
     ipc: PortusIpc,
-    /// `--fold userspace`: libccp; `--fold kernel`: None.
-    fold: Option<FoldEngine>,
-    kernel: Option<KernelMode>,
     /// Shares the outbox of the sender libccp or KernelMode sends with:
     /// messages Portus had no room for yet, flushed every loop.
     outbox: PortusSender,
@@ -204,9 +114,7 @@ impl Loop {
     /// what the algorithm asked for is forgotten.
     fn algorithm_away(&mut self) {
         self.bpf.bump_ctl_epoch();
-        if let Some(k) = &mut self.kernel {
-            k.kf.algorithm_changed();
-        }
+        self.backend.algorithm_changed();
         self.bpf.clear_commands();
         self.announce_at = None;
         tracing::warn!(flows = self.known.len(), "algorithm away: its flows run the kernel's cubic until it is back");
@@ -216,9 +124,7 @@ impl Loop {
     /// live flows are announced to it after [`ANNOUNCE_DELAY`].
     fn new_algorithm(&mut self, now: Instant) {
         self.bpf.bump_ctl_epoch();
-        if let Some(k) = &mut self.kernel {
-            k.kf.algorithm_changed();
-        }
+        self.backend.algorithm_changed();
         self.bpf.clear_commands();
         self.announce_at = Some(now + ANNOUNCE_DELAY);
         self.announced.clear();
@@ -244,14 +150,7 @@ impl Loop {
         if self.known.is_empty() {
             return idle_ms;
         }
-        match &self.kernel {
-            Some(k) => {
-                let t = k.looks.timeout(monotonic_ns(), Duration::from_millis(idle_ms as u64));
-                // poll() takes whole ms: round up, so the report is there when we look
-                t.as_micros().div_ceil(1000) as libc::c_int
-            }
-            None => wake::MIN_POLL.as_millis() as libc::c_int,
-        }
+        self.backend.busy_poll_ms(idle_ms)
     }
 
     /// Once per loop: follow the algorithm's comings and goings, announce
@@ -281,14 +180,7 @@ impl Loop {
             let c = FlowCreated::from_flow_info(*id, info, now);
             let alg = self.algorithm_for(&c).to_string();
             self.known.insert(*id);
-            if let Some(k) = &mut self.kernel {
-                k.created(&c, &alg);
-            }
-            if let Some(fold) = &mut self.fold {
-                if let Err(e) = fold.reannounce(&c, Some(&alg), now) {
-                    tracing::warn!(flow = id, error = %e, "flow not announced (fallback)");
-                }
-            }
+            self.backend.flow_reannounced(&c, &alg, now);
         }
         if live.is_empty() {
             tracing::debug!("no live flow to announce to the algorithm");
@@ -341,17 +233,10 @@ impl Loop {
                     algorithm = %alg,
                     "flow created"
                 );
-                if let Some(k) = &mut self.kernel {
-                    k.created(&c, &alg);
-                }
-                if let Some(fold) = &mut self.fold {
-                    if let Err(e) = fold.create(&c, Some(&alg), monotonic_ns()) {
-                        tracing::warn!(flow = c.flow_id, error = %e, "flow not managed by libccp (fallback)");
-                    }
-                }
+                self.backend.flow_created(&c, &alg);
             }
             Event::Ack(s) => {
-                let Some(fold) = self.fold.as_mut() else {
+                let Backend::Userspace(fold) = &mut self.backend else {
                     return; // --fold kernel: the kernel folds its own ACKs
                 };
                 let t0 = Instant::now();
@@ -392,12 +277,7 @@ impl Loop {
                 self.known.remove(&flow_id);
                 self.announced.remove(&flow_id);
                 self.bpf.delete_command(flow_id);
-                if let Some(k) = &mut self.kernel {
-                    k.released(flow_id);
-                }
-                if let Some(f) = self.fold.as_mut() {
-                    f.release(flow_id);
-                }
+                self.backend.flow_released(flow_id);
                 // the runner reads these per flow (experiments/ccplab/control.py)
                 tracing::info!(flow = flow_id, delivered_pkts, fallback_pkts, "flow released");
             }
@@ -442,23 +322,7 @@ impl Loop {
                 }
                 Ok(Some(n)) => {
                     self.watch.heard_from(self.ipc.portus_pid());
-                    let r = match (&mut self.kernel, &mut self.fold) {
-                        (Some(k), _) => match k.kf.on_portus_msg(&buf[..n], &mut self.bpf) {
-                            Err(e @ crate::fold::FoldMsgError::Evicts(_)) => {
-                                // counted apart (evictions_refused=); logged
-                                // first and every 100th: a flood stays readable
-                                let refused = k.kf.evictions_refused();
-                                if refused % 100 == 1 {
-                                    tracing::warn!(error = %e, refused, "install refused: it would evict a live flow's program");
-                                }
-                                Ok(())
-                            }
-                            r => r.map_err(anyhow::Error::from),
-                        },
-                        (None, Some(fold)) => crate::ipc::deliver_to_libccp(fold, &mut buf[..n], monotonic_ns()),
-                        (None, None) => Ok(()),
-                    };
-                    if let Err(e) = r {
+                    if let Err(e) = self.backend.on_portus_msg(&mut buf[..n], &mut self.bpf) {
                         // refused like libccp refuses it; rate-limited so a
                         // flood cannot fill the log
                         self.bad_msgs += 1;
@@ -476,130 +340,153 @@ impl Loop {
         }
     }
 
-    fn summary(&self, level_info: bool) {
+    /// The figures of the summary line and `--stats-file`.
+    fn stats(&self) -> Stats {
         let b = self.bpf.stats();
-        let f = self.fold.as_ref().map(|f| f.stats()).unwrap_or_default();
-        let active = self.fold.as_ref().map_or(0, |f| f.active_flows());
-        let k = self.kernel.as_ref().map(|k| k.kf.stats()).unwrap_or_default();
+        let (f, active, k) = match &self.backend {
+            Backend::Userspace(fold) => (fold.stats(), fold.active_flows() as u64, Default::default()),
+            Backend::Kernel(kernel) => (Default::default(), 0, kernel.fold_stats()),
+        };
         let (jit_compiled, jit_declined) = self.bpf.jit_counts();
         let ob = self.outbox.outbox_stats();
-        // integer formatting: µs with 3 decimals, no floats in this binary
-        let us = |v: Option<u64>| match v {
-            Some(ns) => format!("{}.{:03}", ns / 1000, ns % 1000),
-            None => "-".to_string(),
-        };
-        let msg = format!(
-            "flows={} (bpf ids {}) active={} resynced={} invokes={} commands={} skipped_invalid={} unknown_flow_acks={} \
-             bpf: command_acks={} fallback_acks={} guard_fallbacks={} cwnd_clamped={} rate_floored={} dropped_events={} bad_records={} refused_msgs={} untrusted_msgs={} \
-             outbox: deferred={} peak={} dropped={} \
-             per-ACK user cost us: mean={} p50={} p99={}; event->command us: p50={} p99={} (n={}) \
-             kernel fold: invocations={} compiled_runs={} aborted={} reports={} reports_dropped={} no_state_flows={} installs={} compiled={} interpreted={} \
-             staged={} refused={} evictions_refused={} replaced_unused={} report->cwnd us: p50={} p99={} (n={})",
-            f.flows_created,
-            b.flows,
+        Stats {
+            flows_created: f.flows_created,
+            bpf_flow_ids: u64::from(b.flows),
             active,
-            self.resynced_flows,
-            f.invokes,
-            f.commands,
-            f.skipped_invalid,
-            f.unknown_flow_acks,
-            b.command_acks,
-            b.fallback_acks,
-            b.guard_fallbacks + self.user_guard_fallbacks,
-            b.cwnd_clamped,
-            b.rate_floored,
-            b.dropped_events,
-            self.bad_records.borrow(),
-            self.bad_msgs,
-            self.ipc.dropped_untrusted(),
-            ob.deferred,
-            ob.peak,
-            ob.dropped,
-            us(self.ack_cost.mean()),
-            us(self.ack_cost.percentile(50)),
-            us(self.ack_cost.percentile(99)),
-            us(self.cmd_latency.percentile(50)),
-            us(self.cmd_latency.percentile(99)),
-            self.cmd_latency.count,
-            b.fold_invocations,
-            b.fold_compiled_runs,
-            b.fold_aborts,
-            b.fold_reports,
-            b.fold_reports_dropped,
-            b.fold_no_state_flows,
-            k.installs,
-            jit_compiled,
-            jit_declined,
-            k.staged,
-            k.refused,
-            k.evictions_refused,
-            k.replaced_unused,
-            us(k.report_to_cwnd_p50_ns),
-            us(k.report_to_cwnd_p99_ns),
-            k.report_to_cwnd_n,
-        );
-        if level_info {
-            tracing::info!("{msg}");
-        } else {
-            tracing::debug!("{msg}");
+            resynced: self.resynced_flows,
+            invokes: f.invokes,
+            commands: f.commands,
+            skipped_invalid: f.skipped_invalid,
+            unknown_flow_acks: f.unknown_flow_acks,
+            bad_records: *self.bad_records.borrow(),
+            refused_msgs: self.bad_msgs,
+            untrusted_msgs: self.ipc.dropped_untrusted(),
+            bpf: BpfCounters {
+                command_acks: b.command_acks,
+                fallback_acks: b.fallback_acks,
+                guard_fallbacks: b.guard_fallbacks + self.user_guard_fallbacks,
+                cwnd_clamped: b.cwnd_clamped,
+                rate_floored: b.rate_floored,
+                dropped_events: b.dropped_events,
+            },
+            outbox: OutboxCounters { deferred: ob.deferred, peak: ob.peak as u64, dropped: ob.dropped },
+            user_ack_cost_us: AckCost {
+                mean: Micros(self.ack_cost.mean()),
+                p50: Micros(self.ack_cost.percentile(50)),
+                p99: Micros(self.ack_cost.percentile(99)),
+            },
+            event_to_command_us: Latency {
+                p50: Micros(self.cmd_latency.percentile(50)),
+                p99: Micros(self.cmd_latency.percentile(99)),
+                n: self.cmd_latency.count,
+            },
+            kernel_fold: KernelFoldCounters {
+                invocations: b.fold_invocations,
+                compiled_runs: b.fold_compiled_runs,
+                aborted: b.fold_aborts,
+                reports: b.fold_reports,
+                reports_dropped: b.fold_reports_dropped,
+                no_state_flows: b.fold_no_state_flows,
+                installs: k.installs,
+                compiled: jit_compiled,
+                interpreted: jit_declined,
+                staged: k.staged,
+                refused: k.refused,
+                evictions_refused: k.evictions_refused,
+                replaced_unused: k.replaced_unused,
+            },
+            report_to_cwnd_us: Latency {
+                p50: Micros(k.report_to_cwnd_p50_ns),
+                p99: Micros(k.report_to_cwnd_p99_ns),
+                n: k.report_to_cwnd_n,
+            },
         }
+    }
+
+    /// Log the summary line (info at exit, debug every 10 s) and return
+    /// its figures.
+    fn summary(&self, level_info: bool) -> Stats {
+        let stats = self.stats();
+        if level_info {
+            tracing::info!("{stats}");
+        } else {
+            tracing::debug!("{stats}");
+        }
+        stats
     }
 }
 
 /// Run the datapath with these options until `stop` fires: load and
-/// register `ccp`, serve the flows, unregister.
+/// register `ccp`, serve the flows, unregister, and write `--stats-file`.
 ///
 /// Errors: not root, no kernel BTF, `ccp` already registered, a bad
-/// --rule or --congalg, the socket directory refused, BPF load failures.
+/// --rule or --congalg, the socket directory refused, BPF load failures,
+/// --ready-file or --stats-file not writable.
 pub fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
     preflight()?;
     let rules = RuleTable::parse(&cli.rules, &cli.congalg).map_err(|e| anyhow::anyhow!("--rule: {e}"))?;
     let ipc = PortusIpc::bind(&cli.bind_dir, &cli.portus_socket, Trust::current(cli.allow_gid))?;
-    let in_kernel = cli.fold == FoldMode::Kernel;
-    if in_kernel {
+    if cli.fold == FoldMode::Kernel {
         fold::create_msg(0, 0, 0, 0, 0, 0, 0, &cli.congalg).map_err(|e| anyhow::anyhow!("--congalg: {e}"))?;
     }
-    let mut bpf = BpfDatapath::load(BpfConfig {
-        wake_interval: Duration::from_micros(cli.wake_us),
-        stale_after: Duration::from_millis(cli.fallback_timeout_ms),
-        report_wake: Duration::from_millis(cli.report_wake_ms),
-        report_prompt: Duration::from_micros(cli.report_prompt_us),
-        fold_in_kernel: in_kernel,
-        fold_jit: cli.fold_jit,
-        control_floor: Duration::from_millis(cli.control_timeout_ms),
-    })?;
+    let mut bpf = BpfDatapath::load(bpf_config(&cli))?;
     let outbox = ipc.sender()?;
-    let (fold, kernel, report_ring) = if in_kernel {
-        let mut sender = outbox.clone();
-        if !sender.send(&fold::ready_msg(std::process::id())) {
-            tracing::info!("Portus not reachable yet; flows will be announced when it is");
-        }
-        let reports = Rc::new(RefCell::new(Vec::new()));
-        let ring = bpf.report_reader(reports.clone())?;
-        let k = KernelMode {
-            kf: KernelFold::guarded(),
-            sender,
-            unsent: vec![],
-            reports,
-            pending: vec![],
-            send_failed: false,
-            looks: ReportLooks::new(Duration::from_millis(cli.report_wake_ms), Duration::from_micros(cli.report_prompt_us)),
-        };
-        (None, Some(k), Some(ring))
-    } else {
-        let engine = FoldEngine::new(Box::new(outbox.clone()), std::process::id(), &cli.congalg)?
-            .with_guard_floor(Duration::from_millis(cli.control_timeout_ms));
-        (Some(engine), None, None)
-    };
+    let backend = Backend::new(&cli, &bpf, &outbox)?;
     let queue = Rc::new(RefCell::new(Vec::<Event>::new()));
     let bad_records = Rc::new(RefCell::new(0u64));
-    let ring = bpf.event_reader(queue.clone(), bad_records.clone())?;
+    let events = bpf.event_reader(queue.clone(), bad_records.clone())?;
     bpf.register()?;
     if !ca_available(CA_NAME)? {
         bail!("attached the struct_ops but `{CA_NAME}` is not in tcp_available_congestion_control");
     }
+    let _ready = announce_ready(&cli, &ipc, &rules)?;
+    let mut lp = Loop {
+        events,
+        queue,
+        backend,
+        bpf,
+        ipc,
+        outbox,
+        ack_cost: Samples::new(65536),
+        cmd_latency: Samples::new(65536),
+        bad_records,
+        bad_msgs: 0,
+        rules,
+        watch: AlgorithmWatch::new(&cli.portus_socket, Duration::from_millis(cli.fallback_timeout_ms)),
+        announce_at: None,
+        known: HashSet::new(),
+        announced: HashSet::new(),
+        resync: FlowResync::default(),
+        resynced_flows: 0,
+        drop_creates: cli.test_drop_create_records,
+        user_guard_fallbacks: 0,
+    };
+    lp.serve(stop, cli.fallback_timeout_ms);
+    let stats = lp.shutdown();
+    match &cli.stats_file {
+        Some(path) => stats.write_file(path),
+        None => Ok(()),
+    }
+}
+
+/// The BPF side's settings from the command line.
+fn bpf_config(cli: &Cli) -> BpfConfig {
+    BpfConfig {
+        wake_interval: Duration::from_micros(cli.wake_us),
+        stale_after: Duration::from_millis(cli.fallback_timeout_ms),
+        report_wake: Duration::from_millis(cli.report_wake_ms),
+        report_prompt: Duration::from_micros(cli.report_prompt_us),
+        fold_in_kernel: cli.fold == FoldMode::Kernel,
+        fold_jit: cli.fold_jit,
+        control_floor: Duration::from_millis(cli.control_timeout_ms),
+    }
+}
+
+/// `ccp` is registered: write --ready-file (removed again when the returned
+/// guard drops) and log what this datapath serves.
+fn announce_ready(cli: &Cli, ipc: &PortusIpc, rules: &RuleTable) -> Result<ReadyFile> {
     let socket = ipc.path().to_string_lossy().into_owned();
-    let _ready = ReadyFile(cli.ready_file.clone());
+    let ready = ReadyFile(cli.ready_file.clone());
     if let Some(p) = &cli.ready_file {
         let body = serde_json::to_vec(&Ready { ca: CA_NAME, pid: std::process::id(), socket: &socket })?;
         ccplab_util::fs::write_atomically(p, |w| w.write_all(&body))
@@ -609,122 +496,99 @@ pub fn run(cli: Cli, stop: &StopSignals) -> Result<()> {
     for r in rules.rules() {
         tracing::info!(rule = %r, "flows matching this rule ask for this algorithm");
     }
+    Ok(ready)
+}
 
-    let watch = AlgorithmWatch::new(&cli.portus_socket, Duration::from_millis(cli.fallback_timeout_ms));
-    let mut lp = Loop {
-        bpf,
-        ipc,
-        fold,
-        kernel,
-        outbox,
-        ack_cost: Samples::new(65536),
-        cmd_latency: Samples::new(65536),
-        bad_records,
-        bad_msgs: 0,
-        rules,
-        watch,
-        announce_at: None,
-        known: HashSet::new(),
-        announced: HashSet::new(),
-        resync: FlowResync::default(),
-        resynced_flows: 0,
-        drop_creates: cli.test_drop_create_records,
-        user_guard_fallbacks: 0,
-    };
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut fds = vec![
-        libc::pollfd { fd: ring.epoll_fd(), events: libc::POLLIN, revents: 0 },
-        libc::pollfd { fd: lp.ipc.fd(), events: libc::POLLIN, revents: 0 },
-        // readable once SIGINT/SIGTERM arrived: wakes the poll at once
-        libc::pollfd { fd: stop.as_raw_fd(), events: libc::POLLIN, revents: 0 },
-        // the algorithm process's pidfd (readable once it exited), -1 (not
-        // polled) until its process is known
-        libc::pollfd { fd: -1, events: libc::POLLIN, revents: 0 },
-    ];
-    const ALGORITHM_EXIT: usize = 3;
-    if let Some(r) = &report_ring {
-        fds.push(libc::pollfd { fd: r.epoll_fd(), events: libc::POLLIN, revents: 0 });
+/// Index in the poll set of the algorithm process's pidfd.
+const ALGORITHM_EXIT: usize = 3;
+/// How often the summary line is logged (at debug) while running.
+const SUMMARY_EVERY: Duration = Duration::from_secs(10);
+
+impl Loop {
+    /// What the loop sleeps on: the event ring, Portus's socket, the stop
+    /// signals, the algorithm's pidfd and, `--fold kernel`, the report ring.
+    fn poll_set(&self, stop: &StopSignals) -> Vec<libc::pollfd> {
+        let mut fds = vec![
+            libc::pollfd { fd: self.events.epoll_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: self.ipc.fd(), events: libc::POLLIN, revents: 0 },
+            // readable once SIGINT/SIGTERM arrived: wakes the poll at once
+            libc::pollfd { fd: stop.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            // the algorithm process's pidfd (readable once it exited), -1 (not
+            // polled) until its process is known
+            libc::pollfd { fd: -1, events: libc::POLLIN, revents: 0 },
+        ];
+        if let Some(fd) = self.backend.poll_fd() {
+            fds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
+        }
+        fds
     }
-    let mut last_summary = Instant::now();
-    let mut last_resync = Instant::now();
-    while stop.received().is_none() {
-        lp.watch_algorithm();
-        fds[ALGORITHM_EXIT].fd = lp.watch.exit_fd().unwrap_or(-1);
-        let timeout_ms = lp.poll_timeout_ms(idle_poll_ms(cli.fallback_timeout_ms, lp.watch.probe_period()));
+
+    /// Turn after turn until a stop signal.
+    fn serve(&mut self, stop: &StopSignals, fallback_timeout_ms: u64) {
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut fds = self.poll_set(stop);
+        let mut last_summary = Instant::now();
+        let mut last_resync = Instant::now();
+        while stop.received().is_none() {
+            self.wait(&mut fds, fallback_timeout_ms);
+            self.drain_ipc(&mut buf);
+            if !self.outbox.flush() {
+                self.watch.send_failed(Instant::now());
+            }
+            self.handle_events();
+            self.backend.collect_reports(&self.bpf);
+            if last_resync.elapsed() >= RESYNC_EVERY {
+                self.resync();
+                last_resync = Instant::now();
+            }
+            if self.backend.end_turn() {
+                self.watch.send_failed(Instant::now());
+            }
+            if last_summary.elapsed() >= SUMMARY_EVERY {
+                self.summary(false);
+                last_summary = Instant::now();
+            }
+        }
+    }
+
+    /// Follow the algorithm, then sleep until something is ready or the
+    /// poll timeout ([`Loop::poll_timeout_ms`]) passed.
+    fn wait(&mut self, fds: &mut [libc::pollfd], fallback_timeout_ms: u64) {
+        self.watch_algorithm();
+        fds[ALGORITHM_EXIT].fd = self.watch.exit_fd().unwrap_or(-1);
+        let timeout_ms = self.poll_timeout_ms(idle_poll_ms(fallback_timeout_ms, self.watch.probe_period()));
         // SAFETY: fds is a valid array of pollfd for the call's duration.
         unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
         if fds[ALGORITHM_EXIT].fd >= 0 && fds[ALGORITHM_EXIT].revents != 0 {
-            lp.watch.process_exited(Instant::now());
+            self.watch.process_exited(Instant::now());
         }
-        lp.drain_ipc(&mut buf);
-        if !lp.outbox.flush() {
-            lp.watch.send_failed(Instant::now());
-        }
-        if let Err(e) = ring.consume() {
+    }
+
+    /// Handle the flow events in the ring (creates dropped first while
+    /// --test-drop-create-records asks for it).
+    fn handle_events(&mut self) {
+        if let Err(e) = self.events.consume() {
             tracing::warn!(error = %e, "ring buffer consume");
         }
-        let events = std::mem::take(&mut *queue.borrow_mut());
+        let events = std::mem::take(&mut *self.queue.borrow_mut());
         for ev in events {
-            if matches!(ev, Event::Created(_)) && lp.drop_creates > 0 {
-                lp.drop_creates -= 1;
+            if matches!(ev, Event::Created(_)) && self.drop_creates > 0 {
+                self.drop_creates -= 1;
                 tracing::warn!("test: create record dropped (--test-drop-create-records)");
                 continue;
             }
-            lp.handle(ev);
-        }
-        if let (Some(k), Some(r)) = (&mut lp.kernel, &report_ring) {
-            look_for_reports(k, r, &lp.bpf);
-        }
-        if last_resync.elapsed() >= RESYNC_EVERY {
-            lp.resync();
-            last_resync = Instant::now();
-        }
-        if let Some(k) = &mut lp.kernel {
-            k.retry_unsent();
-            // what this turn has for Portus (announcements, creates,
-            // reports, closes), in order, several to a datagram
-            k.flush();
-            if std::mem::take(&mut k.send_failed) {
-                lp.watch.send_failed(Instant::now());
-            }
-        }
-        if last_summary.elapsed() >= Duration::from_secs(10) {
-            lp.summary(false);
-            last_summary = Instant::now();
+            self.handle(ev);
         }
     }
-    tracing::info!("signal received; unregistering {CA_NAME}");
-    lp.summary(true);
-    lp.bpf.unregister();
-    drop(ring);
-    drop(report_ring);
-    drop(lp); // closes maps, removes the socket file
-    Ok(())
-}
 
-/// `--fold kernel`: forward the reports in the ring and renew, keep or
-/// withdraw the promise of the next look (src/wake.rs). Withdrawing, it
-/// looks once more, for a report submitted while the old promise stood.
-fn look_for_reports(k: &mut KernelMode, ring: &libbpf_rs::RingBuffer<'_>, bpf: &BpfDatapath) {
-    let consume = || {
-        if let Err(e) = ring.consume() {
-            tracing::warn!(error = %e, "report ring buffer consume");
-        }
-    };
-    consume();
-    let now = monotonic_ns();
-    let (found, prompt) = k.forward_reports();
-    match k.looks.looked(found, prompt, now) {
-        Promise::Renew => bpf.promise_report_look(now),
-        Promise::Keep => {}
-        Promise::Withdraw => {
-            bpf.promise_report_look(0);
-            consume();
-            let (found, prompt) = k.forward_reports();
-            if k.looks.looked(found, prompt, now) == Promise::Renew {
-                bpf.promise_report_look(now);
-            }
-        }
+    /// After a stop signal: log the summary, unregister `ccp`, close the
+    /// maps and remove the socket file. Returns the summary's figures.
+    fn shutdown(mut self) -> Stats {
+        tracing::info!("signal received; unregistering {CA_NAME}");
+        let stats = self.summary(true);
+        self.bpf.unregister();
+        drop(self); // rings first, then the maps; removes the socket file
+        stats
     }
 }
 

@@ -17,6 +17,7 @@
 //! crashes this binary. Keep float logarithms out; tests/no_libm_log.rs
 //! disassembles the built binary and fails if any code calls `log`.
 
+pub mod backend;
 pub mod bpf;
 pub mod cli;
 pub mod daemon;
@@ -27,5 +28,6 @@ pub mod primitives;
 pub mod resync;
 pub mod rules;
 pub mod stats;
+pub mod summary;
 pub mod wake;
 pub mod wire;

@@ -15,7 +15,7 @@ import pytest
 from ccplab import dpbench as d
 from ccplab.errors import CcplabError
 
-# Shaped like the datapath's exit summary (datapath/src/main.rs `summary`), tracing prefix included.
+# Shaped like the datapath's exit summary (datapath/src/summary.rs `Stats`), tracing prefix included.
 SUMMARY_USERSPACE = (
     "2026-11-22T19:40:01.5Z  INFO ccp_datapath: flows=10 (bpf ids 10) active=0 resynced=0 invokes=420000 "
     "commands=9000 skipped_invalid=12 unknown_flow_acks=30 bpf: command_acks=419000 fallback_acks=5 "
