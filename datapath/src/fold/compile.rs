@@ -331,20 +331,14 @@ pub fn compile(
         .map(at)
         .take_while(|i| i.op == Op::Def.code())
         .collect();
-    p.reset_off = out.len() as u32;
-    out.extend(
-        defs.iter()
-            .filter(|i| matches!(i.left.ty, REG_VOLATILE_REPORT | REG_VOLATILE_CONTROL))
-            .map(def_as_bind),
-    );
-    p.reset_len = out.len() as u32 - p.reset_off;
-    p.init_off = out.len() as u32;
-    out.extend(
-        defs.iter()
-            .filter(|i| matches!(i.left.ty, REG_NONVOLATILE_CONTROL | REG_NONVOLATILE_REPORT))
-            .map(def_as_bind),
-    );
-    p.init_len = out.len() as u32 - p.init_off;
+    // the DEFs of registers of `classes` as binds at the end of `out`: (offset, length)
+    let defs_of = |out: &mut Vec<FoldInsn>, classes: [u8; 2]| {
+        let off = out.len() as u32;
+        out.extend(defs.iter().filter(|i| classes.contains(&i.left.ty)).map(def_as_bind));
+        (off, out.len() as u32 - off)
+    };
+    (p.reset_off, p.reset_len) = defs_of(&mut out, [REG_VOLATILE_REPORT, REG_VOLATILE_CONTROL]);
+    (p.init_off, p.init_len) = defs_of(&mut out, [REG_NONVOLATILE_CONTROL, REG_NONVOLATILE_REPORT]);
     // libccp sets num_to_return (a u8) when its reset loop meets the first
     // non-DEF; a program of DEFs only keeps the zeroed slot's 0.
     let reports = defs
