@@ -267,7 +267,7 @@ static __always_inline __u64 wake_flag(__u64 now)
  * a loss or timeout always wake it. The stamp has a data section (a map) of
  * its own: it must not share the cache line every ACK reads the heartbeat
  * from. The read is an atomic add of 0, a full barrier: the daemon zeroes
- * the stamp, then looks at the ring once more (src/main.rs); with the
+ * the stamp, then looks at the ring once more (src/daemon.rs); with the
  * barrier on both sides a report either sees the zero or is seen by that
  * look. */
 const volatile __u64 report_wake_ns = 20000000;
@@ -759,7 +759,7 @@ static __always_inline void fallback(struct sock *sk, struct tcp_sock *tp, struc
 		refresh_flow_info(tp, ca->flow_id);	/* by value: a stack key */
 }
 
-/* --fold kernel: compiled main sections (src/fold_jit.rs), one per program
+/* --fold kernel: compiled main sections (src/fold/jit.rs), one per program
  * slot, and at FOLD_JIT_POST the second half of cong_control
  * (ccp_fold_post), which every compiled section tail-calls when it is done.
  * A slot without a compiled section (none loaded, or the compiler declined

@@ -3,7 +3,7 @@
  * fold_ccp.h: the struct_ops side of `--fold kernel`: per-flow fold state in
  * a preallocated array (one slot per flow, its index in icsk_ca_priv), the program table, staged updates, report records, and
  * one call per ACK (fold_on_ack, or its two halves) that does what the user-space libccp path
- * does with an ACK event (src/fold.rs on_ack + src/primitives.rs), without
+ * does with an ACK event (src/fold/userspace.rs on_ack + src/primitives.rs), without
  * leaving the kernel. Only reports (and create/release events) reach user
  * space.
  *
@@ -24,7 +24,7 @@
  *                                                 apply, 0 = no algorithm yet:
  *                                                 fall back
  *   fold_flow_end(sk, flow_id)                    from release()
- * User space (src/fold_kernel.rs KernelFold) writes `fold_progs`, stages
+ * User space (src/fold/kernel.rs KernelFold) writes `fold_progs`, stages
  * updates by running the `fold_stage` syscall program with
  * BPF_PROG_TEST_RUN (context: struct fold_stage_in), reads `fold_reports`,
  * sets `fold_time_zero_ns` (origin of Ack.now, libccp's datapath
@@ -107,7 +107,7 @@ _Static_assert(FOLD_FLUSH_EVERY < 256, "fold_unflushed counts fit a byte");
 
 /* Per-flow state: the interpreter's registers, which come first (a
  * compiled main section finds them at offset 0), and the datapath's own
- * bookkeeping (what src/fold.rs keeps per libccp connection) in the top
+ * bookkeeping (what src/fold/userspace.rs keeps per libccp connection) in the top
  * registers of the file, which no program uses (the compiler maps nothing
  * above the report registers). So a flow's whole state is one 4 KiB value,
  * and the map, mmapable, starts its values on a page boundary: a slot is
@@ -226,7 +226,7 @@ static __always_inline __u32 fold_staged_gen_now(const struct fold_flow *ff, __u
 }
 
 /* Byte offset of the slot index from the socket (struct sock / tcp_sock)
- * pointer, for compiled sections (src/fold_jit.rs), which find the state
+ * pointer, for compiled sections (src/fold/jit.rs), which find the state
  * as fold_flow_of does. Set by fold_layout with the running kernel's
  * layout (CO-RE), not the build host's. */
 __u32 fold_slot_sk_offset = 0;
@@ -502,7 +502,7 @@ static __always_inline void fold_send_report(struct fold_flow *ff, __u32 flow_id
  * an asynchronous datapath must echo what it applied, docs/NOTES.md). After an
  * RTO the algorithm's earlier requests are stale: they are forgotten and the
  * kernel's loss window stands until the algorithm sets something other than
- * that seed (src/fold.rs awaiting_alg).
+ * that seed (src/fold/userspace.rs awaiting_alg).
  */
 
 /* The first half: returns the flow's state (NULL: none, run the fallback)
@@ -695,7 +695,7 @@ static __always_inline int fold_on_ack(struct sock *sk, const struct rate_sample
 }
 
 /* Staging from user space: one Portus message's updates for one flow
- * (src/fold_kernel.rs Effect::Stage). The delta comes first: the verifier
+ * (src/fold/table.rs Effect::Stage). The delta comes first: the verifier
  * only allows context loads at fixed offsets from its start. */
 struct fold_stage_in {
 	struct fold_staged delta;

@@ -233,7 +233,7 @@ struct fold_test_main_in {
  * them: a 4 KiB copy through the context needs pointer arithmetic on it,
  * which the verifier refuses) and now_ns = regs[FOLD_OFF_JIT_NOW]; the
  * result code goes to regs[FOLD_OFF_JIT_RET], as a compiled section
- * (src/fold_jit.rs) leaves it. Returns -1 when a map entry is missing. */
+ * (src/fold/jit.rs) leaves it. Returns -1 when a map entry is missing. */
 SEC("syscall")
 int fold_test_main(struct fold_test_main_in *in)
 {

@@ -31,9 +31,9 @@
  *     clock; kept as is). Ack.now = (now_ns - datapath_time_zero_ns) / 1000.
  *     Flow.rtt_sample_us 0 reads as 4294967295.
  *
- * The program text is compiled by user space (src/fold_kernel.rs) from
+ * The program text is compiled by user space (src/fold/compile.rs) from
  * Portus's install message into a linear form (whose main section
- * src/fold_jit.rs compiles on to BPF; the interpreter then runs only the
+ * src/fold/jit.rs compiles on to BPF; the interpreter then runs only the
  * resets and the initialisation, and any main section not compiled): per expression its condition
  * instructions, FOLD_OP_JZ (skip the body when the expression flag is 0), the
  * body, FOLD_OP_BRK (stop when flag && !fallthrough). The compiler leaves
@@ -48,7 +48,7 @@
  * Register operands are pre-resolved to offsets in fold_state.regs, so the
  * interpreter never branches on register classes.
  *
- * Layouts are mirrored byte for byte in src/fold_kernel.rs (checked by size
+ * Layouts are mirrored byte for byte in src/fold/isa.rs (checked by size
  * asserts on both sides). Names carry a fold_/FOLD_ prefix: vmlinux.h
  * already defines OP_GT, struct insn, NONE ...
  *
@@ -67,7 +67,7 @@
  * program slot and the compiled section's two slots, then report registers
  * forwards (contiguous: a report copies them). The first ~16 of each class, all programs of the suite
  * use, span ~75 registers (10 lines) instead of ~13 lines spread over 4 KiB.
- * The compiler (src/fold_kernel.rs) maps flat indices to these offsets. */
+ * The compiler (src/fold/compile.rs) maps flat indices to these offsets. */
 #define FOLD_MAX_REPORT 110
 #define FOLD_MAX_CONTROL 110
 #define FOLD_N_IMPLICIT 6
@@ -85,7 +85,7 @@
 #define FOLD_OFF_DISCARD 148	/* sink for ignored writes, never read */
 #define FOLD_OFF_TIME_ZERO 149	/* fold_state.time_zero_ns */
 #define FOLD_OFF_SLOT 150	/* fold_state.slot */
-/* Never an operand: what a compiled main section (src/fold_jit.rs, entered
+/* Never an operand: what a compiled main section (src/fold/jit.rs, entered
  * by a tail call) reads and leaves behind, in the cache line of the slot
  * and the time zero (a cold ACK fetches it anyway). */
 #define FOLD_OFF_JIT_RET 151	/* its result: FOLD_OK or an abort code (as s64) */
@@ -245,7 +245,7 @@ struct fold_result {
 };
 
 /* A due report, for user space to forward to Portus as a measure message
- * (src/fold_kernel.rs KernelFold::report_msg). Fixed size: ring-buffer
+ * (src/fold/kernel.rs KernelFold::report_msg). Fixed size: ring-buffer
  * reservations need a constant size. */
 struct fold_report {
 	__u32 flow_id;		/* the Portus socket id */
@@ -759,7 +759,7 @@ static __always_inline void fold_change_program(struct fold_state *st, void *pro
 /*
  * One libccp invocation (ccp_invoke after the create message went out), in
  * two halves around the main section so that the section can also run as
- * compiled code (src/fold_jit.rs, entered by a tail call): fold_invoke_begin
+ * compiled code (src/fold/jit.rs, entered by a tail call): fold_invoke_begin
  * up to it, fold_invoke_end after it. fold_invoke runs all three here.
  *
  * st: the flow's state; progs: the program table (array map of struct

@@ -13,8 +13,8 @@ use anyhow::{bail, Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder};
 
-use crate::fold_jit::{self, JitTarget};
-use crate::fold_kernel::{FoldMaps, FoldProg, FoldStaged};
+use crate::fold::jit::{self, JitTarget};
+use crate::fold::{FoldMaps, FoldProg, FoldStaged};
 use crate::wire::{decode_event, Command, Event, RawFlowInfo};
 
 mod skel {
@@ -53,7 +53,7 @@ pub struct BpfConfig {
     /// instead of sending every ACK to libccp in user space.
     pub fold_in_kernel: bool,
     /// With `fold_in_kernel`: compile each installed program's main section
-    /// to BPF (src/fold_jit.rs) instead of interpreting it per ACK.
+    /// to BPF (src/fold/jit.rs) instead of interpreting it per ACK.
     pub fold_jit: bool,
     /// With `fold_in_kernel`: the control guard's floor; a flow its program
     /// has not commanded for max(16 x SRTT, this) runs the fallback
@@ -242,7 +242,7 @@ impl BpfDatapath {
     }
 
     /// A ring-buffer consumer for `--fold kernel` reports (raw `struct
-    /// fold_report` records, see fold_kernel::KernelFold::report_msg).
+    /// fold_report` records, see fold::KernelFold::report_msg).
     pub fn report_reader(&self, queue: Rc<RefCell<Vec<Vec<u8>>>>) -> Result<RingBuffer<'static>> {
         let mut b = RingBufferBuilder::new();
         b.add(&self.skel.maps.fold_reports, move |data: &[u8]| {
@@ -346,9 +346,9 @@ impl BpfDatapath {
             jit_map_fd: self.skel.maps.fold_jit.as_fd().as_raw_fd(),
             post_index: FOLD_JIT_POST,
         };
-        let loaded = fold_jit::compile_main(prog, &target)
+        let loaded = jit::compile_main(prog, &target)
             .map_err(|e| e.to_string())
-            .and_then(|insns| fold_jit::load(&insns, &target, &format!("ccp_fold_{slot}")).map_err(|e| e.to_string()));
+            .and_then(|insns| jit::load(&insns, &target, &format!("ccp_fold_{slot}")).map_err(|e| e.to_string()));
         let jit = self.jit.as_mut().expect("compile_slot with the compiler on");
         match loaded {
             Ok(fd) => {

@@ -572,7 +572,7 @@ impl Outgoing {
 }
 
 /// `--fold userspace`: hand one Portus message to libccp only if the kernel
-/// fold's parser ([`crate::fold_kernel::parse_message`], libccp's rules and
+/// fold's parser ([`crate::fold::parse_message`], libccp's rules and
 /// limits) accepts it. libccp 1.2 itself takes counts past its arrays (e.g.
 /// more than 256 expressions) and then loops or reads out of bounds in its
 /// state machine (found by tests/fuzz_messages.rs), so such messages must
@@ -581,7 +581,7 @@ impl Outgoing {
 ///
 /// Errors: the message is refused (by the screen or by libccp).
 pub fn deliver_to_libccp(fold: &mut crate::fold::FoldEngine, msg: &mut [u8], now_ns: u64) -> Result<()> {
-    crate::fold_kernel::parse_message(msg).map_err(|e| anyhow::anyhow!("Portus message refused: {e}"))?;
+    crate::fold::parse_message(msg).map_err(|e| anyhow::anyhow!("Portus message refused: {e}"))?;
     fold.recv_msg(msg, now_ns)
 }
 

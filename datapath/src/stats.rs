@@ -1,5 +1,5 @@
 //! Integer-only latency bookkeeping (no float logarithms anywhere in this
-//! binary: libccp's exported `log` symbol shadows libm's, see main.rs).
+//! binary: libccp's exported `log` symbol shadows libm's, see lib.rs).
 
 /// Now on CLOCK_MONOTONIC in ns: the clock of the BPF side's
 /// `bpf_ktime_get_ns()` (record timestamps such as `ts_ns`), so the two can

@@ -27,17 +27,9 @@
 //! fold_differential -- --ignored --nocapture` (prints figures; not a timed
 //! test).
 
-#[allow(dead_code)]
-#[path = "../src/fold_kernel.rs"]
-mod fold_kernel;
-
+use ccp_datapath::fold;
 // The user-space primitives (the reference for fold_vm.h fold_prims).
-#[allow(dead_code)]
-#[path = "../src/primitives.rs"]
-mod primitives;
-#[allow(dead_code)]
-#[path = "../src/wire.rs"]
-mod wire;
+use ccp_datapath::{primitives, wire};
 
 mod fold_harness;
 use fold_harness::skel;
@@ -50,7 +42,7 @@ use common::{edge_u64, env_u64, Rng};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use fold_kernel::{
+use fold::{
     FoldMaps, FoldMsgError, FoldProg, FoldReport, FoldStaged, FoldState, KernelFold,
     LIBCCP_MAX_PROGRAMS, MAX_SLOTS,
 };
@@ -137,7 +129,7 @@ const DP_MAX_PROGRAMS: usize = 104;
 const CONN_SIZE: usize = 216;
 
 /// A libccp datapath on the test clock, with its connection table zeroed
-/// (the crate mallocs it without zeroing; see src/fold.rs).
+/// (the crate mallocs it without zeroing; see src/fold/userspace.rs).
 fn libccp_datapath(outbox: Outbox) -> &'static Datapath {
     let mut dp = DatapathBuilder::default()
         .with_ops(outbox)
@@ -305,7 +297,7 @@ impl Kernel {
 
     fn reset_flow(&mut self, flow: u32) {
         let mut st = Box::new(FoldState::new_zeroed());
-        st.regs[fold_kernel::OFF_TIME_ZERO as usize] = EPOCH_NS; // libccp: implicit_time_zero = datapath time_zero
+        st.regs[fold::OFF_TIME_ZERO as usize] = EPOCH_NS; // libccp: implicit_time_zero = datapath time_zero
         Self::put(&self.skel.maps.fold_states, flow, st.as_bytes());
         // nothing staged: no entry (fold_stage creates it)
         let _ = self.skel.maps.fold_staged.delete(&flow.to_ne_bytes());
@@ -421,7 +413,7 @@ impl Sim {
         let dp = libccp_datapath(outbox.clone());
         assert_eq!(
             outbox.take(),
-            vec![fold_kernel::ready_msg(7)],
+            vec![fold::ready_msg(7)],
             "ready message as libccp's"
         );
         Sim {
@@ -750,7 +742,7 @@ fn random_program(r: &mut Rng, uid: u32) -> Vec<u8> {
     install_msg(uid, &exprs, &instrs)
 }
 
-/// A body instruction shaped like what fold_kernel.rs's compiler rewrites:
+/// A body instruction shaped like what the compiler (src/fold/compile.rs, src/fold/optimise.rs) rewrites:
 /// `OP tmp a b; BIND d tmp` and `OP tmp a b; IF d tmp v` pairs (aborting
 /// ops, IF/NOTIF, tmps past
 /// libccp's 8, Micros or the implicit registers as `d`), verbatim repeats
@@ -857,7 +849,7 @@ fn shaped_body_instrs(r: &mut Rng, out: &mut Vec<WI>, section_start: usize) {
 }
 
 /// A random program in libccp's wire format shaped to hit the compiler's
-/// rewrites (fold_kernel.rs compile): constant-true / constant-false /
+/// rewrites (src/fold/compile.rs): constant-true / constant-false /
 /// empty conditions (the flag left by the previous expression), conditions
 /// ending in a fused pair, bodies of [`shaped_body_instrs`]; the first
 /// body starts by reporting tmps and the implicit registers as the
@@ -950,28 +942,28 @@ fn shaped_program(r: &mut Rng, uid: u32) -> Vec<u8> {
 fn rewrites_fired(installs: &[Vec<u8>]) -> (u64, u64, u64, u64) {
     let mut t = (0, 0, 0, 0);
     for m in installs {
-        let Ok(fold_kernel::PortusMsg::Install {
+        let Ok(fold::PortusMsg::Install {
             uid,
             exprs,
             instrs,
             num_instructions,
             error: None,
-        }) = fold_kernel::parse_message(m)
+        }) = fold::parse_message(m)
         else {
             continue;
         };
-        let Ok(p) = fold_kernel::compile(1, uid, &exprs, &instrs, num_instructions) else {
+        let Ok(p) = fold::compile(1, uid, &exprs, &instrs, num_instructions) else {
             continue;
         };
         let main = &p.insns[..p.n_main as usize];
         t.0 += main.iter().filter(|i| i.wr2 != i.wr).count() as u64;
         t.3 += main
             .iter()
-            .filter(|i| i.flags & (fold_kernel::F_IF | fold_kernel::F_IFV) != 0)
+            .filter(|i| i.flags & (fold::F_IF | fold::F_IFV) != 0)
             .count() as u64;
         t.1 += main
             .iter()
-            .filter(|i| i.flags & fold_kernel::F_JZ != 0)
+            .filter(|i| i.flags & fold::F_JZ != 0)
             .count() as u64;
         let plain: u32 = exprs
             .iter()

@@ -1,4 +1,4 @@
-//! Differential test of the fold JIT (`src/fold_jit.rs`) against the
+//! Differential test of the fold JIT (`src/fold/jit.rs`) against the
 //! in-kernel interpreter (`bpf/fold_vm.h` fold_run_section, itself checked
 //! against libccp 1.2 by tests/fold_differential.rs): the main section of a
 //! program, compiled to BPF and run with BPF_PROG_TEST_RUN on a register
@@ -7,10 +7,10 @@
 //! (`fold_test_main` in bpf/fold_test.bpf.c).
 //!
 //! Programs: the fold program of every algorithm of the suite (compiled by
-//! Portus, then by fold_kernel::compile), random libccp programs in wire
+//! Portus, then by fold::compile), random libccp programs in wire
 //! format shaped like fold_differential.rs's (if/!if, ewma, division by
 //! zero, underflow, overflow, Micros writes, fallthrough, report, fused
-//! pairs) run through fold_kernel::compile (FOLD_JIT_CASES (program, state)
+//! pairs) run through fold::compile (FOLD_JIT_CASES (program, state)
 //! cases, default 100,000; FOLD_JIT_SEED picks the seed), and random linear
 //! programs that use every opcode and flag combination the instruction
 //! format allows (FOLD_JIT_CASES / 2). Hand-written programs pin concrete
@@ -21,12 +21,7 @@
 //! Needs root (loading BPF) and syscall-type BPF programs with bpf_loop;
 //! fails naming what is missing. Registers no struct_ops: no host lock.
 
-#[allow(dead_code)]
-#[path = "../src/fold_kernel.rs"]
-mod fold_kernel;
-
-#[path = "../src/fold_jit.rs"]
-mod fold_jit;
+use ccp_datapath::fold::{self, jit as fold_jit};
 
 mod fold_harness;
 use fold_harness::skel;
@@ -40,10 +35,10 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::time::Instant;
 
 use fold_jit::{compile_main, load, JitError, JitTarget};
-use fold_kernel::{
+use fold::{
     FoldInsn, FoldProg, FoldState, F_IF, F_IFV, F_JZ, F_LIMM, F_RIMM, F_WTIME, NREGS,
     OFF_EXPR_FLAG, OFF_FALLTHROUGH, OFF_IMPLICIT, OFF_JIT_NOW, OFF_JIT_RET, OFF_REPORT,
-    OFF_TIME_ZERO, OP_BRK, OP_EWMA, OP_JZ,
+    OFF_TIME_ZERO, Op,
 };
 use libbpf_rs::{MapCore, MapFlags};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
@@ -214,7 +209,7 @@ fn bind(d: (u8, u32), v: (u8, u32)) -> WI {
 }
 
 /// Body instructions: plain random ones, `(report)`, `(fallthrough)`,
-/// Micros writes, and the pairs fold_kernel::compile fuses (`OP t a b;
+/// Micros writes, and the pairs fold::compile fuses (`OP t a b;
 /// BIND d t`, `OP t a b; IF d t v` / `IF d v t`).
 fn body_instrs(r: &mut Rng, out: &mut Vec<WI>) {
     match r.below(100) {
@@ -294,20 +289,20 @@ fn random_program(r: &mut Rng) -> Vec<u8> {
     install_msg(1, &exprs, &instrs)
 }
 
-/// An install message through fold_kernel's parser and compiler (the
+/// An install message through the fold parser and compiler (the
 /// datapath's path); None when it refuses the program.
 fn compile_install(msg: &[u8]) -> Option<Box<FoldProg>> {
-    let fold_kernel::PortusMsg::Install {
+    let fold::PortusMsg::Install {
         uid,
         exprs,
         instrs,
         num_instructions,
         error: None,
-    } = fold_kernel::parse_message(msg).ok()?
+    } = fold::parse_message(msg).ok()?
     else {
         return None;
     };
-    fold_kernel::compile(SLOT, uid, &exprs, &instrs, num_instructions).ok()
+    fold::compile(SLOT, uid, &exprs, &instrs, num_instructions).ok()
 }
 
 /// Which instruction forms a set of programs used (each must occur).
@@ -331,8 +326,8 @@ impl Forms {
             self.fused_jz += u64::from(i.flags & F_JZ != 0);
             self.micros += u64::from(i.flags & F_WTIME != 0);
             self.pairs += u64::from(i.wr2 != i.wr);
-            self.jz += u64::from(i.op == OP_JZ);
-            self.brk += u64::from(i.op == OP_BRK);
+            self.jz += u64::from(i.op == Op::Jz.code());
+            self.brk += u64::from(i.op == Op::Brk.code());
             if let Some(n) = self.by_op.get_mut(usize::from(i.op)) {
                 *n += 1;
             }
@@ -400,7 +395,7 @@ fn random_compiled_programs_match_interpreter() {
     );
 }
 
-/// Random linear programs straight in fold_kernel's instruction format:
+/// Random linear programs straight in the fold instruction format (src/fold/isa.rs):
 /// every opcode (unknown ones too), any mix of flags, forward jumps
 /// anywhere (past the end too), any registers except the JIT's own slots.
 fn random_linear(r: &mut Rng, lens: std::ops::RangeInclusive<u64>) -> Box<FoldProg> {
@@ -443,18 +438,18 @@ fn random_linear(r: &mut Rng, lens: std::ops::RangeInclusive<u64>) -> Box<FoldPr
         if ins.wr2 == 0 {
             ins.wr2 = ins.wr;
         }
-        if flags & F_JZ != 0 && (op != OP_JZ && op != OP_BRK && op <= 14) {
+        if flags & F_JZ != 0 && (op != Op::Jz.code() && op != Op::Brk.code() && op <= 14) {
             ins.cur = forward(r) as u16;
             if usize::from(ins.cur) >= NREGS {
                 // cur cannot name a register too: keep only the jump
                 ins.flags &= !(F_IF | F_IFV);
-                if op == OP_EWMA {
+                if op == Op::Ewma.code() {
                     ins.flags &= !F_JZ;
                     ins.cur = reg(r);
                 }
             }
         }
-        if op == OP_JZ {
+        if op == Op::Jz.code() {
             ins.right = forward(r);
         }
         p.insns[i] = ins;
@@ -576,7 +571,7 @@ fn suite_compiled() -> Vec<(String, Box<FoldProg>)> {
         .into_iter()
         .map(|(name, src)| {
             let p = compile_install(&portus_install(&src, 1))
-                .unwrap_or_else(|| panic!("fold_kernel compiles {name}'s program"));
+                .unwrap_or_else(|| panic!("the fold compiler compiles {name}'s program"));
             (name, p)
         })
         .collect()
@@ -729,15 +724,15 @@ fn hand_written_programs_give_known_registers() {
     let p = prog(&[
         gt,                                                              // flag = 3 > 5 = 0: to 3
         imm(insn(1, rep(0), None, None), None, Some(1)),                 // skipped
-        insn(OP_BRK, 0, None, None),                                     // skipped
+        insn(Op::Brk.code(), 0, None, None),                                     // skipped
         imm(insn(7, rep(1), None, None), Some(0), Some(8)),              // if 0: no write
         imm(insn(13, rep(2), None, None), Some(0), Some(9)),             // !if 0: 9
         micros,                                                          // time zero = now - 1000
         imm(insn(1, OFF_EXPR_FLAG, None, None), None, Some(1)),
         imm(insn(1, OFF_FALLTHROUGH, None, None), None, Some(1)),
-        insn(OP_BRK, 0, None, None),                                     // fallthrough: go on
+        insn(Op::Brk.code(), 0, None, None),                                     // fallthrough: go on
         imm(insn(1, OFF_FALLTHROUGH, None, None), None, Some(0)),
-        insn(OP_BRK, 0, None, None),                                     // stop
+        insn(Op::Brk.code(), 0, None, None),                                     // stop
         imm(insn(1, rep(3), None, None), None, Some(1)),                 // not reached
     ]);
     let mut st = Box::new(FoldState::new_zeroed());
@@ -793,7 +788,7 @@ fn compile_refuses_backward_jumps_and_bad_registers() {
         other => panic!("left register 512: {other:?}"),
     }
     // a target past the end is the end: fine
-    let mut end = insn(OP_JZ, 0, None, None);
+    let mut end = insn(Op::Jz.code(), 0, None, None);
     end.right = 999;
     assert!(compile_main(&prog(&[end]), &JitTarget::TestRun).is_ok());
 }

@@ -1,7 +1,7 @@
 //! Fuzzer of the datapath's Portus message handling (docs/datapath.md, "Security"): random
 //! and mutated-valid Portus messages (install, update-field, change-program,
 //! malformed headers, truncated, oversized, over libccp's limits) go into
-//! - `--fold kernel`: `KernelFold::on_portus_msg` (src/fold_kernel.rs) over an
+//! - `--fold kernel`: `KernelFold::on_portus_msg` (src/fold/kernel.rs) over an
 //!   in-memory `FoldMaps` that checks every map write is in bounds, and
 //! - `--fold userspace` is NOT fuzzed yet: driving libccp 1.2 with these
 //!   inputs hung (a mutated program looping in libccp's state_machine, and
@@ -16,14 +16,12 @@
 //! (`make bench` runs 1,000,000); seed `CCPLAB_FUZZ_SEED` (default fixed, so a
 //! failure reproduces). A panicking case is printed as hex.
 
-#[path = "../src/fold_kernel.rs"]
-#[allow(dead_code)]
-mod fold_kernel;
+use ccp_datapath::fold;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Instant;
 
-use fold_kernel::{FoldMaps, FoldProg, FoldStaged, KernelFold, MAX_SLOTS};
+use fold::{FoldMaps, FoldProg, FoldStaged, KernelFold, MAX_SLOTS};
 
 mod common;
 use common::msg::hdr;

@@ -11,22 +11,7 @@
 //! test process stays root. Tests starting `ccp-datapath` take
 //! /tmp/ccp-datapath-tests.lock like tests/end_to_end.rs.
 
-#[path = "../src/ipc.rs"]
-#[allow(dead_code)]
-mod ipc;
-// ipc.rs's libccp screen refers to these
-#[path = "../src/fold.rs"]
-#[allow(dead_code)]
-mod fold;
-#[path = "../src/fold_kernel.rs"]
-#[allow(dead_code)]
-mod fold_kernel;
-#[path = "../src/primitives.rs"]
-#[allow(dead_code)]
-mod primitives;
-#[path = "../src/wire.rs"]
-#[allow(dead_code)]
-mod wire;
+use ccp_datapath::ipc;
 
 use std::io::ErrorKind;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

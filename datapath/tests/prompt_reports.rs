@@ -91,7 +91,7 @@ fn report_to_cwnd(log: &str) -> (f64, f64, u64) {
     let line = &line[line.find("report->cwnd us:").expect("found above")..];
     let field = |key: &str| -> &str {
         let at = line.find(key).unwrap_or_else(|| panic!("{key} not in {line}")) + key.len();
-        line[at..].split(|c: char| c == ' ' || c == ')').next().unwrap()
+        line[at..].split([' ', ')']).next().unwrap()
     };
     // "-": no sample (no report answered)
     let us = |key: &str| field(key).parse::<f64>().unwrap_or(f64::NAN);

@@ -38,7 +38,7 @@ def parse_step_args(texts: Iterable[str], option: str = "--step") -> tuple[Step,
 class DatapathSetting:
     """A ccp-datapath option a scenario may set: its `Scenario` field (also the sweep-file key), the
     option (ccp-datapath's and ccplab's), its range (whole numbers, both ends included), the datapath's
-    own default and what it does (ccp-datapath's doc, datapath/src/main.rs); ``name_tag``: how a set
+    own default and what it does (ccp-datapath's doc, datapath/src/cli.rs); ``name_tag``: how a set
     value shows in a sweep scenario's automatic name (``..._wake5``)."""
 
     field: str

@@ -43,11 +43,11 @@ def _scenario(**kw) -> sc.Scenario:
 
 def test_declared_ranges_and_defaults_are_the_datapaths_own():
     """Each setting's range and default as ccp-datapath's clap declaration gives them (its source)."""
-    source = (REPO_ROOT / "datapath" / "src" / "main.rs").read_text()
+    source = (REPO_ROOT / "datapath" / "src" / "cli.rs").read_text()
     for s in sc.DATAPATH_SETTINGS:
         m = re.search(r"default_value_t = ([\d_]+), value_parser = clap::value_parser!\(u64\)\.range\(([\d_]+)"
-                      r"\.\.=([\d_]+)\)\)\]\s*" + s.field + r": u64", source)
-        assert m, f"{s.field} is not declared in datapath/src/main.rs as expected"
+                      r"\.\.=([\d_]+)\)\)\]\s*(?:pub\s+)?" + s.field + r": u64", source)
+        assert m, f"{s.field} is not declared in datapath/src/cli.rs as expected"
         default, lo, hi = (int(x.replace("_", "")) for x in m.groups())
         assert (s.default, s.lo, s.hi) == (default, lo, hi), s.field
         assert s.flag == "--" + s.field.replace("_", "-")

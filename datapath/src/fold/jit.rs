@@ -1,5 +1,5 @@
 //! Fold JIT: the main section of a compiled fold program ([`FoldProg`]
-//! instructions `[0, n_main)`, the linear form [`crate::fold_kernel::compile`]
+//! instructions `[0, n_main)`, the linear form [`crate::fold::compile`]
 //! makes of a Portus install message) translated into raw BPF instructions,
 //! loaded as a program of its own, so an ACK runs the fold function as
 //! straight-line BPF instead of one `bpf_loop` step of the interpreter
@@ -46,19 +46,12 @@ use std::os::fd::{FromRawFd, OwnedFd};
 
 use libbpf_rs::libbpf_sys::{self, bpf_insn};
 
-use crate::fold_kernel::{
-    FoldInsn, FoldProg, F_IF, F_IFV, F_JZ, F_LIMM, F_RIMM, F_WTIME, MAX_LINEAR, NREGS, OFF_EXPR_FLAG,
-    OFF_FALLTHROUGH, OFF_JIT_NOW, OFF_JIT_RET, OFF_TIME_ZERO, OP_ADD, OP_BIND, OP_BRK, OP_DIV,
-    OP_EWMA, OP_IF, OP_JZ, OP_MUL, OP_NOTIF, OP_SUB,
-};
+use super::bpf_asm::*;
 
-// libccp opcodes fold_kernel does not name (fold_vm.h FOLD_OP_*).
-const OP_EQUIV: u8 = 4;
-const OP_GT: u8 = 6;
-const OP_LT: u8 = 8;
-const OP_MAX: u8 = 9;
-const OP_MAXWRAP: u8 = 10;
-const OP_MIN: u8 = 11;
+use super::isa::{
+    FoldInsn, FoldProg, Op, F_IF, F_IFV, F_JZ, F_LIMM, F_RIMM, F_WTIME, MAX_LINEAR, NREGS, OFF_EXPR_FLAG,
+    OFF_FALLTHROUGH, OFF_JIT_NOW, OFF_JIT_RET, OFF_TIME_ZERO,
+};
 
 // fold_vm.h return codes (libccp ccp_error.h)
 const ERR_ADD_OVERFLOW: i32 = -91;
@@ -71,7 +64,6 @@ const ERR_SUB_UNDERFLOW: i32 = -94;
 pub enum JitTarget {
     /// BPF_PROG_TYPE_SYSCALL, context = the 4096-byte register file.
     /// Only tests/fold_jit.rs builds it (the differential test's vehicle).
-    #[allow(dead_code)]
     TestRun,
     /// BPF_PROG_TYPE_STRUCT_OPS `cong_control`: registers from
     /// `flows_map_fd[*(u32 *)(sk + slot_sk_offset)]` (an array map), then a
@@ -111,166 +103,6 @@ impl std::fmt::Display for JitError {
 }
 
 impl std::error::Error for JitError {}
-
-// ---- BPF encoding (include/uapi/linux/bpf.h, bpf_common.h) ----
-const BPF_LD: u8 = 0x00;
-const BPF_LDX: u8 = 0x01;
-const BPF_STX: u8 = 0x03;
-const BPF_ALU: u8 = 0x04;
-const BPF_JMP: u8 = 0x05;
-const BPF_ALU64: u8 = 0x07;
-const BPF_W: u8 = 0x00;
-const BPF_DW: u8 = 0x18;
-const BPF_IMM: u8 = 0x00;
-const BPF_MEM: u8 = 0x60;
-const BPF_K: u8 = 0x00;
-const BPF_X: u8 = 0x08;
-const ADD: u8 = 0x00;
-const SUB: u8 = 0x10;
-const MUL: u8 = 0x20;
-const DIV: u8 = 0x30;
-const MOV: u8 = 0xb0;
-const JA: u8 = 0x00;
-const JEQ: u8 = 0x10;
-const JGT: u8 = 0x20;
-const JGE: u8 = 0x30;
-const JNE: u8 = 0x50;
-const JLT: u8 = 0xa0;
-const CALL: u8 = 0x80;
-const EXIT: u8 = 0x90;
-
-const R0: u8 = 0;
-const R1: u8 = 1;
-const R2: u8 = 2;
-const R3: u8 = 3;
-const R4: u8 = 4;
-const R5: u8 = 5;
-/// Register file base (callee-saved).
-const R6: u8 = 6;
-/// Program context (StructOps: the tail call's ctx).
-const R7: u8 = 7;
-/// Frame pointer (read-only): the stack below it.
-const R10: u8 = 10;
-
-fn raw(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> bpf_insn {
-    let mut i = bpf_insn {
-        code,
-        off,
-        imm,
-        ..Default::default()
-    };
-    i.set_dst_reg(dst);
-    i.set_src_reg(src);
-    i
-}
-
-/// A jump destination: labels are allocated, then bound to a position.
-type Label = usize;
-
-/// Instructions being emitted, with forward jumps patched at the end.
-struct Asm {
-    out: Vec<bpf_insn>,
-    /// position of each label, once bound
-    at: Vec<Option<usize>>,
-    /// (jump position, label)
-    fixups: Vec<(usize, Label)>,
-}
-
-impl Asm {
-    fn new() -> Asm {
-        Asm {
-            out: Vec::new(),
-            at: Vec::new(),
-            fixups: Vec::new(),
-        }
-    }
-    fn label(&mut self) -> Label {
-        self.at.push(None);
-        self.at.len() - 1
-    }
-    fn bind(&mut self, l: Label) {
-        debug_assert!(self.at[l].is_none(), "label bound twice");
-        self.at[l] = Some(self.out.len());
-    }
-    /// Whether some jump goes to `l`.
-    fn used(&self, l: Label) -> bool {
-        self.fixups.iter().any(|&(_, to)| to == l)
-    }
-    fn emit(&mut self, i: bpf_insn) {
-        self.out.push(i);
-    }
-    /// dst = imm (64-bit, imm sign-extended)
-    fn mov64_imm(&mut self, dst: u8, imm: i32) {
-        self.emit(raw(BPF_ALU64 | MOV | BPF_K, dst, 0, 0, imm));
-    }
-    /// dst = imm as u32, zero-extended (a 32-bit move clears the upper half)
-    fn mov_u32(&mut self, dst: u8, imm: u32) {
-        self.emit(raw(BPF_ALU | MOV | BPF_K, dst, 0, 0, imm as i32));
-    }
-    fn mov64(&mut self, dst: u8, src: u8) {
-        self.emit(raw(BPF_ALU64 | MOV | BPF_X, dst, src, 0, 0));
-    }
-    fn alu64(&mut self, op: u8, dst: u8, src: u8) {
-        self.emit(raw(BPF_ALU64 | op | BPF_X, dst, src, 0, 0));
-    }
-    fn alu64_imm(&mut self, op: u8, dst: u8, imm: i32) {
-        self.emit(raw(BPF_ALU64 | op | BPF_K, dst, 0, 0, imm));
-    }
-    fn alu32(&mut self, op: u8, dst: u8, src: u8) {
-        self.emit(raw(BPF_ALU | op | BPF_X, dst, src, 0, 0));
-    }
-    fn alu32_imm(&mut self, op: u8, dst: u8, imm: i32) {
-        self.emit(raw(BPF_ALU | op | BPF_K, dst, 0, 0, imm));
-    }
-    /// dst = regs[off] (u64 load from the register file)
-    fn load_reg(&mut self, dst: u8, off: u32) {
-        self.emit(raw(BPF_LDX | BPF_MEM | BPF_DW, dst, R6, (off * 8) as i16, 0));
-    }
-    /// regs[off] = src. A register store, never an immediate one: BPF_ST
-    /// into a syscall program's context is refused by the verifier.
-    fn store_reg(&mut self, off: u32, src: u8) {
-        self.emit(raw(BPF_STX | BPF_MEM | BPF_DW, R6, src, (off * 8) as i16, 0));
-    }
-    /// if (dst op src) goto l   (64-bit unsigned compare)
-    fn jmp(&mut self, op: u8, dst: u8, src: u8, l: Label) {
-        self.fixups.push((self.out.len(), l));
-        self.emit(raw(BPF_JMP | op | BPF_X, dst, src, 0, 0));
-    }
-    /// if (dst op imm) goto l
-    fn jmp_imm(&mut self, op: u8, dst: u8, imm: i32, l: Label) {
-        self.fixups.push((self.out.len(), l));
-        self.emit(raw(BPF_JMP | op | BPF_K, dst, 0, 0, imm));
-    }
-    fn ja(&mut self, l: Label) {
-        self.fixups.push((self.out.len(), l));
-        self.emit(raw(BPF_JMP | JA, 0, 0, 0, 0));
-    }
-    /// 16-byte load of a map fd (BPF_PSEUDO_MAP_FD): two instruction slots.
-    fn ld_map_fd(&mut self, dst: u8, fd: i32) {
-        self.emit(raw(BPF_LD | BPF_DW | BPF_IMM, dst, libbpf_sys::BPF_PSEUDO_MAP_FD as u8, 0, fd));
-        self.emit(raw(0, 0, 0, 0, 0));
-    }
-    fn call(&mut self, helper: u32) {
-        self.emit(raw(BPF_JMP | CALL, 0, 0, 0, helper as i32));
-    }
-    fn exit(&mut self) {
-        self.emit(raw(BPF_JMP | EXIT, 0, 0, 0, 0));
-    }
-    /// Patch every jump; offsets count instructions after the jump.
-    fn finish(mut self) -> Result<Vec<bpf_insn>, JitError> {
-        for &(pos, l) in &self.fixups {
-            let to = self.at[l].expect("every label a jump uses is bound");
-            let off = to as i64 - pos as i64 - 1;
-            self.out[pos].off = i16::try_from(off).map_err(|_| {
-                JitError::Program(format!(
-                    "a jump of {off} instructions does not fit BPF's 16-bit offset ({} instructions in all)",
-                    self.out.len()
-                ))
-            })?;
-        }
-        Ok(self.out)
-    }
-}
 
 /// Compile the main section `[0, prog.n_main)` of `prog` for `target`.
 ///
@@ -406,8 +238,8 @@ fn emit_insn(
     let (limm, rimm) = (ins.flags & F_LIMM != 0, ins.flags & F_RIMM != 0);
     let left = |a: &mut Asm| operand(a, i, R1, ins.left, limm, "left");
     let right = |a: &mut Asm| operand(a, i, R2, ins.right, rimm, "right");
-    match ins.op {
-        OP_JZ => {
+    match Op::from_code(ins.op) {
+        Some(Op::Jz) => {
             let t = target_of(ins.right, "JZ")?;
             a.load_reg(R4, OFF_EXPR_FLAG);
             a.jmp_imm(JEQ, R4, 0, t);
@@ -415,7 +247,7 @@ fn emit_insn(
             a.bind(jz);
             return Ok(());
         }
-        OP_BRK => {
+        Some(Op::Brk) => {
             a.load_reg(R4, OFF_EXPR_FLAG);
             a.jmp_imm(JEQ, R4, 0, next);
             a.load_reg(R4, OFF_FALLTHROUGH);
@@ -424,25 +256,25 @@ fn emit_insn(
             a.bind(jz);
             return Ok(());
         }
-        OP_BIND => {
+        Some(Op::Bind) => {
             right(a)?;
             a.mov64(R3, R2);
         }
-        OP_ADD => {
+        Some(Op::Add) => {
             left(a)?;
             right(a)?;
             a.mov64(R3, R1);
             a.alu64(ADD, R3, R2);
             a.jmp(JLT, R3, R1, abort(ERR_ADD_OVERFLOW));
         }
-        OP_SUB => {
+        Some(Op::Sub) => {
             left(a)?;
             right(a)?;
             a.mov64(R3, R1);
             a.alu64(SUB, R3, R2);
             a.jmp(JGT, R3, R1, abort(ERR_SUB_UNDERFLOW));
         }
-        OP_MUL => {
+        Some(Op::Mul) => {
             left(a)?;
             right(a)?;
             a.mov64(R3, R1);
@@ -453,19 +285,19 @@ fn emit_insn(
             a.jmp_imm(JNE, R2, 0, abort(ERR_MUL_OVERFLOW));
             a.bind(ok);
         }
-        OP_DIV => {
+        Some(Op::Div) => {
             left(a)?;
             right(a)?;
             a.jmp_imm(JEQ, R2, 0, abort(ERR_DIV_BY_ZERO));
             a.mov64(R3, R1);
             a.alu64(DIV, R3, R2); // BPF_DIV with off 0: unsigned
         }
-        OP_EQUIV | OP_GT | OP_LT => {
+        Some(Op::Equiv | Op::Gt | Op::Lt) => {
             left(a)?;
             right(a)?;
-            let op = match ins.op {
-                OP_EQUIV => JEQ,
-                OP_GT => JGT,
+            let op = match Op::from_code(ins.op) {
+                Some(Op::Equiv) => JEQ,
+                Some(Op::Gt) => JGT,
                 _ => JLT,
             };
             let t = a.label();
@@ -474,17 +306,17 @@ fn emit_insn(
             a.mov64_imm(R3, 0);
             a.bind(t);
         }
-        OP_MAX | OP_MIN => {
+        Some(Op::Max | Op::Min) => {
             left(a)?;
             right(a)?;
             // res = a > b ? a : b  (min: a < b ? a : b)
             let t = a.label();
             a.mov64(R3, R1);
-            a.jmp(if ins.op == OP_MAX { JGT } else { JLT }, R1, R2, t);
+            a.jmp(if ins.op == Op::Max.code() { JGT } else { JLT }, R1, R2, t);
             a.mov64(R3, R2);
             a.bind(t);
         }
-        OP_EWMA => {
+        Some(Op::Ewma) => {
             left(a)?;
             right(a)?;
             // fold_ewma(a, regs[cur], b): cur == 0 ? b : (a*cur + (10-a)*b) / 10, wrapping
@@ -501,15 +333,15 @@ fn emit_insn(
             a.alu64_imm(DIV, R3, 10);
             a.bind(t);
         }
-        OP_MAXWRAP => {
+        Some(Op::MaxWrap) => {
             left(a)?;
             right(a)?;
             emit_max_wrap(a);
         }
-        OP_IF | OP_NOTIF => {
+        Some(Op::If | Op::NotIf) => {
             left(a)?;
             right(a)?;
-            a.jmp_imm(if ins.op == OP_IF { JEQ } else { JNE }, R1, 0, jz);
+            a.jmp_imm(if ins.op == Op::If.code() { JEQ } else { JNE }, R1, 0, jz);
             a.mov64(R3, R2);
         }
         _ => {
