@@ -180,7 +180,7 @@ mod tests {
 
     #[test]
     fn the_summary_line_keeps_its_text() {
-        // the text other tools parse (experiments/ccplab/dpbench.py): word
+        // the text other tools parse (experiments/ccplab/control.py): word
         // for word, with every figure distinct
         let s = Stats {
             flows_created: 1,
