@@ -67,10 +67,15 @@ def _header(kind: str, source: Path, commit: str, how: str) -> str:
             f"commit `{commit}`. Generate it again: {how}\n\n{note}")
 
 
+def _md_cell(value: object) -> str:
+    """One table cell: a "|" in the text (a target such as |ccp - kernel|) escaped, so it stays in its column."""
+    return str(value).replace("|", "\\|")
+
+
 def _md_table(rows: list[dict], columns: list[str]) -> str:
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for r in rows:
-        lines.append("| " + " | ".join(str(r.get(c, "")) for c in columns) + " |")
+        lines.append("| " + " | ".join(_md_cell(r.get(c, "")) for c in columns) + " |")
     return "\n".join(lines) + "\n"
 
 

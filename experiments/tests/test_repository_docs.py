@@ -132,12 +132,15 @@ def test_results_pages_render_from_benchmark_output(tmp_path):
         "scenario,algorithm,metric,kernel_median,ccp_median,ratio_median,ratio_p25,ratio_p75,kernel_runs,ccp_runs,"
         "target,meets_target\n"
         "step0-12,reno,throughput_mbps,11.2,11.1,0.991,0.98,1.0,3,3,\"ratio in [0.95, 1.05]\",True\n"
-        "step0-12,reno,retransmits,10,20,2.0,1.5,2.5,3,3,ratio <= 1.5,False\n")
+        "step0-12,reno,retransmits,10,20,2.0,1.5,2.5,3,3,ratio <= 1.5,False\n"
+        "step0-12,reno,normalized_area,0.1,0.1,1.0,0.9,1.1,3,3,|median ccp - median kernel| <= kernel's max - min,True\n")
     assert GEN.main(["fidelity", str(fid), "--commit", "abc1234", "--out-dir", str(tmp_path / "out")]) == 0
     page = (tmp_path / "out" / "fidelity.md").read_text()
     assert page.startswith(GEN.MARKER) and "commit `abc1234`" in page and "fidelity.csv" in page
-    assert "Targets met: 1 of 2" in page
+    assert "Targets met: 2 of 3" in page
     assert "| step0-12 | reno | retransmits | 10 | 20 | 2 (1.5-2.5) | ratio <= 1.5 | **no** |" in page
+    # a "|" inside a cell would split it into two columns
+    assert r"| \|median ccp - median kernel\| <= kernel's max - min | yes |" in page
 
     con = tmp_path / "con"
     con.mkdir()
