@@ -45,9 +45,16 @@ def check_tree(src: str | Path | None) -> Path:
     return path.resolve()
 
 
-def _params(signature_args: str) -> int:
-    """Number of parameters in a C parameter list ("void" counts 0)."""
-    args = " ".join(signature_args.split())
+def _param_count(pattern: str, text: str, missing: str) -> int:
+    """Number of parameters in the C parameter list that `pattern`'s group 1 finds in `text`
+    ("void" counts 0).
+
+    Raises SourceError with `missing` when `pattern` does not match.
+    """
+    m = re.search(pattern, text)
+    if not m:
+        raise SourceError(missing)
+    args = " ".join(m.group(1).split())
     if args in ("", "void"):
         return 0
     return args.count(",") + 1
@@ -58,10 +65,8 @@ def source_cong_control_params(tcp_ccp_c: str) -> int:
 
     Raises SourceError when the definition is not found.
     """
-    m = re.search(r"\bvoid\s+tcp_ccp_cong_control\s*\(([^)]*)\)\s*\{", tcp_ccp_c)
-    if not m:
-        raise SourceError("tcp_ccp.c has no definition of tcp_ccp_cong_control")
-    return _params(m.group(1))
+    return _param_count(r"\bvoid\s+tcp_ccp_cong_control\s*\(([^)]*)\)\s*\{", tcp_ccp_c,
+                        "tcp_ccp.c has no definition of tcp_ccp_cong_control")
 
 
 def headers_cong_control_params(tcp_h: str) -> int:
@@ -69,10 +74,8 @@ def headers_cong_control_params(tcp_h: str) -> int:
 
     Raises SourceError when the member is not found.
     """
-    m = re.search(r"\(\s*\*\s*cong_control\s*\)\s*\(([^)]*)\)", tcp_h)
-    if not m:
-        raise SourceError("include/net/tcp.h has no cong_control member")
-    return _params(m.group(1))
+    return _param_count(r"\(\s*\*\s*cong_control\s*\)\s*\(([^)]*)\)", tcp_h,
+                        "include/net/tcp.h has no cong_control member")
 
 
 @dataclass(frozen=True)

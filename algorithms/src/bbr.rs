@@ -1203,13 +1203,8 @@ mod tests {
     const RTT: u64 = 40_000;
 
     fn bbr() -> Bbr {
-        let params = WindowParams {
-            mss_bytes: MSS,
-            init_cwnd_pkts: 10.0,
-            init_ssthresh_pkts: f64::INFINITY,
-            min_cwnd_pkts: 1.0,
-            max_cwnd_pkts: 1e6,
-        };
+        // 10 packets to start, no ssthresh, floor 1.
+        let params = WindowParams { mss_bytes: MSS, max_cwnd_pkts: 1e6, ..crate::cc::test_params() };
         let args = BbrArgs {
             bw_window_rounds: 10,
             min_rtt_window_s: 10.0,

@@ -332,13 +332,8 @@ mod tests {
     const RTT_MIN: u64 = 40_000;
 
     fn copa() -> Copa {
-        let params = WindowParams {
-            mss_bytes: MSS,
-            init_cwnd_pkts: 10.0,
-            init_ssthresh_pkts: f64::INFINITY,
-            min_cwnd_pkts: 2.0,
-            max_cwnd_pkts: 1e6,
-        };
+        // 10 packets to start, no ssthresh.
+        let params = WindowParams { mss_bytes: MSS, min_cwnd_pkts: 2.0, max_cwnd_pkts: 1e6, ..crate::cc::test_params() };
         let args = CopaArgs { delta: 0.5, mode_switch: true, pacing_gain: 2.0, min_rtt_window_s: 10.0 };
         Copa::new(params, args)
     }

@@ -530,14 +530,9 @@ mod tests {
     const C: f64 = 0.4;
     const BETA: f64 = 0.7;
 
+    /// [`crate::cc::test_params`] (floor 1) with these start values, ceiling 1e6.
     fn params(init: f64, ssthresh: f64) -> WindowParams {
-        WindowParams {
-            mss_bytes: MSS,
-            init_cwnd_pkts: init,
-            init_ssthresh_pkts: ssthresh,
-            min_cwnd_pkts: 1.0,
-            max_cwnd_pkts: 1e6,
-        }
+        WindowParams { mss_bytes: MSS, init_cwnd_pkts: init, init_ssthresh_pkts: ssthresh, max_cwnd_pkts: 1e6, ..crate::cc::test_params() }
     }
 
     fn report(now_us: u64, acked_pkts: f64, rtt_us: u64) -> Measurement {

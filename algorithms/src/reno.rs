@@ -165,14 +165,9 @@ mod tests {
     const MSS: u32 = 1000;
     const RTT_US: u64 = 50_000;
 
+    /// [`crate::cc::test_params`] (floor 1) with these start values and ceiling.
     fn params(init: f64, ssthresh: f64, max: f64) -> WindowParams {
-        WindowParams {
-            mss_bytes: MSS,
-            init_cwnd_pkts: init,
-            init_ssthresh_pkts: ssthresh,
-            min_cwnd_pkts: 1.0,
-            max_cwnd_pkts: max,
-        }
+        WindowParams { mss_bytes: MSS, init_cwnd_pkts: init, init_ssthresh_pkts: ssthresh, max_cwnd_pkts: max, ..crate::cc::test_params() }
     }
 
     /// A per-RTT report at round `round` that acknowledges `acked_pkts` packets.

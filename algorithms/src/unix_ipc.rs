@@ -32,6 +32,7 @@
 //!   daemon's is dropped, counted and logged at warn (the first and every
 //!   1000th) ([`BatchedUnixSocket::dropped_untrusted`]).
 
+use ccplab_util::unix::recv_with_creds;
 use portus::ipc::Ipc;
 use std::cell::{Cell, RefCell};
 use std::os::fd::AsRawFd;
@@ -196,48 +197,6 @@ fn send_many(fd: i32, msgs: &[(Vec<u8>, PathBuf)]) -> std::io::Result<usize> {
     }
 }
 
-/// recvmsg(2) of one datagram into `buf` (blocking, the socket's timeout):
-/// its length, its sender's SCM_CREDENTIALS (SO_PASSCRED is on) and bound
-/// path (None for an unbound or abstract sender).
-fn recv_with_creds(fd: i32, buf: &mut [u8]) -> std::io::Result<(usize, Option<libc::ucred>, Option<PathBuf>)> {
-    // u64 array: cmsg buffers must be aligned for cmsghdr
-    let mut cbuf = [0u64; 8];
-    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
-    // SAFETY: sockaddr_un and msghdr are plain data; zeroed values are empty.
-    let mut from: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_name = (&mut from as *mut libc::sockaddr_un).cast();
-    msg.msg_namelen = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = cbuf.as_mut_ptr().cast();
-    msg.msg_controllen = std::mem::size_of_val(&cbuf) as _;
-    // SAFETY: msg points at live buffers for the duration of the call.
-    let n = unsafe { libc::recvmsg(fd, &mut msg, 0) };
-    if n < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let mut cred = None;
-    // SAFETY: walking the control messages the kernel wrote into cbuf with
-    // the libc CMSG macros; the ucred is read unaligned.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(&msg);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_CREDENTIALS {
-                cred = Some(std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::ucred));
-            }
-            c = libc::CMSG_NXTHDR(&msg, c);
-        }
-    }
-    let path_offset = std::mem::size_of::<libc::sa_family_t>();
-    let len = (msg.msg_namelen as usize).saturating_sub(path_offset).min(from.sun_path.len());
-    // SAFETY: sun_path is a c_char array; viewing len <= its length bytes as u8.
-    let bytes: &[u8] = unsafe { std::slice::from_raw_parts(from.sun_path.as_ptr().cast(), len) };
-    let bytes = bytes.split(|b| *b == 0).next().unwrap_or_default();
-    let path = (!bytes.is_empty()).then(|| PathBuf::from(std::ffi::OsStr::from_bytes(bytes)));
-    Ok((n as usize, cred, path))
-}
-
 /// `path` as a `sockaddr_un` and its length. Errors: longer than sun_path.
 fn sockaddr_un(path: &Path) -> std::io::Result<(libc::sockaddr_un, libc::socklen_t)> {
     // SAFETY: sockaddr_un is plain data; zeroed is valid.
@@ -276,7 +235,7 @@ impl Ipc for BatchedUnixSocket {
     fn recv(&self, msg: &mut [u8]) -> portus::Result<(usize, PathBuf)> {
         self.flush();
         loop {
-            let (n, cred, from) = recv_with_creds(self.sock.as_raw_fd(), msg).map_err(portus::Error::from)?;
+            let (n, cred, from) = recv_with_creds(self.sock.as_raw_fd(), msg, 0).map_err(portus::Error::from)?;
             match cred {
                 Some(c) if c.uid == 0 || c.uid == self.euid => {}
                 _ => {

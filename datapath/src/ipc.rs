@@ -40,6 +40,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use ccplab_util::unix::recv_with_creds;
 
 /// Whose sockets and datagrams the datapath trusts: root, the daemon's own
 /// effective uid (root in production; lets unit tests run unprivileged) and,
@@ -329,7 +330,7 @@ impl PortusIpc {
     /// was truncated (the caller drops it as oversized).
     pub fn try_recv(&mut self, buf: &mut [u8]) -> std::io::Result<Option<usize>> {
         loop {
-            let (n, cred, from) = match recv_with_creds(self.sock.as_raw_fd(), buf) {
+            let (n, cred, from) = match recv_with_creds(self.sock.as_raw_fd(), buf, libc::MSG_DONTWAIT | libc::MSG_TRUNC) {
                 Ok(v) => v,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(None),
                 Err(e) if e.kind() == ErrorKind::Interrupted => return Ok(None),
@@ -385,56 +386,6 @@ fn setsockopt_int(sock: &UnixDatagram, opt: libc::c_int, val: libc::c_int) -> st
     } else {
         Err(std::io::Error::last_os_error())
     }
-}
-
-/// recvmsg(MSG_DONTWAIT | MSG_TRUNC) with room for one SCM_CREDENTIALS: the
-/// datagram's full length, the sender's credentials (None if absent) and the
-/// path the sender is bound to (None for an unbound or abstract sender).
-fn recv_with_creds(fd: RawFd, buf: &mut [u8]) -> std::io::Result<(usize, Option<libc::ucred>, Option<PathBuf>)> {
-    // u64 array: cmsg buffers must be aligned for cmsghdr
-    let mut cbuf = [0u64; 8];
-    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
-    // SAFETY: sockaddr_un is plain data; zeroed is an empty address.
-    let mut from: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    // SAFETY: msghdr is plain data; zeroed is a valid empty header.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_name = (&mut from as *mut libc::sockaddr_un).cast();
-    msg.msg_namelen = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = cbuf.as_mut_ptr().cast();
-    msg.msg_controllen = std::mem::size_of_val(&cbuf) as _;
-    // SAFETY: msg points at live buffers for the duration of the call.
-    let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT | libc::MSG_TRUNC) };
-    if n < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let mut cred = None;
-    // SAFETY: walking the control messages the kernel wrote into cbuf with
-    // the libc CMSG macros; the ucred is read unaligned.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(&msg);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_CREDENTIALS {
-                cred = Some(std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::ucred));
-            }
-            c = libc::CMSG_NXTHDR(&msg, c);
-        }
-    }
-    Ok((n as usize, cred, sender_path(&from, msg.msg_namelen)))
-}
-
-/// The filesystem path of a unix socket address `len` bytes long (unix(7):
-/// `sun_path` may or may not end in a NUL); None for an unbound sender (no
-/// path) or an abstract one (leading NUL).
-fn sender_path(addr: &libc::sockaddr_un, len: libc::socklen_t) -> Option<PathBuf> {
-    use std::os::unix::ffi::OsStrExt;
-    let path_offset = std::mem::size_of::<libc::sa_family_t>();
-    let n = (len as usize).checked_sub(path_offset)?.min(addr.sun_path.len());
-    // SAFETY: sun_path is a c_char array; viewing n <= its length bytes as u8.
-    let bytes: &[u8] = unsafe { std::slice::from_raw_parts(addr.sun_path.as_ptr().cast(), n) };
-    let bytes = bytes.split(|b| *b == 0).next().unwrap_or_default();
-    (!bytes.is_empty()).then(|| PathBuf::from(std::ffi::OsStr::from_bytes(bytes)))
 }
 
 /// A send Portus's socket refused only because its receive queue is full

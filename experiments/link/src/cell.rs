@@ -80,15 +80,19 @@ pub struct LinkCellConfig {
     pub trace_ended: Arc<AtomicBool>,
 }
 
-pub struct LinkCellIngress<P: Packet> {
+/// The ingress of a [`ChannelCell`]: packets go down an unbounded channel
+/// to its egress.
+pub struct ChannelIngress<P: Packet> {
     tx: mpsc::UnboundedSender<P>,
+    /// The cell's name in the error once its egress is gone.
+    cell: &'static str,
 }
 
-impl<P: Packet + Send + Sync> Ingress<P> for LinkCellIngress<P> {
+impl<P: Packet + Send + Sync> Ingress<P> for ChannelIngress<P> {
     fn enqueue(&self, packet: P) -> Result<(), Error> {
         self.tx
             .send(packet)
-            .map_err(|_| Error::ChannelError("link cell closed".to_string()))
+            .map_err(|_| Error::ChannelError(format!("{} closed", self.cell)))
     }
 }
 
@@ -252,45 +256,35 @@ impl ControlInterface for LinkCellControl {
     }
 }
 
-pub struct LinkCell<P: Packet> {
-    ingress: Arc<LinkCellIngress<P>>,
-    egress: LinkCellEgress<P>,
+/// A rattan cell whose ingress is a [`ChannelIngress`] and whose egress
+/// `E` reads the other end of the channel; no runtime configuration. The
+/// link's cells ([`LinkCell`], `flowdelay::FlowDelayCell`) are this with
+/// their own egress.
+pub struct ChannelCell<P: Packet, E> {
+    ingress: Arc<ChannelIngress<P>>,
+    egress: E,
     control: Arc<LinkCellControl>,
 }
 
-impl<P: Packet + Send + Sync> LinkCell<P> {
-    /// Must be called inside the rattan runtime (the timer registers with
-    /// its reactor).
-    pub fn new(
-        config: LinkCellConfig,
-        clock0: Clock0,
-        stats: Arc<LinkStats>,
+impl<P: Packet, E> ChannelCell<P, E> {
+    /// A cell named `cell` (in errors) whose egress `egress` builds from the
+    /// channel's receiving end.
+    pub fn with_egress(
+        cell: &'static str,
+        egress: impl FnOnce(mpsc::UnboundedReceiver<P>) -> Result<E, Error>,
     ) -> Result<Self, Error> {
         let (tx, rx) = mpsc::unbounded_channel();
         Ok(Self {
-            ingress: Arc::new(LinkCellIngress { tx }),
-            egress: LinkCellEgress {
-                rx,
-                queue: LinkQueue::new(config.schedule, config.limit).once(config.once),
-                out: VecDeque::new(),
-                bypass: VecDeque::new(),
-                clock0,
-                sets_clock0: config.sets_clock0,
-                log: config.log,
-                timer: Timer::new()?,
-                stats,
-                key_side: config.key_side,
-                inject_panic: config.inject_panic,
-                trace_ended: config.trace_ended,
-            },
+            ingress: Arc::new(ChannelIngress { tx, cell }),
+            egress: egress(rx)?,
             control: Arc::new(LinkCellControl),
         })
     }
 }
 
-impl<P: Packet + Send + Sync> Cell<P> for LinkCell<P> {
-    type IngressType = LinkCellIngress<P>;
-    type EgressType = LinkCellEgress<P>;
+impl<P: Packet + Send + Sync, E: Egress<P> + 'static> Cell<P> for ChannelCell<P, E> {
+    type IngressType = ChannelIngress<P>;
+    type EgressType = E;
     type ControlInterfaceType = LinkCellControl;
 
     fn sender(&self) -> Arc<Self::IngressType> {
@@ -304,5 +298,35 @@ impl<P: Packet + Send + Sync> Cell<P> for LinkCell<P> {
     }
     fn control_interface(&self) -> Arc<Self::ControlInterfaceType> {
         self.control.clone()
+    }
+}
+
+/// The trace-driven link of one direction.
+pub type LinkCell<P> = ChannelCell<P, LinkCellEgress<P>>;
+
+impl<P: Packet + Send + Sync> ChannelCell<P, LinkCellEgress<P>> {
+    /// Must be called inside the rattan runtime (the timer registers with
+    /// its reactor).
+    pub fn new(
+        config: LinkCellConfig,
+        clock0: Clock0,
+        stats: Arc<LinkStats>,
+    ) -> Result<Self, Error> {
+        Self::with_egress("link cell", |rx| {
+            Ok(LinkCellEgress {
+                rx,
+                queue: LinkQueue::new(config.schedule, config.limit).once(config.once),
+                out: VecDeque::new(),
+                bypass: VecDeque::new(),
+                clock0,
+                sets_clock0: config.sets_clock0,
+                log: config.log,
+                timer: Timer::new()?,
+                stats,
+                key_side: config.key_side,
+                inject_panic: config.inject_panic,
+                trace_ended: config.trace_ended,
+            })
+        })
     }
 }

@@ -9,18 +9,18 @@
 //! overtake each other as their delays dictate. Packets of ports without an
 //! extra delay pass at once.
 
-use std::{collections::VecDeque, sync::Arc, time::Duration};
+use std::{collections::VecDeque, time::Duration};
 
 use async_trait::async_trait;
 use rattan_core::{
-    cells::{Cell, Egress, Ingress, Packet},
+    cells::{Egress, Packet},
     error::Error,
     metal::timer::Timer,
 };
 use tokio::{sync::mpsc, time::Instant};
 
 use crate::{
-    cell::LinkCellControl,
+    cell::ChannelCell,
     flowkey::{flow_key, PortSide},
     queue::FlowKey,
 };
@@ -29,18 +29,6 @@ use crate::{
 struct DelayClass<P> {
     extra: Duration,
     waiting: VecDeque<(Instant, P)>,
-}
-
-pub struct FlowDelayIngress<P: Packet> {
-    tx: mpsc::UnboundedSender<P>,
-}
-
-impl<P: Packet + Send + Sync> Ingress<P> for FlowDelayIngress<P> {
-    fn enqueue(&self, packet: P) -> Result<(), Error> {
-        self.tx
-            .send(packet)
-            .map_err(|_| Error::ChannelError("flow delay cell closed".to_string()))
-    }
 }
 
 pub struct FlowDelayEgress<P: Packet> {
@@ -98,18 +86,14 @@ impl<P: Packet + Send + Sync> Egress<P> for FlowDelayEgress<P> {
     }
 }
 
-pub struct FlowDelayCell<P: Packet> {
-    ingress: Arc<FlowDelayIngress<P>>,
-    egress: FlowDelayEgress<P>,
-    control: Arc<LinkCellControl>,
-}
+/// The per-flow ACK delay.
+pub type FlowDelayCell<P> = ChannelCell<P, FlowDelayEgress<P>>;
 
-impl<P: Packet + Send + Sync> FlowDelayCell<P> {
+impl<P: Packet + Send + Sync> ChannelCell<P, FlowDelayEgress<P>> {
     /// `extra`: (receiver port, extra one-way delay) pairs, ports distinct.
     /// Must be called inside the rattan runtime (the timer registers with
     /// its reactor).
     pub fn new(extra: &[(FlowKey, Duration)]) -> Result<Self, Error> {
-        let (tx, rx) = mpsc::unbounded_channel();
         let mut classes = vec![DelayClass {
             extra: Duration::ZERO,
             waiting: VecDeque::new(),
@@ -128,35 +112,14 @@ impl<P: Packet + Send + Sync> FlowDelayCell<P> {
             };
             class_of.push((port, class));
         }
-        Ok(Self {
-            ingress: Arc::new(FlowDelayIngress { tx }),
-            egress: FlowDelayEgress {
+        Self::with_egress("flow delay cell", |rx| {
+            Ok(FlowDelayEgress {
                 rx,
                 classes,
                 class_of,
                 timer: Timer::new()?,
-            },
-            control: Arc::new(LinkCellControl),
+            })
         })
-    }
-}
-
-impl<P: Packet + Send + Sync> Cell<P> for FlowDelayCell<P> {
-    type IngressType = FlowDelayIngress<P>;
-    type EgressType = FlowDelayEgress<P>;
-    type ControlInterfaceType = LinkCellControl;
-
-    fn sender(&self) -> Arc<Self::IngressType> {
-        self.ingress.clone()
-    }
-    fn receiver(&mut self) -> &mut Self::EgressType {
-        &mut self.egress
-    }
-    fn into_receiver(self) -> Self::EgressType {
-        self.egress
-    }
-    fn control_interface(&self) -> Arc<Self::ControlInterfaceType> {
-        self.control.clone()
     }
 }
 
