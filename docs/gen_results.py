@@ -118,6 +118,12 @@ def render_fidelity(out_dir: Path, commit: str) -> str:
             + _md_table(table, list(table[0].keys())))
 
 
+def _no_host_path(value: object) -> object:
+    """An absolute path (a trace file of the benchmarking machine) as its file name only: the page
+    must not name a path of one machine."""
+    return Path(value).name if isinstance(value, str) and value.startswith("/") else value
+
+
 def render_contest(out_dir: Path, commit: str) -> str:
     """The contest page from ``out_dir/leaderboard.csv`` and ``contest.json`` (``ccplab contest``)."""
     path = out_dir / "leaderboard.csv"
@@ -129,7 +135,8 @@ def render_contest(out_dir: Path, commit: str) -> str:
             s = json.loads(setup_path.read_text())
         except json.JSONDecodeError as exc:
             raise InputError(f"{setup_path}: not JSON ({exc.msg})") from exc
-        setup = "Setup: " + ", ".join(f"{k} {v}" for k, v in s.items() if k != "ccas" and not isinstance(v, (dict, list))) + ".\n\n"
+        setup = "Setup: " + ", ".join(f"{k} {_no_host_path(v)}" for k, v in s.items()
+                                      if k != "ccas" and not isinstance(v, (dict, list))) + ".\n\n"
     table = [{k: _fmt(v) if k != "cca" else v for k, v in r.items()} for r in rows]
     return (_header("contest", path, commit, "`ccplab contest --out DIR` ([Running experiments]"
                     "(../experiments.md#the-contest)), then `python docs/gen_results.py contest DIR`.")

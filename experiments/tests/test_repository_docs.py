@@ -145,10 +145,12 @@ def test_results_pages_render_from_benchmark_output(tmp_path):
     con = tmp_path / "con"
     con.mkdir()
     (con / "leaderboard.csv").write_text("cca,power_score\nccp:tutorial,123.456\nkernel:cubic,99\n")
-    (con / "contest.json").write_text('{"trace": "Verizon-LTE-short", "runs": 1, "ccas": ["x"]}')
+    (con / "contest.json").write_text('{"trace": "Verizon-LTE-short", "down": "/some/host/traces/V.down", "runs": 1, '
+                                      '"ccas": ["x"]}')
     assert GEN.main(["contest", str(con), "--commit", "abc1234", "--out-dir", str(tmp_path / "out")]) == 0
     page = (tmp_path / "out" / "contest.md").read_text()
     assert "| ccp:tutorial | 123 |" in page and "trace Verizon-LTE-short" in page
+    assert "down V.down" in page and "/some/host" not in page, "a machine's path on the page"
 
 
 @pytest.mark.parametrize("page", ["fidelity", "contest", "datapath", "analysis-speed"])
