@@ -88,13 +88,14 @@ def parse_ccp_spec(spec: str) -> tuple[str, tuple[str, ...]]:
 
 
 #: The default table: the kernel's reno, cubic, bbr against the suite's reno, cubic, bbr, copa,
-#: vegas, a fixed window and three contest algorithms (docs/algorithms.md).
-#: reno and cubic also with --fq-rate=1G (iperf3 sets SO_MAX_PACING_RATE, which turns the
-#: kernel's own pacing on: 200 % / 120 % of cwnd/SRTT, what ccp flows get on ccp-kernel), since
-#: the guest's sockets are otherwise unpaced (its default CCA is cubic, no fq).
+#: vegas, a fixed window and three contest algorithms (docs/algorithms.md), on the guest's
+#: unpaced sockets (its default CCA is cubic, no fq). reno and cubic also paced: the kernel's
+#: with --fq-rate=1G (iperf3 sets SO_MAX_PACING_RATE, which turns the kernel's own pacing on:
+#: 200 % / 120 % of cwnd/SRTT) and ccp reno with --socket-pacing=kernel (the daemon commands
+#: that rate), a pair `results.kernel_reference` compares.
 DEFAULT_KERNEL = ("reno", "cubic", "bbr", "reno:fq-rate=1G", "cubic:fq-rate=1G")
 DEFAULT_CCP = ("reno", "cubic", "bbr", "copa", "vegas", "fixed-window:window=37", "aimd",
-               "delay-threshold", "rocinante")
+               "delay-threshold", "rocinante", "reno:socket-pacing=kernel")
 
 
 def table_cases(kernel_ccas, ccp_specs, seconds: int, order: str, dies: str | None) -> list[Case]:

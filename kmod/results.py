@@ -13,7 +13,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kmod.plan import Case, parse_line
+from kmod.plan import KERNEL_CCAS, Case, parse_line
 
 #: Kernel log lines that mean ccp-kernel lost control of a flow or failed: libccp's
 #: "Could not find datapath program" (a change-program naming a program the kernel lacks), a
@@ -234,20 +234,37 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def kernel_reference(case: Case) -> str | None:
+    """The label of the kernel row a ccp case's throughput is judged against: the kernel's own
+    CCA of the same name (reno, cubic, bbr), paced as the ccp flow's socket is: the kernel's row
+    with iperf3's `--fq-rate` (TCP-internal pacing) for `--socket-pacing=kernel`, the unpaced
+    row otherwise. None for a kernel case and for algorithms the kernel lacks."""
+    if case.kind != "ccp" or case.cca not in KERNEL_CCAS:
+        return None
+    paced = any(f.startswith("--socket-pacing=kernel") for f in case.flags)
+    return f"kernel:{case.cca} --fq-rate=1G" if paced and case.cca != "bbr" else f"kernel:{case.cca}"
+
+
 def median_table(rows: list[Row]) -> str:
     """Per (kernel, CCA) over repeated rows: runs, median throughput [min-max], median
-    retransmits, and how many runs the daemon controlled (Markdown)."""
+    retransmits, how many runs the daemon controlled, and for ccp:X the ratio of its median
+    throughput to the kernel's own X (`kernel_reference`) on the same kernel (Markdown)."""
     groups: dict[tuple[str, str], list[Row]] = {}
     for r in rows:
         groups.setdefault((r.kernel, r.case.label), []).append(r)
-    lines = ["| kernel | CCA | runs | throughput (Mbit/s), median [min-max] | retransmits, median | controlled |",
-             "|" + "---|" * 6]
+    medians = {key: statistics.median(tps) for key, rs in groups.items()
+               if (tps := [r.throughput_mbps for r in rs if r.throughput_mbps is not None])}
+    lines = ["| kernel | CCA | runs | throughput (Mbit/s), median [min-max] | retransmits, median | controlled "
+             "| vs the kernel's own |", "|" + "---|" * 7]
     for (kernel, label), rs in groups.items():
         tps = [r.throughput_mbps for r in rs if r.throughput_mbps is not None]
         rts = [r.retransmits for r in rs if r.retransmits is not None]
         tp = f"{statistics.median(tps):.1f} [{min(tps):.1f}-{max(tps):.1f}]" if tps else "-"
         rt = f"{statistics.median(rts):g}" if rts else "-"
         ctl = "-" if rs[0].controlled is None else f"{sum(1 for r in rs if r.controlled)} of {len(rs)}"
-        lines.append(f"| {kernel} | {label} | {len(rs)} | {tp} | {rt} | {ctl} |")
+        ref = kernel_reference(rs[0].case)
+        mine, theirs = medians.get((kernel, label)), medians.get((kernel, ref))
+        vs = f"{mine / theirs:.2f} x {ref}" if ref and mine is not None and theirs else "-"
+        lines.append(f"| {kernel} | {label} | {len(rs)} | {tp} | {rt} | {ctl} | {vs} |")
     return "\n".join(lines)
 

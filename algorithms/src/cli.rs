@@ -12,6 +12,7 @@
 //! in use or not creatable, Portus failure).
 
 use crate::portus_glue::{HostedAlg, Hosting, PortusAlg, WindowBounds};
+use crate::cc::SocketPacing;
 use crate::AlgorithmSpec;
 use anyhow::{bail, Context};
 use clap::{ArgAction, Args, CommandFactory, FromArgMatches, Parser, ValueEnum};
@@ -75,12 +76,20 @@ pub struct CommonArgs {
     /// Whether the datapath paces cwnd-only flows itself, per ACK at Linux
     /// tcp_update_pacing_rate's rate (ccp-datapath does; ccp-kernel turns pacing on
     /// and leaves the rate at its connect-time value, capping every such flow).
-    /// no: reno and cubic command that rate every report (--pacing report) and
-    /// the daemon commands it (200 % of cwnd/SRTT until the first loss, 120 %
-    /// after) for every other algorithm that commands cwnd only. auto: yes with
-    /// --ipc unix, no with --ipc netlink.
+    /// no: the daemon commands the pacing of --socket-pacing for every algorithm
+    /// that commands cwnd only (reno and cubic command the kernel's rate
+    /// themselves with --socket-pacing kernel). auto: yes with --ipc unix, no with
+    /// --ipc netlink.
     #[arg(long, value_enum, default_value = "auto", value_name = "WHEN")]
     pub datapath_paces: DatapathPaces,
+    /// Where the datapath does not pace (--datapath-paces): how the flow's socket
+    /// would be paced by Linux. unpaced: as on a host's default qdisc, the daemon
+    /// commands a rate no link reaches (libccp's largest, 34 Gbit/s), so cwnd alone
+    /// limits the flow, as kernel reno and cubic there. kernel: as on an fq qdisc
+    /// or with SO_MAX_PACING_RATE, Linux tcp_update_pacing_rate's rate every report.
+    /// Algorithms that command their own rate (bbr, copa) are unchanged.
+    #[arg(long, value_enum, default_value = "unpaced", value_name = "HOW")]
+    pub socket_pacing: SocketPacing,
     /// Initial congestion window, packets (RFC 6928 / Linux default 10).
     #[arg(long, default_value = "10", value_name = "PKTS")]
     pub init_cwnd_pkts: f64,
@@ -205,8 +214,8 @@ pub fn command<S: AlgorithmSpec>() -> clap::Command {
 const META_FLAGS: [&str; 5] = ["help", "version", "dump_program", "describe_json", "also"];
 
 /// Flags of the daemon as a whole: not settable per hosted algorithm in `--also`.
-const DAEMON_FLAGS: [&str; 7] =
-    ["ipc", "ipc-name", "datapath-paces", "verbose", "also", "dump-program", "describe-json"];
+const DAEMON_FLAGS: [&str; 8] =
+    ["ipc", "ipc-name", "datapath-paces", "socket-pacing", "verbose", "also", "dump-program", "describe-json"];
 
 /// The `--describe-json` document of algorithm `S`, derived from its clap Command so the
 /// flags have one source of truth.
@@ -365,7 +374,7 @@ pub fn hosting<S: AlgorithmSpec>(cli: &Cli<S::Args>) -> Result<Hosting, String> 
     }
     if !cli.common.datapath_paces.resolve(cli.common.ipc) {
         for alg in &mut algs {
-            alg.without_datapath_pacing();
+            alg.without_datapath_pacing(cli.common.socket_pacing);
         }
     }
     Hosting::new(algs)

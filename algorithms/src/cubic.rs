@@ -89,7 +89,7 @@
 
 use crate::fold::{Cadence, FoldProgram};
 use crate::loss_based::{LossBased, LossRules, LossWindow, FOLD_FEATURES};
-use crate::cc::{Measurement, Paced, PacingMode, WindowParams};
+use crate::cc::{Measurement, Paced, PacingMode, SocketPacing, WindowParams};
 use crate::AlgorithmSpec;
 
 /// CUBIC (RFC 9438) as an [`AlgorithmSpec`].
@@ -167,9 +167,9 @@ impl AlgorithmSpec for CubicSpec {
         Paced::new(cubic, a.pacing.per_report())
     }
 
-    fn pace_itself(args: &mut Self::Args) -> bool {
-        args.pacing = args.pacing.without_datapath_pacing();
-        true
+    fn pace_itself(args: &mut Self::Args, socket: SocketPacing) -> Option<SocketPacing> {
+        args.pacing = args.pacing.without_datapath_pacing(socket);
+        args.pacing.glue_pacing()
     }
 
     fn program(_args: &CubicArgs) -> FoldProgram {

@@ -139,13 +139,15 @@ pub trait AlgorithmSpec: 'static {
     fn program(args: &Self::Args) -> FoldProgram;
 
     /// On a datapath that does not pace cwnd-only flows itself (ccp-kernel, whose
-    /// pacing rate stays at its connect-time value; `--datapath-paces no`): change
-    /// `args` so the algorithm commands its own pacing rate and return true, or
-    /// return false to have the Portus glue command Linux tcp_update_pacing_rate's
-    /// rate with every report ([`cc::ReportPacer`]). Default: true when the
-    /// algorithm commands a rate ([`AlgorithmSpec::CONTROLS`] names it), else false.
-    fn pace_itself(_args: &mut Self::Args) -> bool {
-        Self::CONTROLS.contains("rate")
+    /// pacing rate stays at its connect-time value; `--datapath-paces no`) for a
+    /// socket Linux would pace as `socket`: change `args` so the algorithm paces as
+    /// that socket would and return None when it commands its own rate, or return
+    /// the pacing the Portus glue commands for it ([`cc::ReportPacer`]: a rate no
+    /// link reaches for an unpaced socket, Linux tcp_update_pacing_rate's rate
+    /// with every report for a paced one). Default: None when the algorithm
+    /// commands a rate ([`AlgorithmSpec::CONTROLS`] names it), else `socket`.
+    fn pace_itself(_args: &mut Self::Args, socket: cc::SocketPacing) -> Option<cc::SocketPacing> {
+        (!Self::CONTROLS.contains("rate")).then_some(socket)
     }
 }
 

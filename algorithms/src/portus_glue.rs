@@ -15,7 +15,7 @@
 
 use crate::reinstall::InstallWatch;
 use crate::repeats::RepeatFilter;
-use crate::cc::{Measurement, ReportPacer, WindowParams};
+use crate::cc::{Measurement, ReportPacer, SocketPacing, WindowParams};
 use crate::{AlgorithmSpec, Control, Controller};
 use portus::ipc::Ipc;
 use portus::lang::Scope;
@@ -85,8 +85,9 @@ impl WindowBounds {
 pub struct PortusAlg<S: AlgorithmSpec> {
     args: S::Args,
     bounds: WindowBounds,
-    /// The glue commands the kernel's pacing rate per report ([`ReportPacer`]).
-    glue_pacing: bool,
+    /// The pacing the glue commands where the algorithm commands no rate
+    /// ([`ReportPacer`]); None on a datapath that paces.
+    glue_pacing: Option<SocketPacing>,
     clock: Instant,
     _spec: PhantomData<fn() -> S>,
 }
@@ -94,13 +95,14 @@ pub struct PortusAlg<S: AlgorithmSpec> {
 impl<S: AlgorithmSpec> PortusAlg<S> {
     /// An algorithm instance with its flags and the shared window bounds.
     pub fn new(args: S::Args, bounds: WindowBounds) -> Self {
-        PortusAlg { args, bounds, glue_pacing: false, clock: Instant::now(), _spec: PhantomData }
+        PortusAlg { args, bounds, glue_pacing: None, clock: Instant::now(), _spec: PhantomData }
     }
 
-    /// For a datapath that does not pace: the algorithm paces itself
-    /// ([`AlgorithmSpec::pace_itself`]) or the glue commands the kernel's rate.
-    pub fn without_datapath_pacing(&mut self) {
-        self.glue_pacing = !S::pace_itself(&mut self.args);
+    /// For a datapath that does not pace, on a socket Linux would pace as
+    /// `socket`: the algorithm paces itself ([`AlgorithmSpec::pace_itself`]) or
+    /// the glue commands the rate for it.
+    pub fn without_datapath_pacing(&mut self, socket: SocketPacing) {
+        self.glue_pacing = S::pace_itself(&mut self.args, socket);
     }
 }
 
@@ -134,9 +136,10 @@ impl<I: Ipc, S: AlgorithmSpec> CongAlg<I> for PortusAlg<S> {
                 None
             }
         };
-        let pacer = self.glue_pacing.then(|| ReportPacer::new(mss));
+        let pacer = self.glue_pacing.map(|socket| ReportPacer::new(mss, socket));
+        let mut initial = window.initial();
+        initial.rate_bytes_per_sec = initial.rate_bytes_per_sec.or(pacer.as_ref().and_then(ReportPacer::initial_rate));
         let mut flow = PortusFlow { control, sc, window, clock: self.clock, repeats, pacer };
-        let initial = flow.window.initial();
         info!(
             target: "ccp",
             "flow sid={} alg={} mss={} dp_init_cwnd={} -> cwnd={} bytes",
@@ -295,7 +298,7 @@ pub trait HostedAlg: HostedAlgOver<TapIpc<UnixIpc>> + HostedAlgOver<TapIpc<Netli
     /// Its fold programs, {program name: text}.
     fn programs(&self) -> HashMap<&'static str, String>;
     /// Run on a datapath that does not pace ([`PortusAlg::without_datapath_pacing`]).
-    fn without_datapath_pacing(&mut self);
+    fn without_datapath_pacing(&mut self, socket: SocketPacing);
 }
 
 impl<I: Ipc, S: AlgorithmSpec> HostedAlgOver<I> for PortusAlg<S> {
@@ -313,8 +316,8 @@ impl<S: AlgorithmSpec> HostedAlg for PortusAlg<S> {
         <Self as CongAlg<UnixIpc>>::datapath_programs(self)
     }
 
-    fn without_datapath_pacing(&mut self) {
-        PortusAlg::without_datapath_pacing(self)
+    fn without_datapath_pacing(&mut self, socket: SocketPacing) {
+        PortusAlg::without_datapath_pacing(self, socket)
     }
 }
 
@@ -562,22 +565,29 @@ mod tests {
 
     #[test]
     fn without_datapath_pacing_reno_and_cubic_command_their_rate_and_cwnd_only_algorithms_get_the_glue_pacer() {
+        use SocketPacing::{Kernel, Unpaced};
         let mut reno = alg::<RenoSpec>(&["reno"]);
         assert_eq!(reno.args.pacing, PacingMode::Kernel);
-        reno.without_datapath_pacing();
-        assert_eq!(reno.args.pacing, PacingMode::Report, "--pacing kernel needs a datapath that paces");
-        assert!(!reno.glue_pacing);
+        reno.without_datapath_pacing(Kernel);
+        assert_eq!(reno.args.pacing, PacingMode::Report, "--pacing kernel on a paced socket: reno commands the rate");
+        assert_eq!(reno.glue_pacing, None);
+        let mut reno = alg::<RenoSpec>(&["reno"]);
+        reno.without_datapath_pacing(Unpaced);
+        assert_eq!(reno.args.pacing, PacingMode::Off, "an unpaced socket: reno commands no rate");
+        assert_eq!(reno.glue_pacing, Some(Unpaced), "and the glue lifts the datapath's pacing");
         let mut off = alg::<CubicSpec>(&["cubic", "--pacing", "off"]);
-        off.without_datapath_pacing();
+        off.without_datapath_pacing(Kernel);
         assert_eq!(off.args.pacing, PacingMode::Off, "an explicit off stays off");
-        assert!(!off.glue_pacing);
-        let mut fw = alg::<FixedWindowSpec>(&["fixed-window", "--window", "37"]);
-        assert!(!fw.glue_pacing, "a pacing datapath: nothing added");
-        fw.without_datapath_pacing();
-        assert!(fw.glue_pacing, "cwnd only: the glue commands the kernel's rate");
-        let mut bbr = alg::<BbrSpec>(&["bbr"]);
-        bbr.without_datapath_pacing();
-        assert!(!bbr.glue_pacing, "bbr commands its own pacing rate");
+        assert_eq!(off.glue_pacing, Some(Unpaced), "off means unpaced, on any socket");
+        for socket in [Kernel, Unpaced] {
+            let mut fw = alg::<FixedWindowSpec>(&["fixed-window", "--window", "37"]);
+            assert_eq!(fw.glue_pacing, None, "a pacing datapath: nothing added");
+            fw.without_datapath_pacing(socket);
+            assert_eq!(fw.glue_pacing, Some(socket), "cwnd only: the glue paces as the socket would");
+            let mut bbr = alg::<BbrSpec>(&["bbr"]);
+            bbr.without_datapath_pacing(socket);
+            assert_eq!(bbr.glue_pacing, None, "bbr commands its own pacing rate");
+        }
     }
 
     /// An IPC that hands out queued datagrams (then times out, as Portus's sockets do) and keeps what is sent.

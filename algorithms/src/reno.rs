@@ -79,7 +79,7 @@
 
 use crate::fold::{Cadence, FoldProgram};
 use crate::loss_based::{LossBased, LossRules, LossWindow, FOLD_FEATURES};
-use crate::cc::{Paced, PacingMode, WindowParams};
+use crate::cc::{Paced, PacingMode, SocketPacing, WindowParams};
 use crate::AlgorithmSpec;
 
 /// Reno (RFC 5681) as an [`AlgorithmSpec`].
@@ -119,9 +119,9 @@ impl AlgorithmSpec for RenoSpec {
         Paced::new(reno, args.pacing.per_report())
     }
 
-    fn pace_itself(args: &mut Self::Args) -> bool {
-        args.pacing = args.pacing.without_datapath_pacing();
-        true
+    fn pace_itself(args: &mut Self::Args, socket: SocketPacing) -> Option<SocketPacing> {
+        args.pacing = args.pacing.without_datapath_pacing(socket);
+        args.pacing.glue_pacing()
     }
 
     fn program(_args: &RenoArgs) -> FoldProgram {

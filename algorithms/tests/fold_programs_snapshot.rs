@@ -30,7 +30,7 @@ const FLOORS_US: [u64; 3] = [1, 5_000, 1_000_000];
 fn programs(e: &Entry, params: &[(String, String)], no_pacing: bool) -> Option<String> {
     let mut alg = (e.host)(params).ok()?;
     if no_pacing {
-        alg.without_datapath_pacing();
+        alg.without_datapath_pacing(ccp_algorithms::cc::SocketPacing::Kernel);
     }
     let mut progs: Vec<_> = alg.programs().into_iter().collect();
     progs.sort();

@@ -41,9 +41,10 @@ def test_ccp_specs_become_daemon_flags():
 def test_default_table_has_every_comparison_once_and_repeats_get_their_own_ids():
     cases = plan.table_cases(plan.DEFAULT_KERNEL, plan.DEFAULT_CCP, 10, "module-first", "reno")
     ids = [c.id for c in cases]
-    assert len(ids) == len(set(ids)) == 5 + 9 + 1
+    assert len(ids) == len(set(ids)) == 5 + 10 + 1
     assert ids[:5] == ["kernel-reno", "kernel-cubic", "kernel-bbr", "kernel-reno-2", "kernel-cubic-2"]
     assert cases[3].flags == ("--fq-rate=1G",) and cases[3].label == "kernel:reno --fq-rate=1G"
+    assert cases[-2].id == "ccp-reno-2" and cases[-2].label == "ccp:reno --socket-pacing=kernel"
     assert ids[-1] == "dies-reno" and cases[-1].kind == "ccp-dies"
     assert cases[-1].label == "ccp:reno (daemon killed)"
     two = plan.table_cases([], ["fixed-window:window=10", "fixed-window:window=37"], 5, "daemon-first", None)

@@ -140,5 +140,24 @@ def test_median_table_groups_repeated_rows(tmp_path):
         rid = "ccp-reno" if i == 0 else f"ccp-reno.r{i + 1}"
         rows.append(results.read_case("6.12", write_case(tmp_path / rid, f"{rid} ccp module-first 2 reno",
                                                          doc=iperf_doc(mbps, i), daemon=daemon_log(5))))
+    rows.append(results.read_case("6.12", write_case(tmp_path / "kernel-reno", "kernel-reno kernel - 2 reno",
+                                                     doc=iperf_doc(16.0, 4))))
+    rows.append(results.read_case("6.12", write_case(tmp_path / "ccp-reno-2",
+                                                     "ccp-reno-2 ccp module-first 2 reno --socket-pacing=kernel",
+                                                     doc=iperf_doc(9.0, 0), daemon=daemon_log(5))))
+    rows.append(results.read_case("6.12", write_case(tmp_path / "kernel-reno-2",
+                                                     "kernel-reno-2 kernel - 2 reno --fq-rate=1G",
+                                                     doc=iperf_doc(10.0, 0))))
     text = results.median_table(rows)
-    assert "| 6.12 | ccp:reno | 3 | 12.0 [10.0-14.0] | 1 | 3 of 3 |" in text
+    assert "| 6.12 | ccp:reno | 3 | 12.0 [10.0-14.0] | 1 | 3 of 3 | 0.75 x kernel:reno |" in text
+    assert "| 6.12 | kernel:reno | 1 | 16.0 [16.0-16.0] | 4 | - | - |" in text
+    assert "| ccp:reno --socket-pacing=kernel | 1 | 9.0 [9.0-9.0] | 0 | 1 of 1 | 0.90 x kernel:reno --fq-rate=1G |" in text
+
+
+def test_a_ccp_row_is_judged_against_the_kernels_own_cca_paced_as_its_socket():
+    from kmod.plan import Case
+    assert results.kernel_reference(Case("c", "ccp", "cubic", 2)) == "kernel:cubic"
+    assert results.kernel_reference(Case("c", "ccp", "cubic", 2, flags=("--socket-pacing=kernel",))) == \
+        "kernel:cubic --fq-rate=1G"
+    assert results.kernel_reference(Case("c", "ccp", "aimd", 2)) is None, "the kernel has no aimd"
+    assert results.kernel_reference(Case("c", "kernel", "reno", 2)) is None

@@ -31,7 +31,9 @@ mod window;
 pub use bounds::WindowParams;
 pub use loss_guard::{LossGuard, ReportEvent};
 pub use measurement::Measurement;
-pub use pacing::{KernelPacing, Paced, PacingMode, ReportPacer, FOLD_SLOW_START_PACING_WINDOW};
+pub use pacing::{
+    KernelPacing, Paced, PacingMode, ReportPacer, SocketPacing, FOLD_SLOW_START_PACING_WINDOW, UNPACED_RATE_BYTES_PER_SEC,
+};
 pub use prr::{commanded_window, FoldPrr, Prr};
 pub use rtt::RttEstimator;
 pub use slow_start::{slow_start, FoldSlowStart, TAKEOVER_MARK_BYTES};

@@ -82,15 +82,53 @@ impl PacingMode {
 
     /// The mode on a datapath that does not pace per ACK
     /// ([`crate::AlgorithmSpec::pace_itself`]): `Kernel` needs one, so the
-    /// algorithm commands the same rate with every report (`Report`).
-    pub fn without_datapath_pacing(self) -> PacingMode {
-        if self == PacingMode::Kernel {
-            PacingMode::Report
-        } else {
-            self
+    /// algorithm commands the same rate with every report (`Report`) where the
+    /// socket would be paced, and commands none (`Off`, the glue lifts the
+    /// datapath's pacing) where it would not ([`SocketPacing`]).
+    pub fn without_datapath_pacing(self, socket: SocketPacing) -> PacingMode {
+        match (self, socket) {
+            (PacingMode::Kernel, SocketPacing::Kernel) => PacingMode::Report,
+            (PacingMode::Kernel, SocketPacing::Unpaced) => PacingMode::Off,
+            (mode, _) => mode,
+        }
+    }
+
+    /// What the glue adds for a window algorithm in this mode on a datapath that
+    /// does not pace (None: the algorithm commands its own rate).
+    pub fn glue_pacing(self) -> Option<SocketPacing> {
+        match self {
+            PacingMode::Report => None,
+            PacingMode::Off | PacingMode::Kernel => Some(SocketPacing::Unpaced),
         }
     }
 }
+
+/// How a Linux socket would pace a cwnd-only flow, which a datapath that does
+/// not pace for the algorithm (ccp-kernel) must be told (`--socket-pacing`).
+///
+/// Why: ccp-kernel turns TCP-internal pacing on for every flow, so a flow is
+/// paced at whatever rate was last set. Linux paces reno or cubic only on a
+/// socket that asked for it (the fq qdisc, SO_MAX_PACING_RATE, a CCA that needs
+/// pacing set before); on a host's default qdisc (fq_codel, pfifo_fast) they send
+/// cwnd-limited bursts. Emulating the paced kind where the kernel's flow is not
+/// paced cost ccp reno and cubic a third of their throughput in the ccp-kernel
+/// guest (docs/ccp-kernel.md).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SocketPacing {
+    /// Not paced (the default qdisc): the daemon commands
+    /// [`UNPACED_RATE_BYTES_PER_SEC`] for the flow, a rate no link reaches, so
+    /// only cwnd limits the sending.
+    Unpaced,
+    /// Paced as on an fq qdisc: Linux tcp_update_pacing_rate's rate
+    /// ([`KernelPacing`]) commanded with every report.
+    Kernel,
+}
+
+/// The pacing rate that stands for "not paced" on a datapath that paces every
+/// flow: libccp's largest rate (a u32 in bytes/s, 34.4 Gbit/s). With it,
+/// Linux's pacing check (`tcp_pacing_check`) finds every packet's departure
+/// time already past and never arms its timer.
+pub const UNPACED_RATE_BYTES_PER_SEC: u64 = u32::MAX as u64;
 
 /// The window the pacing rate is computed for while slow start runs in the
 /// fold, as a multiple of the cwnd at the report (see [`Paced`]).
@@ -207,8 +245,13 @@ impl<W: WindowAlgorithm> crate::Controller for Paced<W> {
 /// an algorithm without a slow-start threshold: the socket's `snd_ssthresh`
 /// stays infinite until the first loss. Reno and cubic command this rate
 /// themselves from their own ssthresh ([`Paced`], `--pacing report`).
+///
+/// For an unpaced socket ([`SocketPacing::Unpaced`]) it commands
+/// [`UNPACED_RATE_BYTES_PER_SEC`] from the flow's start and with every report
+/// instead.
 #[derive(Clone, Debug)]
 pub struct ReportPacer {
+    socket: SocketPacing,
     pacing: KernelPacing,
     mss_bytes: u32,
     rtt: RttEstimator,
@@ -216,15 +259,29 @@ pub struct ReportPacer {
 }
 
 impl ReportPacer {
-    /// A pacer for a flow of `mss_bytes` with Linux's ratios.
-    pub fn new(mss_bytes: u32) -> Self {
-        ReportPacer { pacing: KernelPacing::LINUX, mss_bytes: mss_bytes.max(1), rtt: RttEstimator::default(), lost: false }
+    /// A pacer for a flow of `mss_bytes` on a socket paced as `socket`, with Linux's ratios.
+    pub fn new(mss_bytes: u32, socket: SocketPacing) -> Self {
+        ReportPacer {
+            socket,
+            pacing: KernelPacing::LINUX,
+            mss_bytes: mss_bytes.max(1),
+            rtt: RttEstimator::default(),
+            lost: false,
+        }
+    }
+
+    /// The rate in bytes/s to command when the flow starts (None: none yet).
+    pub fn initial_rate(&self) -> Option<u64> {
+        (self.socket == SocketPacing::Unpaced).then_some(UNPACED_RATE_BYTES_PER_SEC)
     }
 
     /// The rate in bytes/s for report `m` when the algorithm answered with a cwnd of
     /// `cwnd_bytes` (None: it left cwnd as the datapath holds it, `m.dp_cwnd_bytes`);
-    /// None until the first RTT sample.
+    /// None until the first RTT sample on a paced socket.
     pub fn rate_for(&mut self, m: &Measurement, cwnd_bytes: Option<u32>) -> Option<u64> {
+        if self.socket == SocketPacing::Unpaced {
+            return Some(UNPACED_RATE_BYTES_PER_SEC);
+        }
         self.rtt.update(m);
         self.lost |= m.lost_pkts > 0 || m.timeout;
         let cwnd = cwnd_bytes.map_or(m.dp_cwnd_bytes, u64::from) as f64 / f64::from(self.mss_bytes);
@@ -254,7 +311,8 @@ mod tests {
 
     #[test]
     fn report_pacer_commands_tcp_update_pacing_rate_200_then_120_percent_after_a_loss() {
-        let mut p = ReportPacer::new(1000);
+        let mut p = ReportPacer::new(1000, SocketPacing::Kernel);
+        assert_eq!(p.initial_rate(), None, "a paced socket: no rate before an RTT sample");
         let m = |rtt_us, dp_cwnd_bytes, lost_pkts| Measurement { rtt_us, dp_cwnd_bytes, lost_pkts, ..Default::default() };
         assert_eq!(p.rate_for(&m(0, 10_000, 0), None), None, "no RTT sample yet: no rate");
         // 37 packets of 1000 bytes per 40 ms = 925 kB/s; x 2 before any loss (ssthresh infinite).
@@ -269,6 +327,25 @@ mod tests {
         assert_eq!(p.rate_for(&out, None), Some(600_000));
         // SRTT is smoothed (RFC 6298): one 80 ms sample moves it to 45 ms.
         assert_eq!(p.rate_for(&m(80_000, 45_000, 0), None), Some(1_200_000));
+    }
+
+    #[test]
+    fn report_pacer_on_an_unpaced_socket_commands_the_largest_rate_from_the_start() {
+        let mut p = ReportPacer::new(1448, SocketPacing::Unpaced);
+        assert_eq!(p.initial_rate(), Some(u64::from(u32::MAX)));
+        let m = Measurement { rtt_us: 40_000, dp_cwnd_bytes: 37 * 1448, lost_pkts: 3, ..Default::default() };
+        assert_eq!(p.rate_for(&m, Some(10 * 1448)), Some(u64::from(u32::MAX)), "whatever the window, RTT or losses");
+    }
+
+    #[test]
+    fn without_datapath_pacing_kernel_mode_follows_the_socket_and_explicit_modes_stay() {
+        use SocketPacing::*;
+        assert_eq!(PacingMode::Kernel.without_datapath_pacing(Kernel), PacingMode::Report);
+        assert_eq!(PacingMode::Kernel.without_datapath_pacing(Unpaced), PacingMode::Off);
+        assert_eq!(PacingMode::Report.without_datapath_pacing(Unpaced), PacingMode::Report);
+        assert_eq!(PacingMode::Off.without_datapath_pacing(Kernel), PacingMode::Off);
+        assert_eq!(PacingMode::Report.glue_pacing(), None, "the algorithm commands its rate");
+        assert_eq!(PacingMode::Off.glue_pacing(), Some(Unpaced), "off: the glue lifts the datapath's pacing");
     }
 
     #[test]
