@@ -231,6 +231,24 @@ def test_targets_pass_and_miss_at_the_bounds():
     assert [r.verdict for r in targets.evaluate_targets(ms, flows=[1])] == ["MISS"] * 4, "worst of full/paced counts"
 
 
+def test_with_bpf_cubic_measured_every_ccp_figure_is_also_judged_against_that_floor():
+    ms = [
+        _m("kernel", 1, False, 20.0, 0.8), _m("bpf-cubic", 1, False, 18.0, 0.8, 400),
+        _m("ccp-kernel-fold", 1, False, 17.6, 0.8, 1200, 1.0),  # 0.88x kernel: MISS; 0.978x bpf-cubic: PASS
+        _m("kernel", 1, True, 1.0, 0.20), _m("bpf-cubic", 1, True, 1.0, 0.20, 500),
+        _m("ccp-kernel-fold", 1, True, 1.0, 0.22, 1500, 1.0),  # 1.10x bpf-cubic's CPU: MISS
+    ]
+    rows = {r.what: r for r in targets.evaluate_targets(ms, flows=[1])}
+    assert rows["throughput vs kernel cubic"].verdict.startswith("MISS")
+    assert (rows["throughput vs bpf-cubic"].figure, rows["throughput vs bpf-cubic"].verdict) == ("0.978x", "PASS")
+    assert (rows["own CPU vs bpf-cubic"].figure, rows["own CPU vs bpf-cubic"].verdict) == ("1.100x", "MISS")
+    assert rows["BPF time per ACK vs bpf-cubic"].figure == "3.000x", "median of 1200/400 and 1500/500"
+    assert rows["bpf-cubic vs kernel cubic (shim)"].figure == "0.900x"
+    assert "bpf-cubic vs kernel cubic (shim)" in targets.targets_table(list(rows.values()))
+    without = targets.evaluate_targets([m for m in ms if m.mode != "bpf-cubic"], flows=[1])
+    assert not [r for r in without if "bpf-cubic" in r.what], "no floor rows when bpf-cubic did not run"
+
+
 def test_cpu_target_needs_equal_paced_throughput_and_missing_data_is_a_miss():
     ms = [_m("kernel", 10, True, 1.0, 0.30), _m("ccp-kernel-fold", 10, True, 0.90, 0.20)]
     cpu = [r for r in targets.evaluate_targets(ms, flows=[10]) if r.what.startswith("own CPU")][0]

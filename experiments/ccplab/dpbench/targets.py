@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from .measure import Measurement
-from .plan import FLOWS, FOLD_OF_MODE, MODES, TARGET_MODE
+from .plan import FLOWS, FOLD_OF_MODE, MODES, REFERENCE_MODE, TARGET_MODE
 
 MIN_THROUGHPUT_RATIO = 0.97
 MAX_CPU_RATIO = 1.05
@@ -126,6 +126,47 @@ def evaluate_targets(ms: Sequence[Measurement], flows: Sequence[int] = FLOWS) ->
         rows.append(TargetRow("user-space msgs per RTT per flow", f"{n} flows",
                               "n/a" if worst is None else f"{worst:.2f}", f"<= {MAX_MSGS_PER_RTT:g}",
                               _verdict(None if worst is None else worst <= MAX_MSGS_PER_RTT)))
+    if any(m.mode == REFERENCE_MODE for m in ms):
+        rows += evaluate_floor(ms, flows)
+    return rows
+
+
+def evaluate_floor(ms: Sequence[Measurement], flows: Sequence[int] = FLOWS) -> list[TargetRow]:
+    """ccp-kernel-fold against ``bpf-cubic`` (the kernel's cubic behind the smallest BPF struct_ops, the
+    floor of any BPF congestion control), per flow count: throughput at full speed (>= 0.97x) and own
+    CPU when paced (<= 1.05x, equal paced throughput required), as against kernel cubic; BPF time per
+    ACK as a ratio; and what the struct_ops shim itself costs: bpf-cubic's throughput over kernel
+    cubic's. Ratios are medians of per-repetition ratios (:func:`_paired_ratios`); a row without a
+    bound says "-" as its verdict."""
+    rows: list[TargetRow] = []
+    for n in flows:
+        ratios = _paired_ratios(ms, n, False, lambda m: m.gbps, reference=REFERENCE_MODE)
+        ratio, ci = _median(ratios), median_interval(ratios)
+        rows.append(TargetRow("throughput vs bpf-cubic", f"{n} flows, full", _x(ratio),
+                              f">= {MIN_THROUGHPUT_RATIO:.2f}x",
+                              _with_interval(_verdict(None if ratio is None else ratio >= MIN_THROUGHPUT_RATIO),
+                                             ci, MIN_THROUGHPUT_RATIO), _interval_text(ci, _x)))
+    for n in flows:
+        bg = _median([m.gbps for m in _of(ms, REFERENCE_MODE, n, True)])
+        cg = _median([m.gbps for m in _of(ms, TARGET_MODE, n, True)])
+        ratios = _paired_ratios(ms, n, True, lambda m: m.own_cpu, reference=REFERENCE_MODE)
+        ratio, ci = _median(ratios), median_interval(ratios)
+        equal = bg is not None and cg is not None and bg > 0 and abs(cg / bg - 1) <= EQUAL_THROUGHPUT_TOLERANCE
+        why = "" if equal or ratio is None else f"throughput {cg:.3f} vs {bg:.3f} Gbit/s, not equal"
+        ok = None if ratio is None else (ratio <= MAX_CPU_RATIO and equal)
+        rows.append(TargetRow("own CPU vs bpf-cubic", f"{n} flows, paced", _x(ratio), f"<= {MAX_CPU_RATIO:.2f}x",
+                              _with_interval(_verdict(ok, why), ci, MAX_CPU_RATIO), _interval_text(ci, _x)))
+    for n in flows:
+        ratios = [r for p in (False, True) for r in _paired_ratios(
+            ms, n, p, lambda m: m.bpf_ns_per_ack or 0.0, reference=REFERENCE_MODE) if r]
+        ratio, ci = _median(ratios), median_interval(ratios)
+        rows.append(TargetRow("BPF time per ACK vs bpf-cubic", f"{n} flows", _x(ratio), "-", "-",
+                              _interval_text(ci, _x)))
+    for n in flows:
+        ratios = _paired_ratios(ms, n, False, lambda m: m.gbps, mode=REFERENCE_MODE)
+        ratio, ci = _median(ratios), median_interval(ratios)
+        rows.append(TargetRow("bpf-cubic vs kernel cubic (shim)", f"{n} flows, full", _x(ratio), "-", "-",
+                              _interval_text(ci, _x)))
     return rows
 
 
@@ -135,12 +176,14 @@ def _median(values: Sequence[float | None]) -> float | None:
 
 
 def _paired_ratios(ms: Sequence[Measurement], flows: int, paced: bool,
-                   figure: Callable[[Measurement], float]) -> list[float]:
-    """Per repetition, ``figure`` of ccp-kernel-fold over kernel cubic's in the same repetition
-    (repetitions without both, or with kernel cubic's figure 0, left out), in repetition order."""
-    kernel = {m.rep: figure(m) for m in _of(ms, "kernel", flows, paced)}
-    ccp = {m.rep: figure(m) for m in _of(ms, TARGET_MODE, flows, paced)}
-    return [ccp[r] / kernel[r] for r in sorted(kernel.keys() & ccp.keys()) if kernel[r]]
+                   figure: Callable[[Measurement], float], mode: str = TARGET_MODE,
+                   reference: str = "kernel") -> list[float]:
+    """Per repetition, ``figure`` of ``mode`` (ccp-kernel-fold) over ``reference``'s (kernel cubic) in
+    the same repetition (repetitions without both, or with the reference's figure 0, left out), in
+    repetition order."""
+    ref = {m.rep: figure(m) for m in _of(ms, reference, flows, paced)}
+    mine = {m.rep: figure(m) for m in _of(ms, mode, flows, paced)}
+    return [mine[r] / ref[r] for r in sorted(ref.keys() & mine.keys()) if ref[r]]
 
 
 def _paired_ratio(ms: Sequence[Measurement], flows: int, paced: bool,
