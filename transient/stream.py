@@ -2,21 +2,24 @@
 
 `stream_log_arrays` gives the `transient.series.LogArrays` of a log whose
 packets all belong to one flow (a bare log, a one-flow run) without ever
-holding its events: the file is read a few MB of whole lines at a time,
-each piece goes through the same polars query as `transient.read_link_log`
-(`transient.mahimahi._polars_events`, the same checks on every line) and is
-reduced at once with numpy (per-ms ``bincount``s, per-ms maxima and minima,
-the departures' delays); the pieces' per-ms arrays are then added into the
-log's.  Memory: the per-ms arrays and the departures' delays, plus one
-piece; the text is read with ``read`` (not mapped), so it does not count in
-the process's resident memory either.
+holding its events: the file is read a few MB of whole lines at a time; each
+piece's event lines (the header block skipped) go through polars' CSV reader
+as four raw columns -- time, symbol, first and second number -- and are
+checked and reduced at once with numpy (per-ms sums with ``np.add.at``,
+per-ms maxima and minima, the departures' delays), each piece's per-ms
+arrays kept in their narrowest dtype (`transient.series.compact`); the
+pieces are then added into the log's arrays one quantity at a time.  Memory:
+the compact per-ms arrays and delays, plus one piece and one int64 array as
+long as the log has ms; the text is read with ``read`` (not mapped), so it
+does not count in the process's resident memory either.
 
 Every figure is the one `LogArrays.from_columns` computes from the events:
-all are sums, maxima and minima of whole numbers (exact in float64 in any
+all are sums, maxima and minima of whole numbers (exact in int64 in any
 order).  A log this reader cannot vouch for -- a line polars does not take,
-odd whitespace, a ``#`` line below the header, a departure delay with a
-fraction, a time beyond 2**53 ms, a bad header -- gives None, and the caller
-reads the events the usual way (which words any error with file and line).
+a missing or extra field, a negative number, odd whitespace, a ``#`` line
+below the header, a departure delay with a fraction, a time beyond 2**53 ms,
+a bad header -- gives None, and the caller reads the events the usual way
+(which words any error with file and line).
 """
 
 from __future__ import annotations
@@ -25,166 +28,198 @@ from pathlib import Path
 
 import numpy as np
 
-from .mahimahi import _LineCensus, _check_last_line_whole, _polars_events
 from .errors import LogFormatError
-from .series import LogArrays
+from .mahimahi import _LineCensus, _check_last_line_whole
+from .series import LogArrays, compact
 from .timezero import FLOW_START_MIN_BYTES
 
-CHUNK_BYTES = 2 << 20
+CHUNK_BYTES = 4 << 20
 """Bytes of log text read and reduced at a time (whole lines; a longer line is read whole)."""
 
-_EXACT = 2**53  # below it every whole number, and the sum of two, is exact in float64
+_EXACT = 2**53  # time stamps beyond it are left to the event reader (float64 rounding in its figures)
 
-# per-ms partial arrays: (kind code, what) as `LogArrays.ms_sum`, and the departures' delay sum and peak
+# the per-ms sums: (kind code, what) as `LogArrays.ms_sum`; the weight of every kind is its first number
+# (bytes, or a drop line's packets)
 _SUM_KEYS = ((0, "count"), (0, "bytes"), (1, "count"), (1, "bytes"), (2, "bytes"), (3, "packets"))
 
-
-class _Span:
-    """Per-ms arrays over a span of ms that grows to take every piece (allocated once when the span is
-    known in advance, as for a log in time order)."""
-
-    def __init__(self, fills: dict, lo: int | None = None, hi: int | None = None) -> None:
-        self.fills = fills  # key -> the value of a ms without events (the identity of how it combines)
-        self.lo, self.arrays = lo, None
-        if lo is not None and hi is not None and hi >= lo:
-            self.arrays = {k: np.full(hi - lo + 1, f) for k, f in fills.items()}
-
-    def view(self, key, lo: int, hi: int) -> np.ndarray:
-        """The slice of array ``key`` for ms lo..hi (the span grown first when it does not cover them)."""
-        if self.arrays is None:
-            self.lo = lo
-            self.arrays = {k: np.full(hi - lo + 1, f) for k, f in self.fills.items()}
-        size = next(iter(self.arrays.values())).size
-        if lo < self.lo or hi >= self.lo + size:
-            new_lo, new_hi = min(lo, self.lo), max(hi, self.lo + size - 1)
-            slack = (new_hi - new_lo + 1) // 8  # room for the next pieces of an unordered log
-            new_lo -= slack if lo < self.lo else 0
-            new_hi += slack if hi >= self.lo + size else 0
-            for k, f in self.fills.items():
-                grown = np.full(new_hi - new_lo + 1, f)
-                grown[self.lo - new_lo : self.lo - new_lo + size] = self.arrays[k]
-                self.arrays[k] = grown
-            self.lo = new_lo
-        return self.arrays[key][lo - self.lo : hi - self.lo + 1]
-
-    def final(self, key, lo: int, hi: int) -> np.ndarray:
-        """Array ``key`` for exactly ms lo..hi (a copy only when the span is wider), dropped from the span."""
-        a = self.arrays.pop(key)
-        if lo == self.lo and a.size == hi - lo + 1:
-            return a
-        return a[lo - self.lo : hi - self.lo + 1].copy()
+_SCHEMA = None
 
 
-def _last_event_time(path: Path) -> int | None:
-    """The time of the log's last line when it is an event (a log in time order ends with its largest)."""
-    with open(path, "rb") as f:
-        size = f.seek(0, 2)
-        f.seek(max(size - 4096, 0))
-        tail = f.read().rstrip(b"\n").rsplit(b"\n", 1)[-1]
-    token = tail.split(b" ", 1)[0]
-    return int(token) if token.isdigit() and len(token) <= 16 else None
+def _schema():
+    global _SCHEMA
+    if _SCHEMA is None:
+        import polars as pl
+
+        # the symbol as an enum (its physical value is our kind code; any other symbol fails the read);
+        # the second number as an integer (a delay with a fraction fails it: those go to the event reader)
+        _SCHEMA = {"t": pl.Int64, "s": pl.Enum(["+", "-", "#", "d"]), "a": pl.Int64, "b": pl.Int64}
+    return _SCHEMA
+
+
+def _piece_columns(text: bytes, rows: int):
+    """The event lines of ``text`` (whole lines, no header) as numpy (time, code, first, second number;
+    the second 0 where a line has none), or None when a line is not a well-formed event or the
+    lines polars gives are not the ``rows`` counted (blank lines are dropped)."""
+    import polars as pl
+
+    try:
+        df = pl.read_csv(text, has_header=False, separator=" ", schema=_schema(), quote_char=None,
+                         missing_columns="insert")
+    except Exception:  # noqa: BLE001 - any complaint of polars: the event reader words it
+        return None
+    if df.height != rows:
+        return None
+    if df.get_column("t").null_count():
+        blank = pl.all_horizontal(pl.all().is_null())
+        if df.select((pl.col("t").is_null() & ~blank).any()).item():
+            return None  # a field missing in front
+        df = df.filter(~blank)
+    if df.get_column("s").null_count() or df.get_column("a").null_count():
+        return None
+    code = df.get_column("s").to_physical().to_numpy()
+    t = df.get_column("t").to_numpy()
+    a = df.get_column("a").to_numpy()
+    second = df.get_column("b")
+    # departures and drops carry a second number, the other kinds none
+    if not np.array_equal(second.is_null().to_numpy(), (code != 1) & (code != 3)):
+        return None
+    b = second.fill_null(0).to_numpy()
+    del df, second
+    if t.size and (t.min() < 0 or a.min() < 0 or b.min() < 0):
+        return None
+    return t, code, a, b
+
+
+class _Part:
+    """One piece's per-ms figures over its own span of ms (compact dtypes)."""
+
+    __slots__ = ("lo", "arrays")
+
+    def __init__(self, lo: int, arrays: dict) -> None:
+        self.lo, self.arrays = lo, arrays
 
 
 class _Reduction:
-    """The running reduction of the pieces' events into the log's per-ms arrays."""
+    """The running reduction of the pieces' events: each piece's per-ms figures, added up at the end."""
 
-    def __init__(self, last_time: int | None) -> None:
-        self.last_time = last_time
-        self.ms: _Span | None = None  # made at the first piece: the span is first ms .. last_time
-        self.sent = _Span({"least": np.inf})
+    def __init__(self) -> None:
+        self.parts: list[_Part] = []  # per-ms sums, delay sums and peaks over each piece's ms
+        self.sent: list[_Part] = []  # smallest delay per sending ms over each piece's sending ms
         self.delays: list[np.ndarray] = []
         self.n_events = 0
         self.first_event: int | None = None
         self.t_lo, self.t_hi = None, None
         self.data_lo, self.data_hi = None, None
-        self.seen = [False] * 4  # a line of each kind
+        self.seen = np.zeros(4, bool)  # a line of each kind
+        self._part_ms = 0  # ms the parts cover, overlaps counted twice
 
-    def add(self, t: np.ndarray, code: np.ndarray, nbytes: np.ndarray, delay: np.ndarray,
-            packets: np.ndarray) -> bool:
+    def add(self, t: np.ndarray, code: np.ndarray, a: np.ndarray, b: np.ndarray) -> bool:
         """Reduce one piece's events; False when the piece has what this reader leaves to the event reader."""
         if t.size == 0:
             return True
         lo, hi = int(t.min()), int(t.max())
         if hi >= _EXACT:
             return False
-        dep = code == 1
-        d = delay[dep]
-        if not (np.isfinite(d).all() and np.array_equal(d, np.floor(d))):
-            return False  # a delay with a fraction: its sums are not exact in every order
         if self.first_event is None:
             self.first_event = int(t[0])
-            self.ms = _Span({**{k: 0.0 for k in _SUM_KEYS}, "delay": 0.0, "peak": -np.inf}, lo,
-                            self.last_time if self.last_time is not None and self.last_time >= hi else hi)
         self.n_events += t.size
         self.t_lo = lo if self.t_lo is None else min(self.t_lo, lo)
         self.t_hi = hi if self.t_hi is None else max(self.t_hi, hi)
         n = hi - lo + 1
         ms = t - lo
-        # one pass for every kind: (ms, kind) keyed counts and sums (a drop's weight is its packets)
         key = ms * 4 + code
-        count = np.bincount(key, minlength=4 * n).reshape(n, 4)
-        drop = code == 3
-        weight = np.where(drop, packets, nbytes) if drop.any() else nbytes
-        total = np.bincount(key, weights=weight, minlength=4 * n).reshape(n, 4)
-        del key, weight
-        seen = count.any(axis=0)
-        for (c, what), part in (((0, "count"), count[:, 0]), ((0, "bytes"), total[:, 0]),
-                                ((1, "count"), count[:, 1]), ((1, "bytes"), total[:, 1]),
-                                ((2, "bytes"), total[:, 2]), ((3, "packets"), total[:, 3])):
-            if seen[c]:
-                view = self.ms.view((c, what), lo, hi)
-                view += part
+        count = np.zeros(4 * n, np.int64)
+        np.add.at(count, key, 1)
+        total = np.zeros(4 * n, np.int64)
+        np.add.at(total, key, a)
+        del key
+        count, total = count.reshape(n, 4), total.reshape(n, 4)
+        self.seen |= count.any(axis=0)
+        figures = {}
+        for (c, what) in _SUM_KEYS:
+            figures[c, what] = compact((count if what == "count" else total)[:, c])
         del count, total
+        dep = code == 1
+        d = b[dep]
         if d.size:
             ms_d = ms[dep]
-            view = self.ms.view("delay", lo, hi)
-            view += np.bincount(ms_d, weights=d, minlength=n)
-            np.maximum.at(self.ms.view("peak", lo, hi), ms_d, d)
-            sent = t[dep] - d.astype(np.int64)
+            delay = np.zeros(n, np.int64)
+            np.add.at(delay, ms_d, d)
+            peak = np.full(n, -1, np.int64)  # delays are >= 0: -1 is a ms without a departure
+            np.maximum.at(peak, ms_d, d)
+            figures["delay"], figures["peak"] = compact(delay), compact(peak)
+            del delay, peak, ms_d
+            sent = t[dep] - d  # the sending ms of each departure
             s_lo = int(sent.min())
-            np.minimum.at(self.sent.view("least", s_lo, int(sent.max())), sent - s_lo, d)
-            self.delays.append(d)
-        for c in range(4):
-            self.seen[c] = self.seen[c] or bool(seen[c])
-        arr = code == 0
-        big = t[arr & (nbytes >= FLOW_START_MIN_BYTES)]
+            least = np.full(int(sent.max()) - s_lo + 1, _EXACT, np.int64)
+            np.minimum.at(least, sent - s_lo, d)
+            self.sent.append(_Part(s_lo, {"least": compact(least)}))
+            self.delays.append(compact(d))
+        self.parts.append(_Part(lo, figures))
+        self._part_ms += n
+        big = t[(code == 0) & (a >= FLOW_START_MIN_BYTES)]
         if big.size:
             b_lo, b_hi = int(big.min()), int(big.max())
             self.data_lo = b_lo if self.data_lo is None else min(self.data_lo, b_lo)
             self.data_hi = b_hi if self.data_hi is None else max(self.data_hi, b_hi)
+        if self._part_ms > 2 * (self.t_hi - self.t_lo + 1) + (1 << 20):
+            self._merge()  # pieces far out of time order: keep the parts to about the log's span
         return True
+
+    @staticmethod
+    def _combined(parts: list[_Part], key, lo: int, n: int, fill: int, how) -> np.ndarray:
+        """Figure ``key`` of every part over ms lo..lo+n-1 (int64; ``fill`` where no part has the ms;
+        ``how`` combines: np.add, np.maximum or np.minimum)."""
+        out = np.full(n, fill, np.int64)
+        for p in parts:
+            part = p.arrays.pop(key, None)
+            if part is not None:
+                view = out[p.lo - lo : p.lo - lo + part.size]
+                how(view, part, out=view)
+        return out
+
+    _HOW = {"delay": (0, np.add), "peak": (-1, np.maximum)}
+
+    def _merge(self) -> None:
+        """The parts as one part over the span of the events so far (bounded memory for an unordered log)."""
+        lo, n = self.t_lo, self.t_hi - self.t_lo + 1
+        keys = {k for p in self.parts for k in p.arrays}
+        merged = {k: compact(self._combined(self.parts, k, lo, n, *self._HOW.get(k, (0, np.add)))) for k in keys}
+        self.parts, self._part_ms = [_Part(lo, merged)], n
+        if self.sent:
+            s_lo = min(p.lo for p in self.sent)
+            s_n = max(p.lo + p.arrays["least"].size for p in self.sent) - s_lo
+            self.sent = [_Part(s_lo, {"least": compact(self._combined(self.sent, "least", s_lo, s_n, _EXACT,
+                                                                       np.minimum))})]
 
     def arrays(self, base: int | None) -> LogArrays:
         """The log's `LogArrays`; ``base``: the header's base timestamp (subtracted as `read_link_log` does)."""
         shift = base if base is not None and self.t_lo >= base else 0
-        lo, hi = self.t_lo, self.t_hi
-        n = hi - lo + 1
-        sums = {}
-        for c, what in _SUM_KEYS:
-            if what != "count" and not self.seen[c]:
-                self.ms.arrays.pop((c, what))
-                sums[c, what] = np.zeros(n, np.int64)  # as np.bincount gives with no weights at all
-            else:
-                sums[c, what] = self.ms.final((c, what), lo, hi)
-        delay_sum = self.ms.final("delay", lo, hi)
-        peak = self.ms.final("peak", lo, hi)
-        peak[np.isneginf(peak)] = np.nan
+        lo, n = self.t_lo, self.t_hi - self.t_lo + 1
+        sums = {key: compact(self._combined(self.parts, key, lo, n, 0, np.add)) for key in _SUM_KEYS}
         d = np.concatenate(self.delays) if len(self.delays) > 1 else self.delays[0] if self.delays else np.empty(0)
         self.delays.clear()
         if d.size:
+            base_delay = int(d.min())
             # sum over a ms's departures of (delay - base): every term and sum a whole number, exact
-            delay_sum -= sums[1, "count"] * float(d.min())
-            queueing = delay_sum
-            finite = np.flatnonzero(np.isfinite(self.sent.arrays["least"]))
-            s_lo, s_hi = self.sent.lo + int(finite[0]), self.sent.lo + int(finite[-1])
-            least = self.sent.final("least", s_lo, s_hi)
+            queueing = self._combined(self.parts, "delay", lo, n, 0, np.add)
+            queueing -= sums[1, "count"] * np.int64(base_delay)
+            queueing = compact(queueing)
+            peak = self._combined(self.parts, "peak", lo, n, -1, np.maximum).astype(np.float64)
+            peak[peak < 0] = np.nan
+            s_lo = min(p.lo for p in self.sent)
+            s_n = max(p.lo + p.arrays["least"].size for p in self.sent) - s_lo
+            least = self._combined(self.sent, "least", s_lo, s_n, _EXACT, np.minimum).astype(np.float64)
+            least[least >= _EXACT] = np.inf
             sent_lo = s_lo - shift
         else:
-            queueing, least, sent_lo = np.zeros(n), np.empty(0), 0
+            queueing, peak, least, sent_lo = np.zeros(n), np.full(n, np.nan), np.empty(0), 0
+        self.parts.clear()
+        self.sent.clear()
         data = (self.data_lo - shift, self.data_hi - shift) if self.data_lo is not None else None
         return LogArrays.from_ms_sums(n_events=self.n_events, first_ms=lo - shift,
                                       first_event_ms=self.first_event - shift,
-                                      has_packets=self.seen[0] or self.seen[1] or self.seen[3],
+                                      has_packets=bool(self.seen[0] or self.seen[1] or self.seen[3]),
                                       sums=sums, dep_delay_ms=d, queueing_ms_sum=queueing, peak_delay_ms=peak,
                                       sent_lo=sent_lo, sent_min_delay=least, data_ms=data)
 
@@ -197,44 +232,32 @@ def stream_log_arrays(path: str | Path, chunk_bytes: int = CHUNK_BYTES) -> LogAr
         OSError: the file cannot be read.
         LogFormatError: the last line has no newline (cut mid-line), as `read_link_log`.
     """
-    import polars as pl
-
     path = Path(path)
-    _check_last_line_whole(path)
+    _check_last_line_whole(path)  # so the file ends with a whole line: no piece is left over at its end
     census = _LineCensus(0, [])
-    red = _Reduction(_last_event_time(path))
+    red = _Reduction()
     carry = b""
     with open(path, "rb") as f:
         while True:
             data = f.read(chunk_bytes)
-            buf = carry + data if carry else data
-            if not buf:
+            if not data:
                 break
-            cut = buf.rfind(b"\n") + 1 if data else len(buf)
+            buf = carry + data if carry else data
+            cut = buf.rfind(b"\n") + 1
             piece, carry = buf[:cut], buf[cut:]
             del buf
-            before = census.n_rows
+            rows, heads = census.n_rows, len(census.header_lines)
             census._lines(piece, len(piece))
             if census.odd_blanks:
                 return None
-            rows = census.n_rows - before
+            rows = census.n_rows - rows
+            skip = sum(len(text) + 1 for _, text in census.header_lines[heads:])  # the header block's bytes
             if rows > 0:
-                try:
-                    df = _polars_events(piece, pl.Int64).collect(engine="in-memory")
-                except Exception:  # noqa: BLE001 - any complaint of polars: the event reader words it
+                cols = _piece_columns(piece[skip:] if skip else piece, rows)
+                if cols is None or not red.add(*cols):
                     return None
-                if df.height != rows or not df.get_column("ok").all():
-                    return None
-                if df.get_column("t").null_count():
-                    df = df.filter(pl.col("t").is_not_null())  # blank lines
-                if not red.add(df.get_column("t").to_numpy(), df.get_column("code").to_numpy(),
-                               df.get_column("nbytes").to_numpy(), df.get_column("delay").to_numpy(),
-                               df.get_column("packets").to_numpy()):
-                    return None
-                del df
+                del cols
             del piece
-            if not data:
-                break
     if red.n_events == 0:
         return None  # no events: the event reader says so
     try:
