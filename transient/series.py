@@ -27,7 +27,10 @@ Per bin (rates are bytes x 8 / bin width in Mbit/s, including mahimahi's
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
+
+from ._lazy import lazy_module
+
+pd = lazy_module("pandas")  # loaded when a table is first made (transient._lazy)
 
 from .timezero import FLOW_START_MIN_BYTES
 
@@ -39,6 +42,7 @@ SERIES_COLUMNS = [
 
 _CODES = {"arrival": 0, "departure": 1, "opportunity": 2, "drop": 3}
 
+_SUM_BLOCK = 1 << 18  # ms of a narrow per-ms array summed per reduceat (`binned_sum`)
 _WHOLE_DTYPES = (np.uint8, np.uint16, np.int16, np.uint32, np.int32)
 _FLOAT32_WHOLE = 2**24  # every whole number below it is exact in float32
 
@@ -409,9 +413,23 @@ def binned_sum(per_ms: np.ndarray, pos, n: int, arrays: LogArrays | None = None)
         # of the whole log kept (a big log's per-ms arrays are each as long as it has ms)
         out = np.zeros(n)
         full = np.flatnonzero(edges[1:] > edges[:-1])
-        if full.size:
-            acc = np.int64 if per_ms.dtype.kind in "iub" else np.float64  # never the narrow dtype's own
-            out[full] = np.add.reduceat(per_ms[edges[0] : edges[-1]], edges[full] - edges[0], dtype=acc)
+        if not full.size:
+            return out
+        starts, stop = edges[full], int(edges[-1])
+        acc = np.int64 if per_ms.dtype.kind in "iub" else np.float64  # never a narrow dtype's own: it could wrap
+        if per_ms.dtype == acc:
+            out[full] = np.add.reduceat(per_ms[starts[0] : stop], starts - starts[0])
+            return out
+        # summed into the wide dtype a group of bins of about _SUM_BLOCK ms at a time: reduceat casts what it
+        # is given whole, and a long log's per-ms array cast whole would be 8 bytes per ms
+        sums = np.empty(full.size)
+        k = 0
+        while k < full.size:
+            j = max(int(np.searchsorted(starts, starts[k] + _SUM_BLOCK, side="right")), k + 1)
+            hi = int(starts[j]) if j < full.size else stop
+            sums[k:j] = np.add.reduceat(per_ms[starts[k] : hi], starts[k:j] - starts[k], dtype=acc)
+            k = j
+        out[full] = sums
         return out
     return np.bincount(pos[1], weights=per_ms[pos[0]], minlength=n)[:n]
 

@@ -36,6 +36,7 @@ from .timezero import FLOW_START_MIN_BYTES
 CHUNK_BYTES = 4 << 20
 """Bytes of log text read and reduced at a time (whole lines; a longer line is read whole)."""
 
+_NONE = np.iinfo(np.int64).max  # no departure sent in that ms
 _EXACT = 2**53  # time stamps beyond it are left to the event reader (float64 rounding in its figures)
 
 # the per-ms sums: (kind code, what) as `LogArrays.ms_sum`; the weight of every kind is its first number
@@ -90,6 +91,18 @@ def _piece_columns(text: bytes, rows: int):
     return t, code, a, b
 
 
+def _holding(values: np.ndarray) -> type:
+    """The narrowest of uint8, uint16, uint32, int64 that holds the values (whole, >= -1), from their maximum
+    alone (int16 / int32 / int64 when -1 marks a missing value)."""
+    top = int(values.max()) if values.size else 0
+    signed = values.size and int(values.min()) < 0
+    for unsigned, sign, bound in ((np.uint8, np.int16, 1 << 7), (np.uint16, np.int32, 1 << 15),
+                                  (np.uint32, np.int64, 1 << 31)):
+        if top < (bound if signed else 2 * bound):
+            return sign if signed else unsigned
+    return np.int64
+
+
 class _Part:
     """One piece's per-ms figures over its own span of ms (compact dtypes)."""
 
@@ -128,16 +141,15 @@ class _Reduction:
         n = hi - lo + 1
         ms = t - lo
         key = ms * 4 + code
-        count = np.zeros(4 * n, np.int64)
-        np.add.at(count, key, 1)
+        count = np.bincount(key, minlength=4 * n)
         total = np.zeros(4 * n, np.int64)
         np.add.at(total, key, a)
         del key
-        count, total = count.reshape(n, 4), total.reshape(n, 4)
-        self.seen |= count.any(axis=0)
-        figures = {}
-        for (c, what) in _SUM_KEYS:
-            figures[c, what] = compact((count if what == "count" else total)[:, c])
+        for c in np.flatnonzero(~self.seen):
+            self.seen[c] = bool(np.count_nonzero(code == c))
+        # a piece's part needs no exact narrowest dtype (the parts are added up in int64): one that holds it
+        count, total = count.reshape(n, 4).astype(_holding(count)), total.reshape(n, 4).astype(_holding(total))
+        figures = {(c, what): (count if what == "count" else total)[:, c].copy() for c, what in _SUM_KEYS}
         del count, total
         dep = code == 1
         d = b[dep]
@@ -147,14 +159,18 @@ class _Reduction:
             np.add.at(delay, ms_d, d)
             peak = np.full(n, -1, np.int64)  # delays are >= 0: -1 is a ms without a departure
             np.maximum.at(peak, ms_d, d)
-            figures["delay"], figures["peak"] = compact(delay), compact(peak)
+            figures["delay"], figures["peak"] = delay.astype(_holding(delay)), peak.astype(_holding(peak))
             del delay, peak, ms_d
             sent = t[dep] - d  # the sending ms of each departure
             s_lo = int(sent.min())
-            least = np.full(int(sent.max()) - s_lo + 1, _EXACT, np.int64)
+            least = np.full(int(sent.max()) - s_lo + 1, _NONE)  # int64 like d: ufunc.at's fast path
             np.minimum.at(least, sent - s_lo, d)
+            none = least == _NONE
+            least = least.astype(np.float64)
+            least[none] = np.inf
             self.sent.append(_Part(s_lo, {"least": compact(least)}))
-            self.delays.append(compact(d))
+            del none, least, sent
+            self.delays.append(d.astype(_holding(d)))
         self.parts.append(_Part(lo, figures))
         self._part_ms += n
         big = t[(code == 0) & (a >= FLOW_START_MIN_BYTES)]
@@ -167,10 +183,10 @@ class _Reduction:
         return True
 
     @staticmethod
-    def _combined(parts: list[_Part], key, lo: int, n: int, fill: int, how) -> np.ndarray:
-        """Figure ``key`` of every part over ms lo..lo+n-1 (int64; ``fill`` where no part has the ms;
-        ``how`` combines: np.add, np.maximum or np.minimum)."""
-        out = np.full(n, fill, np.int64)
+    def _combined(parts: list[_Part], key, lo: int, n: int, fill, how) -> np.ndarray:
+        """Figure ``key`` of every part over ms lo..lo+n-1 (int64, float64 for a float ``fill``; ``fill``
+        where no part has the ms; ``how`` combines: np.add, np.maximum or np.minimum)."""
+        out = np.full(n, fill, np.float64 if isinstance(fill, float) else np.int64)
         for p in parts:
             part = p.arrays.pop(key, None)
             if part is not None:
@@ -189,7 +205,7 @@ class _Reduction:
         if self.sent:
             s_lo = min(p.lo for p in self.sent)
             s_n = max(p.lo + p.arrays["least"].size for p in self.sent) - s_lo
-            self.sent = [_Part(s_lo, {"least": compact(self._combined(self.sent, "least", s_lo, s_n, _EXACT,
+            self.sent = [_Part(s_lo, {"least": compact(self._combined(self.sent, "least", s_lo, s_n, np.inf,
                                                                        np.minimum))})]
 
     def arrays(self, base: int | None) -> LogArrays:
@@ -205,12 +221,14 @@ class _Reduction:
             queueing = self._combined(self.parts, "delay", lo, n, 0, np.add)
             queueing -= sums[1, "count"] * np.int64(base_delay)
             queueing = compact(queueing)
-            peak = self._combined(self.parts, "peak", lo, n, -1, np.maximum).astype(np.float64)
-            peak[peak < 0] = np.nan
+            peak = compact(self._combined(self.parts, "peak", lo, n, -1, np.maximum))
+            missing = peak < 0
+            peak = peak.astype(np.float32 if peak.dtype.itemsize <= 2 else np.float64)  # exact: |peak| < 2**24
+            peak[missing] = np.nan
+            del missing
             s_lo = min(p.lo for p in self.sent)
             s_n = max(p.lo + p.arrays["least"].size for p in self.sent) - s_lo
-            least = self._combined(self.sent, "least", s_lo, s_n, _EXACT, np.minimum).astype(np.float64)
-            least[least >= _EXACT] = np.inf
+            least = self._combined(self.sent, "least", s_lo, s_n, np.inf, np.minimum)
             sent_lo = s_lo - shift
         else:
             queueing, peak, least, sent_lo = np.zeros(n), np.full(n, np.nan), np.empty(0), 0
@@ -224,24 +242,13 @@ class _Reduction:
                                       sent_lo=sent_lo, sent_min_delay=least, data_ms=data)
 
 
-def stream_log_arrays(path: str | Path, chunk_bytes: int = CHUNK_BYTES) -> LogArrays | None:
-    """The `LogArrays` of the log at ``path`` with every packet in flow 0, read in pieces (see the module
-    docstring); None when the events must be read instead (`transient.read_link_columns`).
-
-    Raises:
-        OSError: the file cannot be read.
-        LogFormatError: the last line has no newline (cut mid-line), as `read_link_log`.
-    """
-    path = Path(path)
-    _check_last_line_whole(path)  # so the file ends with a whole line: no piece is left over at its end
-    census = _LineCensus(0, [])
-    red = _Reduction()
+def _pieces(path: Path, chunk_bytes: int, census: _LineCensus):
+    """The columns (`_piece_columns`) of each piece of whole lines of the file with event lines in it, read
+    ``chunk_bytes`` at a time and counted into ``census`` (which skips the header block); a last None when
+    a piece cannot be vouched for."""
     carry = b""
     with open(path, "rb") as f:
-        while True:
-            data = f.read(chunk_bytes)
-            if not data:
-                break
+        while data := f.read(chunk_bytes):
             buf = carry + data if carry else data
             cut = buf.rfind(b"\n") + 1
             piece, carry = buf[:cut], buf[cut:]
@@ -249,15 +256,48 @@ def stream_log_arrays(path: str | Path, chunk_bytes: int = CHUNK_BYTES) -> LogAr
             rows, heads = census.n_rows, len(census.header_lines)
             census._lines(piece, len(piece))
             if census.odd_blanks:
-                return None
+                yield None
+                return
             rows = census.n_rows - rows
             skip = sum(len(text) + 1 for _, text in census.header_lines[heads:])  # the header block's bytes
             if rows > 0:
                 cols = _piece_columns(piece[skip:] if skip else piece, rows)
-                if cols is None or not red.add(*cols):
+                yield cols
+                if cols is None:
+                    return
+
+
+def stream_log_arrays(path: str | Path, chunk_bytes: int = CHUNK_BYTES) -> LogArrays | None:
+    """The `LogArrays` of the log at ``path`` with every packet in flow 0, read in pieces (see the module
+    docstring); None when the events must be read instead (`transient.read_link_columns`).
+
+    The next piece is read and parsed in a worker thread while this one is reduced (polars and numpy
+    release the GIL for their work).
+
+    Raises:
+        OSError: the file cannot be read.
+        LogFormatError: the last line has no newline (cut mid-line), as `read_link_log`.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    path = Path(path)
+    _check_last_line_whole(path)  # so the file ends with a whole line: no piece is left over at its end
+    census = _LineCensus(0, [])
+    red = _Reduction()
+    pieces = _pieces(path, chunk_bytes, census)
+    end = object()
+    try:
+        with ThreadPoolExecutor(1, thread_name_prefix="transient-read") as pool:
+            ahead = pool.submit(next, pieces, end)
+            while (cols := ahead.result()) is not end:
+                if cols is None:
+                    return None
+                ahead = pool.submit(next, pieces, end)
+                if not red.add(*cols):
                     return None
                 del cols
-            del piece
+    finally:
+        pieces.close()
     if red.n_events == 0:
         return None  # no events: the event reader says so
     try:
