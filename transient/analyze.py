@@ -752,9 +752,10 @@ def _map_runs(jobs: list, workers: int | None) -> list[RunResult | str]:
     from concurrent.futures import ProcessPoolExecutor
 
     # forkserver, not fork: pyarrow's thread pools do not survive fork; preloading
-    # this module into the server makes each worker start without re-importing.
+    # this module and what it imports on first use into the server makes each worker start without
+    # re-importing.
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["transient.analyze"])
+    ctx.set_forkserver_preload(["transient.analyze", "pandas", "polars"])
     with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
         return list(pool.map(_analyze_job, jobs, chunksize=max(len(jobs) // (4 * workers), 1)))
 

@@ -208,7 +208,7 @@ def _timed(fn, paths, workers: int = 1) -> float:
         counts = [fn(p) for p in paths]
     else:
         ctx = multiprocessing.get_context("forkserver")  # as transient.analyze: pyarrow does not survive fork
-        ctx.set_forkserver_preload(["transient.mahimahi"])
+        ctx.set_forkserver_preload(["transient.mahimahi", "polars", "pandas"])  # what reading a log imports
         with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
             counts = list(pool.map(fn, paths, chunksize=max(len(paths) // (4 * workers), 1)))
     elapsed = time.perf_counter() - start

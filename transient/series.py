@@ -26,6 +26,8 @@ Per bin (rates are bytes x 8 / bin width in Mbit/s, including mahimahi's
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ._lazy import lazy_module
@@ -60,16 +62,22 @@ def compact(values: np.ndarray) -> np.ndarray:
     if values.size == 0 or values.dtype.kind not in "iuf":
         return values
     if values.dtype.kind == "f":
-        finite = np.isfinite(values)
-        whole_finite = bool(finite.all())
-        kept = values if whole_finite else values[finite]
-        if kept.size and not np.array_equal(kept, np.trunc(kept)):
-            return values
-        if not whole_finite:
-            if kept.size and max(-float(kept.min()), float(kept.max())) >= _FLOAT32_WHOLE:
+        lo, hi, gaps = math.inf, -math.inf, False
+        for k in range(0, values.size, _SUM_BLOCK):  # a block at a time: no temporary as long as the array
+            block = values[k : k + _SUM_BLOCK]
+            finite = np.isfinite(block)
+            if not finite.all():
+                gaps, block = True, block[finite]
+            if block.size:
+                if not np.array_equal(block, np.trunc(block)):
+                    return values
+                lo, hi = min(lo, float(block.min())), max(hi, float(block.max()))
+        if gaps:
+            if max(-lo, hi) >= _FLOAT32_WHOLE:
                 return values
-            return values.astype(np.float32)
-    lo, hi = values.min(), values.max()
+            return values.astype(np.float32, copy=False)
+    else:
+        lo, hi = values.min(), values.max()
     for dt in _WHOLE_DTYPES:
         info = np.iinfo(dt)
         if info.min <= lo and hi <= info.max:
@@ -236,10 +244,12 @@ class LogArrays:
             self._sums[key] = compact(self._sums[key])
         for c in (0, 1):
             self._sums[c, "packets"] = self._sums[c, "count"]
-        # counts are whole: the running queue in int64 (unsigned per-ms counts must not wrap), then compacted
-        queue = self._sums[0, "count"].astype(np.int64)
+        # counts are whole: the running queue in a signed dtype (unsigned per-ms counts must not wrap) that
+        # holds any count of packets (at most the events, or the drops' packets), then compacted
+        packets = self.n_events + int(self._sums[3, "packets"].sum())
+        queue = self._sums[0, "count"].astype(np.int32 if packets < 2**31 else np.int64)
         queue -= self._sums[1, "count"]
-        queue -= self._sums[3, "packets"].astype(np.int64)
+        queue -= self._sums[3, "packets"].astype(queue.dtype)
         self.queue_ms = compact(np.cumsum(queue, out=queue))
         del queue
         self.dep_delay_ms = compact(self.dep_delay_ms)

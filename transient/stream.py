@@ -9,9 +9,10 @@ checked and reduced at once with numpy (per-ms sums with ``np.add.at``,
 per-ms maxima and minima, the departures' delays), each piece's per-ms
 arrays kept in their narrowest dtype (`transient.series.compact`); the
 pieces are then added into the log's arrays one quantity at a time.  Memory:
-the compact per-ms arrays and delays, plus one piece and one int64 array as
-long as the log has ms; the text is read with ``read`` (not mapped), so it
-does not count in the process's resident memory either.
+the compact per-ms arrays and delays, plus two pieces (the next one is
+parsed in a worker thread meanwhile) and one array as long as the log has
+ms, in the narrowest dtype that holds it; the text is read with ``read``
+(not mapped), so it does not count in the process's resident memory either.
 
 Every figure is the one `LogArrays.from_columns` computes from the events:
 all are sums, maxima and minima of whole numbers (exact in int64 in any
@@ -184,14 +185,38 @@ class _Reduction:
 
     @staticmethod
     def _combined(parts: list[_Part], key, lo: int, n: int, fill, how) -> np.ndarray:
-        """Figure ``key`` of every part over ms lo..lo+n-1 (int64, float64 for a float ``fill``; ``fill``
-        where no part has the ms; ``how`` combines: np.add, np.maximum or np.minimum)."""
-        out = np.full(n, fill, np.float64 if isinstance(fill, float) else np.int64)
-        for p in parts:
-            part = p.arrays.pop(key, None)
-            if part is not None:
-                view = out[p.lo - lo : p.lo - lo + part.size]
-                how(view, part, out=view)
+        """Figure ``key`` of every part over ms lo..lo+n-1, ``fill`` where no part has the ms, the parts
+        combined by ``how`` (np.add, np.maximum or np.minimum; taken out of the parts).
+
+        In a dtype that holds the result exactly and no wider: for a float ``fill`` float32 when every
+        part's values are (whole numbers below 2**24 or float32), else float64; for integers the narrowest
+        that holds ``fill`` and the largest value a ms can get (np.add: a part's maximum plus those of the
+        parts it overlaps in time, e.g. at a piece's first and last ms)."""
+        mine = [(p.lo, p.arrays.pop(key)) for p in parts if key in p.arrays]
+        if isinstance(fill, float):
+            narrow = all(a.dtype == np.float32 or (a.dtype.kind in "iu" and (not a.size or int(a.max()) < 2**24))
+                         for _, a in mine)
+            dtype = np.float32 if narrow else np.float64
+        else:
+            tops = [int(a.max()) if a.size else 0 for _, a in mine]
+            bound = max(tops, default=0)
+            if how is np.add:
+                order = sorted(range(len(mine)), key=lambda i: mine[i][0])
+                reach = [0] * len(mine)  # the maxima of the parts overlapping each, its own included
+                for x, i in enumerate(order):
+                    reach[i] += tops[i]
+                    end = mine[i][0] + mine[i][1].size
+                    for j in order[x + 1 :]:
+                        if mine[j][0] >= end:
+                            break
+                        reach[i] += tops[j]
+                        reach[j] += tops[i]
+                bound = max(reach, default=0)
+            dtype = _holding(np.array([min(fill, 0), bound]))
+        out = np.full(n, fill, dtype)
+        for p_lo, part in mine:
+            view = out[p_lo - lo : p_lo - lo + part.size]
+            how(view, part.astype(dtype, copy=False), out=view)
         return out
 
     _HOW = {"delay": (0, np.add), "peak": (-1, np.maximum)}
@@ -219,7 +244,8 @@ class _Reduction:
             base_delay = int(d.min())
             # sum over a ms's departures of (delay - base): every term and sum a whole number, exact
             queueing = self._combined(self.parts, "delay", lo, n, 0, np.add)
-            queueing -= sums[1, "count"] * np.int64(base_delay)
+            if base_delay:  # each ms's count x base is at most its delay sum: it fits, and the result is >= 0
+                queueing -= np.multiply(sums[1, "count"], base_delay, dtype=queueing.dtype)
             queueing = compact(queueing)
             peak = compact(self._combined(self.parts, "peak", lo, n, -1, np.maximum))
             missing = peak < 0
@@ -304,4 +330,19 @@ def stream_log_arrays(path: str | Path, chunk_bytes: int = CHUNK_BYTES) -> LogAr
         _, base = census.header(str(path))
     except LogFormatError:
         return None
-    return red.arrays(base)
+    arrays = red.arrays(base)
+    del red
+    _release_free_memory()
+    return arrays
+
+
+def _release_free_memory() -> None:
+    """Give the C heap's free memory back to the system (glibc's ``malloc_trim``; elsewhere nothing): the
+    pieces' buffers leave tens of MB free but held, which would count again under what the analysis
+    imports and allocates next."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
