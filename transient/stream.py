@@ -37,6 +37,7 @@ from .timezero import FLOW_START_MIN_BYTES
 CHUNK_BYTES = 4 << 20
 """Bytes of log text read and reduced at a time (whole lines; a longer line is read whole)."""
 
+_MERGE_SLACK_MS = 1 << 20  # the parts may cover this many ms more than twice the events' span before a merge
 _NONE = np.iinfo(np.int64).max  # no departure sent in that ms
 _EXACT = 2**53  # time stamps beyond it are left to the event reader (float64 rounding in its figures)
 
@@ -179,7 +180,7 @@ class _Reduction:
             b_lo, b_hi = int(big.min()), int(big.max())
             self.data_lo = b_lo if self.data_lo is None else min(self.data_lo, b_lo)
             self.data_hi = b_hi if self.data_hi is None else max(self.data_hi, b_hi)
-        if self._part_ms > 2 * (self.t_hi - self.t_lo + 1) + (1 << 20):
+        if self._part_ms > 2 * (self.t_hi - self.t_lo + 1) + _MERGE_SLACK_MS:
             self._merge()  # pieces far out of time order: keep the parts to about the log's span
         return True
 
