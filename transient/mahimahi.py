@@ -104,7 +104,7 @@ class LinkColumns:
 
     Attributes: path, header, base_timestamp_ms, time_origin as in `LinkLog`;
     ``time_ms`` (int64), ``code`` (int8 kind codes 0..3 of `EVENT_KINDS`),
-    ``nbytes`` (int32, or int64 from the numpy reader), ``delay_ms``
+    ``nbytes`` (int32 or int64), ``delay_ms``
     (float64, NaN unless departure), ``packets`` (int32 or int64): the
     columns of `LinkLog.events` (which are all int64), in file order.
     """
@@ -345,7 +345,7 @@ def _parse_polars(source: bytes | Path, name: str, census: _LineCensus | None = 
     if census.n_rows <= 0 or census.odd_blanks:
         return None
     # a big log in one streaming pass (the columns kept are computed as the text is read, no wide copy);
-    # a small one in memory, which starts faster
+    # a small one read whole as its raw columns and combined with numpy, which costs polars least
     size = len(source) if isinstance(source, bytes) else source.stat().st_size
     if size > _STREAMING_BYTES:
         columns = _polars_streamed(source, census)

@@ -177,6 +177,7 @@ class LogArrays:
         tb = t[big]
         self.data_ms = (int(tb.min()), int(tb.max())) if tb.size else None
         self._queueing_whole = None
+        self._series_memo: dict = {}
         self._compact_arrays()
         if flow is None:
             self._one_flow(bool((arr | dep | drop).any()))
@@ -233,6 +234,7 @@ class LogArrays:
         self.sent_lo, self.sent_min_delay = sent_lo, sent_min_delay
         self.data_ms = data_ms
         self._queueing_whole = None
+        self._series_memo: dict = {}
         self._compact_arrays()
         self._flow_sums = {}
         self._one_flow(has_packets)
@@ -319,6 +321,11 @@ def binned_series(
         raise ValueError(f"bin width must be positive, got {bin_s!r} s")
     if smooth_bins < 1:
         raise ValueError(f"smooth_bins must be >= 1, got {smooth_bins!r}")
+    # the analysis asks for the same span more than once (the run, its first step, its flow): made once
+    memo = getattr(arrays, "_series_memo", None)
+    key = (float(origin_s), float(end_s), float(bin_s), int(smooth_bins))
+    if memo is not None and key in memo:
+        return memo[key].copy()
     n = n_complete_bins(origin_s, end_s, bin_s)
     pos = bin_positions(arrays, origin_s, bin_s, n)
     scale = 8.0 / (bin_s * 1e6)
@@ -349,6 +356,9 @@ def binned_series(
         index=pd.Index(origin_s + np.arange(n) * bin_s, name="t_s"),
     )
     frame.attrs["bin_s"] = bin_s
+    if memo is not None:
+        memo[key] = frame
+        return frame.copy()
     return frame
 
 
