@@ -2,25 +2,27 @@
 
 `stream_log_arrays` gives the `transient.series.LogArrays` of a log whose
 packets all belong to one flow (a bare log, a one-flow run) without ever
-holding its events: the file is read a few MB of whole lines at a time; each
-piece's event lines (the header block skipped) go through polars' CSV reader
-as four raw columns -- time, symbol, first and second number -- and are
-checked and reduced at once with numpy (per-ms sums with ``np.add.at``,
-per-ms maxima and minima, the departures' delays), each piece's per-ms
-arrays kept in their narrowest dtype (`transient.series.compact`); the
-pieces are then added into the log's arrays one quantity at a time.  Memory:
-the compact per-ms arrays and delays, plus two pieces (the next one is
-parsed in a worker thread meanwhile) and one array as long as the log has
-ms, in the narrowest dtype that holds it; the text is read with ``read``
-(not mapped), so it does not count in the process's resident memory either.
+holding its events: the file is read a few MB of whole lines at a time (the
+next piece read and parsed in a worker thread while this one is reduced);
+each piece's event lines (the header block skipped) are parsed with numpy
+alone (`_piece_columns`: the newlines, spaces and symbols found once over the
+bytes, the numbers decoded from unaligned 8-byte words), checked, and reduced
+at once (per-ms sums with ``np.bincount`` / ``np.add.at``, per-ms maxima and
+minima, the departures' delays), each piece's per-ms figures kept in a narrow
+dtype; the pieces are then combined into the log's arrays one quantity at a
+time, each in the narrowest dtype that holds it exactly
+(`transient.series.compact`).  Memory: the compact per-ms arrays and delays,
+plus two pieces and one array as long as the log has ms; the text is read
+with ``read`` (not mapped), so it does not count in the process's resident
+memory either, and neither polars nor pandas is imported.
 
 Every figure is the one `LogArrays.from_columns` computes from the events:
-all are sums, maxima and minima of whole numbers (exact in int64 in any
-order).  A log this reader cannot vouch for -- a line polars does not take,
-a missing or extra field, a negative number, odd whitespace, a ``#`` line
-below the header, a departure delay with a fraction, a time beyond 2**53 ms,
-a bad header -- gives None, and the caller reads the events the usual way
-(which words any error with file and line).
+all are sums, maxima and minima of whole numbers (exact in any order).  A log
+this reader cannot vouch for -- anything but ``time symbol number [number]``
+with single spaces and digits only, a ``#`` line below the header, a
+departure delay with a fraction, a time beyond 2**53 ms, a bad header --
+gives None, and the caller reads the events the usual way (which words any
+error with file and line).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import LogFormatError
-from .mahimahi import _LineCensus, _check_last_line_whole
+from .mahimahi import _LOW_MASKS, _PAD, _LineCensus, _check_last_line_whole
 from .series import LogArrays, compact
 from .timezero import FLOW_START_MIN_BYTES
 
@@ -45,51 +47,92 @@ _EXACT = 2**53  # time stamps beyond it are left to the event reader (float64 ro
 # (bytes, or a drop line's packets)
 _SUM_KEYS = ((0, "count"), (0, "bytes"), (1, "count"), (1, "bytes"), (2, "bytes"), (3, "packets"))
 
-_SCHEMA = None
+_FILLER = b"_" * _PAD  # neither digit nor blank
 
 
-def _schema():
-    global _SCHEMA
-    if _SCHEMA is None:
-        import polars as pl
+_CODE = np.full(256, -1, np.int8)  # the kind code of each symbol (`transient.mahimahi.EVENT_KINDS`), else -1
+for _code, _symbol in enumerate(b"+-#d"):
+    _CODE[_symbol] = _code
+_ZEROS = np.uint64(0x3030303030303030)
+_NIBBLES = np.uint64(0x0F0F0F0F0F0F0F0F)
 
-        # the symbol as an enum (its physical value is our kind code; any other symbol fails the read);
-        # the second number as an integer (a delay with a fraction fails it: those go to the event reader)
-        _SCHEMA = {"t": pl.Int64, "s": pl.Enum(["+", "-", "#", "d"]), "a": pl.Int64, "b": pl.Int64}
-    return _SCHEMA
+
+def _numbers(words: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray | None:
+    """The unsigned decimal numbers at byte ranges [start, end) of the padded text, every byte of them
+    known to be a digit (``words[i]``: the unaligned little-endian 8-byte word at byte i); None for a
+    number of more than 16 digits. SWAR: the bytes in front of a number in its word made '0', then the
+    eight digits combined pairwise with three multiply-shift steps (as `transient.mahimahi._swar_digits`)."""
+    length = end - start
+    if length.size and int(length.max()) > 16:
+        return None
+
+    def eight(word: np.ndarray, n: np.ndarray) -> np.ndarray:
+        low = _LOW_MASKS[n]
+        w = ((word & ~low) | (_ZEROS & low)) & _NIBBLES
+        w = (w * np.uint64(2561)) >> np.uint64(8)
+        w = ((w & np.uint64(0x00FF00FF00FF00FF)) * np.uint64(6553601)) >> np.uint64(16)
+        return ((w & np.uint64(0x0000FFFF0000FFFF)) * np.uint64(42949672960001)) >> np.uint64(32)
+
+    value = eight(words[end - 8], np.minimum(length, 8))
+    long = np.flatnonzero(length > 8)
+    if long.size:
+        value[long] += eight(words[end[long] - 16], length[long] - 8) * np.uint64(100_000_000)
+    return value.view(np.int64)  # below 10**16: the same bits
 
 
 def _piece_columns(text: bytes, rows: int):
     """The event lines of ``text`` (whole lines, no header) as numpy (time, code, first, second number;
-    the second 0 where a line has none), or None when a line is not a well-formed event or the
-    lines polars gives are not the ``rows`` counted (blank lines are dropped)."""
-    import polars as pl
+    the second 0 where a line has none), or None when a line is not exactly ``time symbol number`` or,
+    for departures and drops, ``time symbol number number`` (single spaces, digits only, at most 16
+    of them), or the lines are not the ``rows`` counted (blank lines are dropped).
 
-    try:
-        df = pl.read_csv(text, has_header=False, separator=" ", schema=_schema(), quote_char=None,
-                         missing_columns="insert")
-    except Exception:  # noqa: BLE001 - any complaint of polars: the event reader words it
+    Vectorized over the bytes: the newlines, spaces and other non-digits found once; a valid line has
+    exactly one non-digit that is a kind symbol, with a space on either side, and one more space for a
+    second number, every other byte a digit; the numbers are decoded from unaligned 8-byte words."""
+    padded = _FILLER + text + _FILLER[:8]  # 16 bytes in front: every number has a whole word ending with it
+    buf = np.frombuffer(padded, np.uint8)
+    body = buf[_PAD : _PAD + len(text)]
+    ends = np.flatnonzero(body == 10)
+    if ends.size != rows:
         return None
-    if df.height != rows:
+    spaces = np.flatnonzero(body == 32)
+    other = (body - np.uint8(48)) > 9  # not a digit (bytes below '0' wrap around)
+    other &= body != 32
+    other &= body != 10
+    sym = np.flatnonzero(other)
+    del other
+    starts = np.empty_like(ends)
+    starts[:1], starts[1:] = 0, ends[:-1] + 1
+    blank = ends == starts
+    if blank.any():
+        ends, starts = ends[~blank], starts[~blank]
+    if sym.size != ends.size or not ((sym >= starts + 2) & (sym <= ends - 3)).all():
+        return None  # a line without its symbol, or with another non-digit; an empty time or first number
+    code = _CODE[body[sym]]
+    if code.size and code.min() < 0:
+        return None  # not a kind symbol
+    four = (code == 1) | (code == 3)  # departures and drops carry a second number
+    per_line = four.astype(np.int64) + 2
+    if spaces.size != int(per_line.sum()):
         return None
-    if df.get_column("t").null_count():
-        blank = pl.all_horizontal(pl.all().is_null())
-        if df.select((pl.col("t").is_null() & ~blank).any()).item():
-            return None  # a field missing in front
-        df = df.filter(~blank)
-    if df.get_column("s").null_count() or df.get_column("a").null_count():
+    first = np.cumsum(per_line) - per_line  # each line's first space among them all, as the counts hold
+    if not (np.array_equal(spaces[first], sym - 1) and np.array_equal(spaces[first + 1], sym + 1)):
         return None
-    code = df.get_column("s").to_physical().to_numpy()
-    t = df.get_column("t").to_numpy()
-    a = df.get_column("a").to_numpy()
-    second = df.get_column("b")
-    # departures and drops carry a second number, the other kinds none
-    if not np.array_equal(second.is_null().to_numpy(), (code != 1) & (code != 3)):
+    rows4 = np.flatnonzero(four)
+    third = spaces[first[rows4] + 2]
+    del spaces, first, per_line
+    if not ((third >= sym[rows4] + 3) & (third <= ends[rows4] - 2)).all():
+        return None  # an empty first or second number
+    words = np.ndarray(shape=(buf.size - 7,), dtype="<u8", buffer=padded, strides=(1,))
+    t = _numbers(words, starts + _PAD, sym - 1 + _PAD)
+    first_end = ends.copy()
+    first_end[rows4] = third
+    a = _numbers(words, sym + 2 + _PAD, first_end + _PAD)
+    b4 = _numbers(words, third + 1 + _PAD, ends[rows4] + _PAD)
+    if t is None or a is None or b4 is None:
         return None
-    b = second.fill_null(0).to_numpy()
-    del df, second
-    if t.size and (t.min() < 0 or a.min() < 0 or b.min() < 0):
-        return None
+    b = np.zeros(t.size, np.int64)
+    b[rows4] = b4
     return t, code, a, b
 
 
@@ -298,8 +341,8 @@ def stream_log_arrays(path: str | Path, chunk_bytes: int = CHUNK_BYTES) -> LogAr
     """The `LogArrays` of the log at ``path`` with every packet in flow 0, read in pieces (see the module
     docstring); None when the events must be read instead (`transient.read_link_columns`).
 
-    The next piece is read and parsed in a worker thread while this one is reduced (polars and numpy
-    release the GIL for their work).
+    The next piece is read and parsed in a worker thread while this one is reduced (numpy releases the
+    GIL for its work on whole arrays).
 
     Raises:
         OSError: the file cannot be read.
