@@ -136,6 +136,14 @@ def _piece_columns(text: bytes, rows: int):
     return t, code, a, b
 
 
+def _unsigned(top: int) -> type:
+    """The narrowest of uint8, uint16, uint32, uint64 that holds 0..top."""
+    for kind in (np.uint8, np.uint16, np.uint32):
+        if top <= np.iinfo(kind).max:
+            return kind
+    return np.uint64
+
+
 def _holding(values: np.ndarray) -> type:
     """The narrowest of uint8, uint16, uint32, int64 that holds the values (whole, >= -1), from their maximum
     alone (int16 / int32 / int64 when -1 marks a missing value)."""
@@ -192,9 +200,10 @@ class _Reduction:
         del key
         for c in np.flatnonzero(~self.seen):
             self.seen[c] = bool(np.count_nonzero(code == c))
-        # a piece's part needs no exact narrowest dtype (the parts are added up in int64): one that holds it
-        count, total = count.reshape(n, 4).astype(_holding(count)), total.reshape(n, 4).astype(_holding(total))
-        figures = {(c, what): (count if what == "count" else total)[:, c].copy() for c, what in _SUM_KEYS}
+        # a piece's part needs no exact narrowest dtype (`_combined` sizes the log's): one that holds it
+        count = count.reshape(n, 4).astype(_unsigned(int(count.max())))
+        total = total.reshape(n, 4).astype(_unsigned(int(total.max())))
+        figures = {(c, what): (count if what == "count" else total)[:, c] for c, what in _SUM_KEYS}
         del count, total
         dep = code == 1
         d = b[dep]
@@ -204,18 +213,22 @@ class _Reduction:
             np.add.at(delay, ms_d, d)
             peak = np.full(n, -1, np.int64)  # delays are >= 0: -1 is a ms without a departure
             np.maximum.at(peak, ms_d, d)
-            figures["delay"], figures["peak"] = delay.astype(_holding(delay)), peak.astype(_holding(peak))
+            top = int(peak.max())
+            figures["delay"] = delay.astype(_unsigned(int(delay.max())))
+            figures["peak"] = peak.astype(_holding(np.array([-1, top])))
             del delay, peak, ms_d
             sent = t[dep] - d  # the sending ms of each departure
             s_lo = int(sent.min())
             least = np.full(int(sent.max()) - s_lo + 1, _NONE)  # int64 like d: ufunc.at's fast path
             np.minimum.at(least, sent - s_lo, d)
+            # narrowed, a sending ms without a departure as the dtype's largest value (`_combined` reads it so)
+            kind = _unsigned(top + 1)
             none = least == _NONE
-            least = least.astype(np.float64)
-            least[none] = np.inf
-            self.sent.append(_Part(s_lo, {"least": compact(least)}))
+            least = least.astype(kind)
+            least[none] = np.iinfo(kind).max
+            self.sent.append(_Part(s_lo, {"least": least}))
             del none, least, sent
-            self.delays.append(d.astype(_holding(d)))
+            self.delays.append(d.astype(_unsigned(top)))
         self.parts.append(_Part(lo, figures))
         self._part_ms += n
         big = t[(code == 0) & (a >= FLOW_START_MIN_BYTES)]
@@ -260,7 +273,11 @@ class _Reduction:
         out = np.full(n, fill, dtype)
         for p_lo, part in mine:
             view = out[p_lo - lo : p_lo - lo + part.size]
-            how(view, part.astype(dtype, copy=False), out=view)
+            values = part.astype(dtype, copy=False)
+            if isinstance(fill, float) and part.dtype.kind == "u":  # a piece's smallest delays: none = max
+                values = values.copy() if values is part else values
+                values[part == np.iinfo(part.dtype).max] = fill
+            how(view, values, out=view)
         return out
 
     _HOW = {"delay": (0, np.add), "peak": (-1, np.maximum)}
