@@ -86,18 +86,19 @@ def _piece_columns(text: bytes, rows: int):
     for departures and drops, ``time symbol number number`` (single spaces, digits only, at most 16
     of them), or the lines are not the ``rows`` counted (blank lines are dropped).
 
-    Vectorized over the bytes: the newlines, spaces and other non-digits found once; a valid line has
-    exactly one non-digit that is a kind symbol, with a space on either side, and one more space for a
-    second number, every other byte a digit; the numbers are decoded from unaligned 8-byte words."""
+    Vectorized over the bytes: the newlines and other non-digits found once; a valid line has exactly
+    one non-digit that is a kind symbol, with a space on either side, and, for a second number, one more
+    space -- the spaces left once those beside the symbols are taken out, one per such line and inside
+    it -- every other byte a digit; the numbers are decoded from unaligned 8-byte words."""
     padded = _FILLER + text + _FILLER[:8]  # 16 bytes in front: every number has a whole word ending with it
     buf = np.frombuffer(padded, np.uint8)
     body = buf[_PAD : _PAD + len(text)]
     ends = np.flatnonzero(body == 10)
     if ends.size != rows:
         return None
-    spaces = np.flatnonzero(body == 32)
+    space = body == 32
     other = (body - np.uint8(48)) > 9  # not a digit (bytes below '0' wrap around)
-    other &= body != 32
+    other &= ~space
     other &= body != 10
     sym = np.flatnonzero(other)
     del other
@@ -112,17 +113,14 @@ def _piece_columns(text: bytes, rows: int):
     if code.size and code.min() < 0:
         return None  # not a kind symbol
     four = (code == 1) | (code == 3)  # departures and drops carry a second number
-    per_line = four.astype(np.int64) + 2
-    if spaces.size != int(per_line.sum()):
-        return None
-    first = np.cumsum(per_line) - per_line  # each line's first space among them all, as the counts hold
-    if not (np.array_equal(spaces[first], sym - 1) and np.array_equal(spaces[first + 1], sym + 1)):
-        return None
+    if not (space[sym - 1].all() and space[sym + 1].all()):
+        return None  # a symbol without a space on either side
+    space[sym - 1] = space[sym + 1] = False
+    third = np.flatnonzero(space)  # the other spaces: one per departure and drop, in line order
+    del space
     rows4 = np.flatnonzero(four)
-    third = spaces[first[rows4] + 2]
-    del spaces, first, per_line
-    if not ((third >= sym[rows4] + 3) & (third <= ends[rows4] - 2)).all():
-        return None  # an empty first or second number
+    if third.size != rows4.size or not ((third >= sym[rows4] + 3) & (third <= ends[rows4] - 2)).all():
+        return None  # a space too many or too few in a line, or an empty first or second number
     words = np.ndarray(shape=(buf.size - 7,), dtype="<u8", buffer=padded, strides=(1,))
     t = _numbers(words, starts + _PAD, sym - 1 + _PAD)
     first_end = ends.copy()
