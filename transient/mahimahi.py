@@ -337,7 +337,7 @@ def _parse_polars(source: bytes | Path, name: str, census: _LineCensus | None = 
     """The log (bytes, or a file by name) through polars, or None when the numpy reader must decide
     (see `parse_link_bytes`); ``census``: the same text's `_LineCensus` (counted here from bytes)."""
     try:
-        import polars as pl
+        import polars  # noqa: F401 - only whether it is installed
     except ImportError:  # a dependency in pyproject.toml; without it the numpy reader does it all
         return None
     if census is None:

@@ -143,14 +143,15 @@ def _unsigned(top: int) -> type:
 
 
 def _holding(values: np.ndarray) -> type:
-    """The narrowest of uint8, uint16, uint32, int64 that holds the values (whole, >= -1), from their maximum
-    alone (int16 / int32 / int64 when -1 marks a missing value)."""
+    """The narrowest of uint8, uint16, uint32 (values >= 0) or int16, int32 (some < 0) that holds the
+    whole numbers ``values``, else int64."""
     top = int(values.max()) if values.size else 0
-    signed = values.size and int(values.min()) < 0
-    for unsigned, sign, bound in ((np.uint8, np.int16, 1 << 7), (np.uint16, np.int32, 1 << 15),
-                                  (np.uint32, np.int64, 1 << 31)):
-        if top < (bound if signed else 2 * bound):
-            return sign if signed else unsigned
+    if not values.size or int(values.min()) >= 0:
+        return _unsigned(top) if top <= np.iinfo(np.uint32).max else np.int64
+    low = int(values.min())
+    for kind in (np.int16, np.int32):
+        if np.iinfo(kind).min <= low and top <= np.iinfo(kind).max:
+            return kind
     return np.int64
 
 
