@@ -3,7 +3,7 @@
 `stream_log_arrays` gives the `transient.series.LogArrays` of a log whose
 packets all belong to one flow (a bare log, a one-flow run) without ever
 holding its events: the file is read a few MB of whole lines at a time (the
-next piece read and parsed in a worker thread while this one is reduced);
+next piece parsed in a worker thread while this one is reduced);
 each piece's event lines (the header block skipped) are parsed with numpy
 alone (`_piece_columns`: the newlines, spaces and symbols found once over the
 bytes, the numbers decoded from unaligned 8-byte words), checked, and reduced
@@ -329,9 +329,9 @@ class _Reduction:
 
 
 def _pieces(path: Path, chunk_bytes: int, census: _LineCensus):
-    """The columns (`_piece_columns`) of each piece of whole lines of the file with event lines in it, read
-    ``chunk_bytes`` at a time and counted into ``census`` (which skips the header block); a last None when
-    a piece cannot be vouched for."""
+    """(text, lines) of each piece of whole lines of the file with event lines in it -- the header block
+    skipped -- read ``chunk_bytes`` at a time and counted into ``census``; a last None when a piece has
+    whitespace the parser does not take (tab, CR)."""
     carry = b""
     with open(path, "rb") as f:
         while data := f.read(chunk_bytes):
@@ -347,23 +347,22 @@ def _pieces(path: Path, chunk_bytes: int, census: _LineCensus):
             rows = census.n_rows - rows
             skip = sum(len(text) + 1 for _, text in census.header_lines[heads:])  # the header block's bytes
             if rows > 0:
-                cols = _piece_columns(piece[skip:] if skip else piece, rows)
-                yield cols
-                if cols is None:
-                    return
+                yield (piece[skip:] if skip else piece), rows
 
 
 def stream_log_arrays(path: str | Path, chunk_bytes: int = CHUNK_BYTES) -> LogArrays | None:
     """The `LogArrays` of the log at ``path`` with every packet in flow 0, read in pieces (see the module
     docstring); None when the events must be read instead (`transient.read_link_columns`).
 
-    The next piece is read and parsed in a worker thread while this one is reduced (numpy releases the
-    GIL for its work on whole arrays).
+    The next piece is parsed in a worker thread while this one is reduced (numpy releases the GIL for its
+    work on whole arrays). A second parsing thread (parsing costs about three times reducing) gained
+    nothing on a busy 2-core machine and held one more piece.
 
     Raises:
         OSError: the file cannot be read.
         LogFormatError: the last line has no newline (cut mid-line), as `read_link_log`.
     """
+    from collections import deque
     from concurrent.futures import ThreadPoolExecutor
 
     path = Path(path)
@@ -371,17 +370,24 @@ def stream_log_arrays(path: str | Path, chunk_bytes: int = CHUNK_BYTES) -> LogAr
     census = _LineCensus(0, [])
     red = _Reduction()
     pieces = _pieces(path, chunk_bytes, census)
-    end = object()
+    pending: deque = deque()
+
+    def reduced() -> bool:
+        cols = pending.popleft().result()
+        return cols is not None and red.add(*cols)
+
     try:
-        with ThreadPoolExecutor(1, thread_name_prefix="transient-read") as pool:
-            ahead = pool.submit(next, pieces, end)
-            while (cols := ahead.result()) is not end:
-                if cols is None:
+        with ThreadPoolExecutor(1, thread_name_prefix="transient-parse") as pool:
+            for piece in pieces:
+                if piece is None:
                     return None
-                ahead = pool.submit(next, pieces, end)
-                if not red.add(*cols):
+                pending.append(pool.submit(_piece_columns, *piece))
+                del piece
+                if len(pending) > 1 and not reduced():
                     return None
-                del cols
+            while pending:
+                if not reduced():
+                    return None
     finally:
         pieces.close()
     if red.n_events == 0:
