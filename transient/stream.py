@@ -396,8 +396,7 @@ def stream_log_arrays(path: str | Path, chunk_bytes: int = CHUNK_BYTES) -> LogAr
         _, base = census.header(str(path))
     except LogFormatError:
         return None
-    arrays = red.arrays(base)
-    del red
+    arrays = red.arrays(base)  # (which empties the reduction's parts)
     _release_free_memory()
     return arrays
 
