@@ -155,11 +155,17 @@ def read_link_columns(path: str | Path, *, cache: bool = True) -> LinkColumns:
 
 def parse_link_file(path: Path) -> LinkColumns:
     """Parse the log file at ``path`` (no cache); see `read_link_log` for the errors."""
-    _check_last_line_whole(Path(path))
-    fast = _parse_polars(path, str(path), _LineCensus.of_path(path))
+    path = Path(path)
+    _check_last_line_whole(path)
+    if path.stat().st_size > _STREAMING_BYTES:  # polars streams it from the file
+        fast = _parse_polars(path, str(path), _LineCensus.of_path(path))
+        raw = None
+    else:  # read once, for the census and polars both
+        raw = path.read_bytes()
+        fast = _parse_polars(raw, str(path), _LineCensus.of_chunks([raw]))
     if fast is not None:
         return fast
-    return LinkColumns.of_log(_parse_numpy(Path(path).read_bytes(), str(path)))
+    return LinkColumns.of_log(_parse_numpy(raw if raw is not None else path.read_bytes(), str(path)))
 
 
 def read_link_log(path: str | Path, *, cache: bool = True) -> LinkLog:
