@@ -121,10 +121,9 @@ def _signal_delays(sig_direct: np.ndarray) -> np.ndarray:
     n = sig_direct.size
     if n == 0 or n >= 2**31 - 1 or sig_direct.dtype.kind == "f" and sig_direct.dtype.itemsize > 4:
         return _walk_back(sig_direct)  # float64 samples (a delay with a fraction, or beyond float32's whole range)
-    cand = np.full(n, n, dtype=np.int32)
-    pos = np.flatnonzero(np.isfinite(sig_direct) if sig_direct.dtype.kind == "f" else np.ones(n, bool))
-    cand[pos] = pos
-    del pos
+    cand = np.arange(n, dtype=np.int32)  # each ms's own position where it has a sample, else n
+    if sig_direct.dtype.kind == "f":
+        cand[~np.isfinite(sig_direct)] = n
     nxt = np.minimum.accumulate(cand[::-1])[::-1]
     del cand
     out = sig_direct[nxt].astype(np.int64 if n + float(np.max(sig_direct, where=np.isfinite(sig_direct),
