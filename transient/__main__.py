@@ -14,7 +14,10 @@ import argparse
 import sys
 from typing import Sequence
 
-import pandas as pd
+
+from ._lazy import lazy_module
+
+pd = lazy_module("pandas")  # loaded when the table is printed (transient._lazy)
 
 from .analyze import RunResult, _flow_frames, _tables, analyze_paths
 from .cli_args import add_analysis_arguments, options_from_args, print_json_lines

@@ -47,7 +47,10 @@ from pathlib import Path
 from typing import Any, Iterable, NamedTuple, Sequence
 
 import numpy as np
-import pandas as pd
+
+from ._lazy import lazy_module
+
+pd = lazy_module("pandas")  # loaded when a table is first made (transient._lazy)
 
 from .convergence import ConvergenceParams, step_convergence
 from .delayside import delay_side
@@ -188,7 +191,18 @@ class RunResult:
         return run
 
 
-class Analysis(NamedTuple):
+class _AnalysisFields(NamedTuple):
+    runs: pd.DataFrame
+    steps: pd.DataFrame
+    series: dict[str, pd.DataFrame]
+    errors: list[tuple[str, str]]
+    flows: pd.DataFrame | None = None
+    fairness: pd.DataFrame | None = None
+    flow_steps: pd.DataFrame | None = None
+    flow_series: dict[str, pd.DataFrame] | None = None
+
+
+class Analysis(_AnalysisFields):
     """Everything `analyze_all` found (TRANSIENT-CONTRACT.md).
 
     runs: per-run table (`RUN_COLUMNS`); steps: per-step table
@@ -204,14 +218,16 @@ class Analysis(NamedTuple):
     errors)`` still builds one.
     """
 
-    runs: pd.DataFrame
-    steps: pd.DataFrame
-    series: dict[str, pd.DataFrame]
-    errors: list[tuple[str, str]]
-    flows: pd.DataFrame = pd.DataFrame(columns=FLOW_COLUMNS)
-    fairness: pd.DataFrame = pd.DataFrame(columns=FAIRNESS_COLUMNS)
-    flow_steps: pd.DataFrame = pd.DataFrame(columns=FLOW_STEP_COLUMNS)
-    flow_series: dict[str, pd.DataFrame] = {}
+    __slots__ = ()
+
+    def __new__(cls, runs, steps, series, errors, flows=None, fairness=None, flow_steps=None, flow_series=None):
+        # the empty tables are made here, not as class defaults: pandas loads when a table is first made
+        return super().__new__(
+            cls, runs, steps, series, errors,
+            flows if flows is not None else pd.DataFrame(columns=FLOW_COLUMNS),
+            fairness if fairness is not None else pd.DataFrame(columns=FAIRNESS_COLUMNS),
+            flow_steps if flow_steps is not None else pd.DataFrame(columns=FLOW_STEP_COLUMNS),
+            flow_series if flow_series is not None else {})
 
     @property
     def multi_flow(self) -> bool:
@@ -736,9 +752,10 @@ def _map_runs(jobs: list, workers: int | None) -> list[RunResult | str]:
     from concurrent.futures import ProcessPoolExecutor
 
     # forkserver, not fork: pyarrow's thread pools do not survive fork; preloading
-    # this module into the server makes each worker start without re-importing.
+    # this module and what it imports on first use into the server makes each worker start without
+    # re-importing.
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["transient.analyze"])
+    ctx.set_forkserver_preload(["transient.analyze", "pandas", "polars"])
     with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
         return list(pool.map(_analyze_job, jobs, chunksize=max(len(jobs) // (4 * workers), 1)))
 

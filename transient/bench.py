@@ -208,7 +208,7 @@ def _timed(fn, paths, workers: int = 1) -> float:
         counts = [fn(p) for p in paths]
     else:
         ctx = multiprocessing.get_context("forkserver")  # as transient.analyze: pyarrow does not survive fork
-        ctx.set_forkserver_preload(["transient.mahimahi"])
+        ctx.set_forkserver_preload(["transient.mahimahi", "polars", "pandas"])  # what reading a log imports
         with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
             counts = list(pool.map(fn, paths, chunksize=max(len(paths) // (4 * workers), 1)))
     elapsed = time.perf_counter() - start
@@ -270,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         flow_cost(*args.flows, repeats=args.flow_repeats)
         return 0
     import transient
+    from transient.cache import arrays_cache_path, cache_path
 
     tmp = None
     if args.keep:
@@ -306,8 +307,9 @@ def main(argv: list[str] | None = None) -> int:
             _timed(ours_cached, logs, cores)  # writes the Parquet caches
             row("ours: read_link_log from the Parquet cache", _timed(ours_cached, logs))
             for name, workers in (("1 process", 1), (f"{cores} processes", cores)):
-                for cache in root.rglob("*.parquet"):
-                    cache.unlink()
+                for log in logs:  # both caches: the events' and the per-ms reduction's
+                    for cache in (cache_path(log), arrays_cache_path(log)):
+                        cache.unlink(missing_ok=True)
                 start = time.perf_counter()
                 transient.analyze_all(root, workers=workers)
                 row(f"end to end: analyze_all, cold, {name}", time.perf_counter() - start)

@@ -7,6 +7,10 @@ only when all of these match the log on disk, so editing, replacing or
 re-running a log re-parses it; a cache from an older reader is ignored too.
 Writes go to a temporary file renamed over the cache; a directory that is not
 writable (e.g. a read-only results archive) just goes uncached.
+
+A one-flow log's per-ms reduction (what `transient.stream` computes, all
+the analysis of such a log reads) has a cache of its own beside the log,
+``<log>.ms.npz`` (`cached_log_arrays`), stamped and replaced the same way.
 """
 
 from __future__ import annotations
@@ -16,14 +20,15 @@ import os
 from pathlib import Path
 
 import numpy as np
-import polars as pl
-
+from ._lazy import lazy_module
 from .mahimahi import LinkColumns, LinkLog, parse_link_file
 
 CACHE_VERSION = 1
 """Bump when the parsed representation changes: older caches are then re-parsed."""
 
 _META_KEY = "ccplab.linklog"
+
+pl = lazy_module("polars")  # only the event cache needs it: a big log's per-ms cache is read with numpy alone
 
 
 def cache_path(log_path: Path) -> Path:
@@ -98,60 +103,41 @@ def cached_read(log_path: Path) -> LinkLog:
     return cached_columns(log_path).to_log()
 
 
-# The per-ms reduction of a one-flow log (`transient.stream`), what the analysis of such a log reads:
-# one table, padded with nulls to its longest column, the true lengths in the metadata; written a slice
-# of rows at a time and read a column at a time (pyarrow), so no more than one column is ever held twice.
-_ARRAYS_KEY = b"ccplab.logarrays"
+# The per-ms reduction of a one-flow log (`transient.stream`), what the analysis of such a log reads: one
+# uncompressed numpy archive (.npz) of its compact per-ms arrays (`transient.series.compact`: a byte or two
+# per ms for most), the departures' delays as a histogram when they are whole (only their percentiles and
+# minimum are used), and a JSON header. Written and read at memory speed, with numpy alone.
 _MS_COLUMNS = {(0, "count"): "arrival_count", (0, "bytes"): "arrival_bytes", (1, "count"): "departure_count",
                (1, "bytes"): "departure_bytes", (2, "bytes"): "opportunity_bytes", (3, "packets"): "drop_packets"}
 _KINDS = ("arrival", "departure", "opportunity", "drop")
-_SLICE_ROWS = 1 << 18
+_HISTOGRAM_MAX = 1 << 24  # whole delays below it (ms) are stored as counts per value
 
 
 def arrays_cache_path(log_path: Path) -> Path:
-    """Where the per-ms reduction of ``log_path`` lives: the same name + ``.ms.parquet``."""
-    return log_path.with_name(log_path.name + ".ms.parquet")
-
-
-def _whole_slice(values: np.ndarray, lo: int, hi: int):
-    """Rows lo..hi of a column of whole numbers as a pyarrow int64 array: NaN and inf as null, and null
-    beyond its end (Parquet's encodings keep such columns small: most per-ms figures repeat a few values)."""
-    import pyarrow as pa
-
-    part = np.asarray(values)[lo:hi]
-    missing = np.zeros(hi - lo, bool)
-    if part.dtype.kind == "f":
-        gone = ~np.isfinite(part)
-        part = np.where(gone, 0, part)
-        missing[: part.size] = gone
-    whole = np.zeros(hi - lo, np.int64)
-    whole[: part.size] = part
-    missing[part.size :] = True
-    return pa.array(whole, mask=missing if missing.any() else None)
+    """Where the per-ms reduction of ``log_path`` lives: the same name + ``.ms.npz``."""
+    return log_path.with_name(log_path.name + ".ms.npz")
 
 
 def _store_arrays(cpath: Path, arrays, stamp: dict) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    values, counts = np.unique(arrays.dep_delay_ms, return_counts=True)  # only their percentiles are used
+    d = arrays.dep_delay_ms
     columns = {name: arrays.ms_sum(_KINDS[c], what) for (c, what), name in _MS_COLUMNS.items()}
     columns |= {"queueing": arrays.queueing_ms_sum, "peak_delay": arrays.peak_delay_ms,
-                "sent_min_delay": arrays.sent_min_delay, "delay_value": values, "delay_count": counts}
-    length = max(v.size for v in columns.values())
+                "sent_min_delay": arrays.sent_min_delay}
+    histogram = d.dtype.kind in "iu" and (d.size == 0 or (int(d.min()) >= 0 and int(d.max()) < _HISTOGRAM_MAX))
+    if histogram:
+        from .series import compact
+
+        columns["delay_counts"] = compact(np.bincount(d))
+    else:
+        columns["delay_values"] = d
     meta = {"stamp": stamp, "n_events": arrays.n_events, "first_ms": arrays.first_ms,
             "first_event_ms": arrays.first_event_ms, "has_packets": bool(arrays.n_flows),
-            "sent_lo": arrays.sent_lo, "data_ms": arrays.data_ms,
-            "lengths": {k: int(v.size) for k, v in columns.items()},
-            "int64": [name for (c, what), name in _MS_COLUMNS.items()
-                      if arrays.ms_sum(_KINDS[c], what).dtype == np.int64]}
-    schema = pa.schema([(k, pa.int64()) for k in columns], metadata={_ARRAYS_KEY: json.dumps(meta).encode()})
+            "sent_lo": arrays.sent_lo, "data_ms": arrays.data_ms, "delay_dtype": d.dtype.str}
+    columns["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
     tmp = cpath.with_name(f".{cpath.name}.{os.getpid()}.tmp")
     try:
-        with pq.ParquetWriter(tmp, schema, compression="none") as writer:
-            for lo in range(0, length, _SLICE_ROWS):
-                hi = min(lo + _SLICE_ROWS, length)
-                writer.write_table(pa.table([_whole_slice(v, lo, hi) for v in columns.values()], schema=schema))
+        with open(tmp, "wb") as f:
+            np.savez(f, **columns)
         os.replace(tmp, cpath)
     except OSError:
         pass  # read-only directory: analyse uncached rather than fail
@@ -160,50 +146,33 @@ def _store_arrays(cpath: Path, arrays, stamp: dict) -> None:
 
 
 def _load_arrays(cpath: Path, stamp: dict):
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    import zipfile
 
     from .series import LogArrays
 
     try:
-        pf = pq.ParquetFile(cpath)
-        meta = json.loads(pf.schema_arrow.metadata[_ARRAYS_KEY])
-        if meta.get("stamp") != stamp:
-            return None
-        lengths = meta["lengths"]
-
-        def column(name: str, fill: float | None) -> np.ndarray:
-            col = pf.read(columns=[name]).column(0).slice(0, lengths[name])
-            missing = col.is_null().to_numpy(zero_copy_only=False) if col.null_count else None
-            whole = (col.fill_null(0) if missing is not None else col).to_numpy()
-            del col
-            if fill is None:
-                return whole
-            out = whole.astype(np.float64)
-            if missing is not None:
-                out[missing] = fill
-            return out
-
-        sums = {key: column(name, 0.0) for key, name in _MS_COLUMNS.items()}
-        for key, name in _MS_COLUMNS.items():
-            if name in meta["int64"]:
-                sums[key] = sums[key].astype(np.int64)
-        values, counts = column("delay_value", 0.0), column("delay_count", None)
-        data_ms = meta["data_ms"]
-        arrays = LogArrays.from_ms_sums(
-            n_events=meta["n_events"], first_ms=meta["first_ms"], first_event_ms=meta["first_event_ms"],
-            has_packets=meta["has_packets"], sums=sums, dep_delay_ms=np.repeat(values, counts),
-            queueing_ms_sum=column("queueing", 0.0), peak_delay_ms=column("peak_delay", np.nan),
-            sent_lo=meta["sent_lo"], sent_min_delay=column("sent_min_delay", np.inf),
-            data_ms=tuple(data_ms) if data_ms is not None else None)
-    except (OSError, KeyError, TypeError, ValueError, pa.ArrowException):
+        with np.load(cpath, allow_pickle=False) as z:
+            meta = json.loads(z["meta"].tobytes())
+            if meta.get("stamp") != stamp:
+                return None
+            sums = {key: z[name] for key, name in _MS_COLUMNS.items()}
+            if "delay_counts" in z.files:
+                counts = z["delay_counts"]
+                delays = np.repeat(np.arange(counts.size, dtype=np.dtype(meta["delay_dtype"])), counts)
+            else:
+                delays = z["delay_values"]
+            data_ms = meta["data_ms"]
+            return LogArrays.from_ms_sums(
+                n_events=meta["n_events"], first_ms=meta["first_ms"], first_event_ms=meta["first_event_ms"],
+                has_packets=meta["has_packets"], sums=sums, dep_delay_ms=delays, queueing_ms_sum=z["queueing"],
+                peak_delay_ms=z["peak_delay"], sent_lo=meta["sent_lo"], sent_min_delay=z["sent_min_delay"],
+                data_ms=tuple(data_ms) if data_ms is not None else None)
+    except (OSError, KeyError, TypeError, ValueError, EOFError, zipfile.BadZipFile):
         return None
-    pa.default_memory_pool().release_unused()
-    return arrays
 
 
 def cached_log_arrays(log_path: Path):
-    """`transient.stream.stream_log_arrays` through a cache beside the log (``<log>.ms.parquet``,
+    """`transient.stream.stream_log_arrays` through a cache beside the log (``<log>.ms.npz``,
     `arrays_cache_path`): loaded when fresh (same log size and modification time, same `CACHE_VERSION`);
     else, for a log of at most 32 MB with a fresh event cache (`cache_path`, e.g. the runner's), reduced
     from those events; else the log is streamed and the cache (re)written (an unwritable directory only

@@ -29,7 +29,10 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
+
+from ._lazy import lazy_module
+
+pd = lazy_module("pandas")  # loaded when a table is first made (transient._lazy)
 
 from .series import LogArrays
 

@@ -78,7 +78,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
-import pandas as pd
+
+from ._lazy import lazy_module
+
+pd = lazy_module("pandas")  # loaded when a table is first made (transient._lazy)
 
 from .convergence import ConvergenceParams, step_convergences
 from .delayside import delay_sides
@@ -648,9 +651,15 @@ def _flow_rows(arrays, flow, specs, spans, ident, steps_df, run_dir) -> pd.DataF
     dep_ms = arrays.flow_ms_bytes("departure")
     all_ms = arrays.ms_sum("departure", "bytes")  # every departure of the link, a packet of no flow too
     # each flow's departures' queueing delays, and its rows of the steps table, found once
-    order = np.argsort(arrays.dep_flow, kind="stable")
-    cuts = np.searchsorted(arrays.dep_flow[order], np.arange(len(specs) + 1))  # flow k: cuts[k]:cuts[k + 1]
-    delays = np.asarray(arrays.dep_delay_ms)[order] - arrays.base_delay_ms
+    # (the delays, not delay - base: the percentile of (delay - base) is the percentile's delay - base)
+    delays = np.asarray(arrays.dep_delay_ms)
+    if arrays.dep_flow.any():
+        order = np.argsort(arrays.dep_flow, kind="stable")
+        cuts = np.searchsorted(arrays.dep_flow[order], np.arange(len(specs) + 1))  # flow k: cuts[k]:cuts[k + 1]
+        delays = delays[order]
+        del order
+    else:  # every departure is flow 0's: already in flow order
+        cuts = np.array([0] + [delays.size] * len(specs))
     smoothness = steps_df.groupby("flow")["smoothness_cv"].median().to_dict() if len(steps_df) else {}
     own_arrival = [str(f) in ev.split(",") and "arrival" in kind
                    for f, ev, kind in zip(steps_df["flow"], steps_df["event_flows"], steps_df["event_kind"])]
@@ -675,7 +684,7 @@ def _flow_rows(arrays, flow, specs, spans, ident, steps_df, run_dir) -> pd.DataF
             "extra_delay_ms": s.extra_delay_ms, "n_flows": len(specs),
             "throughput_mbps": bytes_span * 8 / dur / 1e6 if dur > 0 else math.nan,
             "share": bytes_span / all_span if all_span > 0 else math.nan,
-            "p95_queueing_delay_ms": mahimahi_percentile(q), "drops": drops, "retransmits": retx,
+            "p95_queueing_delay_ms": mahimahi_percentile(q) - arrays.base_delay_ms, "drops": drops, "retransmits": retx,
             "delivered_bytes": int(mine_ms.sum()), "iperf3_receiver_bytes": recv,
             "smoothness_cv": float(cv) if cv is not None and pd.notna(cv) else math.nan,
             "start_converged": bool(own["converged"]) if own is not None else pd.NA,

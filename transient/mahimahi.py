@@ -104,7 +104,7 @@ class LinkColumns:
 
     Attributes: path, header, base_timestamp_ms, time_origin as in `LinkLog`;
     ``time_ms`` (int64), ``code`` (int8 kind codes 0..3 of `EVENT_KINDS`),
-    ``nbytes`` (int32, or int64 from the numpy reader), ``delay_ms``
+    ``nbytes`` (int32 or int64), ``delay_ms``
     (float64, NaN unless departure), ``packets`` (int32 or int64): the
     columns of `LinkLog.events` (which are all int64), in file order.
     """
@@ -155,11 +155,17 @@ def read_link_columns(path: str | Path, *, cache: bool = True) -> LinkColumns:
 
 def parse_link_file(path: Path) -> LinkColumns:
     """Parse the log file at ``path`` (no cache); see `read_link_log` for the errors."""
-    _check_last_line_whole(Path(path))
-    fast = _parse_polars(path, str(path), _LineCensus.of_path(path))
+    path = Path(path)
+    _check_last_line_whole(path)
+    if path.stat().st_size > _STREAMING_BYTES:  # polars streams it from the file
+        fast = _parse_polars(path, str(path), _LineCensus.of_path(path))
+        raw = None
+    else:  # read once, for the census and polars both
+        raw = path.read_bytes()
+        fast = _parse_polars(raw, str(path), _LineCensus.of_chunks([raw]))
     if fast is not None:
         return fast
-    return LinkColumns.of_log(_parse_numpy(Path(path).read_bytes(), str(path)))
+    return LinkColumns.of_log(_parse_numpy(raw if raw is not None else path.read_bytes(), str(path)))
 
 
 def read_link_log(path: str | Path, *, cache: bool = True) -> LinkLog:
@@ -337,7 +343,7 @@ def _parse_polars(source: bytes | Path, name: str, census: _LineCensus | None = 
     """The log (bytes, or a file by name) through polars, or None when the numpy reader must decide
     (see `parse_link_bytes`); ``census``: the same text's `_LineCensus` (counted here from bytes)."""
     try:
-        import polars as pl
+        import polars  # noqa: F401 - only whether it is installed
     except ImportError:  # a dependency in pyproject.toml; without it the numpy reader does it all
         return None
     if census is None:
@@ -345,19 +351,39 @@ def _parse_polars(source: bytes | Path, name: str, census: _LineCensus | None = 
     if census.n_rows <= 0 or census.odd_blanks:
         return None
     # a big log in one streaming pass (the columns kept are computed as the text is read, no wide copy);
-    # a small one in memory, which starts faster
+    # a small one read whole as its raw columns and combined with numpy, which costs polars least
     size = len(source) if isinstance(source, bytes) else source.stat().st_size
-    engine = "streaming" if size > _STREAMING_BYTES else "in-memory"
+    if size > _STREAMING_BYTES:
+        columns = _polars_streamed(source, census)
+    else:
+        columns = _polars_raw(source, census)
+    if columns is None:
+        return None
+    t, code, nbytes, delay, packets = columns
+    del columns
+    if t.size == 0:
+        return None  # no events: the numpy reader says so
+    header, base = census.header(name)
+    origin = "relative"
+    if base is not None and int(t.min()) >= base:
+        t = t - base
+        origin = "base-subtracted"
+    return LinkColumns(name, header, base, origin, t, code, nbytes, delay, packets)
+
+
+def _polars_streamed(source: bytes | Path, census: _LineCensus):
+    """A big log's columns through polars' streaming engine (the columns kept are computed as the text is
+    read, no wide copy), or None when the numpy reader must decide."""
+    import polars as pl
+
     try:
-        df = _polars_events(source, pl.Int32).collect(engine=engine)
+        df = _polars_events(source, pl.Int32).collect(engine="streaming")
     except Exception:  # noqa: BLE001 - any complaint of polars: let the numpy reader word it
         return None
     if df.height != census.n_rows or not df.get_column("ok").all():
         return None
     if df.get_column("t").null_count():
         df = df.filter(pl.col("t").is_not_null())  # blank lines
-    if df.height == 0:
-        return None  # no events: the numpy reader says so
     df.drop_in_place("ok")
     # one column at a time out of polars, so at most one is held twice
     t = df.drop_in_place("t").to_numpy()
@@ -365,13 +391,62 @@ def _parse_polars(source: bytes | Path, name: str, census: _LineCensus | None = 
     nbytes = df.drop_in_place("nbytes").to_numpy()
     delay = df.drop_in_place("delay").to_numpy().astype(np.float64, copy=False)
     packets = df.drop_in_place("packets").to_numpy()
-    del df
-    header, base = census.header(name)
-    origin = "relative"
-    if base is not None and int(t.min()) >= base:
-        t = t - base
-        origin = "base-subtracted"
-    return LinkColumns(name, header, base, origin, t, code, nbytes, delay, packets)
+    return t, code, nbytes, delay, packets
+
+
+_RAW_SCHEMA = None
+
+
+def _polars_raw(source: bytes | Path, census: _LineCensus):
+    """A log's columns (time, code, bytes, delay, packets; int64 but the delay) from the four raw
+    columns of its event lines -- time, symbol, first and second number -- as polars' CSV reader gives
+    them (the header block skipped, nothing computed per row in polars), checked and combined with
+    numpy; None when the numpy reader must decide: a line polars does not take, a missing or extra
+    field, a negative number, a drop's byte count with a fraction, a line count that does not add up."""
+    global _RAW_SCHEMA
+    import polars as pl
+
+    if _RAW_SCHEMA is None:  # the symbol as an enum: its physical value is our kind code
+        _RAW_SCHEMA = {"t": pl.Int64, "s": pl.Enum(["+", "-", "#", "d"]), "a": pl.Int64, "b": pl.Float64}
+    try:
+        df = pl.read_csv(source if isinstance(source, bytes) else str(source), has_header=False, separator=" ",
+                         schema=_RAW_SCHEMA, quote_char=None, missing_columns="insert",
+                         skip_lines=len(census.header_lines))
+    except Exception:  # noqa: BLE001 - any complaint of polars: let the numpy reader word it
+        return None
+    if df.height != census.n_rows:
+        return None
+    if df.get_column("t").null_count():
+        blank = pl.all_horizontal(pl.all().is_null())
+        if df.select((pl.col("t").is_null() & ~blank).any()).item():
+            return None  # a field missing in front
+        df = df.filter(~blank)  # blank lines
+    if df.get_column("s").null_count() or df.get_column("a").null_count():
+        return None
+    code = df.get_column("s").to_physical().to_numpy().astype(np.int8)
+    t = df.get_column("t").to_numpy()
+    a = df.get_column("a").to_numpy()
+    second = df.get_column("b")
+    dep, drop = code == 1, code == 3
+    four = dep | drop  # departures and drops carry a second number, the other kinds none
+    if not np.array_equal(second.is_null().to_numpy(), ~four):
+        return None
+    b = second.to_numpy()  # NaN where none
+    del df, second
+    b4 = b[four]
+    if t.size and (t.min() < 0 or a.min() < 0) or not (np.isfinite(b4).all() and (b4 >= 0).all()):
+        return None
+    if drop.any():
+        dropped = b[drop]
+        if not np.array_equal(dropped, np.floor(dropped)) or dropped.max() >= 2.0**63:
+            return None
+        nbytes = a.copy()
+        nbytes[drop] = dropped
+        packets = np.where(drop, a, 1)
+    else:
+        nbytes, packets = a, np.ones(a.size, np.int64)
+    delay = np.where(dep, b, np.nan)
+    return t, code, nbytes, delay, packets
 
 
 def _normalize_whitespace(raw: bytes) -> bytes:

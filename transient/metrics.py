@@ -34,7 +34,10 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+from ._lazy import lazy_module
+
+pd = lazy_module("pandas")  # loaded when a table is first made (transient._lazy)
 
 if TYPE_CHECKING:
     from .series import LogArrays
@@ -66,10 +69,13 @@ def mahimahi_percentile(values: np.ndarray, q: float = 0.95) -> float:
     Note: this index is one above numpy's "lower" percentile for some N; it
     is kept for comparability with published mahimahi numbers.
     """
-    values = np.asarray(values, dtype=np.float64)
+    values = np.asarray(values)
+    if values.dtype.kind not in "iuf":
+        values = values.astype(np.float64)
     if values.size == 0:
         return float("nan")
     idx = min(int(q * values.size), values.size - 1)
+    # in the values' own dtype: the same element, without a float64 copy of a long array
     return float(np.partition(values, idx)[idx])
 
 
@@ -106,6 +112,26 @@ def _walk_back(sig_direct: np.ndarray) -> np.ndarray:
     cand[pos] = pos
     nxt = np.minimum.accumulate(cand[::-1])[::-1]
     return sig_direct[nxt] + (nxt - np.arange(n))
+
+
+def _signal_delays(sig_direct: np.ndarray) -> np.ndarray:
+    """The values of `_walk_back`, in the same order, as int32 (int64 when they would not fit) when every
+    direct sample is a whole number (an integer or float32 array, `transient.series.compact`): a long
+    log's walk-back in a fraction of float64's memory, for its percentile."""
+    n = sig_direct.size
+    if n == 0 or n >= 2**31 - 1 or sig_direct.dtype.kind == "f" and sig_direct.dtype.itemsize > 4:
+        return _walk_back(sig_direct)  # float64 samples (a delay with a fraction, or beyond float32's whole range)
+    cand = np.arange(n, dtype=np.int32)  # each ms's own position where it has a sample, else n
+    if sig_direct.dtype.kind == "f":
+        cand[~np.isfinite(sig_direct)] = n
+    nxt = np.minimum.accumulate(cand[::-1])[::-1]
+    del cand
+    out = sig_direct[nxt].astype(np.int64 if n + float(np.max(sig_direct, where=np.isfinite(sig_direct),
+                                                                 initial=0)) >= 2**31 else np.int32)
+    out += nxt
+    del nxt
+    out -= np.arange(n, dtype=out.dtype)
+    return out
 
 
 def link_metrics(events: pd.DataFrame) -> LinkMetrics:
@@ -161,6 +187,6 @@ def link_metrics_of(arrays: "LogArrays", duration_s: float | None = None) -> Lin
     throughput = dep_bits / duration_s / 1e6
     utilization = throughput / capacity if capacity > 0 else float("nan")
     p95_q = mahimahi_percentile(arrays.dep_delay_ms)
-    p95_s = mahimahi_percentile(_walk_back(arrays.sent_min_delay)) if arrays.sent_min_delay.size else float("nan")
+    p95_s = mahimahi_percentile(_signal_delays(arrays.sent_min_delay)) if arrays.sent_min_delay.size else float("nan")
     power = throughput / (p95_s / 1000.0) if p95_s > 0 else float("nan")
     return LinkMetrics(duration_s, capacity, throughput, utilization, p95_q, p95_s, power)

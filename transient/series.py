@@ -26,8 +26,13 @@ Per bin (rates are bytes x 8 / bin width in Mbit/s, including mahimahi's
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
-import pandas as pd
+
+from ._lazy import lazy_module
+
+pd = lazy_module("pandas")  # loaded when a table is first made (transient._lazy)
 
 from .timezero import FLOW_START_MIN_BYTES
 
@@ -38,6 +43,46 @@ SERIES_COLUMNS = [
 """Columns of `binned_series` (see the module docstring)."""
 
 _CODES = {"arrival": 0, "departure": 1, "opportunity": 2, "drop": 3}
+
+_SUM_BLOCK = 1 << 18  # ms of a narrow per-ms array summed per reduceat (`binned_sum`)
+_WHOLE_DTYPES = (np.uint8, np.uint16, np.int16, np.uint32, np.int32)
+_FLOAT32_WHOLE = 2**24  # every whole number below it is exact in float32
+
+
+def compact(values: np.ndarray) -> np.ndarray:
+    """``values`` in the narrowest dtype that holds every one of them exactly: whole numbers (ints, or
+    floats without NaN or inf) as the smallest of uint8, uint16, int16, uint32, int32 that holds their
+    range (else int64); floats with NaN or inf whose finite values are whole and below 2**24 in
+    magnitude as float32; anything else unchanged.  The same values always give the same dtype.
+
+    A long log's per-ms arrays are each as long as the log has ms: in the narrowest dtype they take a
+    quarter to an eighth of float64's memory, and every sum of them is still exact (the analysis adds
+    them up in int64 or float64, see `binned_sum`)."""
+    values = np.asarray(values)
+    if values.size == 0 or values.dtype.kind not in "iuf":
+        return values
+    if values.dtype.kind == "f":
+        lo, hi, gaps = math.inf, -math.inf, False
+        for k in range(0, values.size, _SUM_BLOCK):  # a block at a time: no temporary as long as the array
+            block = values[k : k + _SUM_BLOCK]
+            finite = np.isfinite(block)
+            if not finite.all():
+                gaps, block = True, block[finite]
+            if block.size:
+                if not np.array_equal(block, np.trunc(block)):
+                    return values
+                lo, hi = min(lo, float(block.min())), max(hi, float(block.max()))
+        if gaps:
+            if max(-lo, hi) >= _FLOAT32_WHOLE:
+                return values
+            return values.astype(np.float32, copy=False)
+    else:
+        lo, hi = values.min(), values.max()
+    for dt in _WHOLE_DTYPES:
+        info = np.iinfo(dt)
+        if info.min <= lo and hi <= info.max:
+            return values.astype(dt, copy=False)
+    return values.astype(np.int64, copy=False)
 
 
 class LogArrays:
@@ -50,6 +95,11 @@ class LogArrays:
     What is not a per-ms sum is kept as it is needed: the departure delays
     and their flows (percentiles), the smallest delay per sending ms
     (signal delay), each flow's first and last data arrival and drops.
+
+    The per-ms arrays and the departures' delays are kept in the narrowest dtype that holds their
+    values exactly (`compact`: e.g. uint16 bytes per ms, float32 peak delays with NaN), so a long log's
+    reduction takes a fraction of float64's memory; read them with that in mind (cast before
+    subtracting unsigned arrays).
 
     Attributes (ms on the log clock; per-ms arrays cover first_ms..last_ms):
         n_events: event lines; first_ms, last_ms: the smallest and largest event time;
@@ -114,7 +164,6 @@ class LogArrays:
         self.peak_delay_ms = np.full(n, -np.inf)
         np.maximum.at(self.peak_delay_ms, ms_d, d)
         self.peak_delay_ms[np.isneginf(self.peak_delay_ms)] = np.nan
-        self.queue_ms = np.cumsum(self._sums[0, "count"] - self._sums[1, "count"] - self._sums[3, "packets"])
         # signal delay: the smallest delay of each sending ms (mahimahi keys it by the integer time - delay)
         sent = (t[dep].astype(np.float64) - d).astype(np.int64)
         if sent.size:
@@ -128,6 +177,8 @@ class LogArrays:
         tb = t[big]
         self.data_ms = (int(tb.min()), int(tb.max())) if tb.size else None
         self._queueing_whole = None
+        self._series_memo: dict = {}
+        self._compact_arrays()
         if flow is None:
             self._one_flow(bool((arr | dep | drop).any()))
             return
@@ -164,7 +215,7 @@ class LogArrays:
         """A one-flow log (every packet flow 0) from its per-ms reduction, as `transient.stream` computes it
         chunk by chunk without holding the events, and `transient.cache` stores it.
 
-        ``sums``: float64 per-ms arrays (n_ms = last - first ms + 1) keyed (kind code 0..3, what) for
+        ``sums``: per-ms arrays of whole numbers (any dtype; kept `compact`) (n_ms = last - first ms + 1) keyed (kind code 0..3, what) for
         (0, "count"), (0, "bytes"), (1, "count"), (1, "bytes"), (2, "bytes"), (3, "packets");
         ``has_packets``: the log has an arrival, departure or drop line; the other arguments are the
         attributes of the same name (see the class docstring).
@@ -180,13 +231,33 @@ class LogArrays:
         self.dep_delay_ms = dep_delay_ms
         self.base_delay_ms = float(dep_delay_ms.min()) if dep_delay_ms.size else float("nan")
         self.queueing_ms_sum, self.peak_delay_ms = queueing_ms_sum, peak_delay_ms
-        self.queue_ms = np.cumsum(self._sums[0, "count"] - self._sums[1, "count"] - self._sums[3, "packets"])
         self.sent_lo, self.sent_min_delay = sent_lo, sent_min_delay
         self.data_ms = data_ms
         self._queueing_whole = None
+        self._series_memo: dict = {}
+        self._compact_arrays()
         self._flow_sums = {}
         self._one_flow(has_packets)
         return self
+
+    def _compact_arrays(self) -> None:
+        """Every per-ms array and the delays in their narrowest exact dtype (`compact`), and the queue."""
+        for key in ((0, "count"), (0, "bytes"), (1, "count"), (1, "bytes"), (2, "bytes"), (3, "packets")):
+            self._sums[key] = compact(self._sums[key])
+        for c in (0, 1):
+            self._sums[c, "packets"] = self._sums[c, "count"]
+        # counts are whole: the running queue in a signed dtype (unsigned per-ms counts must not wrap) that
+        # holds any count of packets (at most the events, or the drops' packets), then compacted
+        packets = self.n_events + int(self._sums[3, "packets"].sum())
+        queue = self._sums[0, "count"].astype(np.int32 if packets < 2**31 else np.int64)
+        queue -= self._sums[1, "count"]
+        queue -= self._sums[3, "packets"].astype(queue.dtype)
+        self.queue_ms = compact(np.cumsum(queue, out=queue))
+        del queue
+        self.dep_delay_ms = compact(self.dep_delay_ms)
+        self.queueing_ms_sum = compact(self.queueing_ms_sum)
+        self.peak_delay_ms = compact(self.peak_delay_ms)
+        self.sent_min_delay = compact(self.sent_min_delay)
 
     def is_whole(self, per_ms: np.ndarray) -> bool:
         """Whether every value of one of this log's per-ms arrays is a whole number (then any sum of them
@@ -194,15 +265,16 @@ class LogArrays:
 
         Sums of bytes, packets and counts are whole by construction; only the queueing delays (a
         departure's delay may be written with a fraction) are checked."""
-        if per_ms is not self.queueing_ms_sum:
+        if per_ms is not self.queueing_ms_sum or per_ms.dtype.kind in "iu":
             return True
         if self._queueing_whole is None:
             self._queueing_whole = bool(np.array_equal(per_ms, np.trunc(per_ms)))
         return self._queueing_whole
 
     def ms_sum(self, kind: str, what: str) -> np.ndarray:
-        """Per-ms sum (float64, n_ms): "bytes", "count" or "packets" of arrivals and departures,
-        "bytes" of opportunities, "packets" of drops (what the analysis uses; KeyError for others)."""
+        """Per-ms sum (n_ms whole numbers in their narrowest dtype, `compact`): "bytes", "count" or
+        "packets" of arrivals and departures, "bytes" of opportunities, "packets" of drops (what the
+        analysis uses; KeyError for others)."""
         try:
             return self._sums[_CODES[kind], what]
         except KeyError:
@@ -249,9 +321,13 @@ def binned_series(
         raise ValueError(f"bin width must be positive, got {bin_s!r} s")
     if smooth_bins < 1:
         raise ValueError(f"smooth_bins must be >= 1, got {smooth_bins!r}")
+    # the analysis asks for the same span more than once (the run, its first step, its flow): made once
+    memo = getattr(arrays, "_series_memo", None)
+    key = (float(origin_s), float(end_s), float(bin_s), int(smooth_bins))
+    if memo is not None and key in memo:
+        return memo[key].copy()
     n = n_complete_bins(origin_s, end_s, bin_s)
     pos = bin_positions(arrays, origin_s, bin_s, n)
-    idx = pos[1]
     scale = 8.0 / (bin_s * 1e6)
 
     def binned(per_ms: np.ndarray) -> np.ndarray:
@@ -280,39 +356,100 @@ def binned_series(
         index=pd.Index(origin_s + np.arange(n) * bin_s, name="t_s"),
     )
     frame.attrs["bin_s"] = bin_s
+    if memo is not None:
+        memo[key] = frame
+        return frame.copy()
     return frame
 
 
-def bin_positions(arrays: LogArrays, origin_s: float, bin_s: float, n: int) -> tuple[slice, np.ndarray, np.ndarray]:
-    """Which ms fall into bins 0..n-1 of ``bin_s`` from ``origin_s`` (for `binned_sum`): their
-    positions in the per-ms arrays, the bin of each, and where each bin's run of ms starts (n + 1 edges).
+class BinPositions:
+    """Where bins 0..n-1 lie in a log's per-ms arrays (`bin_positions`); indexable as the tuple
+    ``(window, bins, edges)``: the slice of the ms that fall into a bin, the bin of each of those ms
+    (int64, made on first use: it is as long as the window), and where each bin's run of ms starts
+    (n + 1 int64 positions in the per-ms arrays, the last the window's end)."""
 
-    A ms t is in bin floor((t - origin) / width + 1e-9) (the slack keeps a
-    bin edge that lands on a whole ms, up to float rounding, in the later bin).
+    __slots__ = ("window", "edges", "_bins")
+
+    def __init__(self, window: slice, edges: np.ndarray) -> None:
+        self.window, self.edges, self._bins = window, edges, None
+
+    @property
+    def bins(self) -> np.ndarray:
+        if self._bins is None:
+            self._bins = np.repeat(np.arange(self.edges.size - 1, dtype=np.int64), np.diff(self.edges))
+        return self._bins
+
+    def __getitem__(self, k: int):
+        return self.bins if k in (1, -2) else (self.window, None, self.edges)[k]
+
+    def __len__(self) -> int:
+        return 3
+
+    def __iter__(self):
+        return iter((self.window, self.bins, self.edges))
+
+
+def _bin_of(ms: np.ndarray, origin_ms: float, bin_ms: float) -> np.ndarray:
+    """The bin of each ms: floor((t - origin) / width + 1e-9) (the slack keeps a bin edge that lands on a
+    whole ms, up to float rounding, in the later bin)."""
+    return np.floor((ms - origin_ms) / bin_ms + 1e-9).astype(np.int64)
+
+
+def bin_positions(arrays: LogArrays, origin_s: float, bin_s: float, n: int) -> BinPositions:
+    """Which ms fall into bins 0..n-1 of ``bin_s`` from ``origin_s`` (for `binned_sum`): their
+    positions in the per-ms arrays, the bin of each, and where each bin's run of ms starts (n + 1 edges);
+    see `BinPositions`.
+
+    A ms t is in bin floor((t - origin) / width + 1e-9) (`_bin_of`).  The bin of a ms grows with it,
+    so each bin is a run of ms: only the n + 1 edges are found (the first ms of each bin, by the same
+    formula at the few whole ms around origin + k x width), never the bin of every ms of the log.
     """
     origin_ms, bin_ms = origin_s * 1000.0, bin_s * 1000.0
-    # the ms that can fall into the bins (one ms of slack each side for the rounding), then exactly
+    # the ms that can fall into the bins (one ms of slack each side for the rounding)
     span = arrays.ms_window(np.floor(origin_ms) - 1, np.ceil(origin_ms + n * bin_ms) + 2)
-    ms = np.arange(arrays.first_ms + span.start, arrays.first_ms + span.stop)
-    idx = np.floor((ms - origin_ms) / bin_ms + 1e-9).astype(np.int64)
-    # the bin of a ms grows with it: the kept ms are one contiguous run, each bin a run within it
-    edges = span.start + np.searchsorted(idx, np.arange(n + 1), side="left")
-    lo, hi = int(edges[0]), int(edges[-1])
-    return slice(lo, hi), idx[lo - span.start : hi - span.start], edges
+    m0, m1 = arrays.first_ms + span.start, arrays.first_ms + span.stop
+    k = np.arange(n + 1, dtype=np.int64)
+    # the first ms of bin k is within a ms or two of origin + k x width: try the five whole ms around it
+    guess = np.ceil(origin_ms + k * bin_ms).astype(np.int64) - 2
+    tries = guess[:, None] + np.arange(5, dtype=np.int64)
+    reached = _bin_of(tries, origin_ms, bin_ms) >= k[:, None]
+    if not (reached[:, -1].all() and not reached[:, 0].any()):  # cannot happen with float64 ms; be exact anyway
+        ms = np.arange(m0, m1)
+        edges = span.start + np.searchsorted(_bin_of(ms, origin_ms, bin_ms), k, side="left")
+    else:
+        first = tries[k, np.argmax(reached, axis=1)]
+        edges = np.clip(first, m0, m1) - arrays.first_ms
+    edges = edges.astype(np.int64, copy=False)
+    return BinPositions(slice(int(edges[0]), int(edges[-1])), edges)
 
 
-def binned_sum(per_ms: np.ndarray, pos: tuple[slice, np.ndarray, np.ndarray], n: int,
-               arrays: LogArrays | None = None) -> np.ndarray:
-    """Sum of a per-ms array over each of n bins at `bin_positions` ``pos``: each bin's run of ms added
-    up when ``arrays`` says its values are whole (`LogArrays.is_whole`: exact in any order), else ms by ms."""
+def binned_sum(per_ms: np.ndarray, pos, n: int, arrays: LogArrays | None = None) -> np.ndarray:
+    """Sum of a per-ms array over each of n bins at `bin_positions` ``pos`` (float64): each bin's run of
+    ms added up when ``arrays`` says its values are whole (`LogArrays.is_whole`: exact in any order, in
+    int64 for integer arrays), else ms by ms."""
+    edges = pos[2]
     if arrays is not None and arrays.is_whole(per_ms):
         # whole numbers add up exactly in any order: each bin's run of ms summed at C speed, no running sum
         # of the whole log kept (a big log's per-ms arrays are each as long as it has ms)
-        edges = pos[2]
         out = np.zeros(n)
         full = np.flatnonzero(edges[1:] > edges[:-1])
-        if full.size:
-            out[full] = np.add.reduceat(per_ms[edges[0] : edges[-1]], edges[full] - edges[0])
+        if not full.size:
+            return out
+        starts, stop = edges[full], int(edges[-1])
+        acc = np.int64 if per_ms.dtype.kind in "iub" else np.float64  # never a narrow dtype's own: it could wrap
+        if per_ms.dtype == acc:
+            out[full] = np.add.reduceat(per_ms[starts[0] : stop], starts - starts[0])
+            return out
+        # summed into the wide dtype a group of bins of about _SUM_BLOCK ms at a time: reduceat casts what it
+        # is given whole, and a long log's per-ms array cast whole would be 8 bytes per ms
+        sums = np.empty(full.size)
+        k = 0
+        while k < full.size:
+            j = max(int(np.searchsorted(starts, starts[k] + _SUM_BLOCK, side="right")), k + 1)
+            hi = int(starts[j]) if j < full.size else stop
+            sums[k:j] = np.add.reduceat(per_ms[starts[k] : hi], starts[k:j] - starts[k], dtype=acc)
+            k = j
+        out[full] = sums
         return out
     return np.bincount(pos[1], weights=per_ms[pos[0]], minlength=n)[:n]
 
