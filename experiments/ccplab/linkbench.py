@@ -212,9 +212,9 @@ def kernel_run(rate_mbps: float, duration_s: int, workdir: Path) -> float:
                      f"offloads of {dev} in {ns}")
         run_tool(["ip", "-n", snd, "route", "add", "default", "via", "10.211.1.2"], "sender route")
         run_tool(["ip", "-n", rcv, "route", "add", "default", "via", "10.211.2.2"], "receiver route")
-        run_tool(["ip", "-n", mid, "qdisc", "add", "dev", "vr", "root", "netem", "delay", f"{ONE_WAY_DELAY_MS}ms",
+        run_tool(["tc", "-n", mid, "qdisc", "add", "dev", "vr", "root", "netem", "delay", f"{ONE_WAY_DELAY_MS}ms",
                   "rate", f"{rate_mbps}mbit", "limit", str(QUEUE_PACKETS)], "netem on the data direction")
-        run_tool(["ip", "-n", mid, "qdisc", "add", "dev", "vs", "root", "netem", "delay", f"{ONE_WAY_DELAY_MS}ms",
+        run_tool(["tc", "-n", mid, "qdisc", "add", "dev", "vs", "root", "netem", "delay", f"{ONE_WAY_DELAY_MS}ms",
                   "limit", "100000"], "netem on the ACK direction")
         server = subprocess.Popen(netns_exec(rcv, system_binary("iperf3"), "-s", "-1", "-p", IPERF_PORT),
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

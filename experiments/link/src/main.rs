@@ -12,12 +12,14 @@
 
 mod batchio;
 mod cell;
+mod delay;
 mod flowdelay;
 mod flowkey;
 mod mmlog;
 mod netns;
 mod queue;
 mod signals;
+mod timer;
 
 use std::{
     panic::AssertUnwindSafe,
@@ -35,7 +37,7 @@ use ccplab_traces::Trace;
 use ccplab_util::fs::write_atomically;
 use clap::Parser;
 use rattan_core::{
-    cells::{delay::DelayCell, StdPacket},
+    cells::StdPacket,
     config::RattanConfig,
     env::{StdNetEnvConfig, StdNetEnvMode},
     config::RattanResourceConfig,
@@ -45,6 +47,7 @@ use rattan_core::{
 
 use crate::{
     cell::{Clock0, LinkCell, LinkCellConfig, LinkStats},
+    delay::DelayCell,
     flowdelay::{parse_ack_delay, FlowDelayCell},
     flowkey::PortSide,
     mmlog::{display_path, LogBase, LogHeader, MmLog},
