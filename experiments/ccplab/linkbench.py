@@ -7,12 +7,12 @@ rate through ``ccplab-link`` and measures what one kernel cubic flow
 kernel:cubic --trace T --one-way-delay-ms 10 --queue-packets 1000`` (each
 run's directory is kept under ``--keep DIR`` if given). Beside it, in the
 same session, the kernel alone: two namespaces routed through a third (IP
-forwarding, no emulator process), with netem in the middle one giving the
-same one-way delay each way and, on the data direction, the same rate and
-queue (``netem delay 10ms rate R limit 1000``), so the row shows what the
-host's kernel achieves with the same offered rate and RTT. Offloads (TSO,
-GSO, GRO) are off on every veth of that path, as ccplab-link's namespaces
-have them, so both carry MTU-sized packets.
+forwarding, no emulator process), the middle one shaping the data direction
+to the same rate with the same queue (``tbf``; no added delay, as netem is
+not in every kernel), so the row shows what the host's kernel forwards at
+that rate while the machine is as loaded as it is. Offloads (TSO, GSO, GRO)
+are off on every veth of that path, as ccplab-link's namespaces have them,
+so both carry MTU-sized packets.
 
 Each run records the iperf3 receiver's throughput (Mbit/s) and, for
 ccplab-link, its process's CPU: user + system time of all its threads
@@ -189,10 +189,19 @@ def link_run(variant_dir: Path, trace: Path, duration_s: int, out: Path) -> tupl
     return float(mbps), cpu_cores(samples)
 
 
-def kernel_run(rate_mbps: float, duration_s: int, workdir: Path) -> float:
-    """One kernel cubic flow through three namespaces routed by the kernel, netem giving the middle one
-    ``ONE_WAY_DELAY_MS`` each way and ``rate_mbps`` with a ``QUEUE_PACKETS`` limit on the data
-    direction; receiver Mbit/s. Namespaces are removed on exit, also after an error."""
+def tbf_args(rate_mbps: float) -> list[str]:
+    """``tc`` arguments of the kernel path's shaper: a token bucket at ``rate_mbps`` whose bucket holds
+    one timer tick (4 ms) of the rate, at least 64 KiB, and whose queue holds ``QUEUE_PACKETS``
+    MTU-sized frames."""
+    burst = max(int(rate_mbps * 1e6 / 8 * 0.004), 65536)
+    return ["tbf", "rate", f"{rate_mbps:g}mbit", "burst", str(burst), "limit", str(QUEUE_PACKETS * 1514)]
+
+
+def kernel_run(rate_mbps: float, duration_s: int) -> float:
+    """One kernel cubic flow through three namespaces routed by the kernel (no emulator process), the
+    middle one shaping the data direction to ``rate_mbps`` (`tbf_args`); receiver Mbit/s. No added
+    delay: this needs no netem, which not every kernel has. Namespaces are removed on exit, also
+    after an error."""
     tag = f"{os.getpid()}"
     snd, mid, rcv = f"lb-snd-{tag}", f"lb-mid-{tag}", f"lb-rcv-{tag}"
     try:
@@ -212,10 +221,8 @@ def kernel_run(rate_mbps: float, duration_s: int, workdir: Path) -> float:
                      f"offloads of {dev} in {ns}")
         run_tool(["ip", "-n", snd, "route", "add", "default", "via", "10.211.1.2"], "sender route")
         run_tool(["ip", "-n", rcv, "route", "add", "default", "via", "10.211.2.2"], "receiver route")
-        run_tool(["tc", "-n", mid, "qdisc", "add", "dev", "vr", "root", "netem", "delay", f"{ONE_WAY_DELAY_MS}ms",
-                  "rate", f"{rate_mbps}mbit", "limit", str(QUEUE_PACKETS)], "netem on the data direction")
-        run_tool(["tc", "-n", mid, "qdisc", "add", "dev", "vs", "root", "netem", "delay", f"{ONE_WAY_DELAY_MS}ms",
-                  "limit", "100000"], "netem on the ACK direction")
+        run_tool(["tc", "-n", mid, "qdisc", "add", "dev", "vr", "root", *tbf_args(rate_mbps)],
+                 "tbf on the data direction")
         server = subprocess.Popen(netns_exec(rcv, system_binary("iperf3"), "-s", "-1", "-p", IPERF_PORT),
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
@@ -309,7 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     shift = (rep + i) % len(paths)
                     for label in paths[shift:] + paths[:shift]:
                         if label == KERNEL:
-                            mbps, cpu = kernel_run(rate, args.duration_s, tmp), None
+                            mbps, cpu = kernel_run(rate, args.duration_s), None
                         else:
                             out = (args.keep or tmp / "runs") / f"{label}-{rate:g}-{rep}"
                             out.parent.mkdir(parents=True, exist_ok=True)
@@ -328,8 +335,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps([asdict(s) for s in samples], indent=2) + "\n")
     print(f"kernel cubic through the link: {ONE_WAY_DELAY_MS} ms each way, {QUEUE_PACKETS}-packet queue, "
-          f"{args.duration_s} s flows, {args.reps} repetitions; the kernel path: netem with the same delay, "
-          "rate and queue")
+          f"{args.duration_s} s flows, {args.reps} repetitions; the kernel path: routed namespaces, tbf at "
+          "the same rate and queue, no added delay")
     for v in variants:
         print(f"  {v.label}: {' '.join(v.argv)}")
     print(results_table(samples, [v.label for v in variants]))

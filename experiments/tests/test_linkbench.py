@@ -75,3 +75,11 @@ def test_the_table_gives_median_spread_ratio_and_verdicts():
 def test_help_names_the_lock_and_the_variants():
     text = linkbench.build_parser().format_help()
     assert "/tmp/ccplab-netlab.lock" in text and "--variant" in text and "--rates" in text
+
+
+def test_the_kernel_shaper_holds_a_tick_of_the_rate_and_the_queue_in_bytes():
+    args = linkbench.tbf_args(1000)
+    assert args[:3] == ["tbf", "rate", "1000mbit"]
+    assert int(args[args.index("burst") + 1]) == 500_000, "4 ms at 1 Gbit/s"
+    assert int(linkbench.tbf_args(12)[4]) == 65536, "never under 64 KiB"
+    assert args[args.index("limit") + 1] == str(linkbench.QUEUE_PACKETS * 1514)
