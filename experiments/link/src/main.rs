@@ -197,7 +197,11 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("CCPLAB_LINK_LOG")
-                .unwrap_or_else(|_| "warn,netlink_packet_route=error,ccplab_link=info".into()),
+                // rattan_core::control warns when a Start/FirstPacket notice
+                // finds no listener: none of our cells waits for one.
+                .unwrap_or_else(|_| {
+                    "warn,netlink_packet_route=error,rattan_core::control=error,ccplab_link=info".into()
+                }),
         )
         .init();
     let args = Args::parse();
