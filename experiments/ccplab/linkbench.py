@@ -275,11 +275,13 @@ def results_table(samples: Sequence[Sample], labels: Sequence[str]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m ccplab.linkbench", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="python -m ccplab.linkbench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="Run under the host lock: flock /tmp/ccplab-netlab.lock python -m "
                                        "ccplab.linkbench ...")
     p.add_argument("--rates", type=parse_rates, default=list(DEFAULT_RATES),
-                   help="offered rates, Mbit/s, comma-separated (default %(default)s)")
+                   help="offered rates, Mbit/s, comma-separated (default "
+                        + ",".join(str(r) for r in DEFAULT_RATES) + ")")
     p.add_argument("--reps", type=int, default=3, help="repetitions of every rate and path (default %(default)s)")
     p.add_argument("--duration-s", type=int, default=10, help="each flow's duration, s (default %(default)s)")
     p.add_argument("--variant", type=parse_variant, action="append", default=None, metavar="LABEL=COMMAND",
