@@ -22,7 +22,6 @@ use async_trait::async_trait;
 use rattan_core::{
     cells::{Cell, ControlInterface, Egress, Ingress, Packet},
     error::Error,
-    metal::timer::Timer,
 };
 use tokio::{sync::mpsc, time::Instant};
 
@@ -30,6 +29,7 @@ use crate::{
     flowkey::{flow_key, PortSide},
     mmlog::{unix_ms_now, MmLog},
     queue::{Delivered, LinkQueue, NullSink, QueueLimit, OPPORTUNITY_BYTES},
+    timer::LazyTimer,
 };
 
 /// Time 0 of the trace replay, shared by all cells and main.
@@ -104,7 +104,7 @@ pub struct LinkCellEgress<P: Packet> {
     clock0: Clock0,
     sets_clock0: bool,
     log: Option<MmLog>,
-    timer: Timer,
+    timer: LazyTimer,
     stats: Arc<LinkStats>,
     key_side: PortSide,
     inject_panic: bool,
@@ -229,16 +229,29 @@ impl<P: Packet + Send + Sync> Egress<P> for LinkCellEgress<P> {
                 }
                 return Some(p);
             }
+            // Arrivals already queued are taken before any wait (each is
+            // placed by its own timestamp), so the timer is re-armed once
+            // per burst, not once per packet.
+            if let Ok(p) = self.rx.try_recv() {
+                self.on_packet(p);
+                continue;
+            }
             // None also when a trace played once has ended: nothing to wake for.
             let wake = self.clock0.get().and_then(|b| {
                 self.queue
                     .next_opportunity_ms()
                     .map(|ms| b + Duration::from_millis(ms))
             });
+            if let Some(at) = wake {
+                self.timer.arm(at).expect("timerfd_settime on our own timerfd");
+            }
             tokio::select! {
                 biased;
                 p = self.rx.recv() => self.on_packet(p?),
-                _ = self.timer.sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => self.on_tick(),
+                r = self.timer.fired(), if wake.is_some() => {
+                    r.expect("read of our own timerfd");
+                    self.on_tick();
+                }
                 // Time 0 may be set by another cell while we idle: re-check.
                 _ = tokio::time::sleep(Duration::from_millis(50)), if wake.is_none() => {}
             }
@@ -321,7 +334,7 @@ impl<P: Packet + Send + Sync> ChannelCell<P, LinkCellEgress<P>> {
                 clock0,
                 sets_clock0: config.sets_clock0,
                 log: config.log,
-                timer: Timer::new()?,
+                timer: LazyTimer::new()?,
                 stats,
                 key_side: config.key_side,
                 inject_panic: config.inject_panic,

@@ -15,7 +15,6 @@ use async_trait::async_trait;
 use rattan_core::{
     cells::{Egress, Packet},
     error::Error,
-    metal::timer::Timer,
 };
 use tokio::{sync::mpsc, time::Instant};
 
@@ -23,6 +22,7 @@ use crate::{
     cell::ChannelCell,
     flowkey::{flow_key, PortSide},
     queue::FlowKey,
+    timer::LazyTimer,
 };
 
 /// One FIFO of packets that share an extra delay: (due time, packet).
@@ -37,7 +37,7 @@ pub struct FlowDelayEgress<P: Packet> {
     classes: Vec<DelayClass<P>>,
     /// (port, class index) of every port with an extra delay.
     class_of: Vec<(FlowKey, usize)>,
-    timer: Timer,
+    timer: LazyTimer,
 }
 
 impl<P: Packet + Send + Sync> FlowDelayEgress<P> {
@@ -69,6 +69,9 @@ impl<P: Packet + Send + Sync> FlowDelayEgress<P> {
 impl<P: Packet + Send + Sync> Egress<P> for FlowDelayEgress<P> {
     async fn dequeue(&mut self) -> Option<P> {
         loop {
+            while let Ok(p) = self.rx.try_recv() {
+                self.admit(p);
+            }
             let next = self.earliest();
             if let Some((class, due)) = next {
                 if due <= Instant::now() {
@@ -77,10 +80,13 @@ impl<P: Packet + Send + Sync> Egress<P> for FlowDelayEgress<P> {
                     return Some(p);
                 }
             }
+            if let Some((_, due)) = next {
+                self.timer.arm(due).expect("timerfd_settime on our own timerfd");
+            }
             tokio::select! {
                 biased;
                 p = self.rx.recv() => self.admit(p?),
-                _ = self.timer.sleep_until(next.map_or_else(Instant::now, |(_, due)| due)), if next.is_some() => {}
+                r = self.timer.fired(), if next.is_some() => r.expect("read of our own timerfd"),
             }
         }
     }
@@ -117,7 +123,7 @@ impl<P: Packet + Send + Sync> ChannelCell<P, FlowDelayEgress<P>> {
                 rx,
                 classes,
                 class_of,
-                timer: Timer::new()?,
+                timer: LazyTimer::new()?,
             })
         })
     }
