@@ -107,6 +107,30 @@ def _head(res: ContestResult) -> str:
             f"unbounded queue, trace played once, scored over {window}; {s.get('runs', 1)} run(s) per CCA")
 
 
+def provenance(res: ContestResult) -> str:
+    """"18 runs, 2026-11-27 17:27 to 18:12 UTC, ccplab commit 02c1c1f, Linux 6.18.44" from the
+    runs' metadata.json (`started_at`, `finished_at`, `host`); "" when no run has them."""
+    metas = []
+    for r in res.rows:
+        try:
+            metas.append(json.loads((Path(r["run_dir"]) / "metadata.json").read_text()))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    starts = sorted(m["started_at"] for m in metas if m.get("started_at"))
+    ends = sorted(m["finished_at"] for m in metas if m.get("finished_at"))
+    if not starts or not ends:
+        return ""
+    commits = sorted({str((m.get("host") or {}).get("ccplab_commit")) for m in metas} - {"None"})
+    kernels = sorted({str((m.get("host") or {}).get("kernel")) for m in metas} - {"None"})
+    first, last = starts[0].replace("T", " ")[:16], ends[-1].replace("T", " ")[:16]
+    text = f"{len(res.rows)} runs, {first} to {last[11:] if last[:10] == first[:10] else last} UTC"
+    if commits:
+        text += f", ccplab commit {', '.join(commits)}"
+    if kernels:
+        text += f", Linux {', '.join(kernels)}"
+    return text
+
+
 def leaderboard_table(res: ContestResult) -> list[str]:
     """A leaderboard as Markdown lines."""
     board = leaderboard(res.rows)
@@ -153,7 +177,9 @@ def render(results: Sequence[ContestResult]) -> str:
     if boards:
         out += ["## Leaderboards", ""]
         for res in sorted(boards, key=lambda r: r.key):
-            out += [f"### {_head(res)}", "", f"`{res.command()}`", "", *leaderboard_table(res), ""]
+            when = provenance(res)
+            out += [f"### {_head(res)}", "", f"`{res.command()}`", "", *([f"{when}.", ""] if when else []),
+                    *leaderboard_table(res), ""]
     pairs = _receiver_pairs(boards)
     if pairs:
         out += ["## Receivers compared", ""]

@@ -283,8 +283,15 @@ def test_contest_doc_page_has_both_receivers_best_settings_and_sweeps(tmp_path):
     rows = [{"cca": f"ccp:fake:k={v}", "run": 1, "value": v,
              **ct.run_metrics(sw / "runs" / f"ccp-fake-k-{v}" / "run-1", sweep)} for v in values]
     ct._write_csv(sw / "runs.csv", rows, list(ct.RUN_COLUMNS))
+    for k, run in enumerate(sorted((dirs[1] / "runs").glob("*/run-1"))):
+        meta = json.loads((run / "metadata.json").read_text())
+        meta.update(started_at=f"2026-01-02T10:0{k}:00+00:00", finished_at=f"2026-01-02T10:0{k}:30+00:00",
+                    host={"ccplab_commit": "abc1234", "kernel": "6.18.0"})
+        (run / "metadata.json").write_text(json.dumps(meta))
     page = contest_doc.contest_doc_command([*dirs, sw], tmp_path / "page.md")
     assert (tmp_path / "page.md").read_text() == page
+    assert "2 runs, 2026-01-02 10:00 to 10:01 UTC, ccplab commit abc1234, Linux 6.18.0." in page
+    assert page.count(" runs, ") == 1, "a board whose runs carry no times says nothing"
     assert page.count("| # | CCA |") == 2, "a leaderboard per receiver"
     assert "t3, delayed ACKs, 3 s" in page and "t3, ACK every segment, 3 s" in page
     assert "--delayed-acks" in page, "the delayed-ACK board's command says so"
