@@ -491,7 +491,7 @@ def _start_iperf_server(ready: dict, rundir: Path, index: int, n_flows: int) -> 
     server = Daemon(f"iperf3 server of flow {index}", netns_exec(
         ready["receiver_netns"], "iperf3", "-s", "-1", "-B", ready["receiver_ip"], "-p", port,
     ), rundir / log, stop_timeout_s=3)
-    return started(server, lambda: listening(ready["receiver_netns"], port))
+    return started(server, lambda: listening(ready["receiver_netns"], port, server.proc.pid))
 
 
 @dataclass

@@ -81,3 +81,40 @@ def test_a_daemon_ignoring_sigterm_is_killed_after_its_stop_timeout(tmp_path):
     with Daemon("stubborn", argv, tmp_path / "log", stop_timeout_s=0.5) as daemon:
         daemon.wait_ready(lambda: "up" in (tmp_path / "log").read_text(), timeout_s=10)
     assert daemon.proc.returncode == -9  # SIGKILL
+
+
+@pytest.mark.network
+def test_listening_sees_a_listener_only_in_its_namespace(needs_root, tmp_path):
+    # a server's readiness from its /proc TCP table: not before it listens, not in the host's namespace
+    import os
+    import socket
+
+    from ccplab.plumbing.netns import listening, netns_exec, remove_namespace
+    from ccplab.plumbing.processes import run_tool
+
+    ns = f"ccplab-test-listen-{os.getpid()}"
+    with socket.socket() as host_listener:  # the same port listening outside ``ns`` does not count
+        host_listener.bind(("127.0.0.1", 0))
+        host_listener.listen()
+        port = host_listener.getsockname()[1]
+        server = [sys.executable, "-c", f"import socket, time, sys; s = socket.socket(); sys.stdin.readline(); "
+                  f"s.bind(('0.0.0.0', {port})); s.listen(); print('up', flush=True); time.sleep(60)"]
+        run_tool(["ip", "netns", "add", ns], f"ip netns add {ns}")
+        try:
+            import subprocess
+
+            proc = subprocess.Popen(netns_exec(ns, *server), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            try:
+                assert not listening(ns, port, os.getpid()), "this process is not in the namespace"
+                assert not listening(ns, port, proc.pid), "nothing listens in the namespace yet"
+                proc.stdin.write("go\n")
+                proc.stdin.flush()
+                assert proc.stdout.readline().strip() == "up"
+                assert listening(ns, port, proc.pid)
+                assert not listening(ns, port + 1 if port < 65535 else port - 1, proc.pid)
+            finally:
+                proc.kill()
+                proc.wait()
+            assert not listening(ns, port, proc.pid), "a process that is gone"
+        finally:
+            remove_namespace(ns)
