@@ -274,10 +274,15 @@ def cmd_compare(args) -> int:
 
 
 def cmd_demo(args) -> int:
+    """``ccplab demo``: the built-in comparison, under the host's netlab lock (waits for it; no wait when
+    this process runs under ``flock`` on it already)."""
+    from .plumbing.locks import netlab_lock
+
     out = args.out or REPO_ROOT / "results" / f"demo-{dt.datetime.now():%Y%m%d-%H%M%S}"
     ccas = [parse_cca(n) for n in sc.DEMO_CCAS]
-    code = _comparison(ccas, None, sc.DEMO_STEPS, sc.DEMO_SIGMA_MBPS, sc.DEMO_SEED, sc.DEMO_ONE_WAY_DELAY_MS,
-                       sc.DEMO_QUEUE_PACKETS, args.duration_s, args.runs, out)
+    with netlab_lock():
+        code = _comparison(ccas, None, sc.DEMO_STEPS, sc.DEMO_SIGMA_MBPS, sc.DEMO_SEED, sc.DEMO_ONE_WAY_DELAY_MS,
+                           sc.DEMO_QUEUE_PACKETS, args.duration_s, args.runs, out)
     latest = REPO_ROOT / "results" / "demo-latest"
     if args.out is None:
         latest.unlink(missing_ok=True)

@@ -118,3 +118,34 @@ def test_listening_sees_a_listener_only_in_its_namespace(needs_root, tmp_path):
             assert not listening(ns, port, proc.pid), "a process that is gone"
         finally:
             remove_namespace(ns)
+
+
+@pytest.mark.network
+def test_the_ccp_daemons_exit_within_a_fifth_of_a_second_of_sigterm(needs_root, tmp_path):
+    # every run stops them: an exit that waits out a receive timeout or a poll period costs each run
+    # that long. 100 ms is the goal; the bound leaves room for a loaded 2-core machine.
+    import time
+
+    from ccplab.cca import PORTUS_SOCKET
+    from ccplab.plumbing.locks import ccp_host_claim
+    from ccplab.plumbing.processes import appears, started, wait_exit
+    from ccplab.registry import SUITE_BINARY
+    from ccplab.binaries import project_binary
+
+    with ccp_host_claim():
+        algorithm = started(Daemon("ccp-algorithms", [project_binary(SUITE_BINARY), "cubic", "--ipc", "unix"],
+                                   tmp_path / "algorithm.log"), appears(PORTUS_SOCKET))
+        ready = tmp_path / "ready.json"
+        datapath = started(Daemon("ccp-datapath", [project_binary("ccp-datapath"), "--congalg", "cubic",
+                                                    "--ready-file", ready], tmp_path / "datapath.log"), ready.exists)
+        took = {}
+        with algorithm, datapath:
+            for d in (datapath, algorithm):
+                sent = time.monotonic()
+                d.terminate()
+                assert wait_exit([d.proc], 5.0), f"{d.name} still runs 5 s after SIGTERM:\n{d.log_tail()}"
+                took[d.name] = time.monotonic() - sent
+                assert d.proc.wait() == 0, f"{d.name} exit status {d.proc.returncode}:\n{d.log_tail()}"
+    print("seconds from SIGTERM to exit:", {n: round(t, 3) for n, t in took.items()})
+    assert all(t < 0.2 for t in took.values()), f"seconds from SIGTERM to exit: {took}"
+    assert not PORTUS_SOCKET.exists(), "the algorithm removed its socket"
