@@ -55,11 +55,10 @@ build: deps
 	$(CARGO) build --release --workspace
 
 # Only what `ccplab demo` runs: the link, the trace tool, the datapath and the suite's one binary.
-# (`+`: cargo shares the jobs of `make -j2` with the Python install.)
 DEMO_BINARIES := ccplab-link ccplab-trace ccp-datapath ccp-algorithms
 
 build-demo: deps-apt deps-rust
-	+$(CARGO) build --release $(addprefix --bin ,$(DEMO_BINARIES))
+	$(CARGO) build --release $(addprefix --bin ,$(DEMO_BINARIES))
 
 deps: deps-apt deps-rust deps-python
 

@@ -11,6 +11,8 @@ imported everything already.
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import subprocess
 import sys
 
@@ -46,3 +48,33 @@ def test_the_runner_imports_no_analysis():
     # without numpy; `transient.timezero` decides by its size)
     code = "import ccplab.cli, ccplab.run, ccplab.control, ccplab.cleanup, ccplab.runbench, transient.timezero"
     assert imported_after(code) == set()
+
+
+def _make_dry_run(target: str) -> str:
+    """The commands ``make -n TARGET`` would run in the repository (nothing is run: the recursive
+    make is itself a dry run)."""
+    from ccplab.binaries import REPO_ROOT
+
+    if shutil.which("make") is None:
+        pytest.fail("make is not installed (apt-get install make)", pytrace=False)
+    done = subprocess.run(["make", "-n", "--no-print-directory", target], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_make_demo_builds_exactly_the_binaries_the_demo_runs_and_no_test_tool():
+    from ccplab import scenario as sc
+    from ccplab.registry import SUITE_BINARY
+
+    kinds = {n.split(":")[0] for n in sc.DEMO_CCAS}
+    assert kinds <= {"kernel", "ccp"}, f"a demo CCA of another kind: {sc.DEMO_CCAS}"
+    needed = {"ccplab-link", "ccplab-trace"}  # the link; the step trace and its check
+    if "ccp" in kinds:
+        needed |= {"ccp-datapath", SUITE_BINARY}  # every suite algorithm runs from the suite's binary
+    commands = _make_dry_run("demo").splitlines()
+    builds = [c for c in commands if c.startswith("cargo build")]
+    assert len(builds) == 1 and "--workspace" not in builds[0], builds
+    assert set(re.findall(r"--bin (\S+)", builds[0])) == needed
+    assert not any("chromium" in c or "'.[test]'" in c for c in commands), "a test-only tool in make demo"
+    assert any(c.endswith("bin/ccplab demo") for c in commands)
