@@ -49,7 +49,7 @@ def _link_args(p: argparse.ArgumentParser, defaults: bool) -> None:
                    required=not defaults, help="fixed one-way delay each way, ms (RTT = 2x)")
     p.add_argument("--queue-packets", type=QUEUE_PACKETS, default=sc.DEMO_QUEUE_PACKETS if defaults else None,
                    required=not defaults, help="droptail queue limit of the bottleneck, packets")
-    p.add_argument("--duration-s", type=DURATION_S, default=sc.DEMO_DURATION_S if defaults else None,
+    p.add_argument("--duration-s", type=DURATION_S, default=sc.DEFAULT_DURATION_S if defaults else None,
                    required=not defaults, help="flow duration, s")
     p.add_argument("--quickack", action="store_true",
                    help="the receiver acknowledges every segment at once (a quickack route in its namespace, as "
@@ -134,8 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--no-analysis", action="store_true", help="only run; analyse later with ccplab analyze")
 
     demo = sub.add_parser("demo", help="compare on the built-in default: steps 0->12 Mbit/s at 0 s and "
-                          "12->4 Mbit/s at 10 s, sigma 2, 25 ms one way, droptail 40, "
-                          "kernel:cubic kernel:bbr ccp:reno ccp:cubic, 3 x 20 s")
+                          "12->4 Mbit/s at 6 s, sigma 2, 25 ms one way, droptail 40, "
+                          "kernel:cubic kernel:bbr ccp:reno ccp:cubic, 3 x 12 s; takes the host's netlab lock")
     demo.add_argument("--out", type=Path, help="default: results/demo-<timestamp>")
     demo.add_argument("--runs", type=RUNS, default=sc.DEMO_RUNS)
     demo.add_argument("--duration-s", type=DURATION_S, default=sc.DEMO_DURATION_S)
