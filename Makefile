@@ -1,5 +1,5 @@
-# ccplab: `make demo` installs what is missing, builds, and runs the default
-# comparison; `make test` runs the whole test suite (CI: .ci/run).
+# ccplab: `make demo` installs what is missing, builds the binaries the demo runs, and runs the
+# default comparison; `make test` runs the whole test suite (CI: .ci/run).
 SHELL := /bin/bash
 VENV  := .venv
 PY    := $(VENV)/bin/python
