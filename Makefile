@@ -1,5 +1,5 @@
-# ccplab: `make demo` installs what is missing, builds, and runs the default
-# comparison; `make test` runs the whole test suite (CI: .ci/run).
+# ccplab: `make demo` installs what is missing, builds the binaries the demo runs, and runs the
+# default comparison; `make test` runs the whole test suite (CI: .ci/run).
 SHELL := /bin/bash
 VENV  := .venv
 PY    := $(VENV)/bin/python
@@ -13,10 +13,13 @@ APT_TEST_PACKAGES := chromium
 APT_TEST_COMMANDS := chromium
 APT_INSTALL := apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends
 
-.PHONY: demo test build deps deps-test deps-apt deps-apt-test deps-rust deps-python deps-python-test \
+.PHONY: demo test build build-demo deps deps-test deps-apt deps-apt-test deps-rust deps-python deps-python-test \
 	test-rust test-python docs bench clean kmod-check kmod-src deps-kmod upstream-algs
 
-demo: build
+# The demo's binaries build while the Python environment installs (neither needs the other);
+# `ccplab demo` takes the host lock (it waits while another emulation holds it).
+demo: deps-apt deps-rust
+	$(MAKE) --no-print-directory -j2 build-demo deps-python
 	$(VENV)/bin/ccplab demo
 
 test: deps-test build upstream-algs docs test-rust test-python
@@ -50,6 +53,12 @@ test-python:
 
 build: deps
 	$(CARGO) build --release --workspace
+
+# Only what `ccplab demo` runs: the link, the trace tool, the datapath and the suite's one binary.
+DEMO_BINARIES := ccplab-link ccplab-trace ccp-datapath ccp-algorithms
+
+build-demo: deps-apt deps-rust
+	$(CARGO) build --release $(addprefix --bin ,$(DEMO_BINARIES))
 
 deps: deps-apt deps-rust deps-python
 

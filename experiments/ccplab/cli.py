@@ -49,7 +49,7 @@ def _link_args(p: argparse.ArgumentParser, defaults: bool) -> None:
                    required=not defaults, help="fixed one-way delay each way, ms (RTT = 2x)")
     p.add_argument("--queue-packets", type=QUEUE_PACKETS, default=sc.DEMO_QUEUE_PACKETS if defaults else None,
                    required=not defaults, help="droptail queue limit of the bottleneck, packets")
-    p.add_argument("--duration-s", type=DURATION_S, default=sc.DEMO_DURATION_S if defaults else None,
+    p.add_argument("--duration-s", type=DURATION_S, default=sc.DEFAULT_DURATION_S if defaults else None,
                    required=not defaults, help="flow duration, s")
     p.add_argument("--quickack", action="store_true",
                    help="the receiver acknowledges every segment at once (a quickack route in its namespace, as "
@@ -134,8 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--no-analysis", action="store_true", help="only run; analyse later with ccplab analyze")
 
     demo = sub.add_parser("demo", help="compare on the built-in default: steps 0->12 Mbit/s at 0 s and "
-                          "12->4 Mbit/s at 10 s, sigma 2, 25 ms one way, droptail 40, "
-                          "kernel:cubic kernel:bbr ccp:reno ccp:cubic, 3 x 20 s")
+                          "12->4 Mbit/s at 6 s, sigma 2, 25 ms one way, droptail 40, "
+                          "kernel:cubic kernel:bbr ccp:reno ccp:cubic, 3 x 12 s; takes the host's netlab lock")
     demo.add_argument("--out", type=Path, help="default: results/demo-<timestamp>")
     demo.add_argument("--runs", type=RUNS, default=sc.DEMO_RUNS)
     demo.add_argument("--duration-s", type=DURATION_S, default=sc.DEMO_DURATION_S)
@@ -274,10 +274,15 @@ def cmd_compare(args) -> int:
 
 
 def cmd_demo(args) -> int:
+    """``ccplab demo``: the built-in comparison, under the host's netlab lock (waits for it; no wait when
+    this process runs under ``flock`` on it already)."""
+    from .plumbing.locks import netlab_lock
+
     out = args.out or REPO_ROOT / "results" / f"demo-{dt.datetime.now():%Y%m%d-%H%M%S}"
     ccas = [parse_cca(n) for n in sc.DEMO_CCAS]
-    code = _comparison(ccas, None, sc.DEMO_STEPS, sc.DEMO_SIGMA_MBPS, sc.DEMO_SEED, sc.DEMO_ONE_WAY_DELAY_MS,
-                       sc.DEMO_QUEUE_PACKETS, args.duration_s, args.runs, out)
+    with netlab_lock():
+        code = _comparison(ccas, None, sc.DEMO_STEPS, sc.DEMO_SIGMA_MBPS, sc.DEMO_SEED, sc.DEMO_ONE_WAY_DELAY_MS,
+                           sc.DEMO_QUEUE_PACKETS, args.duration_s, args.runs, out)
     latest = REPO_ROOT / "results" / "demo-latest"
     if args.out is None:
         latest.unlink(missing_ok=True)

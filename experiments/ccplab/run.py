@@ -95,7 +95,8 @@ from .control import InvalidRunError, ValidityPolicy, control_evidence, flow_evi
 from .cleanup import find_leftovers, remove_stale_partials
 from .plumbing.locks import ccp_host_claim
 from .plumbing.netns import listening, netns_exec, remove_namespace
-from .plumbing.processes import READY_TIMEOUT_S, Daemon, appears, child_env, started, supervised, wait_exit
+from .plumbing.processes import (READY_TIMEOUT_S, Daemon, appears, child_env, started, stop_together, supervised,
+                                 wait_exit)
 from .scenario import Scenario, check_trace
 
 BTF_VMLINUX = Path("/sys/kernel/btf/vmlinux")  # struct_ops needs the kernel's BTF
@@ -294,8 +295,9 @@ def _run_flows(flows: Sequence[FlowSpec], scenario: Scenario, rundir: Path) -> t
         if ended_by == "flows" and not link.running():
             raise CcplabError(f"the emulated link died during the run:\n{link.log_tail()}")
         # Stop the link (and so its log) as the flow ends, as mm-link ends with its
-        # command: stopping the daemons first would add idle time to the log.
-        if link.stop() != 0:
+        # command: stopping the daemons first would add idle time to the log. The ccp
+        # daemons stop with it (the flows are over), their clean-ups overlapping the link's.
+        if stop_together([link, *reversed(ccp_daemons)])[0] != 0:
             raise CcplabError(f"the emulated link failed while stopping:\n{link.log_tail()}")
     (rundir / ".link-ready.json").unlink(missing_ok=True)
     (rundir / ".datapath-ready.json").unlink(missing_ok=True)
@@ -491,7 +493,7 @@ def _start_iperf_server(ready: dict, rundir: Path, index: int, n_flows: int) -> 
     server = Daemon(f"iperf3 server of flow {index}", netns_exec(
         ready["receiver_netns"], "iperf3", "-s", "-1", "-B", ready["receiver_ip"], "-p", port,
     ), rundir / log, stop_timeout_s=3)
-    return started(server, lambda: listening(ready["receiver_netns"], port))
+    return started(server, lambda: listening(ready["receiver_netns"], port, server.proc.pid))
 
 
 @dataclass

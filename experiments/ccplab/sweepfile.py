@@ -61,7 +61,7 @@ SCENARIO_KEYS = {"name", "one_way_delay_ms", "queue_packets", "duration_s", "ste
                  "trace_seed", "trace", "quickack", *(s.field for s in sc.DATAPATH_SETTINGS)}
 TOP_KEYS = {"name", "seed", "repetitions", "ccas", "flows", "scenario"}
 DEFAULTS = {"one_way_delay_ms": sc.DEMO_ONE_WAY_DELAY_MS, "queue_packets": sc.DEMO_QUEUE_PACKETS,
-            "duration_s": sc.DEMO_DURATION_S, "sigma_mbps": sc.DEMO_SIGMA_MBPS, "trace_seed": sc.DEMO_SEED,
+            "duration_s": sc.DEFAULT_DURATION_S, "sigma_mbps": sc.DEMO_SIGMA_MBPS, "trace_seed": sc.DEMO_SEED,
             "quickack": False}
 RUN_OVERHEAD_S = 2.5
 """Seconds a run takes beyond its flow (link and daemons up, iperf3 handshake, teardown, analysis,

@@ -108,8 +108,8 @@ def test_generated_trace_has_every_step(tmp_path, needs_binaries):
 
 def test_demo_scenario_has_both_kinds_of_step():
     assert [s.kind for s in sc.DEMO_STEPS] == ["up", "down"]
-    assert [str(s) for s in sc.DEMO_STEPS] == ["0:0:12", "10:12:4"]
-    assert sc.DEMO_DURATION_S == 20
+    assert [str(s) for s in sc.DEMO_STEPS] == ["0:0:12", "6:12:4"]
+    assert sc.DEMO_DURATION_S == 12
 
 
 def test_cli_unknown_cca_exits_2_and_writes_nothing(tmp_path, capsys):

@@ -152,7 +152,7 @@ class Bench:
         self.snd, self.rcv = stack.enter_context(veth_namespaces(bench_namespaces()))
         server = Daemon("iperf3 server", netns_exec(self.rcv, "iperf3", "-s", "-B", RECEIVER_IP, "-p", IPERF_PORT),
                         workdir / "iperf3-server.log", stop_timeout_s=3)
-        stack.enter_context(started(server, lambda: listening(self.rcv, IPERF_PORT)))
+        stack.enter_context(started(server, lambda: listening(self.rcv, IPERF_PORT, server.proc.pid)))
         self.server_pid = server.proc.pid
         self.ksoftirqd_pids = ksoftirqd_pids()
         self.runs = 0

@@ -52,10 +52,29 @@ def remove_namespace(ns: str) -> None:
     subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
-def listening(ns: str, port: int) -> bool:
-    """Whether a TCP socket listens on ``port`` in namespace ``ns`` (``ss -l``): a server's readiness."""
-    done = subprocess.run(netns_exec(ns, "ss", "-Hltn", f"sport = :{port}"), capture_output=True, text=True)
-    return bool(done.stdout.strip())
+TCP_LISTEN = "0A"
+"""The LISTEN state in /proc/net/tcp's ``st`` column (include/net/tcp_states.h)."""
+
+
+def listening(ns: str, port: int, pid: int) -> bool:
+    """Whether a TCP socket listens on ``port`` in namespace ``ns``, read from the TCP table of process
+    ``pid`` (``/proc/PID/net/tcp`` and ``tcp6``: its network namespace's sockets), once ``pid`` runs in
+    ``ns``: a server's readiness, with ``pid`` the server started there (``netns_exec`` keeps the pid).
+    False while ``pid`` is not in ``ns`` yet or is gone. No subprocess: a run checks this every 20 ms."""
+    try:
+        if os.stat(f"/proc/{pid}/ns/net").st_ino != (NETNS_DIR / ns).stat().st_ino:
+            return False
+        hex_port = f"{port:04X}"
+        for table in ("tcp", "tcp6"):
+            with open(f"/proc/{pid}/net/{table}") as f:
+                next(f, None)  # the header
+                for line in f:
+                    fields = line.split()  # sl local_address rem_address st ...
+                    if len(fields) > 3 and fields[3] == TCP_LISTEN and fields[1].rsplit(":", 1)[-1] == hex_port:
+                        return True
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return False
 
 
 def wait_no_connections(ns: str, port: int, timeout_s: float) -> None:

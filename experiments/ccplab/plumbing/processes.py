@@ -85,6 +85,7 @@ class Daemon:
         self.stop_timeout_s = stop_timeout_s
         self.env = env or {}
         self.proc: subprocess.Popen | None = None
+        self._terminated = False
 
     def __enter__(self) -> "Daemon":
         if self.proc is None:  # a daemon started (and waited for) before ``with`` is not started twice
@@ -121,12 +122,20 @@ class Daemon:
             time.sleep(0.02)
         raise CcplabError(f"{self.name} was not ready after {timeout_s:.0f} s:\n{self.log_tail()}")
 
+    def terminate(self) -> None:
+        """Send SIGTERM once (a second SIGTERM makes some daemons exit at once, skipping their cleanup);
+        `stop` then waits. Nothing when it is not running."""
+        if self.proc is not None and not self._terminated and self.proc.poll() is None:
+            self._terminated = True
+            self._signal(signal.SIGTERM)
+
     def stop(self) -> int | None:
-        """SIGTERM, then SIGKILL after ``stop_timeout_s``; returns the exit status."""
+        """SIGTERM (unless `terminate` sent it), then SIGKILL after ``stop_timeout_s``; returns the exit
+        status."""
         if self.proc is None:
             return None
         if self.proc.poll() is None:
-            self._signal(signal.SIGTERM)
+            self.terminate()
             if not wait_exit([self.proc], self.stop_timeout_s) and self.proc.poll() is None:
                 self._signal(signal.SIGKILL)
             self.proc.wait()
@@ -144,6 +153,14 @@ class Daemon:
         except OSError:
             return f"  (no log at {self.log_path})"
         return "\n".join(f"  {self.name}| {line}" for line in text[-lines:])
+
+
+def stop_together(daemons: Sequence[Daemon]) -> list[int | None]:
+    """Stop ``daemons`` at once: SIGTERM to each, then wait for each (`Daemon.stop`), so their clean-ups
+    overlap instead of adding up. Returns each one's exit status, in order."""
+    for d in daemons:
+        d.terminate()
+    return [d.stop() for d in daemons]
 
 
 def started(daemon: Daemon, is_ready: Callable[[], bool], timeout_s: float = READY_TIMEOUT_S) -> Daemon:
