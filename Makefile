@@ -114,7 +114,7 @@ bench: build
 	# what a run costs beyond its flow, kernel:cubic and ccp:cubic alternating (about 2 minutes)
 	$(NETLAB_LOCK) $(PY) -m ccplab.runbench --runs 5 --duration-s 5
 	# the link's capacity: kernel cubic through ccplab-link at 12..2000 Mbit/s offered, beside the kernel
-	# forwarding alone with the same rate and delay (netem), 3 repetitions (about 10 minutes)
+	# forwarding alone shaped to the same rate and queue (tbf, no added delay), 3 repetitions (about 10 minutes)
 	$(NETLAB_LOCK) $(PY) -m ccplab.linkbench --reps 3 --json results/bench-link-$$(date +%Y%m%d-%H%M%S).json
 	CCPLAB_FUZZ_CASES=1000000 $(CARGO) test --release -p ccp-datapath --test fuzz_messages -- --nocapture
 	# 1,000,000 structurally valid messages to the datapath during a real flow (the control guard)
