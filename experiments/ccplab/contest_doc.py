@@ -108,7 +108,7 @@ def _head(res: ContestResult) -> str:
 
 
 def provenance(res: ContestResult) -> str:
-    """"18 runs, 2026-11-27 17:27 to 18:12 UTC, ccplab commit 02c1c1f, Linux 6.18.44" from the
+    """"N runs, YYYY-MM-DD HH:MM to HH:MM UTC, ccplab commit C, Linux K" from the
     runs' metadata.json (`started_at`, `finished_at`, `host`); "" when no run has them."""
     metas = []
     for r in res.rows:
