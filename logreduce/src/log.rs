@@ -1,0 +1,110 @@
+//! A log file read in pieces of whole lines and reduced; the cache archive written.
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use crate::npz::{npy, npy_bytes, write_zip};
+use crate::parse::{event, Declined, Header};
+use crate::reduce::{Reducer, Reduction};
+
+/// Bytes read at a time (whole lines are reduced; a longer line is read whole).
+pub const CHUNK_BYTES: usize = 1 << 20;
+
+/// The log's size and modification time (ns) when it was opened: the stamp
+/// that tells the analysis whether a cache is of the log on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    pub size: u64,
+    pub mtime_ns: i128,
+}
+
+/// What became of a log: reduced, or left to the event reader (and why).
+pub enum Outcome {
+    Reduced(Box<Reduction>, Stamp),
+    Declined(Declined),
+}
+
+/// Reduce the log at `path` (see [`crate::parse`] for what is taken);
+/// `data_min_bytes` as [`Reducer::new`]. Errors: the file cannot be read.
+pub fn reduce_file(path: &Path, data_min_bytes: u64) -> io::Result<Outcome> {
+    let mut f = File::open(path)?;
+    let meta = f.metadata()?;
+    let stamp = Stamp { size: meta.size(), mtime_ns: meta.mtime() as i128 * 1_000_000_000 + meta.mtime_nsec() as i128 };
+    let mut header = Header::default();
+    let mut red = Reducer::new(data_min_bytes);
+    let mut in_head = true;
+    let mut lineno: u64 = 0;
+    let mut buf = vec![0u8; CHUNK_BYTES];
+    let mut have = 0; // bytes in buf, from its start
+    loop {
+        if have == buf.len() {
+            buf.resize(buf.len() * 2, 0); // a line longer than the buffer
+        }
+        let got = f.read(&mut buf[have..])?;
+        if got == 0 {
+            break;
+        }
+        have += got;
+        let Some(last_nl) = buf[..have].iter().rposition(|&b| b == b'\n') else { continue };
+        let mut pos = 0;
+        for line in buf[..last_nl].split(|&b| b == b'\n') {
+            lineno += 1;
+            pos += line.len() + 1;
+            if in_head {
+                if line.first() == Some(&b'#') {
+                    if let Err(d) = header.line(line, lineno) {
+                        return Ok(Outcome::Declined(d));
+                    }
+                    continue;
+                }
+                in_head = false;
+            }
+            if line.is_empty() {
+                continue;
+            }
+            let e = match event(line) {
+                Ok(e) => e,
+                Err(why) => return Ok(Outcome::Declined(Declined::at(lineno, why))),
+            };
+            if let Err(why) = red.add(e) {
+                return Ok(Outcome::Declined(Declined::at(lineno, why)));
+            }
+        }
+        debug_assert_eq!(pos, last_nl + 1);
+        buf.copy_within(pos..have, 0);
+        have -= pos;
+    }
+    if have > 0 {
+        return Ok(Outcome::Declined(Declined::at(lineno + 1, "the last line has no newline (cut mid-line)")));
+    }
+    match red.finish(header.base) {
+        Ok(r) => Ok(Outcome::Reduced(Box::new(r), stamp)),
+        Err(why) => Ok(Outcome::Declined(Declined::at(0, why))),
+    }
+}
+
+/// The cache's JSON header, as `transient.cache` writes it (`json.dumps` of
+/// the same dict: the same keys in the same order, the same separators).
+pub fn meta_json(r: &Reduction, stamp: Stamp, cache_version: u32) -> String {
+    let data = match r.data_ms {
+        Some((a, b)) => format!("[{a}, {b}]"),
+        None => "null".into(),
+    };
+    format!(
+        "{{\"stamp\": {{\"version\": {cache_version}, \"size\": {}, \"mtime_ns\": {}}}, \"n_events\": {}, \
+         \"first_ms\": {}, \"first_event_ms\": {}, \"has_packets\": {}, \"sent_lo\": {}, \"data_ms\": {data}, \
+         \"delay_dtype\": \"{}\"}}",
+        stamp.size, stamp.mtime_ns, r.n_events, r.first_ms, r.first_event_ms, r.has_packets, r.sent_lo,
+        r.delay_dtype
+    )
+}
+
+/// Writes the cache archive of `r` (its arrays, then `meta`) to `w`.
+pub fn write_cache(w: &mut impl Write, r: &Reduction, stamp: Stamp, cache_version: u32) -> io::Result<()> {
+    let mut entries: Vec<(String, Vec<u8>)> =
+        r.columns.iter().map(|(name, col)| (format!("{name}.npy"), npy(col))).collect();
+    entries.push(("meta.npy".into(), npy_bytes(meta_json(r, stamp, cache_version).as_bytes())));
+    write_zip(w, &entries)
+}
