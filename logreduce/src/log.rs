@@ -6,7 +6,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use crate::npz::{npy, npy_bytes, write_zip};
-use crate::parse::{event, Declined, Header};
+use crate::parse::{event_at, Declined, Header};
 use crate::reduce::{Reducer, Reduction};
 
 /// Bytes read at a time (whole lines are reduced; a longer line is read whole).
@@ -48,29 +48,33 @@ pub fn reduce_file(path: &Path, data_min_bytes: u64) -> io::Result<Outcome> {
         }
         have += got;
         let Some(last_nl) = buf[..have].iter().rposition(|&b| b == b'\n') else { continue };
+        let body = &buf[..=last_nl];
         let mut pos = 0;
-        for line in buf[..last_nl].split(|&b| b == b'\n') {
+        while pos < body.len() {
             lineno += 1;
-            pos += line.len() + 1;
             if in_head {
-                if line.first() == Some(&b'#') {
-                    if let Err(d) = header.line(line, lineno) {
+                if body[pos] == b'#' {
+                    let end = pos + body[pos..].iter().position(|&b| b == b'\n').expect("ends with a newline");
+                    if let Err(d) = header.line(&body[pos..end], lineno) {
                         return Ok(Outcome::Declined(d));
                     }
+                    pos = end + 1;
                     continue;
                 }
                 in_head = false;
             }
-            if line.is_empty() {
+            if body[pos] == b'\n' {
+                pos += 1; // a blank line
                 continue;
             }
-            let e = match event(line) {
-                Ok(e) => e,
+            let (e, next) = match event_at(body, pos) {
+                Ok(x) => x,
                 Err(why) => return Ok(Outcome::Declined(Declined::at(lineno, why))),
             };
             if let Err(why) = red.add(e) {
                 return Ok(Outcome::Declined(Declined::at(lineno, why)));
             }
+            pos = next;
         }
         debug_assert_eq!(pos, last_nl + 1);
         buf.copy_within(pos..have, 0);

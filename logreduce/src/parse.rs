@@ -50,7 +50,7 @@ fn kind_code(symbol: u8) -> Option<u8> {
 
 /// The decimal number of 1..=16 digits at `buf[i..]`, ended by any non-digit;
 /// returns (value, index of the byte after it) or None.
-#[inline]
+#[inline(always)]
 fn number(buf: &[u8], mut i: usize) -> Option<(u64, usize)> {
     let start = i;
     let mut v: u64 = 0;
@@ -68,32 +68,41 @@ fn number(buf: &[u8], mut i: usize) -> Option<(u64, usize)> {
     (i > start).then_some((v, i))
 }
 
-/// The event of the line `line` (without its newline, not empty), or what is
-/// wrong with it for this reader.
-#[inline]
-pub fn event(line: &[u8]) -> Result<Event, &'static str> {
+/// The event of the line starting at `buf[i]` (not empty), which ends with
+/// a newline that `buf` holds; returns it and where the next line starts, or
+/// what is wrong with the line for this reader.
+#[inline(always)]
+pub fn event_at(buf: &[u8], i: usize) -> Result<(Event, usize), &'static str> {
     const SHAPE: &str = "not `time symbol number [number]` with single spaces and at most 16 digits a number";
-    let (time_ms, i) = number(line, 0).ok_or(SHAPE)?;
-    if line.get(i) != Some(&b' ') {
+    let (time_ms, i) = number(buf, i).ok_or(SHAPE)?;
+    if buf.get(i) != Some(&b' ') {
         return Err(SHAPE);
     }
-    let code = line.get(i + 1).copied().and_then(kind_code).ok_or("no event kind + - # d")?;
-    if line.get(i + 2) != Some(&b' ') {
+    let code = buf.get(i + 1).copied().and_then(kind_code).ok_or("no event kind + - # d")?;
+    if buf.get(i + 2) != Some(&b' ') {
         return Err(SHAPE);
     }
-    let (first, j) = number(line, i + 3).ok_or(SHAPE)?;
+    let (first, j) = number(buf, i + 3).ok_or(SHAPE)?;
     let four = code == 1 || code == 3;
-    if !four {
-        return if j == line.len() { Ok(Event { time_ms, code, first, second: 0 }) } else { Err(SHAPE) };
-    }
-    if line.get(j) != Some(&b' ') {
+    let (second, k) = if four {
+        if buf.get(j) != Some(&b' ') {
+            return Err(SHAPE);
+        }
+        number(buf, j + 1).ok_or(SHAPE)?
+    } else {
+        (0, j)
+    };
+    if buf.get(k) != Some(&b'\n') {
         return Err(SHAPE);
     }
-    let (second, k) = number(line, j + 1).ok_or(SHAPE)?;
-    if k != line.len() {
-        return Err(SHAPE);
-    }
-    Ok(Event { time_ms, code, first, second })
+    Ok((Event { time_ms, code, first, second }, k + 1))
+}
+
+/// The event of one line (without its newline); see [`event_at`].
+pub fn event(line: &[u8]) -> Result<Event, &'static str> {
+    let mut buf = line.to_vec();
+    buf.push(b'\n');
+    event_at(&buf, 0).map(|(e, _)| e)
 }
 
 /// The header block's base timestamp (`# base timestamp: N`), read as the
