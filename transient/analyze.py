@@ -64,7 +64,6 @@ from .mahimahi import LinkColumns, read_link_columns
 from .metrics import LinkMetrics, link_metrics_of
 from .secondorder import NAN_SECOND_ORDER, second_order_metrics
 from .series import LogArrays, binned_series
-from .stream import stream_log_arrays
 from .steps import Step
 from .timezero import no_data_flow_message
 from .tpcca import TPCCA_FAULTS, tpcca_analysis
@@ -495,7 +494,9 @@ def _one_flow_arrays(spec: _RunSpec, opts: AnalysisOptions) -> LogArrays | None:
         from .cache import cached_log_arrays
 
         return cached_log_arrays(spec.log_path)
-    return stream_log_arrays(spec.log_path)
+    from .cache import reduced_log_arrays
+
+    return reduced_log_arrays(spec.log_path)
 
 
 def _event_flows(cols: LinkColumns, spec: _RunSpec) -> np.ndarray | None:

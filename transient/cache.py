@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 from ._lazy import lazy_module
 from .mahimahi import LinkColumns, LinkLog, parse_link_file
+from .reducer import reduce_to
 
 CACHE_VERSION = 1
 """Bump when the parsed representation changes: older caches are then re-parsed."""
@@ -175,8 +176,9 @@ def cached_log_arrays(log_path: Path):
     """`transient.stream.stream_log_arrays` through a cache beside the log (``<log>.ms.npz``,
     `arrays_cache_path`): loaded when fresh (same log size and modification time, same `CACHE_VERSION`);
     else, for a log of at most 32 MB with a fresh event cache (`cache_path`, e.g. the runner's), reduced
-    from those events; else the log is streamed and the cache (re)written (an unwritable directory only
-    skips it).
+    from those events; else the compiled reducer (`transient.reducer`) writes the cache and it is loaded,
+    or, where that is not built or declines the log, the log is streamed in Python and the cache
+    (re)written (an unwritable directory only skips it).
 
     Returns None when the log must be read as events (see `stream_log_arrays`); raises what it raises.
     """
@@ -196,7 +198,32 @@ def cached_log_arrays(log_path: Path):
         cols = _load(cache_path(log_path), stamp, str(log_path))
         if cols is not None:
             return LogArrays.from_columns(cols.time_ms, cols.code, cols.nbytes, cols.delay_ms, cols.packets)
-    arrays = stream_log_arrays(log_path)
-    if arrays is not None:
-        _store_arrays(cpath, arrays, stamp)
-    return arrays
+    if os.access(cpath.parent, os.W_OK):
+        if reduce_to(log_path, cpath):  # the compiled reducer writes the cache itself
+            arrays = _load_arrays(cpath, stamp)
+            if arrays is not None:
+                return arrays
+        arrays = stream_log_arrays(log_path)
+        if arrays is not None:
+            _store_arrays(cpath, arrays, stamp)
+        return arrays
+    return reduced_log_arrays(log_path)  # read-only directory: analyse uncached rather than fail
+
+
+def reduced_log_arrays(log_path: Path):
+    """`transient.stream.stream_log_arrays` of ``log_path`` without a cache beside it: by the compiled
+    reducer (`transient.reducer`) through a temporary archive when it is built and takes the log, else
+    by the Python streaming reader. Returns None and raises as `stream_log_arrays`."""
+    import tempfile
+
+    from .stream import stream_log_arrays
+
+    with open(log_path, "rb") as f:
+        stamp = _stamp(os.fstat(f.fileno()))
+    with tempfile.TemporaryDirectory(prefix="transient-ms-") as tmp:
+        out = Path(tmp) / "log.ms.npz"
+        if reduce_to(log_path, out):
+            arrays = _load_arrays(out, stamp)
+            if arrays is not None:
+                return arrays
+    return stream_log_arrays(log_path)

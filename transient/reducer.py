@@ -1,0 +1,55 @@
+"""The compiled per-ms reducer of a one-flow log (``ccplab-logreduce``, the ``logreduce/`` crate).
+
+It reads a log once, in C speed, into the per-ms arrays of `transient.stream` and writes them as the
+cache `transient.cache` reads (``<log>.ms.npz``); on a log it does not take (anything but the
+strict form the streaming reader takes, see that binary's ``--help``) it declines, and the Python
+readers do the work and word any error.  Found as the runner finds the project's binaries:
+``$CCPLAB_BIN_DIR/ccplab-logreduce``, else ``target/release/`` of this checkout (``cargo build
+--release -p ccplab-logreduce``); without it the Python streaming reader reduces the log.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import warnings
+from pathlib import Path
+
+BINARY = "ccplab-logreduce"
+DECLINED = 3
+"""The binary's exit status for a log it leaves to the Python readers."""
+
+_REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def reducer_binary() -> Path | None:
+    """The reducer's path (``$CCPLAB_BIN_DIR``, else this checkout's target/release), or None when it is
+    not built there."""
+    override = os.environ.get("CCPLAB_BIN_DIR")
+    path = (Path(override) if override else _REPO_ROOT / "target" / "release") / BINARY
+    return path if path.is_file() and os.access(path, os.X_OK) else None
+
+
+def reduce_to(log_path: Path, out: Path) -> bool:
+    """Reduce the log at ``log_path`` into the per-ms cache archive ``out`` (replaced whole); True when
+    written, False when the binary is not built or declines the log (then the Python readers take it).
+
+    A reducer that fails otherwise (it cannot write ``out``, a crash) also gives False, with a warning
+    carrying its message: the Python readers still give the right figures.
+    """
+    from .cache import CACHE_VERSION
+    from .timezero import FLOW_START_MIN_BYTES
+
+    binary = reducer_binary()
+    if binary is None:
+        return False
+    done = subprocess.run([str(binary), str(log_path), "--out", str(out), "--cache-version", str(CACHE_VERSION),
+                           "--data-min-bytes", str(FLOW_START_MIN_BYTES)],
+                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    if done.returncode == 0:
+        return True
+    if done.returncode != DECLINED:
+        warnings.warn(f"{binary} failed (status {done.returncode}): "
+                      f"{done.stderr.decode(errors='replace').strip()[-500:]}; reading {log_path} in Python",
+                      RuntimeWarning, stacklevel=2)
+    return False
