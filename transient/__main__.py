@@ -22,6 +22,7 @@ pd = lazy_module("pandas")  # loaded when the table is printed (transient._lazy)
 from .analyze import RunResult, _flow_frames, _tables, analyze_paths
 from .cli_args import add_analysis_arguments, options_from_args, print_json_lines
 from .errors import TransientError
+from .textable import format_rows
 
 SUMMARY_COLUMNS = ["run_id", "step", "kind", "at_s", "from_mbps", "to_mbps", "converged", "convergence_s",
                    "normalized_area", "overshoot_pct", "response_class", "peak_queueing_delay_ms", "drops"]
@@ -53,6 +54,12 @@ def run_analysis(args: argparse.Namespace) -> tuple[list[RunResult], list[tuple[
 
 def print_summary(results: Sequence[RunResult]) -> None:
     """One line per (run, step) with the headline figures."""
+    rows = [row for r in results for row in (r.step_rows or [])]
+    if rows and all(r.step_rows is not None for r in results):
+        text = format_rows(rows, SUMMARY_COLUMNS)  # no pandas import for the table alone
+        if text is not None:
+            print(text)
+            return
     _, steps = _tables(list(results))
     if not len(steps):
         print("no steps analysed")
@@ -68,6 +75,8 @@ FAIRNESS_SUMMARY_COLUMNS = ["run_id", "interval", "from_s", "to_s", "active_flow
 
 def print_flow_summary(results: Sequence[RunResult]) -> None:
     """When a run has several flows: one line per flow and one per interval of a constant set of active flows."""
+    if all(r.n_flows <= 1 for r in results):
+        return
     flows, fairness, _, _ = _flow_frames(list(results))
     multi = set(flows.loc[pd.to_numeric(flows["n_flows"]) > 1, "run_id"]) if len(flows) else set()
     if not multi:

@@ -61,7 +61,7 @@ def delay_side(
 
     Args:
         arrays: the log.
-        series: `transient.series.binned_series` from ``at_s`` (one row per bin).
+        series: `transient.series.binned_series` (or its `BinnedColumns`) from ``at_s`` (one row per bin).
         at_s, end_s: the step's span, s on the log clock.
         convergence_point_s: the throughput's convergence point (NaN if none).
     """
@@ -73,9 +73,9 @@ def delay_sides(arrays: LogArrays, series: pd.DataFrame, at_s: float, end_s: flo
     """`delay_side` of one span for each of several convergence points (s, NaN if none): the flows
     that answered one event, each converging at its own time."""
     bin_s = float(series.attrs["bin_s"])
-    t_bins = series.index.to_numpy()
-    qd = series["queueing_delay_ms"].to_numpy()
-    queue_packets = series["queue_packets"].to_numpy()
+    t_bins = np.asarray(series.index)  # a DataFrame's or `BinnedColumns`'
+    qd = np.asarray(series["queueing_delay_ms"])
+    queue_packets = np.asarray(series["queue_packets"])
     drops_ms = arrays.ms_sum("drop", "packets")
     out = []
     for point in convergence_points_s:
