@@ -22,19 +22,13 @@ from pathlib import Path
 import numpy as np
 from ._lazy import lazy_module
 from .mahimahi import LinkColumns, LinkLog, parse_link_file
+from .cachefiles import CACHE_VERSION, STREAMING_BYTES, arrays_cache_path, cache_path  # noqa: F401 - public here too
 from .reducer import reduce_to
 
-CACHE_VERSION = 1
-"""Bump when the parsed representation changes: older caches are then re-parsed."""
 
 _META_KEY = "ccplab.linklog"
 
 pl = lazy_module("polars")  # only the event cache needs it: a big log's per-ms cache is read with numpy alone
-
-
-def cache_path(log_path: Path) -> Path:
-    """Where the cache of ``log_path`` lives: the same name + ``.parquet``."""
-    return log_path.with_name(log_path.name + ".parquet")
 
 
 def _stamp(st: os.stat_result) -> dict:
@@ -114,11 +108,6 @@ _KINDS = ("arrival", "departure", "opportunity", "drop")
 _HISTOGRAM_MAX = 1 << 24  # whole delays below it (ms) are stored as counts per value
 
 
-def arrays_cache_path(log_path: Path) -> Path:
-    """Where the per-ms reduction of ``log_path`` lives: the same name + ``.ms.npz``."""
-    return log_path.with_name(log_path.name + ".ms.npz")
-
-
 def _store_arrays(cpath: Path, arrays, stamp: dict) -> None:
     d = arrays.dep_delay_ms
     columns = {name: arrays.ms_sum(_KINDS[c], what) for (c, what), name in _MS_COLUMNS.items()}
@@ -182,7 +171,6 @@ def cached_log_arrays(log_path: Path):
 
     Returns None when the log must be read as events (see `stream_log_arrays`); raises what it raises.
     """
-    from .mahimahi import _STREAMING_BYTES
     from .series import LogArrays
     from .stream import stream_log_arrays
 
@@ -192,7 +180,7 @@ def cached_log_arrays(log_path: Path):
     arrays = _load_arrays(cpath, stamp)
     if arrays is not None:
         return arrays
-    if stamp["size"] <= _STREAMING_BYTES and cache_path(log_path).exists():
+    if stamp["size"] <= STREAMING_BYTES and cache_path(log_path).exists():
         # the events are already parsed: reading them beats the text (a big log is streamed instead,
         # so its events are never all in memory)
         cols = _load(cache_path(log_path), stamp, str(log_path))

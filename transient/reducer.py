@@ -30,6 +30,41 @@ def reducer_binary() -> Path | None:
     return path if path.is_file() and os.access(path, os.X_OK) else None
 
 
+_STARTED: dict[tuple[str, str], subprocess.Popen] = {}  # reducers under way, by (log, archive)
+
+
+def _launch(binary: Path, log_path: Path, out: Path) -> subprocess.Popen:
+    from .cachefiles import CACHE_VERSION
+    from .timezero import FLOW_START_MIN_BYTES
+
+    return subprocess.Popen([str(binary), str(log_path), "--out", str(out), "--cache-version", str(CACHE_VERSION),
+                             "--data-min-bytes", str(FLOW_START_MIN_BYTES)],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def start_for_cache(log_path: Path) -> bool:
+    """Start reducing ``log_path`` into its per-ms cache (`transient.cache.arrays_cache_path`) in the
+    background when that cache does not exist yet, the directory is writable and the analysis will not
+    take the log's event cache instead; `reduce_to` of the same log and archive then waits for it.
+    True when started. Checks with ``os`` alone: no numpy is imported here."""
+    from .cachefiles import STREAMING_BYTES, arrays_cache_path, cache_path
+
+    binary = reducer_binary()
+    out = arrays_cache_path(log_path)
+    if binary is None or out.exists() or not os.access(out.parent, os.W_OK):
+        return False
+    try:
+        size = log_path.stat().st_size
+    except OSError:
+        return False
+    if size <= STREAMING_BYTES and cache_path(log_path).exists():
+        return False  # a small log's event cache is read instead (`transient.cache.cached_log_arrays`)
+    key = (str(log_path), str(out))
+    if key not in _STARTED:
+        _STARTED[key] = _launch(binary, log_path, out)
+    return True
+
+
 def reduce_to(log_path: Path, out: Path) -> bool:
     """Reduce the log at ``log_path`` into the per-ms cache archive ``out`` (replaced whole); True when
     written, False when the binary is not built or declines the log (then the Python readers take it).
@@ -37,19 +72,17 @@ def reduce_to(log_path: Path, out: Path) -> bool:
     A reducer that fails otherwise (it cannot write ``out``, a crash) also gives False, with a warning
     carrying its message: the Python readers still give the right figures.
     """
-    from .cache import CACHE_VERSION
-    from .timezero import FLOW_START_MIN_BYTES
-
-    binary = reducer_binary()
-    if binary is None:
-        return False
-    done = subprocess.run([str(binary), str(log_path), "--out", str(out), "--cache-version", str(CACHE_VERSION),
-                           "--data-min-bytes", str(FLOW_START_MIN_BYTES)],
-                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    if done.returncode == 0:
+    proc = _STARTED.pop((str(log_path), str(out)), None)  # started ahead (`start_for_cache`)
+    if proc is None:
+        binary = reducer_binary()
+        if binary is None:
+            return False
+        proc = _launch(binary, log_path, out)
+    _, err = proc.communicate()
+    if proc.returncode == 0:
         return True
-    if done.returncode != DECLINED:
-        warnings.warn(f"{binary} failed (status {done.returncode}): "
-                      f"{done.stderr.decode(errors='replace').strip()[-500:]}; reading {log_path} in Python",
+    if proc.returncode != DECLINED:
+        warnings.warn(f"{proc.args[0]} failed (status {proc.returncode}): "
+                      f"{err.decode(errors='replace').strip()[-500:]}; reading {log_path} in Python",
                       RuntimeWarning, stacklevel=2)
     return False

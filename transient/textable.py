@@ -11,12 +11,15 @@ the caller asks pandas.
 from __future__ import annotations
 
 import math
+from numbers import Integral, Real
 from typing import Any, Sequence
-
-import numpy as np
 
 MAX_COLWIDTH = 50
 """Longest cell (pandas' ``display.max_colwidth``): a longer text ends in "..."."""
+
+
+def _is_bool(v: Any) -> bool:
+    return isinstance(v, bool) or type(v).__name__ == "bool_"  # numpy's too (not imported here)
 
 
 def _is_missing(v: Any) -> bool:
@@ -30,14 +33,13 @@ def _column(values: list[Any], precision: int) -> tuple[list[str], bool] | None:
     if all(isinstance(v, str) for v in present):
         cells = ["NaN" if _is_missing(v) else v for v in values]
         return [c if len(c) <= MAX_COLWIDTH else c[: MAX_COLWIDTH - 3] + "..." for c in cells], False
-    if present and all(isinstance(v, (bool, np.bool_)) for v in present):
+    if present and all(_is_bool(v) for v in present):
         if len(present) < len(values):
             return None  # pandas makes it an object column
         return [str(bool(v)) for v in values], True
-    if all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in present):
+    if all(isinstance(v, Integral) and not _is_bool(v) for v in present):
         return ["<NA>" if _is_missing(v) else str(int(v)) for v in values], True
-    if not all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
-               for v in present):
+    if not all(isinstance(v, Real) and not _is_bool(v) for v in present):
         return None
     if any(_is_missing(v) for v in values):
         return None  # None among floats: pandas' object column

@@ -33,7 +33,10 @@ pub fn reduce_file(path: &Path, data_min_bytes: u64) -> io::Result<Outcome> {
     let meta = f.metadata()?;
     let stamp = Stamp { size: meta.size(), mtime_ns: meta.mtime() as i128 * 1_000_000_000 + meta.mtime_nsec() as i128 };
     let mut header = Header::default();
-    let mut red = Reducer::new(data_min_bytes);
+    // room for every ms up to the last line's time at once (no copy as the windows grow), at most as
+    // many ms as the log has bytes
+    let last = last_time(&f, stamp.size).map(|t| (t, stamp.size as usize));
+    let mut red = Reducer::with_hint(data_min_bytes, last);
     let mut in_head = true;
     let mut lineno: u64 = 0;
     let mut buf = vec![0u8; CHUNK_BYTES];
@@ -87,6 +90,19 @@ pub fn reduce_file(path: &Path, data_min_bytes: u64) -> io::Result<Outcome> {
         Ok(r) => Ok(Outcome::Reduced(Box::new(r), stamp)),
         Err(why) => Ok(Outcome::Declined(Declined::at(0, why))),
     }
+}
+
+/// The time of the file's last line when it is an event line (a guess for the log's span), read from
+/// its last few KB.
+fn last_time(f: &File, size: u64) -> Option<u64> {
+    use std::os::unix::fs::FileExt;
+
+    let tail = size.min(4096);
+    let mut buf = vec![0u8; tail as usize];
+    f.read_exact_at(&mut buf, size - tail).ok()?;
+    let end = buf.iter().rposition(|&b| b == b'\n')?;
+    let start = buf[..end].iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    event_at(&buf[..=end], start).ok().map(|(e, _)| e.time_ms)
 }
 
 /// The cache's JSON header, as `transient.cache` writes it (`json.dumps` of

@@ -19,37 +19,39 @@ const DELAY_LIMIT: u64 = 1 << 24;
 /// Longest span of event times (ms) held per ms.
 const MAX_SPAN: i64 = 1 << 32;
 
-/// One millisecond's sums (u32: a per-ms sum beyond it declines the log).
-#[derive(Clone, Copy, Default)]
-struct Ms {
-    arr_n: u32,
-    arr_b: u32,
-    dep_n: u32,
-    dep_b: u32,
-    opp_b: u32,
-    drop_p: u32,
-    delay_sum: u32,
-    /// the largest delay + 1 (0: no departure in this ms)
-    peak1: u32,
-}
+/// One millisecond's sums, each a u32 (a per-ms sum beyond it declines the log): an array, so that a
+/// window of them starts as zeroed memory the system hands out untouched.
+type Ms = [u32; 8];
+const ARR_N: usize = 0;
+const ARR_B: usize = 1;
+const DEP_N: usize = 2;
+const DEP_B: usize = 3;
+const OPP_B: usize = 4;
+const DROP_P: usize = 5;
+const DELAY_SUM: usize = 6;
+/// the largest delay + 1 (0: no departure in this ms)
+const PEAK1: usize = 7;
 
-/// Values per ms from `lo` on, grown at either end as times arrive (any order).
+/// Values per ms from `lo` on, grown at either end as times arrive (any order). `fill` is all zero
+/// bits, so new room is zeroed memory the system maps when first written.
 struct Window<T: Copy> {
     lo: i64,
     v: Vec<T>,
     fill: T,
+    /// the log's last time if known (room is made up to it at the first slot), and the most room made so
+    hint: Option<(i64, usize)>,
 }
 
 impl<T: Copy> Window<T> {
-    fn new(fill: T) -> Self {
-        Window { lo: 0, v: Vec::new(), fill }
+    fn new(fill: T, hint: Option<(i64, usize)>) -> Self {
+        Window { lo: 0, v: Vec::new(), fill, hint }
     }
 
     /// The slot of ms `t`, the window grown to hold it; None when the span would exceed `MAX_SPAN`.
-    #[inline]
+    #[inline(always)]
     fn slot(&mut self, t: i64) -> Option<&mut T> {
-        let k = t - self.lo;
-        if k >= 0 && (k as usize) < self.v.len() {
+        let k = t.wrapping_sub(self.lo) as u64;
+        if k < self.v.len() as u64 {
             return Some(&mut self.v[k as usize]);
         }
         self.grow(t)?;
@@ -58,10 +60,15 @@ impl<T: Copy> Window<T> {
     }
 
     #[cold]
+    #[inline(never)]
     fn grow(&mut self, t: i64) -> Option<()> {
         if self.v.is_empty() {
             self.lo = t;
-            self.v.resize(1 << 16, self.fill);
+            let room = match self.hint {
+                Some((last, most)) if last > t => ((last - t + 1) as usize).min(most),
+                _ => 0,
+            };
+            self.v = vec![self.fill; room.max(1 << 16)];
             return Some(());
         }
         let hi = self.lo + self.v.len() as i64;
@@ -70,16 +77,16 @@ impl<T: Copy> Window<T> {
             return None;
         }
         let slack = (self.v.len() as i64 / 2).max(1 << 16);
-        if t < self.lo {
-            let lo = (t - slack).max(new_hi - MAX_SPAN);
-            let mut v = vec![self.fill; (self.lo - lo) as usize];
-            v.extend_from_slice(&self.v);
-            self.v = v;
-            self.lo = lo;
+        let (lo, hi) = if t < self.lo {
+            ((t - slack).max(new_hi - MAX_SPAN), hi)
         } else {
-            let len = ((t + 1 + slack).min(self.lo + MAX_SPAN) - self.lo) as usize;
-            self.v.resize(len, self.fill);
-        }
+            (self.lo, (t + 1 + slack).min(self.lo + MAX_SPAN))
+        };
+        let mut v = vec![self.fill; (hi - lo) as usize];
+        let at = (self.lo - lo) as usize;
+        v[at..at + self.v.len()].copy_from_slice(&self.v);
+        self.v = v;
+        self.lo = lo;
         Some(())
     }
 }
@@ -119,9 +126,16 @@ impl Reducer {
     /// `data_min_bytes`: the smallest arrival that counts as the data flow's
     /// (`transient.timezero.FLOW_START_MIN_BYTES`).
     pub fn new(data_min_bytes: u64) -> Self {
+        Self::with_hint(data_min_bytes, None)
+    }
+
+    /// As [`Reducer::new`], with a guess of the log's last time (ms) and the most ms to make room for at
+    /// once: room up to it is made at the first event (the windows still grow past it as needed).
+    pub fn with_hint(data_min_bytes: u64, hint: Option<(u64, usize)>) -> Self {
+        let hint = hint.map(|(last, most)| (last.min(EXACT_MS) as i64, most.min(MAX_SPAN as usize)));
         Reducer {
-            ms: Window::new(Ms::default()),
-            sent: Window::new(0),
+            ms: Window::new([0; 8], hint),
+            sent: Window::new(0, hint),
             delay_counts: Vec::new(),
             data_min_bytes,
             n_events: 0,
@@ -147,21 +161,21 @@ impl Reducer {
         const SUM: &str = "a per-ms sum of 2**32 or more";
         match e.code {
             0 => {
-                m.arr_n += 1;
-                m.arr_b = m.arr_b.checked_add(first).ok_or(SUM)?;
+                m[ARR_N] += 1;
+                m[ARR_B] = m[ARR_B].checked_add(first).ok_or(SUM)?;
             }
             1 => {
                 if e.second >= DELAY_LIMIT {
                     return Err("a delay of 2**24 ms or more");
                 }
                 let d = e.second as u32;
-                m.dep_n += 1;
-                m.dep_b = m.dep_b.checked_add(first).ok_or(SUM)?;
-                m.delay_sum = m.delay_sum.checked_add(d).ok_or(SUM)?;
-                m.peak1 = m.peak1.max(d + 1);
+                m[DEP_N] += 1;
+                m[DEP_B] = m[DEP_B].checked_add(first).ok_or(SUM)?;
+                m[DELAY_SUM] = m[DELAY_SUM].checked_add(d).ok_or(SUM)?;
+                m[PEAK1] = m[PEAK1].max(d + 1);
             }
-            2 => m.opp_b = m.opp_b.checked_add(first).ok_or(SUM)?,
-            _ => m.drop_p = m.drop_p.checked_add(first).ok_or(SUM)?,
+            2 => m[OPP_B] = m[OPP_B].checked_add(first).ok_or(SUM)?,
+            _ => m[DROP_P] = m[DROP_P].checked_add(first).ok_or(SUM)?,
         }
         if e.code == 1 {
             let d = e.second as u32;
@@ -211,20 +225,20 @@ impl Reducer {
         let n = (self.t_hi - self.t_lo + 1) as usize;
         let off = (self.t_lo - self.ms.lo) as usize;
         let ms = &self.ms.v[off..off + n];
-        let col = |f: fn(&Ms) -> u32| Column::compact_ints(n, |i| f(&ms[i]) as i64);
+        let col = |k: usize| Column::compact_ints(n, |i| ms[i][k] as i64);
         let delay_lo = self.delay_counts.iter().position(|&c| c > 0).expect("a departure") as i64;
         let delay_hi = self.delay_counts.iter().rposition(|&c| c > 0).expect("a departure");
         let base_delay = delay_lo as u32;
         let mut columns = vec![
-            ("arrival_count", col(|m| m.arr_n)),
-            ("arrival_bytes", col(|m| m.arr_b)),
-            ("departure_count", col(|m| m.dep_n)),
-            ("departure_bytes", col(|m| m.dep_b)),
-            ("opportunity_bytes", col(|m| m.opp_b)),
-            ("drop_packets", col(|m| m.drop_p)),
+            ("arrival_count", col(ARR_N)),
+            ("arrival_bytes", col(ARR_B)),
+            ("departure_count", col(DEP_N)),
+            ("departure_bytes", col(DEP_B)),
+            ("opportunity_bytes", col(OPP_B)),
+            ("drop_packets", col(DROP_P)),
             // per ms: the sum over its departures of (delay - the log's smallest delay)
-            ("queueing", Column::compact_ints(n, |i| ms[i].delay_sum as i64 - ms[i].dep_n as i64 * base_delay as i64)),
-            ("peak_delay", Column::compact_gappy(n, f32::NAN, |i| ms[i].peak1.checked_sub(1).map(i64::from))),
+            ("queueing", Column::compact_ints(n, |i| ms[i][DELAY_SUM] as i64 - ms[i][DEP_N] as i64 * base_delay as i64)),
+            ("peak_delay", Column::compact_gappy(n, f32::NAN, |i| ms[i][PEAK1].checked_sub(1).map(i64::from))),
         ];
         let s_off = (self.s_lo - self.sent.lo) as usize;
         let sent = &self.sent.v[s_off..s_off + (self.s_hi - self.s_lo + 1) as usize];
