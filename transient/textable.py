@@ -14,10 +14,6 @@ import math
 from numbers import Integral, Real
 from typing import Any, Sequence
 
-MAX_COLWIDTH = 50
-"""Longest cell (pandas' ``display.max_colwidth``): a longer text ends in "..."."""
-
-
 def _is_bool(v: Any) -> bool:
     return isinstance(v, bool) or type(v).__name__ == "bool_"  # numpy's too (not imported here)
 
@@ -31,8 +27,7 @@ def _column(values: list[Any], precision: int) -> tuple[list[str], bool] | None:
     space); None when pandas would print it otherwise than this covers."""
     present = [v for v in values if not _is_missing(v)]
     if all(isinstance(v, str) for v in present):
-        cells = ["NaN" if _is_missing(v) else v for v in values]
-        return [c if len(c) <= MAX_COLWIDTH else c[: MAX_COLWIDTH - 3] + "..." for c in cells], False
+        return ["NaN" if _is_missing(v) else v for v in values], False
     if present and all(_is_bool(v) for v in present):
         if len(present) < len(values):
             return None  # pandas makes it an object column
