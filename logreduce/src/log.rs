@@ -5,9 +5,9 @@ use std::io::{self, Read, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use crate::npz::{npy, npy_bytes, write_zip};
+use crate::npz::{npy_header_of, Column, ZipWriter};
 use crate::parse::{event_at, Declined, Header};
-use crate::reduce::{Reducer, Reduction};
+use crate::reduce::{Reducer, Reduction, COLUMNS};
 
 /// Bytes read at a time (whole lines are reduced; a longer line is read whole).
 pub const CHUNK_BYTES: usize = 1 << 20;
@@ -121,10 +121,14 @@ pub fn meta_json(r: &Reduction, stamp: Stamp, cache_version: u32) -> String {
     )
 }
 
-/// Writes the cache archive of `r` (its arrays, then `meta`) to `w`.
+/// Writes the cache archive of `r` (its arrays, then `meta`) to `w`, one array in memory at a time.
 pub fn write_cache(w: &mut impl Write, r: &Reduction, stamp: Stamp, cache_version: u32) -> io::Result<()> {
-    let mut entries: Vec<(String, Vec<u8>)> =
-        r.columns.iter().map(|(name, col)| (format!("{name}.npy"), npy(col))).collect();
-    entries.push(("meta.npy".into(), npy_bytes(meta_json(r, stamp, cache_version).as_bytes())));
-    write_zip(w, &entries)
+    let mut zip = ZipWriter::new(w);
+    for (k, name) in COLUMNS.iter().enumerate() {
+        let col = r.column(k);
+        zip.entry(&format!("{name}.npy"), &[&npy_header_of(&col), &col.le_bytes()])?;
+    }
+    let meta = Column::U8(meta_json(r, stamp, cache_version).into_bytes());
+    zip.entry("meta.npy", &[&npy_header_of(&meta), &meta.le_bytes()])?;
+    zip.finish().map(drop)
 }

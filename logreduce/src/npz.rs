@@ -88,22 +88,32 @@ impl Column {
         self.len() == 0
     }
 
-    fn values_le(&self, out: &mut Vec<u8>) {
-        macro_rules! le {
-            ($v:expr) => {
-                for x in $v {
-                    out.extend_from_slice(&x.to_le_bytes());
+    /// The values' bytes, little-endian as numpy's dtype says (the memory itself on a little-endian
+    /// machine: no copy).
+    pub fn le_bytes(&self) -> std::borrow::Cow<'_, [u8]> {
+        macro_rules! view {
+            ($v:expr) => {{
+                #[cfg(target_endian = "little")]
+                {
+                    // SAFETY: plain integers and floats, no padding; the slice lives as long as `self`
+                    std::borrow::Cow::Borrowed(unsafe {
+                        std::slice::from_raw_parts($v.as_ptr() as *const u8, std::mem::size_of_val($v.as_slice()))
+                    })
                 }
-            };
+                #[cfg(not(target_endian = "little"))]
+                {
+                    std::borrow::Cow::Owned($v.iter().flat_map(|x| x.to_le_bytes()).collect())
+                }
+            }};
         }
         match self {
-            Column::U8(v) => out.extend_from_slice(v),
-            Column::U16(v) => le!(v),
-            Column::I16(v) => le!(v),
-            Column::U32(v) => le!(v),
-            Column::I32(v) => le!(v),
-            Column::I64(v) => le!(v),
-            Column::F32(v) => le!(v),
+            Column::U8(v) => std::borrow::Cow::Borrowed(v.as_slice()),
+            Column::U16(v) => view!(v),
+            Column::I16(v) => view!(v),
+            Column::U32(v) => view!(v),
+            Column::I32(v) => view!(v),
+            Column::I64(v) => view!(v),
+            Column::F32(v) => view!(v),
         }
     }
 }
@@ -123,30 +133,48 @@ fn npy_header(descr: &str, len: usize) -> Vec<u8> {
     out
 }
 
-/// The `.npy` file of `column`.
+/// The `.npy` header of `column` (its values' bytes, `Column::le_bytes`, follow it in the file).
+pub fn npy_header_of(column: &Column) -> Vec<u8> {
+    npy_header(column.descr(), column.len())
+}
+
+/// The whole `.npy` file of `column`.
 pub fn npy(column: &Column) -> Vec<u8> {
-    let mut out = npy_header(column.descr(), column.len());
-    column.values_le(&mut out);
+    let mut out = npy_header_of(column);
+    out.extend_from_slice(&column.le_bytes());
     out
 }
 
-/// The `.npy` file of `bytes` as a uint8 array (how the cache stores its JSON header).
-pub fn npy_bytes(bytes: &[u8]) -> Vec<u8> {
-    npy(&Column::U8(bytes.to_vec()))
+/// An uncompressed zip archive written entry by entry (names ASCII, each entry and the archive below
+/// 4 GiB: no zip64), then `finish`ed with its central directory.
+pub struct ZipWriter<W: Write> {
+    w: W,
+    central: Vec<u8>,
+    offset: u64,
+    entries: u16,
 }
 
-/// Writes an uncompressed zip archive of `(name, content)` entries (names
-/// ASCII, each entry and the archive below 4 GiB: no zip64).
-pub fn write_zip(w: &mut impl Write, entries: &[(String, Vec<u8>)]) -> io::Result<()> {
-    const DOS_TIME: u16 = 0; // 00:00:00
-    const DOS_DATE: u16 = (1980 - 1980) << 9 | 1 << 5 | 1; // 1980-01-01, zip's first day
-    let too_big = || io::Error::new(io::ErrorKind::InvalidInput, "zip entry or archive of 4 GiB or more (no zip64)");
-    let mut central = Vec::new();
-    let mut offset: u64 = 0;
-    for (name, data) in entries {
-        let size: u32 = data.len().try_into().map_err(|_| too_big())?;
-        let at: u32 = offset.try_into().map_err(|_| too_big())?;
-        let crc = crc32fast::hash(data);
+const DOS_TIME: u16 = 0; // 00:00:00
+const DOS_DATE: u16 = 1 << 5 | 1; // 1980-01-01, zip's first day
+
+fn too_big() -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, "zip entry or archive of 4 GiB or more (no zip64)")
+}
+
+impl<W: Write> ZipWriter<W> {
+    pub fn new(w: W) -> Self {
+        ZipWriter { w, central: Vec::new(), offset: 0, entries: 0 }
+    }
+
+    /// One stored entry whose content is the concatenation of `parts`.
+    pub fn entry(&mut self, name: &str, parts: &[&[u8]]) -> io::Result<()> {
+        let size: u32 = parts.iter().map(|p| p.len()).sum::<usize>().try_into().map_err(|_| too_big())?;
+        let at: u32 = self.offset.try_into().map_err(|_| too_big())?;
+        let mut crc = crc32fast::Hasher::new();
+        for p in parts {
+            crc.update(p);
+        }
+        let crc = crc.finalize();
         let mut local = Vec::with_capacity(30 + name.len());
         local.extend_from_slice(&0x0403_4b50u32.to_le_bytes());
         for v in [20u16, 0, 0, DOS_TIME, DOS_DATE] {
@@ -158,35 +186,44 @@ pub fn write_zip(w: &mut impl Write, entries: &[(String, Vec<u8>)]) -> io::Resul
         local.extend_from_slice(&(name.len() as u16).to_le_bytes());
         local.extend_from_slice(&0u16.to_le_bytes());
         local.extend_from_slice(name.as_bytes());
-        w.write_all(&local)?;
-        w.write_all(data)?;
-        central.extend_from_slice(&0x0201_4b50u32.to_le_bytes());
+        self.w.write_all(&local)?;
+        for p in parts {
+            self.w.write_all(p)?;
+        }
+        let c = &mut self.central;
+        c.extend_from_slice(&0x0201_4b50u32.to_le_bytes());
         for v in [20u16, 20, 0, 0, DOS_TIME, DOS_DATE] {
-            central.extend_from_slice(&v.to_le_bytes()); // made by, needed, flags, method, time, date
+            c.extend_from_slice(&v.to_le_bytes()); // made by, needed, flags, method, time, date
         }
         for v in [crc, size, size] {
-            central.extend_from_slice(&v.to_le_bytes());
+            c.extend_from_slice(&v.to_le_bytes());
         }
         for v in [name.len() as u16, 0, 0, 0, 0] {
-            central.extend_from_slice(&v.to_le_bytes()); // name, extra, comment lengths, disk, internal attrs
+            c.extend_from_slice(&v.to_le_bytes()); // name, extra, comment lengths, disk, internal attrs
         }
-        central.extend_from_slice(&0u32.to_le_bytes()); // external attributes
-        central.extend_from_slice(&at.to_le_bytes());
-        central.extend_from_slice(name.as_bytes());
-        offset += local.len() as u64 + data.len() as u64;
+        c.extend_from_slice(&0u32.to_le_bytes()); // external attributes
+        c.extend_from_slice(&at.to_le_bytes());
+        c.extend_from_slice(name.as_bytes());
+        self.offset += local.len() as u64 + size as u64;
+        self.entries = self.entries.checked_add(1).ok_or_else(too_big)?;
+        Ok(())
     }
-    let at: u32 = offset.try_into().map_err(|_| too_big())?;
-    w.write_all(&central)?;
-    let mut end = Vec::with_capacity(22);
-    end.extend_from_slice(&0x0605_4b50u32.to_le_bytes());
-    let n = entries.len() as u16;
-    for v in [0u16, 0, n, n] {
-        end.extend_from_slice(&v.to_le_bytes()); // this disk, the directory's disk, entries here, entries
+
+    /// Writes the central directory and the end record; returns the writer.
+    pub fn finish(mut self) -> io::Result<W> {
+        let at: u32 = self.offset.try_into().map_err(|_| too_big())?;
+        self.w.write_all(&self.central)?;
+        let mut end = Vec::with_capacity(22);
+        end.extend_from_slice(&0x0605_4b50u32.to_le_bytes());
+        for v in [0u16, 0, self.entries, self.entries] {
+            end.extend_from_slice(&v.to_le_bytes()); // this disk, the directory's disk, entries here, entries
+        }
+        end.extend_from_slice(&(self.central.len() as u32).to_le_bytes());
+        end.extend_from_slice(&at.to_le_bytes());
+        end.extend_from_slice(&0u16.to_le_bytes()); // comment length
+        self.w.write_all(&end)?;
+        Ok(self.w)
     }
-    end.extend_from_slice(&(central.len() as u32).to_le_bytes());
-    end.extend_from_slice(&at.to_le_bytes());
-    end.extend_from_slice(&0u16.to_le_bytes()); // comment length
-    w.write_all(&end)
 }
 
 #[cfg(test)]
@@ -218,8 +255,10 @@ mod tests {
 
     #[test]
     fn zip_lists_every_entry_and_ends_with_the_end_record() {
-        let mut out = Vec::new();
-        write_zip(&mut out, &[("a.npy".into(), b"xyz".to_vec()), ("b.npy".into(), vec![])]).unwrap();
+        let mut z = ZipWriter::new(Vec::new());
+        z.entry("a.npy", &[b"x", b"yz"]).unwrap();
+        z.entry("b.npy", &[]).unwrap();
+        let out = z.finish().unwrap();
         let end = &out[out.len() - 22..];
         assert_eq!(&end[..4], &0x0605_4b50u32.to_le_bytes());
         assert_eq!(u16::from_le_bytes([end[10], end[11]]), 2);

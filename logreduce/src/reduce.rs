@@ -108,10 +108,15 @@ pub struct Reducer {
     seen: [bool; 4],
 }
 
-/// The reduction of a whole log: the per-ms arrays of the cache and its header fields.
+/// The reduction of a whole log: the per-ms sums behind the cache's arrays, made one at a time
+/// ([`Reduction::column`]: a big log's arrays need not all be in memory at once), and its header fields.
 pub struct Reduction {
-    /// (name in the archive, array), in the order the cache lists them
-    pub columns: Vec<(&'static str, Column)>,
+    ms: Vec<Ms>,
+    ms_range: std::ops::Range<usize>,
+    sent: Vec<u32>,
+    sent_range: std::ops::Range<usize>,
+    delay_counts: Vec<u64>,
+    base_delay: u32,
     pub n_events: u64,
     pub first_ms: i64,
     pub first_event_ms: i64,
@@ -120,6 +125,40 @@ pub struct Reduction {
     pub data_ms: Option<(i64, i64)>,
     /// numpy's name of the departures' delays' dtype (e.g. "|u1")
     pub delay_dtype: &'static str,
+}
+
+/// The cache's arrays, in the order it lists them (`transient.cache`).
+pub const COLUMNS: [&str; 10] = [
+    "arrival_count", "arrival_bytes", "departure_count", "departure_bytes", "opportunity_bytes", "drop_packets",
+    "queueing", "peak_delay", "sent_min_delay", "delay_counts",
+];
+
+impl Reduction {
+    /// Array `k` of [`COLUMNS`], in the narrowest dtype `transient.series.compact` picks.
+    pub fn column(&self, k: usize) -> Column {
+        let ms = &self.ms[self.ms_range.clone()];
+        let n = ms.len();
+        let field = |f: usize| Column::compact_ints(n, |i| ms[i][f] as i64);
+        match COLUMNS[k] {
+            "arrival_count" => field(ARR_N),
+            "arrival_bytes" => field(ARR_B),
+            "departure_count" => field(DEP_N),
+            "departure_bytes" => field(DEP_B),
+            "opportunity_bytes" => field(OPP_B),
+            "drop_packets" => field(DROP_P),
+            // per ms: the sum over its departures of (delay - the log's smallest delay)
+            "queueing" => {
+                let base = self.base_delay as i64;
+                Column::compact_ints(n, |i| ms[i][DELAY_SUM] as i64 - ms[i][DEP_N] as i64 * base)
+            }
+            "peak_delay" => Column::compact_gappy(n, f32::NAN, |i| ms[i][PEAK1].checked_sub(1).map(i64::from)),
+            "sent_min_delay" => {
+                let sent = &self.sent[self.sent_range.clone()];
+                Column::compact_gappy(sent.len(), f32::INFINITY, |i| sent[i].checked_sub(1).map(i64::from))
+            }
+            _ => Column::compact_ints(self.delay_counts.len(), |i| self.delay_counts[i] as i64),
+        }
+    }
 }
 
 impl Reducer {
@@ -224,33 +263,19 @@ impl Reducer {
         };
         let n = (self.t_hi - self.t_lo + 1) as usize;
         let off = (self.t_lo - self.ms.lo) as usize;
-        let ms = &self.ms.v[off..off + n];
-        let col = |k: usize| Column::compact_ints(n, |i| ms[i][k] as i64);
-        let delay_lo = self.delay_counts.iter().position(|&c| c > 0).expect("a departure") as i64;
+        let delay_lo = self.delay_counts.iter().position(|&c| c > 0).expect("a departure");
         let delay_hi = self.delay_counts.iter().rposition(|&c| c > 0).expect("a departure");
-        let base_delay = delay_lo as u32;
-        let mut columns = vec![
-            ("arrival_count", col(ARR_N)),
-            ("arrival_bytes", col(ARR_B)),
-            ("departure_count", col(DEP_N)),
-            ("departure_bytes", col(DEP_B)),
-            ("opportunity_bytes", col(OPP_B)),
-            ("drop_packets", col(DROP_P)),
-            // per ms: the sum over its departures of (delay - the log's smallest delay)
-            ("queueing", Column::compact_ints(n, |i| ms[i][DELAY_SUM] as i64 - ms[i][DEP_N] as i64 * base_delay as i64)),
-            ("peak_delay", Column::compact_gappy(n, f32::NAN, |i| ms[i][PEAK1].checked_sub(1).map(i64::from))),
-        ];
+        let mut delay_counts = self.delay_counts;
+        delay_counts.truncate(delay_hi + 1);
+        let delay_dtype = Column::compact_ints(2, |i| [delay_lo, delay_hi][i] as i64).descr();
         let s_off = (self.s_lo - self.sent.lo) as usize;
-        let sent = &self.sent.v[s_off..s_off + (self.s_hi - self.s_lo + 1) as usize];
-        columns.push((
-            "sent_min_delay",
-            Column::compact_gappy(sent.len(), f32::INFINITY, |i| sent[i].checked_sub(1).map(i64::from)),
-        ));
-        let counts = &self.delay_counts[..=delay_hi];
-        columns.push(("delay_counts", Column::compact_ints(counts.len(), |i| counts[i] as i64)));
-        let delay_dtype = Column::compact_ints(2, |i| [delay_lo, delay_hi as i64][i]).descr();
         Ok(Reduction {
-            columns,
+            ms: self.ms.v,
+            ms_range: off..off + n,
+            sent: self.sent.v,
+            sent_range: s_off..s_off + (self.s_hi - self.s_lo + 1) as usize,
+            delay_counts,
+            base_delay: delay_lo as u32,
             n_events: self.n_events,
             first_ms: self.t_lo - shift,
             first_event_ms: self.first_event.expect("an event") - shift,
@@ -282,7 +307,7 @@ mod tests {
         assert_eq!(red.data_ms, Some((5, 5)));
         assert_eq!(red.sent_lo, -4); // 103 - 7, less the base
         assert_eq!(red.delay_dtype, "|u1");
-        let get = |name: &str| red.columns.iter().find(|(n, _)| *n == name).unwrap().1.clone();
+        let get = |name: &str| red.column(COLUMNS.iter().position(|n| *n == name).unwrap());
         assert_eq!(get("arrival_count"), Column::U8(vec![1, 0, 1]));
         assert_eq!(get("departure_bytes"), Column::U16(vec![1504, 0, 1604]));
         assert_eq!(get("drop_packets"), Column::U8(vec![0, 2, 0]));
