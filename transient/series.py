@@ -61,6 +61,8 @@ def compact(values: np.ndarray) -> np.ndarray:
     values = np.asarray(values)
     if values.size == 0 or values.dtype.kind not in "iuf":
         return values
+    if values.dtype == np.float32 and not np.isfinite(values).all():
+        return values  # with NaN or inf a float32 array stays float32 (below: float32, or unchanged)
     if values.dtype.kind == "f":
         lo, hi, gaps = math.inf, -math.inf, False
         for k in range(0, values.size, _SUM_BLOCK):  # a block at a time: no temporary as long as the array
