@@ -48,6 +48,18 @@ impl Column {
         }
     }
 
+    /// `values` as `compact_ints` makes them (one pass for the range, one to convert; both vectorized).
+    pub fn compact_u32(values: &[u32]) -> Column {
+        let hi = values.iter().copied().max().unwrap_or(0);
+        if hi <= u8::MAX as u32 {
+            Column::U8(values.iter().map(|&x| x as u8).collect())
+        } else if hi <= u16::MAX as u32 {
+            Column::U16(values.iter().map(|&x| x as u16).collect())
+        } else {
+            Column::U32(values.to_vec())
+        }
+    }
+
     /// `n` whole numbers below 2**24 in magnitude, `None` where a position
     /// has none: float32 with `gap` there when there is a gap, else as
     /// `compact_ints` (the choice of `transient.series.compact` for a float
@@ -239,6 +251,10 @@ mod tests {
         assert_eq!(Column::compact_ints(2, |i| [0, 70000][i]).descr(), "<u4");
         assert_eq!(Column::compact_ints(2, |i| [-1, 1 << 32][i]).descr(), "<i8");
         assert_eq!(Column::compact_gappy(2, f32::NAN, |i| [Some(3), Some(4)][i]).descr(), "|u1");
+        for top in [0u32, 255, 256, 65535, 65536, u32::MAX] {
+            assert_eq!(Column::compact_u32(&[0, top]), Column::compact_ints(2, |i| [0, top as i64][i]));
+        }
+        assert_eq!(Column::compact_u32(&[]), Column::compact_ints(0, |_| 0));
         assert_eq!(Column::compact_gappy(2, f32::NAN, |i| [Some(3), None][i]).descr(), "<f4");
     }
 

@@ -19,9 +19,7 @@ const DELAY_LIMIT: u64 = 1 << 24;
 /// Longest span of event times (ms) held per ms.
 const MAX_SPAN: i64 = 1 << 32;
 
-/// One millisecond's sums, each a u32 (a per-ms sum beyond it declines the log): an array, so that a
-/// window of them starts as zeroed memory the system hands out untouched.
-type Ms = [u32; 8];
+/// The per-ms sums, each a u32 (a per-ms sum beyond it declines the log), one array each.
 const ARR_N: usize = 0;
 const ARR_B: usize = 1;
 const DEP_N: usize = 2;
@@ -32,60 +30,67 @@ const DELAY_SUM: usize = 6;
 /// the largest delay + 1 (0: no departure in this ms)
 const PEAK1: usize = 7;
 
-/// Values per ms from `lo` on, grown at either end as times arrive (any order). `fill` is all zero
-/// bits, so new room is zeroed memory the system maps when first written.
-struct Window<T: Copy> {
+/// `K` arrays of u32 per ms from `lo` on, grown at either end as times arrive (any order). New room is
+/// zero, memory the system maps when first written; one array per figure, so making the cache's arrays
+/// reads each figure's memory alone.
+struct Window<const K: usize> {
     lo: i64,
-    v: Vec<T>,
-    fill: T,
+    v: [Vec<u32>; K],
     /// the log's last time if known (room is made up to it at the first slot), and the most room made so
     hint: Option<(i64, usize)>,
 }
 
-impl<T: Copy> Window<T> {
-    fn new(fill: T, hint: Option<(i64, usize)>) -> Self {
-        Window { lo: 0, v: Vec::new(), fill, hint }
+impl<const K: usize> Window<K> {
+    fn new(hint: Option<(i64, usize)>) -> Self {
+        Window { lo: 0, v: std::array::from_fn(|_| Vec::new()), hint }
     }
 
-    /// The slot of ms `t`, the window grown to hold it; None when the span would exceed `MAX_SPAN`.
+    fn len(&self) -> usize {
+        self.v[0].len()
+    }
+
+    /// The position of ms `t`, the window grown to hold it; None when the span would exceed `MAX_SPAN`.
     #[inline(always)]
-    fn slot(&mut self, t: i64) -> Option<&mut T> {
+    fn slot(&mut self, t: i64) -> Option<usize> {
         let k = t.wrapping_sub(self.lo) as u64;
-        if k < self.v.len() as u64 {
-            return Some(&mut self.v[k as usize]);
+        if k < self.len() as u64 {
+            return Some(k as usize);
         }
         self.grow(t)?;
-        let k = (t - self.lo) as usize;
-        Some(&mut self.v[k])
+        Some((t - self.lo) as usize)
     }
 
     #[cold]
     #[inline(never)]
     fn grow(&mut self, t: i64) -> Option<()> {
-        if self.v.is_empty() {
-            self.lo = t;
+        if self.len() == 0 {
             let room = match self.hint {
                 Some((last, most)) if last > t => ((last - t + 1) as usize).min(most),
                 _ => 0,
             };
-            self.v = vec![self.fill; room.max(1 << 16)];
+            self.lo = t;
+            for v in &mut self.v {
+                *v = vec![0; room.max(1 << 16)];
+            }
             return Some(());
         }
-        let hi = self.lo + self.v.len() as i64;
+        let hi = self.lo + self.len() as i64;
         let (new_lo, new_hi) = (self.lo.min(t), hi.max(t + 1));
         if new_hi - new_lo > MAX_SPAN {
             return None;
         }
-        let slack = (self.v.len() as i64 / 2).max(1 << 16);
+        let slack = (self.len() as i64 / 2).max(1 << 16);
         let (lo, hi) = if t < self.lo {
             ((t - slack).max(new_hi - MAX_SPAN), hi)
         } else {
             (self.lo, (t + 1 + slack).min(self.lo + MAX_SPAN))
         };
-        let mut v = vec![self.fill; (hi - lo) as usize];
         let at = (self.lo - lo) as usize;
-        v[at..at + self.v.len()].copy_from_slice(&self.v);
-        self.v = v;
+        for v in &mut self.v {
+            let mut wider = vec![0; (hi - lo) as usize];
+            wider[at..at + v.len()].copy_from_slice(v);
+            *v = wider;
+        }
         self.lo = lo;
         Some(())
     }
@@ -93,9 +98,9 @@ impl<T: Copy> Window<T> {
 
 /// The running reduction of a log's events.
 pub struct Reducer {
-    ms: Window<Ms>,
+    ms: Window<8>,
     /// per sending ms (departure time - delay): the smallest delay + 1 (0: none)
-    sent: Window<u32>,
+    sent: Window<1>,
     delay_counts: Vec<u64>,
     data_min_bytes: u64,
     n_events: u64,
@@ -111,7 +116,7 @@ pub struct Reducer {
 /// The reduction of a whole log: the per-ms sums behind the cache's arrays, made one at a time
 /// ([`Reduction::column`]: a big log's arrays need not all be in memory at once), and its header fields.
 pub struct Reduction {
-    ms: Vec<Ms>,
+    ms: [Vec<u32>; 8],
     ms_range: std::ops::Range<usize>,
     sent: Vec<u32>,
     sent_range: std::ops::Range<usize>,
@@ -136,9 +141,8 @@ pub const COLUMNS: [&str; 10] = [
 impl Reduction {
     /// Array `k` of [`COLUMNS`], in the narrowest dtype `transient.series.compact` picks.
     pub fn column(&self, k: usize) -> Column {
-        let ms = &self.ms[self.ms_range.clone()];
-        let n = ms.len();
-        let field = |f: usize| Column::compact_ints(n, |i| ms[i][f] as i64);
+        let r = self.ms_range.clone();
+        let field = |f: usize| Column::compact_u32(&self.ms[f][r.clone()]);
         match COLUMNS[k] {
             "arrival_count" => field(ARR_N),
             "arrival_bytes" => field(ARR_B),
@@ -146,12 +150,17 @@ impl Reduction {
             "departure_bytes" => field(DEP_B),
             "opportunity_bytes" => field(OPP_B),
             "drop_packets" => field(DROP_P),
-            // per ms: the sum over its departures of (delay - the log's smallest delay)
+            // per ms: the sum over its departures of (delay - the log's smallest delay); at most the
+            // delay sum, so a u32
             "queueing" => {
-                let base = self.base_delay as i64;
-                Column::compact_ints(n, |i| ms[i][DELAY_SUM] as i64 - ms[i][DEP_N] as i64 * base)
+                let (sum, n) = (&self.ms[DELAY_SUM][r.clone()], &self.ms[DEP_N][r]);
+                let q: Vec<u32> = sum.iter().zip(n).map(|(&s, &c)| s - c * self.base_delay).collect();
+                Column::compact_u32(&q)
             }
-            "peak_delay" => Column::compact_gappy(n, f32::NAN, |i| ms[i][PEAK1].checked_sub(1).map(i64::from)),
+            "peak_delay" => {
+                let peak = &self.ms[PEAK1][r];
+                Column::compact_gappy(peak.len(), f32::NAN, |i| peak[i].checked_sub(1).map(i64::from))
+            }
             "sent_min_delay" => {
                 let sent = &self.sent[self.sent_range.clone()];
                 Column::compact_gappy(sent.len(), f32::INFINITY, |i| sent[i].checked_sub(1).map(i64::from))
@@ -173,8 +182,8 @@ impl Reducer {
     pub fn with_hint(data_min_bytes: u64, hint: Option<(u64, usize)>) -> Self {
         let hint = hint.map(|(last, most)| (last.min(EXACT_MS) as i64, most.min(MAX_SPAN as usize)));
         Reducer {
-            ms: Window::new([0; 8], hint),
-            sent: Window::new(0, hint),
+            ms: Window::new(hint),
+            sent: Window::new(hint),
             delay_counts: Vec::new(),
             data_min_bytes,
             n_events: 0,
@@ -196,40 +205,39 @@ impl Reducer {
         }
         let t = e.time_ms as i64;
         let first: u32 = e.first.try_into().map_err(|_| "a number of 2**32 or more")?;
-        let m = self.ms.slot(t).ok_or("event times spanning more than 2**32 ms")?;
+        let k = self.ms.slot(t).ok_or("event times spanning more than 2**32 ms")?;
+        let v = &mut self.ms.v;
         const SUM: &str = "a per-ms sum of 2**32 or more";
         match e.code {
             0 => {
-                m[ARR_N] += 1;
-                m[ARR_B] = m[ARR_B].checked_add(first).ok_or(SUM)?;
+                v[ARR_N][k] += 1;
+                v[ARR_B][k] = v[ARR_B][k].checked_add(first).ok_or(SUM)?;
             }
             1 => {
                 if e.second >= DELAY_LIMIT {
                     return Err("a delay of 2**24 ms or more");
                 }
                 let d = e.second as u32;
-                m[DEP_N] += 1;
-                m[DEP_B] = m[DEP_B].checked_add(first).ok_or(SUM)?;
-                m[DELAY_SUM] = m[DELAY_SUM].checked_add(d).ok_or(SUM)?;
-                m[PEAK1] = m[PEAK1].max(d + 1);
+                v[DEP_N][k] += 1;
+                v[DEP_B][k] = v[DEP_B][k].checked_add(first).ok_or(SUM)?;
+                v[DELAY_SUM][k] = v[DELAY_SUM][k].checked_add(d).ok_or(SUM)?;
+                v[PEAK1][k] = v[PEAK1][k].max(d + 1);
+                let s = t - d as i64;
+                let j = self.sent.slot(s).ok_or("sending times spanning more than 2**32 ms")?;
+                let least = &mut self.sent.v[0][j];
+                if *least == 0 || d + 1 < *least {
+                    *least = d + 1;
+                }
+                self.s_lo = self.s_lo.min(s);
+                self.s_hi = self.s_hi.max(s);
+                let c = d as usize;
+                if c >= self.delay_counts.len() {
+                    self.delay_counts.resize((c + 1).max(self.delay_counts.len() * 2).max(256), 0);
+                }
+                self.delay_counts[c] += 1;
             }
-            2 => m[OPP_B] = m[OPP_B].checked_add(first).ok_or(SUM)?,
-            _ => m[DROP_P] = m[DROP_P].checked_add(first).ok_or(SUM)?,
-        }
-        if e.code == 1 {
-            let d = e.second as u32;
-            let s = t - d as i64;
-            let least = self.sent.slot(s).ok_or("sending times spanning more than 2**32 ms")?;
-            if *least == 0 || d + 1 < *least {
-                *least = d + 1;
-            }
-            self.s_lo = self.s_lo.min(s);
-            self.s_hi = self.s_hi.max(s);
-            let k = d as usize;
-            if k >= self.delay_counts.len() {
-                self.delay_counts.resize((k + 1).max(self.delay_counts.len() * 2).max(256), 0);
-            }
-            self.delay_counts[k] += 1;
+            2 => v[OPP_B][k] = v[OPP_B][k].checked_add(first).ok_or(SUM)?,
+            _ => v[DROP_P][k] = v[DROP_P][k].checked_add(first).ok_or(SUM)?,
         }
         if e.code == 0 && e.first >= self.data_min_bytes {
             self.data = Some(match self.data {
@@ -272,7 +280,7 @@ impl Reducer {
         Ok(Reduction {
             ms: self.ms.v,
             ms_range: off..off + n,
-            sent: self.sent.v,
+            sent: { let [v] = self.sent.v; v },
             sent_range: s_off..s_off + (self.s_hi - self.s_lo + 1) as usize,
             delay_counts,
             base_delay: delay_lo as u32,
