@@ -102,6 +102,8 @@ def _start_reducer(args: argparse.Namespace) -> None:
     (`transient.reducer.start`), so it reads the log while this process imports the analysis."""
     if len(args.paths) != 1 or args.method != "ccplab" or getattr(args, "no_report", False):
         return
+    if args.step is not None and args.steps == "auto":
+        return  # refused by `options_from_args`: nothing to reduce for
     from pathlib import Path
 
     from .reducer import start_for_cache

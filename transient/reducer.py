@@ -61,8 +61,19 @@ def start_for_cache(log_path: Path) -> bool:
         return False  # a small log's event cache is read instead (`transient.cache.cached_log_arrays`)
     key = (str(log_path), str(out))
     if key not in _STARTED:
+        if not _STARTED:
+            import atexit
+
+            atexit.register(_wait_all)
         _STARTED[key] = _launch(binary, log_path, out)
     return True
+
+
+def _wait_all() -> None:
+    """Wait for the reducers started ahead that the analysis never asked for (it stopped first): none
+    outlives the command (what they write is a whole cache or nothing)."""
+    while _STARTED:
+        _STARTED.popitem()[1].communicate()
 
 
 def reduce_to(log_path: Path, out: Path) -> bool:

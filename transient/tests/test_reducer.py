@@ -198,3 +198,17 @@ def test_the_table_is_printed_as_pandas_prints_it(rows):
 @pytest.mark.parametrize("values", [[1e7, 1.0], [0.0001, 1.0], [math.inf, 1.0], [1.0, None], [1.0, "a"]])
 def test_what_pandas_prints_otherwise_is_left_to_pandas(values):
     assert format_rows([{"v": v} for v in values], ["v"]) is None
+
+
+def test_a_reducer_started_ahead_is_waited_for_even_when_the_command_stops_first(tmp_path):
+    log = tmp_path / "uplink.log"
+    log.write_bytes(synthetic_log(40, 2))  # no event cache beside it: the reducer is started
+    code = ("import sys\nfrom transient import reducer\nfrom pathlib import Path\n"
+            f"assert reducer.start_for_cache(Path({str(log)!r}))\n"
+            "pid = next(iter(reducer._STARTED.values())).pid\nprint(pid)\nsys.exit(0)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'experiments'}"})
+    pid = int(out.stdout.split()[0])
+    assert not Path(f"/proc/{pid}").exists(), "the reducer outlived the command"
+    assert arrays_cache_path(log).exists()  # it finished its cache
+    assert not reducer.start_for_cache(log)  # a cache there: nothing to start
