@@ -135,28 +135,70 @@ def _store_arrays(cpath: Path, arrays, stamp: dict) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def _read_npz(path: Path) -> dict[str, np.ndarray]:
+    """The arrays of an uncompressed ``.npz`` archive (as `numpy.savez` and ``ccplab-logreduce`` write
+    it), by name: the file mapped (copy-on-write), each array a view of it (writable).
+    ``np.load`` reads each member apart through zipfile, checksum and all: several times as long for a
+    big log's cache, which is loaded right after it is written. (A cache cut in place while mapped would
+    fault; its writers only ever rename a whole new one over it.)
+
+    Raises OSError, ValueError (a compressed member, an object dtype, an array past the file's end) or
+    zipfile.BadZipFile.
+    """
+    import io
+    import zipfile
+
+    from numpy.lib import format as npy
+
+    import mmap
+
+    with open(path, "rb") as f:
+        # mapped copy-on-write: the pages the system already holds, no copy; the arrays stay writable
+        buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+        members = zipfile.ZipFile(f).infolist()  # the central directory at the end alone
+    view = memoryview(buf)
+    out = {}
+    for info in members:
+        at = info.header_offset
+        if info.compress_type != zipfile.ZIP_STORED or view[at : at + 4] != b"PK\x03\x04":
+            raise ValueError(f"{path}: {info.filename} is not a stored member")
+        start = at + 30 + int.from_bytes(view[at + 26 : at + 28], "little") + \
+            int.from_bytes(view[at + 28 : at + 30], "little")
+        head = io.BytesIO(view[start : start + min(info.file_size, 1 << 16)])
+        version = npy.read_magic(head)
+        shape, fortran, dtype = (npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0)(head)
+        if dtype.hasobject:
+            raise ValueError(f"{path}: {info.filename} holds Python objects")
+        count = int(np.prod(shape, dtype=np.int64))
+        if head.tell() + count * dtype.itemsize > info.file_size:
+            raise ValueError(f"{path}: {info.filename} is cut")
+        arr = np.frombuffer(buf, dtype, count, offset=start + head.tell())
+        out[info.filename.removesuffix(".npy")] = arr.reshape(shape, order="F" if fortran else "C")
+    return out
+
+
 def _load_arrays(cpath: Path, stamp: dict):
     import zipfile
 
     from .series import LogArrays
 
     try:
-        with np.load(cpath, allow_pickle=False) as z:
-            meta = json.loads(z["meta"].tobytes())
-            if meta.get("stamp") != stamp:
-                return None
-            sums = {key: z[name] for key, name in _MS_COLUMNS.items()}
-            if "delay_counts" in z.files:
-                counts = z["delay_counts"]
-                delays = np.repeat(np.arange(counts.size, dtype=np.dtype(meta["delay_dtype"])), counts)
-            else:
-                delays = z["delay_values"]
-            data_ms = meta["data_ms"]
-            return LogArrays.from_ms_sums(
-                n_events=meta["n_events"], first_ms=meta["first_ms"], first_event_ms=meta["first_event_ms"],
-                has_packets=meta["has_packets"], sums=sums, dep_delay_ms=delays, queueing_ms_sum=z["queueing"],
-                peak_delay_ms=z["peak_delay"], sent_lo=meta["sent_lo"], sent_min_delay=z["sent_min_delay"],
-                data_ms=tuple(data_ms) if data_ms is not None else None)
+        z = _read_npz(cpath)
+        meta = json.loads(z["meta"].tobytes())
+        if meta.get("stamp") != stamp:
+            return None
+        sums = {key: z[name] for key, name in _MS_COLUMNS.items()}
+        if "delay_counts" in z:
+            counts = z["delay_counts"]
+            delays = np.repeat(np.arange(counts.size, dtype=np.dtype(meta["delay_dtype"])), counts)
+        else:
+            delays = z["delay_values"]
+        data_ms = meta["data_ms"]
+        return LogArrays.from_ms_sums(
+            n_events=meta["n_events"], first_ms=meta["first_ms"], first_event_ms=meta["first_event_ms"],
+            has_packets=meta["has_packets"], sums=sums, dep_delay_ms=delays, queueing_ms_sum=z["queueing"],
+            peak_delay_ms=z["peak_delay"], sent_lo=meta["sent_lo"], sent_min_delay=z["sent_min_delay"],
+            data_ms=tuple(data_ms) if data_ms is not None else None)
     except (OSError, KeyError, TypeError, ValueError, EOFError, zipfile.BadZipFile):
         return None
 
