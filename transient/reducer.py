@@ -1,6 +1,6 @@
 """The compiled per-ms reducer of a one-flow log (``ccplab-logreduce``, the ``logreduce/`` crate).
 
-It reads a log once, in C speed, into the per-ms arrays of `transient.stream` and writes them as the
+It reads a log once, at compiled speed, into the per-ms arrays of `transient.stream` and writes them as the
 cache `transient.cache` reads (``<log>.ms.npz``); on a log it does not take (anything but the
 strict form the streaming reader takes, see that binary's ``--help``) it declines, and the Python
 readers do the work and word any error.  Found as the runner finds the project's binaries:
