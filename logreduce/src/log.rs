@@ -31,7 +31,10 @@ pub enum Outcome {
 pub fn reduce_file(path: &Path, data_min_bytes: u64) -> io::Result<Outcome> {
     let mut f = File::open(path)?;
     let meta = f.metadata()?;
-    let stamp = Stamp { size: meta.size(), mtime_ns: meta.mtime() as i128 * 1_000_000_000 + meta.mtime_nsec() as i128 };
+    let stamp = Stamp {
+        size: meta.size(),
+        mtime_ns: meta.mtime() as i128 * 1_000_000_000 + meta.mtime_nsec() as i128,
+    };
     let mut header = Header::default();
     // room for every ms up to the last line's time at once (no copy as the windows grow), at most as
     // many ms as the log has bytes
@@ -50,14 +53,20 @@ pub fn reduce_file(path: &Path, data_min_bytes: u64) -> io::Result<Outcome> {
             break;
         }
         have += got;
-        let Some(last_nl) = buf[..have].iter().rposition(|&b| b == b'\n') else { continue };
+        let Some(last_nl) = buf[..have].iter().rposition(|&b| b == b'\n') else {
+            continue;
+        };
         let body = &buf[..=last_nl];
         let mut pos = 0;
         while pos < body.len() {
             lineno += 1;
             if in_head {
                 if body[pos] == b'#' {
-                    let end = pos + body[pos..].iter().position(|&b| b == b'\n').expect("ends with a newline");
+                    let end = pos
+                        + body[pos..]
+                            .iter()
+                            .position(|&b| b == b'\n')
+                            .expect("ends with a newline");
                     if let Err(d) = header.line(&body[pos..end], lineno) {
                         return Ok(Outcome::Declined(d));
                     }
@@ -84,7 +93,10 @@ pub fn reduce_file(path: &Path, data_min_bytes: u64) -> io::Result<Outcome> {
         have -= pos;
     }
     if have > 0 {
-        return Ok(Outcome::Declined(Declined::at(lineno + 1, "the last line has no newline (cut mid-line)")));
+        return Ok(Outcome::Declined(Declined::at(
+            lineno + 1,
+            "the last line has no newline (cut mid-line)",
+        )));
     }
     match red.finish(header.base) {
         Ok(r) => Ok(Outcome::Reduced(Box::new(r), stamp)),
@@ -101,7 +113,10 @@ fn last_time(f: &File, size: u64) -> Option<u64> {
     let mut buf = vec![0u8; tail as usize];
     f.read_exact_at(&mut buf, size - tail).ok()?;
     let end = buf.iter().rposition(|&b| b == b'\n')?;
-    let start = buf[..end].iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    let start = buf[..end]
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |i| i + 1);
     event_at(&buf[..=end], start).ok().map(|(e, _)| e.time_ms)
 }
 
@@ -122,11 +137,19 @@ pub fn meta_json(r: &Reduction, stamp: Stamp, cache_version: u32) -> String {
 }
 
 /// Writes the cache archive of `r` (its arrays, then `meta`) to `w`, one array in memory at a time.
-pub fn write_cache(w: &mut impl Write, r: &Reduction, stamp: Stamp, cache_version: u32) -> io::Result<()> {
+pub fn write_cache(
+    w: &mut impl Write,
+    r: &Reduction,
+    stamp: Stamp,
+    cache_version: u32,
+) -> io::Result<()> {
     let mut zip = ZipWriter::new(w);
     for (k, name) in COLUMNS.iter().enumerate() {
         let col = r.column(k);
-        zip.entry(&format!("{name}.npy"), &[&npy_header_of(&col), &col.le_bytes()])?;
+        zip.entry(
+            &format!("{name}.npy"),
+            &[&npy_header_of(&col), &col.le_bytes()],
+        )?;
     }
     let meta = Column::U8(meta_json(r, stamp, cache_version).into_bytes());
     zip.entry("meta.npy", &[&npy_header_of(&meta), &meta.le_bytes()])?;

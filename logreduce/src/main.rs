@@ -40,21 +40,37 @@ struct Cli {
 const DECLINED: u8 = 3;
 
 fn run(cli: &Cli) -> Result<ExitCode> {
-    let outcome = reduce_file(&cli.log, cli.data_min_bytes).with_context(|| format!("{}", cli.log.display()))?;
+    let outcome = reduce_file(&cli.log, cli.data_min_bytes)
+        .with_context(|| format!("{}", cli.log.display()))?;
     let (red, stamp) = match outcome {
         Outcome::Reduced(red, stamp) => (red, stamp),
         Outcome::Declined(d) => {
-            let at = if d.line > 0 { format!(":{}", d.line) } else { String::new() };
-            eprintln!("ccplab-logreduce: {}{at}: not reduced here: {} (read it as events)", cli.log.display(), d.reason);
+            let at = if d.line > 0 {
+                format!(":{}", d.line)
+            } else {
+                String::new()
+            };
+            eprintln!(
+                "ccplab-logreduce: {}{at}: not reduced here: {} (read it as events)",
+                cli.log.display(),
+                d.reason
+            );
             return Ok(ExitCode::from(DECLINED));
         }
     };
-    let tmp = ccplab_util::fs::temp_beside(&cli.out).with_context(|| format!("{}", cli.out.display()))?;
+    let tmp =
+        ccplab_util::fs::temp_beside(&cli.out).with_context(|| format!("{}", cli.out.display()))?;
     let mut w = BufWriter::with_capacity(1 << 20, tmp);
-    write_cache(&mut w, &red, stamp, cli.cache_version).with_context(|| format!("{}", cli.out.display()))?;
-    let tmp = w.into_inner().map_err(|e| e.into_error()).with_context(|| format!("{}", cli.out.display()))?;
+    write_cache(&mut w, &red, stamp, cli.cache_version)
+        .with_context(|| format!("{}", cli.out.display()))?;
+    let tmp = w
+        .into_inner()
+        .map_err(|e| e.into_error())
+        .with_context(|| format!("{}", cli.out.display()))?;
     // a cache, not a record: renamed whole over the old one, not synced
-    tmp.persist(&cli.out).map_err(|e| e.error).with_context(|| format!("{}", cli.out.display()))?;
+    tmp.persist(&cli.out)
+        .map_err(|e| e.error)
+        .with_context(|| format!("{}", cli.out.display()))?;
     Ok(ExitCode::SUCCESS)
 }
 

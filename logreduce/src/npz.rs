@@ -170,17 +170,30 @@ const DOS_TIME: u16 = 0; // 00:00:00
 const DOS_DATE: u16 = 1 << 5 | 1; // 1980-01-01, zip's first day
 
 fn too_big() -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidInput, "zip entry or archive of 4 GiB or more (no zip64)")
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        "zip entry or archive of 4 GiB or more (no zip64)",
+    )
 }
 
 impl<W: Write> ZipWriter<W> {
     pub fn new(w: W) -> Self {
-        ZipWriter { w, central: Vec::new(), offset: 0, entries: 0 }
+        ZipWriter {
+            w,
+            central: Vec::new(),
+            offset: 0,
+            entries: 0,
+        }
     }
 
     /// One stored entry whose content is the concatenation of `parts`.
     pub fn entry(&mut self, name: &str, parts: &[&[u8]]) -> io::Result<()> {
-        let size: u32 = parts.iter().map(|p| p.len()).sum::<usize>().try_into().map_err(|_| too_big())?;
+        let size: u32 = parts
+            .iter()
+            .map(|p| p.len())
+            .sum::<usize>()
+            .try_into()
+            .map_err(|_| too_big())?;
         let at: u32 = self.offset.try_into().map_err(|_| too_big())?;
         let mut crc = crc32fast::Hasher::new();
         for p in parts {
@@ -250,12 +263,21 @@ mod tests {
         assert_eq!(Column::compact_ints(2, |i| [-1, 40000][i]).descr(), "<i4");
         assert_eq!(Column::compact_ints(2, |i| [0, 70000][i]).descr(), "<u4");
         assert_eq!(Column::compact_ints(2, |i| [-1, 1 << 32][i]).descr(), "<i8");
-        assert_eq!(Column::compact_gappy(2, f32::NAN, |i| [Some(3), Some(4)][i]).descr(), "|u1");
+        assert_eq!(
+            Column::compact_gappy(2, f32::NAN, |i| [Some(3), Some(4)][i]).descr(),
+            "|u1"
+        );
         for top in [0u32, 255, 256, 65535, 65536, u32::MAX] {
-            assert_eq!(Column::compact_u32(&[0, top]), Column::compact_ints(2, |i| [0, top as i64][i]));
+            assert_eq!(
+                Column::compact_u32(&[0, top]),
+                Column::compact_ints(2, |i| [0, top as i64][i])
+            );
         }
         assert_eq!(Column::compact_u32(&[]), Column::compact_ints(0, |_| 0));
-        assert_eq!(Column::compact_gappy(2, f32::NAN, |i| [Some(3), None][i]).descr(), "<f4");
+        assert_eq!(
+            Column::compact_gappy(2, f32::NAN, |i| [Some(3), None][i]).descr(),
+            "<f4"
+        );
     }
 
     #[test]
@@ -265,7 +287,9 @@ mod tests {
         let hlen = u16::from_le_bytes([b[8], b[9]]) as usize;
         assert_eq!((10 + hlen) % 64, 0);
         assert_eq!(b[10 + hlen - 1], b'\n');
-        assert!(std::str::from_utf8(&b[10..10 + hlen]).unwrap().starts_with("{'descr': '<u2', 'fortran_order': False, 'shape': (3,), }"));
+        assert!(std::str::from_utf8(&b[10..10 + hlen])
+            .unwrap()
+            .starts_with("{'descr': '<u2', 'fortran_order': False, 'shape': (3,), }"));
         assert_eq!(&b[10 + hlen..], &[1, 0, 2, 0, 3, 0]);
     }
 

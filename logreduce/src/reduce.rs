@@ -42,7 +42,11 @@ struct Window<const K: usize> {
 
 impl<const K: usize> Window<K> {
     fn new(hint: Option<(i64, usize)>) -> Self {
-        Window { lo: 0, v: std::array::from_fn(|_| Vec::new()), hint }
+        Window {
+            lo: 0,
+            v: std::array::from_fn(|_| Vec::new()),
+            hint,
+        }
     }
 
     fn len(&self) -> usize {
@@ -134,8 +138,16 @@ pub struct Reduction {
 
 /// The cache's arrays, in the order it lists them (`transient.cache`).
 pub const COLUMNS: [&str; 10] = [
-    "arrival_count", "arrival_bytes", "departure_count", "departure_bytes", "opportunity_bytes", "drop_packets",
-    "queueing", "peak_delay", "sent_min_delay", "delay_counts",
+    "arrival_count",
+    "arrival_bytes",
+    "departure_count",
+    "departure_bytes",
+    "opportunity_bytes",
+    "drop_packets",
+    "queueing",
+    "peak_delay",
+    "sent_min_delay",
+    "delay_counts",
 ];
 
 impl Reduction {
@@ -154,16 +166,24 @@ impl Reduction {
             // delay sum, so a u32
             "queueing" => {
                 let (sum, n) = (&self.ms[DELAY_SUM][r.clone()], &self.ms[DEP_N][r]);
-                let q: Vec<u32> = sum.iter().zip(n).map(|(&s, &c)| s - c * self.base_delay).collect();
+                let q: Vec<u32> = sum
+                    .iter()
+                    .zip(n)
+                    .map(|(&s, &c)| s - c * self.base_delay)
+                    .collect();
                 Column::compact_u32(&q)
             }
             "peak_delay" => {
                 let peak = &self.ms[PEAK1][r];
-                Column::compact_gappy(peak.len(), f32::NAN, |i| peak[i].checked_sub(1).map(i64::from))
+                Column::compact_gappy(peak.len(), f32::NAN, |i| {
+                    peak[i].checked_sub(1).map(i64::from)
+                })
             }
             "sent_min_delay" => {
                 let sent = &self.sent[self.sent_range.clone()];
-                Column::compact_gappy(sent.len(), f32::INFINITY, |i| sent[i].checked_sub(1).map(i64::from))
+                Column::compact_gappy(sent.len(), f32::INFINITY, |i| {
+                    sent[i].checked_sub(1).map(i64::from)
+                })
             }
             _ => Column::compact_ints(self.delay_counts.len(), |i| self.delay_counts[i] as i64),
         }
@@ -180,7 +200,8 @@ impl Reducer {
     /// As [`Reducer::new`], with a guess of the log's last time (ms) and the most ms to make room for at
     /// once: room up to it is made at the first event (the windows still grow past it as needed).
     pub fn with_hint(data_min_bytes: u64, hint: Option<(u64, usize)>) -> Self {
-        let hint = hint.map(|(last, most)| (last.min(EXACT_MS) as i64, most.min(MAX_SPAN as usize)));
+        let hint =
+            hint.map(|(last, most)| (last.min(EXACT_MS) as i64, most.min(MAX_SPAN as usize)));
         Reducer {
             ms: Window::new(hint),
             sent: Window::new(hint),
@@ -204,8 +225,14 @@ impl Reducer {
             return Err("a time of 2**53 ms or more");
         }
         let t = e.time_ms as i64;
-        let first: u32 = e.first.try_into().map_err(|_| "a number of 2**32 or more")?;
-        let k = self.ms.slot(t).ok_or("event times spanning more than 2**32 ms")?;
+        let first: u32 = e
+            .first
+            .try_into()
+            .map_err(|_| "a number of 2**32 or more")?;
+        let k = self
+            .ms
+            .slot(t)
+            .ok_or("event times spanning more than 2**32 ms")?;
         let v = &mut self.ms.v;
         const SUM: &str = "a per-ms sum of 2**32 or more";
         match e.code {
@@ -223,7 +250,10 @@ impl Reducer {
                 v[DELAY_SUM][k] = v[DELAY_SUM][k].checked_add(d).ok_or(SUM)?;
                 v[PEAK1][k] = v[PEAK1][k].max(d + 1);
                 let s = t - d as i64;
-                let j = self.sent.slot(s).ok_or("sending times spanning more than 2**32 ms")?;
+                let j = self
+                    .sent
+                    .slot(s)
+                    .ok_or("sending times spanning more than 2**32 ms")?;
                 let least = &mut self.sent.v[0][j];
                 if *least == 0 || d + 1 < *least {
                     *least = d + 1;
@@ -232,7 +262,8 @@ impl Reducer {
                 self.s_hi = self.s_hi.max(s);
                 let c = d as usize;
                 if c >= self.delay_counts.len() {
-                    self.delay_counts.resize((c + 1).max(self.delay_counts.len() * 2).max(256), 0);
+                    self.delay_counts
+                        .resize((c + 1).max(self.delay_counts.len() * 2).max(256), 0);
                 }
                 self.delay_counts[c] += 1;
             }
@@ -271,8 +302,16 @@ impl Reducer {
         };
         let n = (self.t_hi - self.t_lo + 1) as usize;
         let off = (self.t_lo - self.ms.lo) as usize;
-        let delay_lo = self.delay_counts.iter().position(|&c| c > 0).expect("a departure");
-        let delay_hi = self.delay_counts.iter().rposition(|&c| c > 0).expect("a departure");
+        let delay_lo = self
+            .delay_counts
+            .iter()
+            .position(|&c| c > 0)
+            .expect("a departure");
+        let delay_hi = self
+            .delay_counts
+            .iter()
+            .rposition(|&c| c > 0)
+            .expect("a departure");
         let mut delay_counts = self.delay_counts;
         delay_counts.truncate(delay_hi + 1);
         let delay_dtype = Column::compact_ints(2, |i| [delay_lo, delay_hi][i] as i64).descr();
@@ -280,7 +319,10 @@ impl Reducer {
         Ok(Reduction {
             ms: self.ms.v,
             ms_range: off..off + n,
-            sent: { let [v] = self.sent.v; v },
+            sent: {
+                let [v] = self.sent.v;
+                v
+            },
             sent_range: s_off..s_off + (self.s_hi - self.s_lo + 1) as usize,
             delay_counts,
             base_delay: delay_lo as u32,
@@ -300,14 +342,26 @@ mod tests {
     use super::*;
 
     fn ev(time_ms: u64, code: u8, first: u64, second: u64) -> Event {
-        Event { time_ms, code, first, second }
+        Event {
+            time_ms,
+            code,
+            first,
+            second,
+        }
     }
 
     #[test]
     fn sums_per_ms_in_any_order_and_subtracts_the_base() {
         let mut r = Reducer::new(1000);
-        for e in [ev(105, 2, 1504, 0), ev(105, 0, 1504, 0), ev(103, 1, 1504, 7), ev(105, 1, 100, 3),
-                  ev(105, 1, 1504, 9), ev(104, 3, 2, 3008), ev(103, 0, 40, 0)] {
+        for e in [
+            ev(105, 2, 1504, 0),
+            ev(105, 0, 1504, 0),
+            ev(103, 1, 1504, 7),
+            ev(105, 1, 100, 3),
+            ev(105, 1, 1504, 9),
+            ev(104, 3, 2, 3008),
+            ev(103, 0, 40, 0),
+        ] {
             r.add(e).unwrap();
         }
         let red = r.finish(Some(100)).unwrap();
@@ -320,11 +374,18 @@ mod tests {
         assert_eq!(get("departure_bytes"), Column::U16(vec![1504, 0, 1604]));
         assert_eq!(get("drop_packets"), Column::U8(vec![0, 2, 0]));
         assert_eq!(get("queueing"), Column::U8(vec![4, 0, 6])); // base delay 3
-        assert!(matches!(get("peak_delay"), Column::F32(v) if v[0] == 7.0 && v[1].is_nan() && v[2] == 9.0));
+        assert!(
+            matches!(get("peak_delay"), Column::F32(v) if v[0] == 7.0 && v[1].is_nan() && v[2] == 9.0)
+        );
         // sending ms 96 (7), 102 (3) and 96 (9 at 105): 96..=102
-        assert!(matches!(get("sent_min_delay"), Column::F32(v) if v.len() == 7 && v[0] == 7.0 && v[6] == 3.0
-                         && v[1..6].iter().all(|x| x.is_infinite())));
-        assert_eq!(get("delay_counts"), Column::U8(vec![0, 0, 0, 1, 0, 0, 0, 1, 0, 1]));
+        assert!(
+            matches!(get("sent_min_delay"), Column::F32(v) if v.len() == 7 && v[0] == 7.0 && v[6] == 3.0
+                         && v[1..6].iter().all(|x| x.is_infinite()))
+        );
+        assert_eq!(
+            get("delay_counts"),
+            Column::U8(vec![0, 0, 0, 1, 0, 0, 0, 1, 0, 1])
+        );
     }
 
     #[test]
