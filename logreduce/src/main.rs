@@ -1,6 +1,7 @@
 //! `ccplab-logreduce LOG --out NPZ`: a one-flow mm-link log's per-ms cache.
 
 use std::io::BufWriter;
+use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -67,11 +68,25 @@ fn run(cli: &Cli) -> Result<ExitCode> {
         .into_inner()
         .map_err(|e| e.into_error())
         .with_context(|| format!("{}", cli.out.display()))?;
+    // readable as a file the analysis writes itself (0666 less the umask), not the temporary file's 0600
+    tmp.as_file()
+        .set_permissions(std::fs::Permissions::from_mode(0o666 & !umask()))
+        .with_context(|| format!("{}", cli.out.display()))?;
     // a cache, not a record: renamed whole over the old one, not synced
     tmp.persist(&cli.out)
         .map_err(|e| e.error)
         .with_context(|| format!("{}", cli.out.display()))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The process's file mode creation mask (read by setting it, then set back: this process has one thread).
+fn umask() -> u32 {
+    // SAFETY: umask(2) cannot fail; the mask is restored at once
+    unsafe {
+        let mask = libc::umask(0o022);
+        libc::umask(mask);
+        mask as u32
+    }
 }
 
 fn main() -> ExitCode {

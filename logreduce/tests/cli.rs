@@ -37,8 +37,14 @@ fn writes_the_archive_with_every_array_and_the_header() {
         "\"n_events\": 4, \"first_ms\": 0, \"first_event_ms\": 0, \"has_packets\": true"
     ));
     assert!(meta.contains("\"data_ms\": [0, 0], \"delay_dtype\": \"|u1\""));
-    // nothing left beside it but the log and its archive
+    // nothing left beside it but the log and its archive, which has a new file's mode (not 0600)
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(
+        mode(&dir.path().join("uplink.log.ms.npz")),
+        mode(&dir.path().join("uplink.log")) & 0o666
+    );
 }
 
 #[test]
