@@ -15,13 +15,18 @@ import sys
 from typing import Sequence
 
 
+from typing import TYPE_CHECKING
+
 from ._lazy import lazy_module
 
 pd = lazy_module("pandas")  # loaded when the table is printed (transient._lazy)
 
-from .analyze import RunResult, _flow_frames, _tables, analyze_paths
 from .cli_args import add_analysis_arguments, options_from_args, print_json_lines
 from .errors import TransientError
+from .textable import format_rows
+
+if TYPE_CHECKING:  # the analysis (numpy) is imported once the reducer of a bare log is under way
+    from .analyze import RunResult
 
 SUMMARY_COLUMNS = ["run_id", "step", "kind", "at_s", "from_mbps", "to_mbps", "converged", "convergence_s",
                    "normalized_area", "overshoot_pct", "response_class", "peak_queueing_delay_ms", "drops"]
@@ -41,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run_analysis(args: argparse.Namespace) -> tuple[list[RunResult], list[tuple[str, str]]]:
     """Analyse every PATH of parsed ``args``; returns (results, skipped-run errors)."""
+    from .analyze import analyze_paths
+
     options = options_from_args(args)
     results, errors = [], []
     for path in args.paths:
@@ -53,6 +60,14 @@ def run_analysis(args: argparse.Namespace) -> tuple[list[RunResult], list[tuple[
 
 def print_summary(results: Sequence[RunResult]) -> None:
     """One line per (run, step) with the headline figures."""
+    from .analyze import _tables
+
+    rows = [row for r in results for row in (r.step_rows or [])]
+    if rows and all(r.step_rows is not None for r in results):
+        text = format_rows(rows, SUMMARY_COLUMNS)  # no pandas import for the table alone
+        if text is not None:
+            print(text)
+            return
     _, steps = _tables(list(results))
     if not len(steps):
         print("no steps analysed")
@@ -68,6 +83,9 @@ FAIRNESS_SUMMARY_COLUMNS = ["run_id", "interval", "from_s", "to_s", "active_flow
 
 def print_flow_summary(results: Sequence[RunResult]) -> None:
     """When a run has several flows: one line per flow and one per interval of a constant set of active flows."""
+    if all(r.n_flows <= 1 for r in results):
+        return
+    from .analyze import _flow_frames
     flows, fairness, _, _ = _flow_frames(list(results))
     multi = set(flows.loc[pd.to_numeric(flows["n_flows"]) > 1, "run_id"]) if len(flows) else set()
     if not multi:
@@ -79,6 +97,22 @@ def print_flow_summary(results: Sequence[RunResult]) -> None:
         print(fairness.loc[fairness["run_id"].isin(multi), FAIRNESS_SUMMARY_COLUMNS].to_string(index=False))
 
 
+def _start_reducer(args: argparse.Namespace) -> None:
+    """Start the compiled reducer on the one bare log of ``args`` when its per-ms cache is to be made
+    (`transient.reducer.start`), so it reads the log while this process imports the analysis."""
+    if len(args.paths) != 1 or args.method != "ccplab" or getattr(args, "no_report", False):
+        return
+    if args.step is not None and args.steps == "auto":
+        return  # refused by `options_from_args`: nothing to reduce for
+    from pathlib import Path
+
+    from .reducer import start_for_cache
+
+    path = Path(args.paths[0])
+    if path.is_file() and path.name != "metadata.json":
+        start_for_cache(path)
+
+
 def analyse_and_print(args: argparse.Namespace, out: str | None, source: str, error_prefix: str = "error") -> int:
     """Analyse every PATH of parsed ``args`` and print the step table (or, with --json, one JSON object per
     run per line); skipped runs are listed on stderr.  With ``out`` (a directory) runs.csv, steps.csv, plots
@@ -88,8 +122,10 @@ def analyse_and_print(args: argparse.Namespace, out: str | None, source: str, er
     "``error_prefix``: message" on stderr when an input is bad (nothing is printed to stdout then).
     """
     try:
+        _start_reducer(args)
         results, errors = run_analysis(args)
         if out:
+            from .analyze import _flow_frames, _tables
             from .report import write_report
 
             runs, steps = _tables(results)

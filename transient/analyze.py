@@ -42,7 +42,7 @@ import json
 import math
 import os
 import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, NamedTuple, Sequence
 
@@ -63,8 +63,7 @@ from .flows import (
 from .mahimahi import LinkColumns, read_link_columns
 from .metrics import LinkMetrics, link_metrics_of
 from .secondorder import NAN_SECOND_ORDER, second_order_metrics
-from .series import LogArrays, binned_series
-from .stream import stream_log_arrays
+from .series import LogArrays, binned_columns, binned_series
 from .steps import Step
 from .timezero import no_data_flow_message
 from .tpcca import TPCCA_FAULTS, tpcca_analysis
@@ -99,6 +98,21 @@ STEP_COLUMNS = [
 ``tpcca_gave_up`` (tpcca method only, else NA): TPCCA's detector gave up and
 its convergence point is the fallback bin index 40 (TPCCA still reports it
 as converged)."""
+
+class _Missing:
+    """A missing value in a step row (`RunResult.step_rows`): ``pd.NA`` in the tables, None in JSON."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<NA>"
+
+    def __reduce__(self):
+        return "MISSING"
+
+
+MISSING = _Missing()
+"""The one missing value of `RunResult.step_rows` (a table has ``pd.NA`` there)."""
 
 JSON_RUN_FIELDS = ["throughput_mbps", "p95_queueing_delay_ms", "p95_signal_delay_ms", "power_score"]
 """Run-level fields copied into every step of ``--json`` output (besides the run's own fields)."""
@@ -147,7 +161,6 @@ class AnalysisOptions:
             raise AnalysisError("give either explicit steps or auto steps, not both")
 
 
-@dataclass
 class RunResult:
     """Analysis of one run.
 
@@ -162,20 +175,48 @@ class RunResult:
             with the flow's start, from the log's start).
         flow_tables: the per-flow analysis (`transient.flows.FlowTables`;
             None with the tpcca method).
+        step_rows: the steps' rows as dicts (`STEP_COLUMNS`; a missing value
+            is `MISSING`), what ``steps`` is made of.
+        n_flows: the flows of the run.
+
+    ``steps``, ``series`` and ``flow_tables`` may be given as functions that make them: each is then
+    made on first use (so printing a log's step table needs no pandas), and kept.
     """
 
-    run_id: str
-    path: Path
-    info: dict[str, Any]
-    metrics: LinkMetrics
-    steps: pd.DataFrame
-    series: pd.DataFrame = field(repr=False)
-    flow_tables: FlowTables | None = field(default=None, repr=False)
+    def __init__(self, run_id: str, path: Path, info: dict[str, Any], metrics: LinkMetrics, steps, series,
+                 flow_tables=None, *, step_rows: list[dict[str, Any]] | None = None, n_flows: int = 1) -> None:
+        self.run_id, self.path, self.info, self.metrics = run_id, path, info, metrics
+        self._made = {"steps": steps, "series": series, "flow_tables": flow_tables}
+        self.step_rows = step_rows
+        self.n_flows = n_flows
+
+    def _get(self, name: str):
+        value = self._made[name]
+        if callable(value):
+            value = self._made[name] = value()
+        return value
+
+    steps = property(lambda self: self._get("steps"), doc="one row per analysed step (`STEP_COLUMNS`)")
+    series = property(lambda self: self._get("series"), doc="`binned_series` of the run")
+    flow_tables = property(lambda self: self._get("flow_tables"), doc="`transient.flows.FlowTables` or None")
+
+    def materialize(self) -> "RunResult":
+        """Make every deferred table now (and let go of what they were made from); returns self."""
+        for name in self._made:
+            self._get(name)
+        return self
+
+    def __getstate__(self) -> dict:  # another process gets the tables, not the functions that make them
+        self.materialize()
+        return self.__dict__
+
+    def __repr__(self) -> str:
+        return f"RunResult(run_id={self.run_id!r}, path={self.path!r}, info={self.info!r}, metrics={self.metrics!r})"
 
     def summary(self) -> dict[str, Any]:
         """The run's row of the per-run table (`RUN_COLUMNS`)."""
         row: dict[str, Any] = {"run_id": self.run_id, **self.info, **self.metrics.as_dict()}
-        row["n_steps"] = len(self.steps)
+        row["n_steps"] = len(self.step_rows) if self.step_rows is not None else len(self.steps)
         row["path"] = str(self.path)
         return {c: row.get(c) for c in RUN_COLUMNS}
 
@@ -237,7 +278,7 @@ class Analysis(_AnalysisFields):
 
 def _plain(v: Any) -> Any:
     """A JSON-ready scalar: NaN/NA -> None, numpy scalars -> Python."""
-    if v is None or v is pd.NA:
+    if v is None or v is MISSING or (type(v).__name__ == "NAType" and v is pd.NA):
         return None
     if isinstance(v, (np.bool_, bool)):
         return bool(v)
@@ -365,9 +406,9 @@ def _ccplab_step_row(arrays: LogArrays, kind: str, step: Step | None, at_s: floa
                      opts: AnalysisOptions, input_s: float | None = None) -> dict[str, Any]:
     """One step's row; ``input_s``: when the input step came (s on the log clock, <= at_s; default at_s),
     the time origin of the second-order fit and of ``dead_time_s``."""
-    series = binned_series(arrays, at_s, end_s, bin_s, opts.smooth_bins)
-    x = series["throughput_mbps"].to_numpy()
-    r = series["reference_mbps"].to_numpy()
+    series = binned_columns(arrays, at_s, end_s, bin_s, opts.smooth_bins)
+    x = series["throughput_mbps"]
+    r = series["reference_mbps"]
     if step is None:  # no nominal rate known: judge against what the link offered
         to = float(np.mean(series["capacity_mbps"])) if len(series) else math.nan
         step = Step(at_s, 0.0, to) if math.isfinite(to) else None
@@ -382,7 +423,7 @@ def _ccplab_step_row(arrays: LogArrays, kind: str, step: Step | None, at_s: floa
         steady_u = steady_t / ref if ref > 0 else math.nan
     else:
         steady_t = steady_u = math.nan
-    y = series["sending_mbps"].to_numpy() - (r - to_mbps)  # the trace's noise taken out
+    y = series["sending_mbps"] - (r - to_mbps)  # the trace's noise taken out
     lead = max(at_s - input_s, 0.0) if input_s is not None else 0.0
     so = second_order_metrics(y, bin_s, from_mbps, to_mbps, lead_s=lead) if step else NAN_SECOND_ORDER
     ds = delay_side(arrays, series, at_s, end_s, point)
@@ -393,7 +434,7 @@ def _ccplab_step_row(arrays: LogArrays, kind: str, step: Step | None, at_s: floa
         "convergence_point_s": round(point, 9) if conv.converged else math.nan,
         "normalized_area": conv.normalized_area, "area_mbit": conv.area_mbit,
         "steady_throughput_mbps": steady_t, "steady_utilization": steady_u,
-        **so.as_dict(), **ds.as_dict(), "tpcca_gave_up": pd.NA,
+        **so.as_dict(), **ds.as_dict(), "tpcca_gave_up": MISSING,
     }
 
 
@@ -433,7 +474,7 @@ def _tpcca_rows(arrivals: tuple[np.ndarray, np.ndarray], spec: _RunSpec, run_end
         "steady_throughput_mbps": nan, "steady_utilization": nan,
         **NAN_SECOND_ORDER.as_dict(), "response_class": None,
         "peak_queueing_delay_ms": nan, "standing_queue_packets": nan, "standing_queue_ms": nan,
-        "drain_time_s": nan, "drops": pd.NA, "tpcca_gave_up": res.gave_up,
+        "drain_time_s": nan, "drops": MISSING, "tpcca_gave_up": res.gave_up,
     }]
 
 
@@ -467,21 +508,31 @@ def _analyze(spec: _RunSpec, opts: AnalysisOptions) -> RunResult:
     info = {**spec.info, "rtt_ms": spec.rtt_ms, "flow_start_s": start, "method": opts.method,
             "duration_s": spec.duration_s if spec.duration_s is not None else metrics.duration_s}
     ident = {k: info.get(k) for k in ("cca", "cca_params", "label", "run", "scenario")}
-    steps_df = pd.DataFrame([{"run_id": spec.run_id, **ident, "method": opts.method, "step": k, **r}
-                             for k, r in enumerate(rows)], columns=STEP_COLUMNS)
+    rows = [{"run_id": spec.run_id, **ident, "method": opts.method, "step": k, **r} for k, r in enumerate(rows)]
     bin_s = spec.rtt_ms / 1000.0
     origin = start - math.floor(start / bin_s + 1e-9) * bin_s  # bins aligned with the flow's start
-    series = binned_series(arrays, origin, run_end, bin_s, opts.smooth_bins)
+
+    # the tables are made when first asked for (pandas is imported then): printing the steps needs none
+    def steps_frame() -> pd.DataFrame:
+        return pd.DataFrame([{k: (pd.NA if v is MISSING else v) for k, v in row.items()} for row in rows],
+                            columns=STEP_COLUMNS)
+
+    def series() -> pd.DataFrame:
+        return binned_series(arrays, origin, run_end, bin_s, opts.smooth_bins)
+
     flow_tables = None
     if opts.method == "ccplab":
         specs = spec.flows or (FlowSpec(0, info.get("cca"), info.get("cca_params") or "", None, 0.0, math.nan,
                                         start, math.nan, 0.0, None),)
         in_force = [s.at_s for s in spec.steps or () if s.at_s <= start + 1e-9]  # as the steps table's start
-        flow_tables = analyze_flows(arrays, None, specs, run_id=spec.run_id, info=info, bin_s=bin_s,
-                                    origin_s=origin, run_end=run_end, params=opts.params,
-                                    smooth_bins=opts.smooth_bins, fair_delta=opts.fair_delta, run_dir=spec.run_dir,
-                                    first_input_s=in_force[-1] if in_force else start)
-    return RunResult(spec.run_id, spec.where, info, metrics, steps_df, series, flow_tables)
+
+        def flow_tables() -> FlowTables:
+            return analyze_flows(arrays, None, specs, run_id=spec.run_id, info=info, bin_s=bin_s,
+                                 origin_s=origin, run_end=run_end, params=opts.params,
+                                 smooth_bins=opts.smooth_bins, fair_delta=opts.fair_delta, run_dir=spec.run_dir,
+                                 first_input_s=in_force[-1] if in_force else start)
+    return RunResult(spec.run_id, spec.where, info, metrics, steps_frame, series, flow_tables, step_rows=rows,
+                     n_flows=len(spec.flows) if spec.flows else 1)
 
 
 def _one_flow_arrays(spec: _RunSpec, opts: AnalysisOptions) -> LogArrays | None:
@@ -495,7 +546,9 @@ def _one_flow_arrays(spec: _RunSpec, opts: AnalysisOptions) -> LogArrays | None:
         from .cache import cached_log_arrays
 
         return cached_log_arrays(spec.log_path)
-    return stream_log_arrays(spec.log_path)
+    from .cache import reduced_log_arrays
+
+    return reduced_log_arrays(spec.log_path)
 
 
 def _event_flows(cols: LinkColumns, spec: _RunSpec) -> np.ndarray | None:
@@ -724,7 +777,7 @@ def analyze_paths(
     results: list[RunResult] = []
     for d, outcome in zip(run_dirs, _map_runs(jobs, workers)):
         if isinstance(outcome, RunResult):
-            results.append(outcome)
+            results.append(outcome.materialize())  # each run's tables now: not every run's per-ms arrays held
             continue
         if on_error == "raise":
             raise AnalysisError(outcome)

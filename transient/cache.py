@@ -22,18 +22,13 @@ from pathlib import Path
 import numpy as np
 from ._lazy import lazy_module
 from .mahimahi import LinkColumns, LinkLog, parse_link_file
+from .cachefiles import CACHE_VERSION, STREAMING_BYTES, arrays_cache_path, cache_path  # noqa: F401 - public here too
+from .reducer import reduce_to
 
-CACHE_VERSION = 1
-"""Bump when the parsed representation changes: older caches are then re-parsed."""
 
 _META_KEY = "ccplab.linklog"
 
 pl = lazy_module("polars")  # only the event cache needs it: a big log's per-ms cache is read with numpy alone
-
-
-def cache_path(log_path: Path) -> Path:
-    """Where the cache of ``log_path`` lives: the same name + ``.parquet``."""
-    return log_path.with_name(log_path.name + ".parquet")
 
 
 def _stamp(st: os.stat_result) -> dict:
@@ -113,11 +108,6 @@ _KINDS = ("arrival", "departure", "opportunity", "drop")
 _HISTOGRAM_MAX = 1 << 24  # whole delays below it (ms) are stored as counts per value
 
 
-def arrays_cache_path(log_path: Path) -> Path:
-    """Where the per-ms reduction of ``log_path`` lives: the same name + ``.ms.npz``."""
-    return log_path.with_name(log_path.name + ".ms.npz")
-
-
 def _store_arrays(cpath: Path, arrays, stamp: dict) -> None:
     d = arrays.dep_delay_ms
     columns = {name: arrays.ms_sum(_KINDS[c], what) for (c, what), name in _MS_COLUMNS.items()}
@@ -145,28 +135,70 @@ def _store_arrays(cpath: Path, arrays, stamp: dict) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def _read_npz(path: Path) -> dict[str, np.ndarray]:
+    """The arrays of an uncompressed ``.npz`` archive (as `numpy.savez` and ``ccplab-logreduce`` write
+    it), by name: the file mapped (copy-on-write), each array a view of it (writable).
+    ``np.load`` reads each member apart through zipfile, checksum and all: several times as long for a
+    big log's cache, which is loaded right after it is written. (A cache cut in place while mapped would
+    fault; its writers only ever rename a whole new one over it.)
+
+    Raises OSError, ValueError (a compressed member, an object dtype, an array past the file's end) or
+    zipfile.BadZipFile.
+    """
+    import io
+    import zipfile
+
+    from numpy.lib import format as npy
+
+    import mmap
+
+    with open(path, "rb") as f:
+        # mapped copy-on-write: the pages the system already holds, no copy; the arrays stay writable
+        buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+        members = zipfile.ZipFile(f).infolist()  # the central directory at the end alone
+    view = memoryview(buf)
+    out = {}
+    for info in members:
+        at = info.header_offset
+        if info.compress_type != zipfile.ZIP_STORED or view[at : at + 4] != b"PK\x03\x04":
+            raise ValueError(f"{path}: {info.filename} is not a stored member")
+        start = at + 30 + int.from_bytes(view[at + 26 : at + 28], "little") + \
+            int.from_bytes(view[at + 28 : at + 30], "little")
+        head = io.BytesIO(view[start : start + min(info.file_size, 1 << 16)])
+        version = npy.read_magic(head)
+        shape, fortran, dtype = (npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0)(head)
+        if dtype.hasobject:
+            raise ValueError(f"{path}: {info.filename} holds Python objects")
+        count = int(np.prod(shape, dtype=np.int64))
+        if head.tell() + count * dtype.itemsize > info.file_size:
+            raise ValueError(f"{path}: {info.filename} is cut")
+        arr = np.frombuffer(buf, dtype, count, offset=start + head.tell())
+        out[info.filename.removesuffix(".npy")] = arr.reshape(shape, order="F" if fortran else "C")
+    return out
+
+
 def _load_arrays(cpath: Path, stamp: dict):
     import zipfile
 
     from .series import LogArrays
 
     try:
-        with np.load(cpath, allow_pickle=False) as z:
-            meta = json.loads(z["meta"].tobytes())
-            if meta.get("stamp") != stamp:
-                return None
-            sums = {key: z[name] for key, name in _MS_COLUMNS.items()}
-            if "delay_counts" in z.files:
-                counts = z["delay_counts"]
-                delays = np.repeat(np.arange(counts.size, dtype=np.dtype(meta["delay_dtype"])), counts)
-            else:
-                delays = z["delay_values"]
-            data_ms = meta["data_ms"]
-            return LogArrays.from_ms_sums(
-                n_events=meta["n_events"], first_ms=meta["first_ms"], first_event_ms=meta["first_event_ms"],
-                has_packets=meta["has_packets"], sums=sums, dep_delay_ms=delays, queueing_ms_sum=z["queueing"],
-                peak_delay_ms=z["peak_delay"], sent_lo=meta["sent_lo"], sent_min_delay=z["sent_min_delay"],
-                data_ms=tuple(data_ms) if data_ms is not None else None)
+        z = _read_npz(cpath)
+        meta = json.loads(z["meta"].tobytes())
+        if meta.get("stamp") != stamp:
+            return None
+        sums = {key: z[name] for key, name in _MS_COLUMNS.items()}
+        if "delay_counts" in z:
+            counts = z["delay_counts"]
+            delays = np.repeat(np.arange(counts.size, dtype=np.dtype(meta["delay_dtype"])), counts)
+        else:
+            delays = z["delay_values"]
+        data_ms = meta["data_ms"]
+        return LogArrays.from_ms_sums(
+            n_events=meta["n_events"], first_ms=meta["first_ms"], first_event_ms=meta["first_event_ms"],
+            has_packets=meta["has_packets"], sums=sums, dep_delay_ms=delays, queueing_ms_sum=z["queueing"],
+            peak_delay_ms=z["peak_delay"], sent_lo=meta["sent_lo"], sent_min_delay=z["sent_min_delay"],
+            data_ms=tuple(data_ms) if data_ms is not None else None)
     except (OSError, KeyError, TypeError, ValueError, EOFError, zipfile.BadZipFile):
         return None
 
@@ -175,12 +207,12 @@ def cached_log_arrays(log_path: Path):
     """`transient.stream.stream_log_arrays` through a cache beside the log (``<log>.ms.npz``,
     `arrays_cache_path`): loaded when fresh (same log size and modification time, same `CACHE_VERSION`);
     else, for a log of at most 32 MB with a fresh event cache (`cache_path`, e.g. the runner's), reduced
-    from those events; else the log is streamed and the cache (re)written (an unwritable directory only
-    skips it).
+    from those events; else the compiled reducer (`transient.reducer`) writes the cache and it is loaded,
+    or, where that is not built or declines the log, the log is streamed in Python and the cache
+    (re)written (an unwritable directory only skips it).
 
     Returns None when the log must be read as events (see `stream_log_arrays`); raises what it raises.
     """
-    from .mahimahi import _STREAMING_BYTES
     from .series import LogArrays
     from .stream import stream_log_arrays
 
@@ -190,13 +222,38 @@ def cached_log_arrays(log_path: Path):
     arrays = _load_arrays(cpath, stamp)
     if arrays is not None:
         return arrays
-    if stamp["size"] <= _STREAMING_BYTES and cache_path(log_path).exists():
+    if stamp["size"] <= STREAMING_BYTES and cache_path(log_path).exists():
         # the events are already parsed: reading them beats the text (a big log is streamed instead,
         # so its events are never all in memory)
         cols = _load(cache_path(log_path), stamp, str(log_path))
         if cols is not None:
             return LogArrays.from_columns(cols.time_ms, cols.code, cols.nbytes, cols.delay_ms, cols.packets)
-    arrays = stream_log_arrays(log_path)
-    if arrays is not None:
-        _store_arrays(cpath, arrays, stamp)
-    return arrays
+    if os.access(cpath.parent, os.W_OK):
+        if reduce_to(log_path, cpath):  # the compiled reducer writes the cache itself
+            arrays = _load_arrays(cpath, stamp)
+            if arrays is not None:
+                return arrays
+        arrays = stream_log_arrays(log_path)
+        if arrays is not None:
+            _store_arrays(cpath, arrays, stamp)
+        return arrays
+    return reduced_log_arrays(log_path)  # read-only directory: analyse uncached rather than fail
+
+
+def reduced_log_arrays(log_path: Path):
+    """`transient.stream.stream_log_arrays` of ``log_path`` without a cache beside it: by the compiled
+    reducer (`transient.reducer`) through a temporary archive when it is built and takes the log, else
+    by the Python streaming reader. Returns None and raises as `stream_log_arrays`."""
+    import tempfile
+
+    from .stream import stream_log_arrays
+
+    with open(log_path, "rb") as f:
+        stamp = _stamp(os.fstat(f.fileno()))
+    with tempfile.TemporaryDirectory(prefix="transient-ms-") as tmp:
+        out = Path(tmp) / "log.ms.npz"
+        if reduce_to(log_path, out):
+            arrays = _load_arrays(out, stamp)
+            if arrays is not None:
+                return arrays
+    return stream_log_arrays(log_path)

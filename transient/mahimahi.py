@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .cachefiles import STREAMING_BYTES
 from .errors import LogFormatError
 
 if TYPE_CHECKING:  # pandas is imported when a DataFrame is made: reading a log for its columns needs none
@@ -309,7 +310,7 @@ class _LineCensus:
 
 
 _POLARS_SCHEMA = None
-_STREAMING_BYTES = 32 << 20  # logs above this are read by polars' streaming engine
+_STREAMING_BYTES = STREAMING_BYTES  # logs above this are read by polars' streaming engine
 
 
 def _polars_events(source: bytes | Path, int_type) -> "pl.LazyFrame":

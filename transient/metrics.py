@@ -126,8 +126,11 @@ def _signal_delays(sig_direct: np.ndarray) -> np.ndarray:
         cand[~np.isfinite(sig_direct)] = n
     nxt = np.minimum.accumulate(cand[::-1])[::-1]
     del cand
-    out = sig_direct[nxt].astype(np.int64 if n + float(np.max(sig_direct, where=np.isfinite(sig_direct),
-                                                                 initial=0)) >= 2**31 else np.int32)
+    # every ms takes a sample (the last ms has one), and every sample is taken by its own ms: the samples'
+    # largest is the taken values' largest
+    taken = sig_direct[nxt]
+    out = taken.astype(np.int64 if n + max(float(taken.max()), 0.0) >= 2**31 else np.int32)
+    del taken
     out += nxt
     del nxt
     out -= np.arange(n, dtype=out.dtype)

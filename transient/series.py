@@ -61,6 +61,8 @@ def compact(values: np.ndarray) -> np.ndarray:
     values = np.asarray(values)
     if values.size == 0 or values.dtype.kind not in "iuf":
         return values
+    if values.dtype == np.float32 and not np.isfinite(values).all():
+        return values  # with NaN or inf a float32 array stays float32 (below: float32, or unchanged)
     if values.dtype.kind == "f":
         lo, hi, gaps = math.inf, -math.inf, False
         for k in range(0, values.size, _SUM_BLOCK):  # a block at a time: no temporary as long as the array
@@ -297,6 +299,33 @@ def n_complete_bins(origin_s: float, end_s: float, bin_s: float) -> int:
     return max(int(np.floor((end_s - origin_s) / bin_s + 1e-9)), 0)
 
 
+class BinnedColumns:
+    """`binned_series` as plain numpy columns, without pandas: what the analysis of a log reads.
+
+    ``columns``: name -> float64 array (the columns of `SERIES_COLUMNS`), ``index``: each bin's start
+    (s on the log clock), ``attrs``: ``{"bin_s": width}``; ``table[name]`` is a column and
+    ``len(table)`` the bins; `to_frame` gives the DataFrame of `binned_series` (pandas imported then).
+    """
+
+    __slots__ = ("columns", "index", "attrs")
+
+    def __init__(self, columns: dict[str, np.ndarray], index: np.ndarray, attrs: dict) -> None:
+        self.columns, self.index, self.attrs = columns, index, attrs
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.columns[name]
+
+    def __len__(self) -> int:
+        return self.index.size
+
+    def to_frame(self) -> pd.DataFrame:
+        """The DataFrame of `binned_series` (its own copy of every column)."""
+        frame = pd.DataFrame({k: v.copy() for k, v in self.columns.items()},
+                             index=pd.Index(self.index.copy(), name="t_s"))
+        frame.attrs.update(self.attrs)
+        return frame
+
+
 def binned_series(
     arrays: LogArrays, origin_s: float, end_s: float, bin_s: float, smooth_bins: int = 1
 ) -> pd.DataFrame:
@@ -317,6 +346,14 @@ def binned_series(
     Raises:
         ValueError: bin_s not positive or smooth_bins < 1.
     """
+    return binned_columns(arrays, origin_s, end_s, bin_s, smooth_bins).to_frame()
+
+
+def binned_columns(
+    arrays: LogArrays, origin_s: float, end_s: float, bin_s: float, smooth_bins: int = 1
+) -> BinnedColumns:
+    """`binned_series` as `BinnedColumns` (no pandas unless ``smooth_bins`` > 1); the same arguments and
+    errors. The columns are shared with later calls for the same span: read them, do not write them."""
     if not bin_s > 0:
         raise ValueError(f"bin width must be positive, got {bin_s!r} s")
     if smooth_bins < 1:
@@ -325,7 +362,7 @@ def binned_series(
     memo = getattr(arrays, "_series_memo", None)
     key = (float(origin_s), float(end_s), float(bin_s), int(smooth_bins))
     if memo is not None and key in memo:
-        return memo[key].copy()
+        return memo[key]
     n = n_complete_bins(origin_s, end_s, bin_s)
     pos = bin_positions(arrays, origin_s, bin_s, n)
     scale = 8.0 / (bin_s * 1e6)
@@ -343,7 +380,7 @@ def binned_series(
     queue = binned(arrays.queue_ms)
     with np.errstate(invalid="ignore", divide="ignore"):
         queue = np.where(n_ms > 0, queue / np.maximum(n_ms, 1), np.nan)
-    frame = pd.DataFrame(
+    table = BinnedColumns(
         {
             "throughput_mbps": _smooth(throughput, smooth_bins),
             "capacity_mbps": capacity,
@@ -353,13 +390,10 @@ def binned_series(
             "queue_packets": queue,
             "drops": binned(arrays.ms_sum("drop", "packets")),
         },
-        index=pd.Index(origin_s + np.arange(n) * bin_s, name="t_s"),
-    )
-    frame.attrs["bin_s"] = bin_s
+        origin_s + np.arange(n) * bin_s, {"bin_s": bin_s})
     if memo is not None:
-        memo[key] = frame
-        return frame.copy()
-    return frame
+        memo[key] = table
+    return table
 
 
 class BinPositions:

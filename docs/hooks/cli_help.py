@@ -22,7 +22,7 @@ from mkdocs.exceptions import PluginError
 
 ROOT = Path(__file__).resolve().parents[2]
 MARKER = re.compile(r"^<!-- cli-help: (.+?) -->$", re.MULTILINE)
-RUST_BINARIES = {"ccp-datapath", "ccp-algorithms", "ccplab-link", "ccplab-trace"}
+RUST_BINARIES = {"ccp-datapath", "ccp-algorithms", "ccplab-link", "ccplab-trace", "ccplab-logreduce"}
 
 
 def _argv(words: list[str]) -> tuple[list[str], dict[str, str]]:

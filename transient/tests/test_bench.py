@@ -13,3 +13,7 @@ def test_bench_runs_and_compares_like_with_like(tmp_path, capsys):
                 "end to end: analyze_all, cold", "speed-up over the baseline: cold parse",
                 "baseline: 20-line loop binning bytes", "ours: python -m transient, cold", "cold analysis / loop"):
         assert row in out, row
+    from transient.reducer import reducer_binary
+
+    # the compiled reducer's own row when it is built, else the note that Python reduced the log
+    assert ("ccplab-logreduce alone" in out) == (reducer_binary() is not None) != ("is not built" in out)

@@ -230,3 +230,24 @@ def test_analysis_tables_default_to_empty_ones():
     assert list(a.flows.columns) == FLOW_COLUMNS and list(a.fairness.columns) == FAIRNESS_COLUMNS
     assert len(a.flow_steps) == 0 and a.flow_series == {} and not a.multi_flow
     assert a._replace(errors=[("x", "y")]).errors == [("x", "y")] and isinstance(a, tuple) and len(a) == 8
+
+
+def test_the_cache_archive_is_read_as_numpy_reads_it(tmp_path):
+    from transient.cache import _read_npz
+
+    arrays = {"u8": np.arange(7, dtype=np.uint8), "f32": np.array([np.nan, np.inf, 2.0], np.float32),
+              "i64": np.arange(-3, 3), "empty": np.empty(0), "c2d": np.arange(6).reshape(2, 3),
+              "f2d": np.asfortranarray(np.arange(6.0).reshape(2, 3)), "meta": np.frombuffer(b'{"a": 1}', np.uint8)}
+    path = tmp_path / "x.npz"
+    np.savez(path, **arrays)
+    got = _read_npz(path)
+    assert got.keys() == arrays.keys()
+    for name, want in arrays.items():
+        assert got[name].dtype == want.dtype and got[name].shape == want.shape, name
+        np.testing.assert_array_equal(got[name], want)
+        assert got[name].flags.writeable
+    got["u8"][0] = 99  # a private copy: the file keeps its value
+    assert np.load(path)["u8"][0] == 0
+    np.savez_compressed(tmp_path / "z.npz", a=np.arange(3))
+    with pytest.raises(ValueError, match="not a stored member"):
+        _read_npz(tmp_path / "z.npz")
