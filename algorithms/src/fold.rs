@@ -432,6 +432,15 @@ const PER_ACK: &str = "\
 /// timeout (`Report.loss` counts both).
 const URGENT_CONDITION: &str = "(> Report.loss 0)";
 
+/// The condition of the report at once on a retransmission timeout, in the
+/// programs that are not urgent on every loss: after an RTO the datapath sends
+/// from the kernel's loss window until the algorithm commands again
+/// (docs/datapath.md, "Never frozen"), so even an algorithm whose rule ignores
+/// losses must answer a timeout at once, or the kernel's cubic drives the flow
+/// for up to a report interval (seconds when a cellular outage fills the queue).
+/// `Report.loss` carries [`TIMEOUT_MARK`] from the timeout's event on.
+const TIMEOUT_CONDITION: &str = "(> Report.loss 999999999)";
+
 /// A report block: on `cond`, `at_report` (the features' lines before each
 /// report), the report, the timer reset and then `after` (lines that reset
 /// per-report registers).
@@ -540,9 +549,8 @@ impl FoldProgram {
             t.push_str(PRR_PER_ACK);
         }
         let at_report = if f.prr { PRR_AT_REPORT } else { "" };
-        if self.urgent_on_loss {
-            t.push_str(&report_when(URGENT_CONDITION, at_report, ""));
-        }
+        let urgent = if self.urgent_on_loss { URGENT_CONDITION } else { TIMEOUT_CONDITION };
+        t.push_str(&report_when(urgent, at_report, ""));
         let cond = match self.cadence {
             Cadence::PerRtt(_) if floor_us > 0 => format!("(> Micros (max reportIntervalUs {floor_us}))"),
             Cadence::PerRtt(_) => "(> Micros reportIntervalUs)".to_string(),
@@ -653,7 +661,7 @@ mod tests {
         for prog in programs() {
             let text = prog.text();
             let (bin, sc) = portus::lang::compile(text.as_bytes(), &[]).expect("compiles");
-            assert_eq!(bin.events.len(), if prog.urgent_on_loss { 3 } else { 2 }, "{text}");
+            assert_eq!(bin.events.len(), 3, "an urgent report (loss, or timeout only) and the regular one: {text}");
             for f in REPORT_FIELDS {
                 assert!(matches!(sc.get(f), Some(portus::lang::Reg::Report(..))), "{f} is not a report register");
             }
@@ -663,6 +671,12 @@ mod tests {
         assert!(half.contains("(/ Flow.rtt_sample_us 2)"));
         assert!(programs()[2].text().contains("(when (> Report.acks 9)"));
         assert!(!programs()[2].text().contains("Report.loss 0))\n    (report)"));
+        assert!(programs()[2].text().contains(&report_when(TIMEOUT_CONDITION, "", "")), "a timeout is reported at once");
+    }
+
+    #[test]
+    fn the_timeout_condition_is_the_timeout_mark() {
+        assert_eq!(TIMEOUT_CONDITION, format!("(> Report.loss {})", TIMEOUT_MARK - 1));
     }
 
     #[test]
@@ -672,9 +686,8 @@ mod tests {
             assert_eq!(prog.text_with_report_floor(0), prog.text(), "floor 0: the program without a floor");
             let text = prog.text_with_report_floor(5_000);
             portus::lang::compile(text.as_bytes(), &[]).expect("compiles with a floor");
-            if prog.urgent_on_loss {
-                assert!(text.contains(&report_when(URGENT_CONDITION, "", "")), "urgent reports are not held back");
-            }
+            let urgent = if prog.urgent_on_loss { URGENT_CONDITION } else { TIMEOUT_CONDITION };
+            assert!(text.contains(&report_when(urgent, "", "")), "urgent reports are not held back");
         }
         let floored = rtt2.text_with_report_floor(5_000);
         assert!(floored.contains("(when (> Micros (max reportIntervalUs 5000))\n    (report)"), "{floored}");

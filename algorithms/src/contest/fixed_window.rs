@@ -2,7 +2,9 @@
 //!
 //! Per-ACK rules: none; the window never changes, so the fold program only
 //! reports once per RTT (for the log) and not urgently on a loss: losses,
-//! timeouts and RTT do not move the window. The shared `--init-cwnd-pkts` is
+//! timeouts and RTT do not move the window. An RTO is still reported at once
+//! (as in every program, `fold.rs`), so the window is commanded again before
+//! the kernel's loss window drives the flow. The shared `--init-cwnd-pkts` is
 //! ignored (the window is `--window` from the first packet); the floor and
 //! ceiling (`--min-cwnd-pkts`, `--max-cwnd-pkts`) still clamp it.
 
@@ -22,7 +24,7 @@ pub struct FixedWindowArgs {
     pub window: f64,
 }
 
-/// One report per RTT (log only), nothing urgent.
+/// One report per RTT (log only); urgent only on an RTO.
 pub const PROGRAM: FoldProgram =
     FoldProgram { name: "ccplab_fixed_window", cadence: Cadence::PerRtt(1), urgent_on_loss: false, features: Features::NONE };
 
