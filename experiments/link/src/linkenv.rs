@@ -14,12 +14,12 @@
 //! end (the emulator forwards whole frames).
 //!
 //! rattan-env's own builder opens a netlink socket, and a thread with a
-//! 10 ms pause, for each of about twenty steps and moves each veth end
-//! into its namespace after creating it (a move waits for the kernel's
-//! RCU grace periods); a link then took about a quarter of a second to
-//! come up. Here each veth end is created in its namespace directly
-//! (`IFLA_NET_NS_FD` on the device and on its peer), and every further
-//! step goes through one netlink socket per namespace, opened once.
+//! 10 ms pause, for each of about twenty steps, and moves each veth end
+//! into its namespace after creating it (a move waits for the kernel's RCU
+//! grace periods): the link's start-up was mostly waiting. Here each veth
+//! end is created in its namespace directly (`IFLA_NET_NS_FD` on the
+//! device and on its peer), and every further step goes through one
+//! netlink socket per namespace, opened once.
 //!
 //! Teardown: dropping [`LinkEnv`] removes the namespaces' names; the kernel
 //! then frees each namespace, and the veths in it, once the last process,

@@ -108,16 +108,42 @@ pub fn stop_processes_inside(ns: &Namespaces) {
     for &p in &pids {
         let _ = kill(Pid::from_raw(p), Signal::SIGTERM);
     }
-    // Grace period: poll until they are gone, at most 1 s.
-    let t0 = std::time::Instant::now();
-    while t0.elapsed() < std::time::Duration::from_secs(1) {
-        if processes_inside(ns).is_empty() {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    // Grace period: woken as each one exits (a pidfd per process), at most 1 s.
+    wait_all_exit(&pids, std::time::Duration::from_secs(1));
     for p in processes_inside(ns) {
         let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
+    }
+}
+
+/// Blocks until every process of `pids` has exited or `timeout` has passed,
+/// woken by the kernel at each exit (pidfd_open + poll), not by polling.
+fn wait_all_exit(pids: &[i32], timeout: std::time::Duration) {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let fds: Vec<OwnedFd> = pids
+        .iter()
+        .filter_map(|&p| {
+            // SAFETY: pidfd_open takes a pid and flags; a negative result is an error.
+            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, p as libc::pid_t, 0) };
+            // SAFETY: a fresh descriptor nobody else owns (gone already: ESRCH, skipped).
+            (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })
+        })
+        .collect();
+    let mut waiting: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|f| libc::pollfd { fd: f.as_raw_fd(), events: libc::POLLIN, revents: 0 })
+        .collect();
+    let deadline = std::time::Instant::now() + timeout;
+    while !waiting.is_empty() {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        // SAFETY: `waiting` is a valid array of pollfd of the length given.
+        let n = unsafe { libc::poll(waiting.as_mut_ptr(), waiting.len() as libc::nfds_t, left.as_millis().max(1) as i32) };
+        if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return;
+        }
+        waiting.retain(|p| p.revents == 0);
     }
 }
 
