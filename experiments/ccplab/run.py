@@ -1,17 +1,20 @@
 """One run through the emulated link: one flow (``--cca``) or several competing ones (``--flow``).
 
-Order (each step waits until the previous one is ready):
+Daemons (all started at once: none needs another to start; the datapath first, its
+BPF load being the longest start-up):
     1. ccplab-link: namespaces + emulated bottleneck replaying the trace, logging
        every packet with its flow (``--flow-log``) and delaying flows' ACKs as asked
-    2. if any flow is ccp: one Portus algorithm daemon hosting every ccp algorithm
-       of the run (binds /tmp/ccp/portus), or the external algorithm's own
-       binary (``portus:NAME=COMMAND``; binds /tmp/ccp/portus, or /tmp/ccp/X
-       with ``--ipc-name X``), ready when its socket appears; then ccp-datapath
-       (registers the struct_ops congestion control ``ccp``; a rule per ccp
-       flow picks its algorithm by the flow's port)
-    3. one iperf3 server per flow in the receiver namespace (port 5201 + flow
-       index); each flow's client starts in the sender namespace at its START_S
-       with TCP_CONGESTION = NAME (kernel) or ``ccp``
+    2. if any flow is ccp: ccp-datapath (registers the struct_ops congestion control
+       ``ccp``; a rule per ccp flow picks its algorithm by the flow's port; it finds
+       the algorithm by its socket whenever that appears) and one Portus algorithm
+       daemon hosting every ccp algorithm of the run (binds /tmp/ccp/portus), or the
+       external algorithm's own binary (``portus:NAME=COMMAND``; binds
+       /tmp/ccp/portus, or /tmp/ccp/X with ``--ipc-name X``), ready when its socket
+       appears
+    3. once the link is ready: one iperf3 server per flow in the receiver namespace
+       (port 5201 + flow index)
+Once every daemon is ready, each flow's client starts in the sender namespace at its
+START_S with TCP_CONGESTION = NAME (kernel) or ``ccp``.
 While the flows run, the runner watches its daemons: one that exits fails the
 run at once, naming it. Then everything stops in reverse order. The run
 directory is assembled under a hidden partial name and renamed into place only
