@@ -1,17 +1,20 @@
 """One run through the emulated link: one flow (``--cca``) or several competing ones (``--flow``).
 
-Order (each step waits until the previous one is ready):
+Daemons (all started at once: none needs another to start; the datapath first, its
+BPF load being the longest start-up):
     1. ccplab-link: namespaces + emulated bottleneck replaying the trace, logging
        every packet with its flow (``--flow-log``) and delaying flows' ACKs as asked
-    2. if any flow is ccp: one Portus algorithm daemon hosting every ccp algorithm
-       of the run (binds /tmp/ccp/portus), or the external algorithm's own
-       binary (``portus:NAME=COMMAND``; binds /tmp/ccp/portus, or /tmp/ccp/X
-       with ``--ipc-name X``), ready when its socket appears; then ccp-datapath
-       (registers the struct_ops congestion control ``ccp``; a rule per ccp
-       flow picks its algorithm by the flow's port)
-    3. one iperf3 server per flow in the receiver namespace (port 5201 + flow
-       index); each flow's client starts in the sender namespace at its START_S
-       with TCP_CONGESTION = NAME (kernel) or ``ccp``
+    2. if any flow is ccp: ccp-datapath (registers the struct_ops congestion control
+       ``ccp``; a rule per ccp flow picks its algorithm by the flow's port; it finds
+       the algorithm by its socket whenever that appears) and one Portus algorithm
+       daemon hosting every ccp algorithm of the run (binds /tmp/ccp/portus), or the
+       external algorithm's own binary (``portus:NAME=COMMAND``; binds
+       /tmp/ccp/portus, or /tmp/ccp/X with ``--ipc-name X``), ready when its socket
+       appears
+    3. once the link is ready: one iperf3 server per flow in the receiver namespace
+       (port 5201 + flow index)
+Once every daemon is ready, each flow's client starts in the sender namespace at its
+START_S with TCP_CONGESTION = NAME (kernel) or ``ccp``.
 While the flows run, the runner watches its daemons: one that exits fails the
 run at once, naming it. Then everything stops in reverse order. The run
 directory is assembled under a hidden partial name and renamed into place only
@@ -81,7 +84,7 @@ import time
 from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import transient
 from ccplab_util.atomic import write_atomic
@@ -273,13 +276,19 @@ def _run_flows(flows: Sequence[FlowSpec], scenario: Scenario, rundir: Path) -> t
     and ``exit_status`` (after the runner stopped it: 0 is a clean exit on SIGTERM)."""
     ccp_daemons: list[Daemon] = []
     with ExitStack() as stack:
-        # the link builds its namespaces while the ccp daemons start (they need nothing of it): their
-        # start-up times overlap instead of adding up
+        # Every daemon starts at once, none needs another to start: the datapath first (its BPF load is
+        # the longest start-up), then the link, then the algorithm; the link's namespaces and the iperf3
+        # servers in them are ready while the datapath still loads. The datapath finds the algorithm by
+        # its socket whenever it appears; no flow starts before both are ready.
+        ccp = any(f.cca.uses_datapath for f in flows)
+        datapath_ready = rundir / ".datapath-ready.json"
+        if ccp:
+            algorithm_bound = appears(_ccp_algorithms(flows)[0].portus_socket)  # no stale socket is taken
+            datapath = stack.enter_context(_start_datapath(flows, scenario, rundir, wait=False))
         link = stack.enter_context(_start_link(flows, scenario, rundir, wait=False))
         watched = [link]
-        if any(f.cca.uses_datapath for f in flows):
-            ccp_daemons.append(stack.enter_context(_start_algorithm(flows, rundir)))
-            ccp_daemons.append(stack.enter_context(_start_datapath(flows, scenario, rundir)))
+        if ccp:
+            ccp_daemons = [stack.enter_context(_start_algorithm(flows, rundir, algorithm_bound)), datapath]
             watched += ccp_daemons
         link.wait_ready((rundir / ".link-ready.json").exists, READY_TIMEOUT_S)
         ready = json.loads((rundir / ".link-ready.json").read_text())
@@ -287,6 +296,8 @@ def _run_flows(flows: Sequence[FlowSpec], scenario: Scenario, rundir: Path) -> t
         if scenario.quickack:
             set_quickack(ready["receiver_netns"])
         servers = [stack.enter_context(_start_iperf_server(ready, rundir, k, len(flows))) for k in range(len(flows))]
+        if ccp:
+            datapath.wait_ready(datapath_ready.exists, READY_TIMEOUT_S)
         counters = ReceiverCounters(servers[0].proc.pid)
         results, ended_by = _run_iperf_clients(flows, scenario, ready, rundir, watched, counters.sample,
                                                link if scenario.trace_once else None)
@@ -445,11 +456,13 @@ def algorithm_argv(flows: Sequence[FlowSpec]) -> tuple[str, list[str]]:
     return suite.binary, argv
 
 
-def _start_algorithm(flows: Sequence[FlowSpec], rundir: Path) -> Daemon:
+def _start_algorithm(flows: Sequence[FlowSpec], rundir: Path, bound: Callable[[], bool] | None = None) -> Daemon:
+    """The Portus algorithm's daemon, started and ready (its socket bound). ``bound``: the readiness
+    check `appears` gave before anything else started (default: made here)."""
     name, argv = algorithm_argv(flows)
     first = _ccp_algorithms(flows)[0]
     socket = first.portus_socket
-    bound = appears(socket)
+    bound = bound or appears(socket)
     daemon = Daemon(name, argv, rundir / "algorithm.log", env=dict(first.env))
     daemon.start()
     try:
@@ -481,10 +494,12 @@ def datapath_argv(flows: Sequence[FlowSpec], ready_file: Path, scenario: Scenari
             "--ready-file", str(ready_file)]
 
 
-def _start_datapath(flows: Sequence[FlowSpec], scenario: Scenario, rundir: Path) -> Daemon:
+def _start_datapath(flows: Sequence[FlowSpec], scenario: Scenario, rundir: Path, wait: bool = True) -> Daemon:
+    """ccp-datapath's daemon, started and ready (``ccp`` registered); with ``wait=False`` not started yet
+    (``with`` starts it, the caller waits for ``.datapath-ready.json``)."""
     ready_file = rundir / ".datapath-ready.json"
     daemon = Daemon("ccp-datapath", datapath_argv(flows, ready_file, scenario), rundir / "datapath.log")
-    return started(daemon, ready_file.exists)
+    return started(daemon, ready_file.exists) if wait else daemon
 
 
 def _start_iperf_server(ready: dict, rundir: Path, index: int, n_flows: int) -> Daemon:

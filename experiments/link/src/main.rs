@@ -13,8 +13,10 @@
 mod batchio;
 mod cell;
 mod delay;
+mod emulator;
 mod flowdelay;
 mod flowkey;
+mod linkenv;
 mod mmlog;
 mod netns;
 mod queue;
@@ -38,16 +40,13 @@ use ccplab_util::fs::write_atomically;
 use clap::Parser;
 use rattan_core::{
     cells::StdPacket,
-    config::RattanConfig,
-    env::{StdNetEnvConfig, StdNetEnvMode},
-    config::RattanResourceConfig,
     metal::io::{af_packet::AfPacketDriver, common::InterfaceDriver},
-    radix::RattanRadix,
 };
 
 use crate::{
     cell::{Clock0, LinkCell, LinkCellConfig, LinkStats},
     delay::DelayCell,
+    emulator::Emulator,
     flowdelay::{parse_ack_delay, FlowDelayCell},
     flowkey::PortSide,
     mmlog::{display_path, LogBase, LogHeader, MmLog},
@@ -343,39 +342,27 @@ where
     D::Sender: Send + Sync,
     D::Receiver: Send,
 {
-    let config = RattanConfig::<StdPacket> {
-        env: StdNetEnvConfig {
-            mode: StdNetEnvMode::Isolated,
-            ..Default::default()
-        },
-        // rattan sizes its runtime by the number of CPUs listed (it does
-        // not pin them)
-        resource: RattanResourceConfig {
-            cpu: Some((0..args.workers).collect()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let mut radix = RattanRadix::<D>::new(config)
-        .map_err(|e| anyhow::anyhow!("cannot create the emulator namespaces (root needed): {e}"))?;
-    // Declared after radix: dropped (cleanup by name) after it.
-    let ns = Namespaces::for_rattan_id(radix.get_rattan_id());
-    let _cleanup = CleanupGuard(ns.clone());
+    // Declared before radix, so dropped after it: a last cleanup by name,
+    // also when unwinding.
+    let _cleanup: CleanupGuard;
+    let mut radix = Emulator::<D>::new(args.workers as usize)
+        .context("cannot create the emulator's namespaces (root needed)")?;
+    let ns = radix.env().names.clone();
+    _cleanup = CleanupGuard(ns.clone());
     let outcome = serve(args, &mut radix, &ns, plan);
     if !args.keep_processes {
         netns::stop_processes_inside(&ns);
     }
-    // rattan's teardown joins its tasks with unwrap(): a panicked worker
-    // would panic here; contain it, the guard then deletes by name.
-    if std::panic::catch_unwind(AssertUnwindSafe(move || drop(radix))).is_err() {
-        tracing::error!("rattan teardown panicked; deleting namespaces by name");
+    // a panicked worker surfaces here; the names are removed regardless
+    if let Err(e) = radix.stop() {
+        tracing::error!("emulator teardown: {e:#}; deleting namespaces by name");
     }
     outcome
 }
 
 fn serve<D>(
     args: &Args,
-    radix: &mut RattanRadix<D>,
+    radix: &mut Emulator<D>,
     ns: &Namespaces,
     plan: LinkPlan<'_>,
 ) -> Result<()>
@@ -482,8 +469,8 @@ where
         sender_netns: ns.sender.clone(),
         receiver_netns: ns.receiver.clone(),
         emulator_netns: ns.emulator.clone(),
-        sender_ip: radix.left_ip(1).to_string(),
-        receiver_ip: radix.right_ip(1).to_string(),
+        sender_ip: radix.env().sender_ip().to_string(),
+        receiver_ip: radix.env().receiver_ip().to_string(),
         pid: std::process::id(),
         uplink_log: display_path(&args.uplink_log),
         trace_start: format!("{:?}", args.trace_start),

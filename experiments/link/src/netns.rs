@@ -58,41 +58,38 @@ pub fn remove_leftovers(ns: &Namespaces) -> Vec<String> {
     failed
 }
 
-/// Pids of processes whose network namespace is one of `ns`, as
-/// `ip netns pids <name>` (iproute2) lists them; this process excluded.
+/// Pids of processes whose network namespace is one of `ns` (this process
+/// excluded): those whose `/proc/PID/ns/net` is the same namespace (device
+/// and inode) as `/var/run/netns/<name>`, the test `ip netns pids` makes,
+/// read here without starting `ip` once per namespace.
 pub fn processes_inside(ns: &Namespaces) -> Vec<i32> {
+    use std::os::unix::fs::MetadataExt;
     let me = std::process::id() as i32;
-    let mut pids: Vec<i32> = ns
+    let wanted: Vec<(u64, u64)> = ns
         .all()
         .iter()
-        .filter(|name| exists(name))
-        .flat_map(|name| netns_pids(name))
+        .filter_map(|name| std::fs::metadata(Path::new("/var/run/netns").join(name)).ok())
+        .map(|m| (m.dev(), m.ino()))
+        .collect();
+    if wanted.is_empty() {
+        return Vec::new();
+    }
+    let Ok(proc) = std::fs::read_dir("/proc") else {
+        tracing::warn!("cannot read /proc: processes inside the link's namespaces are not stopped");
+        return Vec::new();
+    };
+    let mut pids: Vec<i32> = proc
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
         .filter(|&pid| pid != me)
+        .filter(|pid| {
+            // a process that has just exited, or a kernel thread, has none
+            std::fs::metadata(format!("/proc/{pid}/ns/net"))
+                .is_ok_and(|m| wanted.contains(&(m.dev(), m.ino())))
+        })
         .collect();
     pids.sort_unstable();
-    pids.dedup();
     pids
-}
-
-/// `ip netns pids <name>`; empty (with a warning) if it cannot run.
-fn netns_pids(name: &str) -> Vec<i32> {
-    match std::process::Command::new("ip")
-        .args(["netns", "pids", name])
-        .output()
-    {
-        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout)
-            .split_whitespace()
-            .filter_map(|p| p.parse().ok())
-            .collect(),
-        Ok(out) => {
-            tracing::warn!(name, stderr = %String::from_utf8_lossy(&out.stderr).trim(), "ip netns pids failed");
-            Vec::new()
-        }
-        Err(e) => {
-            tracing::warn!(name, "cannot run `ip netns pids`: {e}");
-            Vec::new()
-        }
-    }
 }
 
 /// Stops processes still running in `ns` (e.g. an iperf3 server left by a
@@ -111,16 +108,42 @@ pub fn stop_processes_inside(ns: &Namespaces) {
     for &p in &pids {
         let _ = kill(Pid::from_raw(p), Signal::SIGTERM);
     }
-    // Grace period: poll until they are gone, at most 1 s.
-    let t0 = std::time::Instant::now();
-    while t0.elapsed() < std::time::Duration::from_secs(1) {
-        if processes_inside(ns).is_empty() {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    // Grace period: woken as each one exits (a pidfd per process), at most 1 s.
+    wait_all_exit(&pids, std::time::Duration::from_secs(1));
     for p in processes_inside(ns) {
         let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
+    }
+}
+
+/// Blocks until every process of `pids` has exited or `timeout` has passed,
+/// woken by the kernel at each exit (pidfd_open + poll), not by polling.
+fn wait_all_exit(pids: &[i32], timeout: std::time::Duration) {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let fds: Vec<OwnedFd> = pids
+        .iter()
+        .filter_map(|&p| {
+            // SAFETY: pidfd_open takes a pid and flags; a negative result is an error.
+            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, p as libc::pid_t, 0) };
+            // SAFETY: a fresh descriptor nobody else owns (gone already: ESRCH, skipped).
+            (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })
+        })
+        .collect();
+    let mut waiting: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|f| libc::pollfd { fd: f.as_raw_fd(), events: libc::POLLIN, revents: 0 })
+        .collect();
+    let deadline = std::time::Instant::now() + timeout;
+    while !waiting.is_empty() {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        // SAFETY: `waiting` is a valid array of pollfd of the length given.
+        let n = unsafe { libc::poll(waiting.as_mut_ptr(), waiting.len() as libc::nfds_t, left.as_millis().max(1) as i32) };
+        if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return;
+        }
+        waiting.retain(|p| p.revents == 0);
     }
 }
 
