@@ -32,13 +32,14 @@ use std::{
     io, mem,
     os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd},
     sync::atomic::Ordering,
+    time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
 use rattan_core::cells::{Packet, StdPacket};
 use tokio::time::Instant;
 
 use crate::{
-    batchio::{self, counters, RX_BATCH},
+    batchio::{self, counters},
     cell::{LinkCore, CLOCK0_RECHECK},
     delay::DelayLine,
     flowdelay::FlowDelays,
@@ -48,6 +49,16 @@ use crate::{
 /// counted and dropped (offloads are off, so frames are at most MTU-sized;
 /// 64 KiB leaves room for a GRO frame as rattan's driver does).
 const RX_SLOT: usize = 65_537;
+/// Frames taken per `recvmmsg` (a millisecond of a 1 Gbit/s link is 83).
+const RX_BATCH: usize = 128;
+/// A direction whose cells have work within this time does not watch its
+/// socket: what arrives meanwhile is read at that wakeup, placed by its
+/// kernel timestamp (as if read at once), so a stream of arrivals costs a
+/// wakeup per deadline, not one per packet.
+const READ_HORIZON: Duration = Duration::from_millis(1);
+/// Room for one SCM_TIMESTAMPNS control message.
+const CONTROL_BYTES: usize = 64;
+const SO_TIMESTAMPNS: libc::c_int = 35;
 /// Receive batches taken in a row before the cells run and the sends go out,
 /// so a steady stream of arrivals cannot hold back departures.
 const RX_ROUNDS: usize = 4;
@@ -195,7 +206,7 @@ fn packet_socket(ifindex: i32, protocol: u16) -> io::Result<OwnedFd> {
 }
 
 /// The receiving socket of a veth: every protocol, outgoing frames not
-/// looped back, an 8 MiB buffer.
+/// looped back, kernel receive timestamps, an 8 MiB buffer.
 pub fn rx_socket(ifindex: i32) -> io::Result<OwnedFd> {
     let fd = packet_socket(ifindex, (libc::ETH_P_ALL as u16).to_be())?;
     set_int_option(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, SOCKET_BUFFER)
@@ -203,6 +214,8 @@ pub fn rx_socket(ifindex: i32) -> io::Result<OwnedFd> {
     // Without it every frame we send on this veth would be copied to us too.
     set_int_option(fd.as_raw_fd(), libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
         .unwrap_or_else(|e| tracing::warn!("PACKET_IGNORE_OUTGOING unavailable: {e}"));
+    // each frame's arrival time, taken when the veth delivered it
+    set_int_option(fd.as_raw_fd(), libc::SOL_SOCKET, SO_TIMESTAMPNS, 1)?;
     Ok(fd)
 }
 
@@ -263,6 +276,7 @@ struct RxBatch {
     addrs: Vec<libc::sockaddr_ll>,
     iovs: Vec<libc::iovec>,
     hdrs: Vec<libc::mmsghdr>,
+    control: Vec<[u64; CONTROL_BYTES / 8]>,
 }
 
 // SAFETY: the raw pointers inside point into the struct's own heap buffers,
@@ -277,6 +291,7 @@ impl RxBatch {
             addrs: vec![unsafe { mem::zeroed() }; RX_BATCH],
             iovs: vec![unsafe { mem::zeroed() }; RX_BATCH],
             hdrs: vec![unsafe { mem::zeroed() }; RX_BATCH],
+            control: vec![[0; CONTROL_BYTES / 8]; RX_BATCH],
         };
         let base = b.slab.as_mut_ptr();
         for i in 0..RX_BATCH {
@@ -287,9 +302,10 @@ impl RxBatch {
         b
     }
 
-    /// One non-blocking `recvmmsg`; `each` gets every input frame. Returns
-    /// the number of frames the call took (0: the socket was empty).
-    fn receive(&mut self, fd: RawFd, mut each: impl FnMut(&[u8])) -> io::Result<usize> {
+    /// One non-blocking `recvmmsg`; `each` gets every input frame and its
+    /// kernel receive time (unix time; None if the kernel gave none).
+    /// Returns the number of frames the call took (0: the socket was empty).
+    fn receive(&mut self, fd: RawFd, mut each: impl FnMut(&[u8], Option<Duration>)) -> io::Result<usize> {
         for i in 0..RX_BATCH {
             let h = &mut self.hdrs[i].msg_hdr;
             h.msg_name = &mut self.addrs[i] as *mut libc::sockaddr_ll as *mut libc::c_void;
@@ -297,6 +313,8 @@ impl RxBatch {
             h.msg_iov = &mut self.iovs[i];
             h.msg_iovlen = 1;
             h.msg_flags = 0;
+            h.msg_control = self.control[i].as_mut_ptr() as *mut libc::c_void;
+            h.msg_controllen = CONTROL_BYTES;
         }
         // SAFETY: the headers point at addrs, iovs and the slab, alive for the call.
         let r = unsafe {
@@ -324,7 +342,7 @@ impl RxBatch {
                 continue;
             }
             let len = h.msg_len as usize;
-            each(&self.slab[i * RX_SLOT..i * RX_SLOT + len]);
+            each(&self.slab[i * RX_SLOT..i * RX_SLOT + len], receive_time(&h.msg_hdr));
             taken += 1;
         }
         c.received.fetch_add(taken, Ordering::Relaxed);
@@ -332,11 +350,50 @@ impl RxBatch {
     }
 }
 
-/// Waits until `rx` is readable, `stop` is readable or `until` has come
-/// (None: no deadline). Returns false once `stop` is readable.
-fn wait(rx: RawFd, stop: RawFd, until: Option<Instant>) -> io::Result<bool> {
+/// The SCM_TIMESTAMPNS of a received message, as time since the unix epoch.
+fn receive_time(msg: &libc::msghdr) -> Option<Duration> {
+    // SAFETY: msg is a header recvmmsg filled; its control buffer is ours
+    // and msg_controllen says how much of it the kernel wrote.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == SO_TIMESTAMPNS {
+                let ts = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::timespec);
+                return Some(Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32));
+            }
+            c = libc::CMSG_NXTHDR(msg, c);
+        }
+    }
+    None
+}
+
+/// Maps unix times to the monotonic clock, from one reading of both.
+struct ClockMap {
+    mono: Instant,
+    unix: Duration,
+}
+
+impl ClockMap {
+    fn now() -> Self {
+        Self {
+            mono: Instant::now(),
+            unix: SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default(),
+        }
+    }
+
+    /// The monotonic time of unix time `at` (never later than the reading).
+    fn mono_of(&self, at: Duration) -> Instant {
+        let ago = self.unix.saturating_sub(at);
+        self.mono.checked_sub(ago).unwrap_or(self.mono)
+    }
+}
+
+/// Waits until `rx` (if given) is readable, `stop` is readable or `until`
+/// has come (None: no deadline). Returns false once `stop` is readable.
+fn wait(rx: Option<RawFd>, stop: RawFd, until: Option<Instant>) -> io::Result<bool> {
     let mut fds = [
-        libc::pollfd { fd: rx, events: libc::POLLIN, revents: 0 },
+        // a negative descriptor is ignored by ppoll
+        libc::pollfd { fd: rx.unwrap_or(-1), events: libc::POLLIN, revents: 0 },
         libc::pollfd { fd: stop, events: libc::POLLIN, revents: 0 },
     ];
     let timeout = until.map(|t| {
@@ -363,7 +420,14 @@ pub fn run_direction(rx: OwnedFd, tx: TxPort, mut pipeline: Pipeline<StdPacket>,
     let result = (|| loop {
         let mut full = false;
         for _ in 0..RX_ROUNDS {
-            let n = batch.receive(rx.as_raw_fd(), |frame| pipeline.admit(StdPacket::from_raw_buffer(frame), &mut out))?;
+            let clock = ClockMap::now();
+            let n = batch.receive(rx.as_raw_fd(), |frame, at| {
+                let mut p = StdPacket::from_raw_buffer(frame);
+                if let Some(at) = at {
+                    p.delay_until(clock.mono_of(at));
+                }
+                pipeline.admit(p, &mut out)
+            })?;
             full = n == RX_BATCH;
             if !full {
                 break;
@@ -377,7 +441,9 @@ pub fn run_direction(rx: OwnedFd, tx: TxPort, mut pipeline: Pipeline<StdPacket>,
         if full {
             continue;
         }
-        if !wait(rx.as_raw_fd(), stop, pipeline.next_wake(now))? {
+        let wake = pipeline.next_wake(now);
+        let watch = wake.is_none_or(|w| w.saturating_duration_since(now) > READ_HORIZON);
+        if !wait(watch.then(|| rx.as_raw_fd()), stop, wake)? {
             return Ok(());
         }
     })();
@@ -413,12 +479,6 @@ impl StopFd {
     }
 }
 
-/// How long `wait` may oversleep a deadline is the kernel's timer slack;
-/// the direction threads ask for the least.
-pub fn tighten_timer_slack() {
-    // SAFETY: plain prctl with an integer argument.
-    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
-}
 
 #[cfg(test)]
 mod tests {
@@ -428,10 +488,7 @@ mod tests {
         flowkey::PortSide,
         queue::QueueLimit,
     };
-    use std::{
-        sync::{atomic::AtomicBool, Arc},
-        time::Duration,
-    };
+    use std::sync::{atomic::AtomicBool, Arc};
 
     fn ipv4_frame(tag: u8, dport: u16) -> Vec<u8> {
         // Ethernet + IPv4 (total length 1500) + TCP ports
@@ -535,13 +592,22 @@ mod tests {
     }
 
     #[test]
+    fn kernel_receive_times_map_to_the_monotonic_clock() {
+        let c = ClockMap::now();
+        let ms = Duration::from_millis;
+        assert_eq!(c.mono_of(c.unix - ms(5)), c.mono - ms(5));
+        assert_eq!(c.mono_of(c.unix + ms(5)), c.mono, "never in the future");
+    }
+
+    #[test]
     fn the_stop_fd_ends_a_wait_at_once() {
         let stop = StopFd::new().unwrap();
         let (a, _b) = std::os::unix::net::UnixDatagram::pair().unwrap();
         let start = std::time::Instant::now();
-        assert!(wait(a.as_raw_fd(), stop.raw(), Some(Instant::now() + Duration::from_millis(20))).unwrap(), "deadline");
+        assert!(wait(Some(a.as_raw_fd()), stop.raw(), Some(Instant::now() + Duration::from_millis(20))).unwrap(), "deadline");
         assert!(start.elapsed() >= Duration::from_millis(20));
         stop.trigger();
-        assert!(!wait(a.as_raw_fd(), stop.raw(), None).unwrap(), "stopped");
+        assert!(!wait(Some(a.as_raw_fd()), stop.raw(), None).unwrap(), "stopped");
+        assert!(!wait(None, stop.raw(), None).unwrap(), "stopped, socket not watched");
     }
 }

@@ -481,7 +481,6 @@ fn serve_direct(
             std::thread::Builder::new()
                 .name(format!("link-{name}"))
                 .spawn(move || {
-                    direct::tighten_timer_slack();
                     if let Err(e) = direct::run_direction(rx, tx, pipe, stop_fd) {
                         // the panic hook stops the link (SIGUSR1)
                         panic!("the {name} direction failed: {e}");
