@@ -1,5 +1,7 @@
-//! `ccplab-link`: an emulated bottleneck (rattan-core 0.1.1 + our own
-//! mm-link-style cell) between a sender and a receiver network namespace.
+//! `ccplab-link`: an emulated bottleneck (namespaces and veths from
+//! rattan-env, our own mm-link-style cells, frames moved by one thread per
+//! direction, see `direct`) between a sender and a receiver network
+//! namespace.
 //!
 //! ```text
 //!  sender netns            emulator netns (rattan)                receiver netns
@@ -171,12 +173,12 @@ enum Io {
     /// One thread per direction: recvmmsg -> the direction's cells ->
     /// sendmmsg, no async runtime or task hops in between.
     Direct,
-    /// rattan's runtime and routing between cells; batched receive (recvmmsg) on the workers, batched send (sendmmsg)
-    /// on a thread per interface, which also carries the receiving
-    /// namespace's TCP work.
+    /// rattan's runtime and routing between cells; batched receive
+    /// (recvmmsg) on the workers, batched send (sendmmsg) on a thread per
+    /// interface, which also carries the receiving namespace's TCP work.
     Batched,
-    /// rattan-core's AF_PACKET driver: one recvfrom and one sendto per
-    /// frame, both on the workers.
+    /// rattan's runtime and routing with rattan-core's AF_PACKET driver:
+    /// one recvfrom and one sendto per frame, both on the workers.
     PerPacket,
 }
 
