@@ -227,7 +227,7 @@ def kernel_run(rate_mbps: float, duration_s: int) -> float:
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             deadline = time.monotonic() + 10
-            while not listening(rcv, IPERF_PORT):
+            while not listening(rcv, IPERF_PORT, server.pid):
                 if time.monotonic() > deadline or server.poll() is not None:
                     raise CcplabError("the kernel path's iperf3 server did not start listening")
                 time.sleep(0.05)  # ss offers no event to wait on

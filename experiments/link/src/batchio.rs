@@ -143,7 +143,7 @@ where
 
 /// One `sendmmsg` of `frames` (at most [`TX_BATCH`]) to `ifindex` on a
 /// bound AF_PACKET socket; the number sent.
-fn sendmmsg_frames(fd: RawFd, ifindex: i32, frames: &[&[u8]]) -> io::Result<usize> {
+pub fn sendmmsg_frames(fd: RawFd, ifindex: i32, frames: &[&[u8]]) -> io::Result<usize> {
     let n = frames.len().min(TX_BATCH);
     // SAFETY: zeroed sockaddr_ll/iovec/mmsghdr are valid plain C structs.
     let mut addrs: [libc::sockaddr_ll; TX_BATCH] = unsafe { mem::zeroed() };
@@ -406,7 +406,7 @@ fn socket_for(cell: &VethCell) -> io::Result<OwnedFd> {
 
 /// Frames the kernel dropped on `fd` since the last call (PACKET_STATISTICS
 /// reads and resets).
-fn kernel_drops(fd: RawFd) -> u64 {
+pub fn kernel_drops(fd: RawFd) -> u64 {
     let mut st = libc::tpacket_stats { tp_packets: 0, tp_drops: 0 };
     let mut len = mem::size_of::<libc::tpacket_stats>() as u32;
     // SAFETY: st is a tpacket_stats of the length given.

@@ -96,20 +96,27 @@ impl<P: Packet + Send + Sync> Ingress<P> for ChannelIngress<P> {
     }
 }
 
-pub struct LinkCellEgress<P: Packet> {
-    rx: mpsc::UnboundedReceiver<P>,
+/// One trace-driven direction without I/O: the queue, time 0, the log and
+/// the counters. Packets go in with [`LinkCore::admit`] (their timestamp is
+/// their arrival) and come out of [`LinkCore::poll`] with their logical
+/// departure as timestamp. Both the rattan cell ([`LinkCellEgress`]) and
+/// the direct datapath (`direct`) drive it.
+pub struct LinkCore<P: Packet> {
     queue: LinkQueue<P>,
     out: VecDeque<Delivered<P>>,
     bypass: VecDeque<P>,
     clock0: Clock0,
     sets_clock0: bool,
     log: Option<MmLog>,
-    timer: LazyTimer,
     stats: Arc<LinkStats>,
     key_side: PortSide,
     inject_panic: bool,
     trace_ended: Arc<AtomicBool>,
 }
+
+/// How long a direction that waits for time 0 (set by the other direction)
+/// sleeps before it looks again.
+pub const CLOCK0_RECHECK: Duration = Duration::from_millis(50);
 
 /// IP packet length + 4 (mahimahi's TUN header), or None if not IPv4.
 fn mm_size<P: Packet>(p: &P) -> Option<u32> {
@@ -117,7 +124,22 @@ fn mm_size<P: Packet>(p: &P) -> Option<u32> {
     Some(ip.total_len as u32 + 4)
 }
 
-impl<P: Packet + Send + Sync> LinkCellEgress<P> {
+impl<P: Packet> LinkCore<P> {
+    pub fn new(config: LinkCellConfig, clock0: Clock0, stats: Arc<LinkStats>) -> Self {
+        Self {
+            queue: LinkQueue::new(config.schedule, config.limit).once(config.once),
+            out: VecDeque::new(),
+            bypass: VecDeque::new(),
+            clock0,
+            sets_clock0: config.sets_clock0,
+            log: config.log,
+            stats,
+            key_side: config.key_side,
+            inject_panic: config.inject_panic,
+            trace_ended: config.trace_ended,
+        }
+    }
+
     fn ms_since_0(base: Instant, at: Instant) -> u64 {
         at.saturating_duration_since(base).as_millis() as u64
     }
@@ -140,7 +162,10 @@ impl<P: Packet + Send + Sync> LinkCellEgress<P> {
         self.out.extend(delivered);
     }
 
-    fn on_packet(&mut self, p: P) {
+    /// A packet arrives (at its timestamp): it is logged and queued or
+    /// dropped; a non-IPv4 frame (or any before time 0 on a direction that
+    /// does not set it) passes unshaped and unlogged.
+    pub fn admit(&mut self, p: P) {
         // Fault injection for the cleanup test: a worker panic must still
         // remove every namespace and keep the log.
         if self.inject_panic {
@@ -200,60 +225,87 @@ impl<P: Packet + Send + Sync> LinkCellEgress<P> {
         }
     }
 
-    fn on_tick(&mut self) {
+    /// Uses every opportunity up to `now`.
+    pub fn tick(&mut self, now: Instant) {
         let Some(base) = self.clock0.get() else {
             return;
         };
-        let now_ms = Self::ms_since_0(base, Instant::now());
+        let now_ms = Self::ms_since_0(base, now);
         let mut delivered = VecDeque::new();
         let queue = &mut self.queue;
         Self::with_sink(&self.log, |s| queue.rationalize(now_ms, s, &mut delivered));
         self.collect(delivered);
         self.note_end();
     }
+
+    /// The next packet that has left (bypassing ones first), its timestamp
+    /// set to its logical departure; None when nothing has left yet.
+    pub fn pop(&mut self) -> Option<P> {
+        if let Some(p) = self.bypass.pop_front() {
+            return Some(p);
+        }
+        let d = self.out.pop_front()?;
+        let mut p = d.item;
+        if let Some(base) = self.clock0.get() {
+            // Logical departure time: later cells (delay) count from here,
+            // not from our possibly late wakeup.
+            p.delay_until(base + Duration::from_millis(d.departure_ms));
+        }
+        Some(p)
+    }
+
+    /// The next opportunity (when [`LinkCore::tick`] has work), None before
+    /// time 0 and after a trace played once has ended.
+    pub fn next_opportunity(&self) -> Option<Instant> {
+        self.clock0.get().and_then(|b| {
+            self.queue
+                .next_opportunity_ms()
+                .map(|ms| b + Duration::from_millis(ms))
+        })
+    }
+
+    /// Whether time 0 is still to be set by another direction (so a waiting
+    /// caller should look again after [`CLOCK0_RECHECK`]).
+    pub fn awaits_clock0(&self) -> bool {
+        self.clock0.get().is_none()
+    }
+}
+
+/// The rattan egress of a [`LinkCell`]: a [`LinkCore`] fed by a channel.
+pub struct LinkCellEgress<P: Packet> {
+    rx: mpsc::UnboundedReceiver<P>,
+    core: LinkCore<P>,
+    timer: LazyTimer,
 }
 
 #[async_trait]
 impl<P: Packet + Send + Sync> Egress<P> for LinkCellEgress<P> {
     async fn dequeue(&mut self) -> Option<P> {
         loop {
-            if let Some(p) = self.bypass.pop_front() {
-                return Some(p);
-            }
-            if let Some(d) = self.out.pop_front() {
-                let mut p = d.item;
-                if let Some(base) = self.clock0.get() {
-                    // Logical departure time: later cells (delay) count
-                    // from here, not from our possibly late wakeup.
-                    p.delay_until(base + Duration::from_millis(d.departure_ms));
-                }
+            if let Some(p) = self.core.pop() {
                 return Some(p);
             }
             // Arrivals already queued are taken before any wait (each is
             // placed by its own timestamp), so the timer is re-armed once
             // per burst, not once per packet.
             if let Ok(p) = self.rx.try_recv() {
-                self.on_packet(p);
+                self.core.admit(p);
                 continue;
             }
             // None also when a trace played once has ended: nothing to wake for.
-            let wake = self.clock0.get().and_then(|b| {
-                self.queue
-                    .next_opportunity_ms()
-                    .map(|ms| b + Duration::from_millis(ms))
-            });
+            let wake = self.core.next_opportunity();
             if let Some(at) = wake {
                 self.timer.arm(at).expect("timerfd_settime on our own timerfd");
             }
             tokio::select! {
                 biased;
-                p = self.rx.recv() => self.on_packet(p?),
+                p = self.rx.recv() => self.core.admit(p?),
                 r = self.timer.fired(), if wake.is_some() => {
                     r.expect("read of our own timerfd");
-                    self.on_tick();
+                    self.core.tick(Instant::now());
                 }
                 // Time 0 may be set by another cell while we idle: re-check.
-                _ = tokio::time::sleep(Duration::from_millis(50)), if wake.is_none() => {}
+                _ = tokio::time::sleep(CLOCK0_RECHECK), if wake.is_none() => {}
             }
         }
     }
@@ -328,17 +380,8 @@ impl<P: Packet + Send + Sync> ChannelCell<P, LinkCellEgress<P>> {
         Self::with_egress("link cell", |rx| {
             Ok(LinkCellEgress {
                 rx,
-                queue: LinkQueue::new(config.schedule, config.limit).once(config.once),
-                out: VecDeque::new(),
-                bypass: VecDeque::new(),
-                clock0,
-                sets_clock0: config.sets_clock0,
-                log: config.log,
+                core: LinkCore::new(config, clock0, stats),
                 timer: LazyTimer::new()?,
-                stats,
-                key_side: config.key_side,
-                inject_panic: config.inject_panic,
-                trace_ended: config.trace_ended,
             })
         })
     }

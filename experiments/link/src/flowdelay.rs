@@ -31,75 +31,18 @@ struct DelayClass<P> {
     waiting: VecDeque<(Instant, P)>,
 }
 
-pub struct FlowDelayEgress<P: Packet> {
-    rx: mpsc::UnboundedReceiver<P>,
+/// The per-flow delays without I/O: packets go in with
+/// [`FlowDelays::admit`] and leave, when due, from [`FlowDelays::pop_due`].
+pub struct FlowDelays<P> {
     /// Class 0 has no extra delay.
     classes: Vec<DelayClass<P>>,
     /// (port, class index) of every port with an extra delay.
     class_of: Vec<(FlowKey, usize)>,
-    timer: LazyTimer,
 }
 
-impl<P: Packet + Send + Sync> FlowDelayEgress<P> {
-    fn classify(&self, p: &P) -> usize {
-        let key = flow_key(p.as_slice(), PortSide::Source);
-        self.class_of
-            .iter()
-            .find(|(port, _)| *port == key)
-            .map_or(0, |(_, class)| *class)
-    }
-
-    fn admit(&mut self, p: P) {
-        let class = self.classify(&p);
-        let due = p.get_timestamp() + self.classes[class].extra;
-        self.classes[class].waiting.push_back((due, p));
-    }
-
-    /// The class whose head is due first, and when.
-    fn earliest(&self) -> Option<(usize, Instant)> {
-        self.classes
-            .iter()
-            .enumerate()
-            .filter_map(|(k, c)| c.waiting.front().map(|(due, _)| (k, *due)))
-            .min_by_key(|(_, due)| *due)
-    }
-}
-
-#[async_trait]
-impl<P: Packet + Send + Sync> Egress<P> for FlowDelayEgress<P> {
-    async fn dequeue(&mut self) -> Option<P> {
-        loop {
-            while let Ok(p) = self.rx.try_recv() {
-                self.admit(p);
-            }
-            let next = self.earliest();
-            if let Some((class, due)) = next {
-                if due <= Instant::now() {
-                    let (due, mut p) = self.classes[class].waiting.pop_front()?;
-                    p.delay_until(due);
-                    return Some(p);
-                }
-            }
-            if let Some((_, due)) = next {
-                self.timer.arm(due).expect("timerfd_settime on our own timerfd");
-            }
-            tokio::select! {
-                biased;
-                p = self.rx.recv() => self.admit(p?),
-                r = self.timer.fired(), if next.is_some() => r.expect("read of our own timerfd"),
-            }
-        }
-    }
-}
-
-/// The per-flow ACK delay.
-pub type FlowDelayCell<P> = ChannelCell<P, FlowDelayEgress<P>>;
-
-impl<P: Packet + Send + Sync> ChannelCell<P, FlowDelayEgress<P>> {
+impl<P: Packet> FlowDelays<P> {
     /// `extra`: (receiver port, extra one-way delay) pairs, ports distinct.
-    /// Must be called inside the rattan runtime (the timer registers with
-    /// its reactor).
-    pub fn new(extra: &[(FlowKey, Duration)]) -> Result<Self, Error> {
+    pub fn new(extra: &[(FlowKey, Duration)]) -> Self {
         let mut classes = vec![DelayClass {
             extra: Duration::ZERO,
             waiting: VecDeque::new(),
@@ -118,11 +61,92 @@ impl<P: Packet + Send + Sync> ChannelCell<P, FlowDelayEgress<P>> {
             };
             class_of.push((port, class));
         }
+        Self { classes, class_of }
+    }
+
+    fn classify(&self, p: &P) -> usize {
+        let key = flow_key(p.as_slice(), PortSide::Source);
+        self.class_of
+            .iter()
+            .find(|(port, _)| *port == key)
+            .map_or(0, |(_, class)| *class)
+    }
+
+    /// Queues a packet behind the others of its class; it is due at its
+    /// timestamp + its port's extra delay.
+    pub fn admit(&mut self, p: P) {
+        let class = self.classify(&p);
+        let due = p.get_timestamp() + self.classes[class].extra;
+        self.classes[class].waiting.push_back((due, p));
+    }
+
+    /// The class whose head is due first, and when.
+    fn earliest(&self) -> Option<(usize, Instant)> {
+        self.classes
+            .iter()
+            .enumerate()
+            .filter_map(|(k, c)| c.waiting.front().map(|(due, _)| (k, *due)))
+            .min_by_key(|(_, due)| *due)
+    }
+
+    /// When the next packet is due.
+    pub fn next_due(&self) -> Option<Instant> {
+        self.earliest().map(|(_, due)| due)
+    }
+
+    /// The packet due first if it is due at `now`, its timestamp set to its
+    /// due time.
+    pub fn pop_due(&mut self, now: Instant) -> Option<P> {
+        let (class, due) = self.earliest().filter(|(_, due)| *due <= now)?;
+        let (_, mut p) = self.classes[class].waiting.pop_front()?;
+        p.delay_until(due);
+        Some(p)
+    }
+}
+
+/// The rattan egress of a [`FlowDelayCell`].
+pub struct FlowDelayEgress<P: Packet> {
+    rx: mpsc::UnboundedReceiver<P>,
+    delays: FlowDelays<P>,
+    timer: LazyTimer,
+}
+
+#[async_trait]
+impl<P: Packet + Send + Sync> Egress<P> for FlowDelayEgress<P> {
+    async fn dequeue(&mut self) -> Option<P> {
+        loop {
+            while let Ok(p) = self.rx.try_recv() {
+                self.delays.admit(p);
+            }
+            if let Some(p) = self.delays.pop_due(Instant::now()) {
+                return Some(p);
+            }
+            let next = self.delays.next_due();
+            if let Some(due) = next {
+                self.timer.arm(due).expect("timerfd_settime on our own timerfd");
+            }
+            tokio::select! {
+                biased;
+                p = self.rx.recv() => self.delays.admit(p?),
+                r = self.timer.fired(), if next.is_some() => r.expect("read of our own timerfd"),
+            }
+        }
+    }
+}
+
+/// The per-flow ACK delay.
+pub type FlowDelayCell<P> = ChannelCell<P, FlowDelayEgress<P>>;
+
+impl<P: Packet + Send + Sync> ChannelCell<P, FlowDelayEgress<P>> {
+    /// `extra`: (receiver port, extra one-way delay) pairs, ports distinct.
+    /// Must be called inside the rattan runtime (the timer registers with
+    /// its reactor).
+    pub fn new(extra: &[(FlowKey, Duration)]) -> Result<Self, Error> {
+        let delays = FlowDelays::new(extra);
         Self::with_egress("flow delay cell", |rx| {
             Ok(FlowDelayEgress {
                 rx,
-                classes,
-                class_of,
+                delays,
                 timer: LazyTimer::new()?,
             })
         })

@@ -1,5 +1,7 @@
-//! `ccplab-link`: an emulated bottleneck (rattan-core 0.1.1 + our own
-//! mm-link-style cell) between a sender and a receiver network namespace.
+//! `ccplab-link`: an emulated bottleneck (its own namespaces and veths,
+//! our own mm-link-style cells, frames moved by one thread per
+//! direction, see `direct`) between a sender and a receiver network
+//! namespace.
 //!
 //! ```text
 //!  sender netns            emulator netns (rattan)                receiver netns
@@ -13,6 +15,7 @@
 mod batchio;
 mod cell;
 mod delay;
+mod direct;
 mod emulator;
 mod flowdelay;
 mod flowkey;
@@ -44,10 +47,11 @@ use rattan_core::{
 };
 
 use crate::{
-    cell::{Clock0, LinkCell, LinkCellConfig, LinkStats},
-    delay::DelayCell,
+    cell::{Clock0, LinkCell, LinkCellConfig, LinkCore, LinkStats},
+    delay::{DelayCell, DelayLine},
     emulator::Emulator,
-    flowdelay::{parse_ack_delay, FlowDelayCell},
+    flowdelay::{parse_ack_delay, FlowDelayCell, FlowDelays},
+    linkenv::LinkEnv,
     flowkey::PortSide,
     mmlog::{display_path, LogBase, LogHeader, MmLog},
     netns::{CleanupGuard, Namespaces},
@@ -152,10 +156,13 @@ struct Args {
     /// `# init timestamp:`) or `unix` (unix ms of time 0).
     #[arg(long, value_enum, default_value_t = LogBase::Zero)]
     log_base: LogBase,
-    /// How frames are read from and written to the veths.
-    #[arg(long, value_enum, default_value_t = Io::Batched)]
+    /// How frames cross the emulator: `direct` (one thread per direction
+    /// running receive, cells and send) or through rattan's runtime and
+    /// routing (`batched`, `per-packet`).
+    #[arg(long, value_enum, default_value_t = Io::Direct)]
     io: Io,
-    /// Worker threads of the emulator's runtime (receive, cells, timers).
+    /// Worker threads of the emulator's runtime (receive, cells, timers;
+    /// `--io batched|per-packet` only: `direct` has one thread per direction).
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     workers: u32,
 }
@@ -163,12 +170,15 @@ struct Args {
 /// How frames cross between the veths and the emulator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum Io {
-    /// Batched receive (recvmmsg) on the workers, batched send (sendmmsg)
-    /// on a thread per interface, which also carries the receiving
-    /// namespace's TCP work.
+    /// One thread per direction: recvmmsg -> the direction's cells ->
+    /// sendmmsg, no async runtime or task hops in between.
+    Direct,
+    /// rattan's runtime and routing between cells; batched receive
+    /// (recvmmsg) on the workers, batched send (sendmmsg) on a thread per
+    /// interface, which also carries the receiving namespace's TCP work.
     Batched,
-    /// rattan-core's AF_PACKET driver: one recvfrom and one sendto per
-    /// frame, both on the workers.
+    /// rattan's runtime and routing with rattan-core's AF_PACKET driver:
+    /// one recvfrom and one sendto per frame, both on the workers.
     PerPacket,
 }
 
@@ -311,10 +321,11 @@ struct LinkPlan<'a> {
 
 fn run_link(args: &Args, plan: LinkPlan<'_>) -> Result<()> {
     let outcome = match args.io {
+        Io::Direct => run_direct(args, plan),
         Io::Batched => run_link_on::<batchio::BatchDriver>(args, plan),
         Io::PerPacket => run_link_on::<AfPacketDriver>(args, plan),
     };
-    if args.io == Io::Batched {
+    if args.io != Io::PerPacket {
         let c = batchio::counters();
         let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
         let (received, sent) = (get(&c.received), get(&c.sent));
@@ -334,6 +345,194 @@ fn run_link(args: &Args, plan: LinkPlan<'_>) -> Result<()> {
         }
     }
     outcome
+}
+
+/// The direct datapath: our own namespaces and veths (`linkenv`), and one
+/// thread per direction (see `direct`).
+fn run_direct(args: &Args, plan: LinkPlan<'_>) -> Result<()> {
+    let env = LinkEnv::create().context("cannot create the emulator namespaces (root needed)")?;
+    // Declared after env: dropped (cleanup by name) after it.
+    let ns = env.names.clone();
+    let _cleanup = CleanupGuard(ns.clone());
+    let stop = direct::StopFd::new().context("eventfd")?;
+    let mut threads = Vec::new();
+    let outcome = serve_direct(args, &env, &ns, plan, &stop, &mut threads);
+    // processes inside are stopped while the link still forwards (their
+    // last packets, e.g. a FIN, can pass)
+    if !args.keep_processes {
+        netns::stop_processes_inside(&ns);
+    }
+    stop.trigger();
+    for t in threads {
+        // a panicked direction has already stopped the link (SIGUSR1)
+        let _ = t.join();
+    }
+    drop(env);
+    outcome
+}
+
+fn serve_direct(
+    args: &Args,
+    env: &LinkEnv,
+    ns: &Namespaces,
+    plan: LinkPlan<'_>,
+    stop: &direct::StopFd,
+    threads: &mut Vec<std::thread::JoinHandle<()>>,
+) -> Result<()> {
+    use direct::{Pipeline, Stage, TxPort};
+    let LinkPlan {
+        uplink,
+        downlink,
+        limit,
+        duration,
+        up_log,
+        down_log,
+    } = plan;
+    let clock0 = Clock0::default();
+    let trace_ended = Arc::new(AtomicBool::new(false));
+    let up_stats = Arc::new(LinkStats::default());
+    let delay = Duration::from_millis(args.one_way_delay_ms);
+    let left = env.left_inner.clone();
+    let right = env.right_inner.clone();
+    // The sockets belong to the namespace their creator is in: make them in
+    // a thread that enters the emulator's.
+    let rattan_ns = env.emulator_ns.clone();
+    let sockets = std::thread::scope(|s| {
+        s.spawn(|| -> std::io::Result<_> {
+            let _in = rattan_env::netns::NetNsGuard::new(rattan_ns)
+                .map_err(|e| std::io::Error::other(format!("cannot enter the emulator namespace: {e}")))?;
+            Ok((
+                direct::rx_socket(left.index as i32)?,
+                direct::tx_socket(left.index as i32)?,
+                direct::rx_socket(right.index as i32)?,
+                direct::tx_socket(right.index as i32)?,
+            ))
+        })
+        .join()
+        .expect("socket setup does not panic")
+    })
+    .context("cannot open the veths' packet sockets")?;
+    let (rx_left, tx_left, rx_right, tx_right) = sockets;
+
+    let up_cfg = LinkCellConfig {
+        schedule: uplink.timestamps().into(),
+        limit,
+        sets_clock0: args.trace_start == TraceStart::FirstPacket,
+        log: Some(up_log.clone()),
+        key_side: PortSide::Destination,
+        // Fault injection used by the cleanup test only.
+        inject_panic: std::env::var_os("CCPLAB_LINK_FAULT").is_some_and(|v| v == "panic-on-packet"),
+        once: args.once,
+        trace_ended: trace_ended.clone(),
+    };
+    let up = Pipeline::new(vec![
+        Stage::Link(LinkCore::new(up_cfg, clock0.clone(), up_stats.clone())),
+        Stage::Delay(DelayLine::new(delay)),
+    ]);
+    // The ACK path: delay [-> per-flow delay] [-> downlink trace].
+    let mut down_stages = vec![Stage::Delay(DelayLine::new(delay))];
+    if !args.ack_delay.is_empty() {
+        down_stages.push(Stage::FlowDelay(FlowDelays::new(&args.ack_delay)));
+    }
+    if let Some(down) = downlink {
+        let cfg = LinkCellConfig {
+            schedule: down.timestamps().into(),
+            limit: QueueLimit::Infinite,
+            sets_clock0: false,
+            log: down_log.clone(),
+            key_side: PortSide::Source,
+            inject_panic: false,
+            once: args.once,
+            trace_ended: trace_ended.clone(),
+        };
+        down_stages.push(Stage::Link(LinkCore::new(cfg, clock0.clone(), Arc::new(LinkStats::default()))));
+    }
+    let down = Pipeline::new(down_stages);
+    let to_right = TxPort {
+        fd: tx_right,
+        ifindex: right.index as i32,
+        dst: right.peer().mac_addr.bytes(),
+        src: right.mac_addr.bytes(),
+    };
+    let to_left = TxPort {
+        fd: tx_left,
+        ifindex: left.index as i32,
+        dst: left.peer().mac_addr.bytes(),
+        src: left.mac_addr.bytes(),
+    };
+    for (name, rx, tx, pipe) in [("up", rx_left, to_right, up), ("down", rx_right, to_left, down)] {
+        let stop_fd = stop.raw();
+        threads.push(
+            std::thread::Builder::new()
+                .name(format!("link-{name}"))
+                .spawn(move || {
+                    if let Err(e) = direct::run_direction(rx, tx, pipe, stop_fd) {
+                        // the panic hook stops the link (SIGUSR1)
+                        panic!("the {name} direction failed: {e}");
+                    }
+                })
+                .context("cannot start a direction thread")?,
+        );
+    }
+    if args.trace_start == TraceStart::Now {
+        let t0 = clock0.set(tokio::time::Instant::now());
+        for log in [Some(&up_log), down_log.as_ref()].into_iter().flatten() {
+            log.start(Clock0::unix_ms_of(t0));
+        }
+    }
+    let ready = Ready {
+        sender_netns: ns.sender.clone(),
+        receiver_netns: ns.receiver.clone(),
+        emulator_netns: ns.emulator.clone(),
+        sender_ip: env.sender_ip().to_string(),
+        receiver_ip: env.receiver_ip().to_string(),
+        pid: std::process::id(),
+        uplink_log: display_path(&args.uplink_log),
+        trace_start: format!("{:?}", args.trace_start),
+    };
+    announce_and_wait(args, ready, duration, &trace_ended, &up_stats)
+}
+
+/// Writes the ready file, then waits for a stop (signal, --duration-s, the
+/// end of a trace played once, a worker panic).
+fn announce_and_wait(
+    args: &Args,
+    ready: Ready,
+    duration: Option<Duration>,
+    trace_ended: &AtomicBool,
+    up_stats: &LinkStats,
+) -> Result<()> {
+    let json = serde_json::to_string_pretty(&ready)?;
+    write_atomically(&args.ready_file, |w| writeln!(w, "{json}"))
+        .with_context(|| format!("cannot write ready file {}", args.ready_file.display()))?;
+    tracing::info!(
+        sender_netns = %ready.sender_netns,
+        receiver_netns = %ready.receiver_netns,
+        receiver_ip = %ready.receiver_ip,
+        "link up"
+    );
+
+    let started = StdInstant::now();
+    let ended = || trace_ended.load(Ordering::SeqCst);
+    let stop =
+        signals::wait_for_stop(|| ended() || duration.is_some_and(|d| started.elapsed() >= d));
+    let stop = if stop == Stop::Duration && ended() {
+        Stop::TraceEnd
+    } else {
+        stop
+    };
+    tracing::info!(
+        ?stop,
+        arrivals = up_stats.arrivals.load(Ordering::Relaxed),
+        departures = up_stats.departures.load(Ordering::Relaxed),
+        drops = up_stats.drops.load(Ordering::Relaxed),
+        bypassed = up_stats.bypassed.load(Ordering::Relaxed),
+        "stopping"
+    );
+    match stop {
+        Stop::WorkerPanicked => bail!("a worker thread panicked"),
+        Stop::Signal(_) | Stop::Duration | Stop::TraceEnd => Ok(()),
+    }
 }
 
 fn run_link_on<D>(args: &Args, plan: LinkPlan<'_>) -> Result<()>
@@ -475,35 +674,5 @@ where
         uplink_log: display_path(&args.uplink_log),
         trace_start: format!("{:?}", args.trace_start),
     };
-    let json = serde_json::to_string_pretty(&ready)?;
-    write_atomically(&args.ready_file, |w| writeln!(w, "{json}"))
-        .with_context(|| format!("cannot write ready file {}", args.ready_file.display()))?;
-    tracing::info!(
-        sender_netns = %ready.sender_netns,
-        receiver_netns = %ready.receiver_netns,
-        receiver_ip = %ready.receiver_ip,
-        "link up"
-    );
-
-    let started = StdInstant::now();
-    let ended = || trace_ended.load(Ordering::SeqCst);
-    let stop =
-        signals::wait_for_stop(|| ended() || duration.is_some_and(|d| started.elapsed() >= d));
-    let stop = if stop == Stop::Duration && ended() {
-        Stop::TraceEnd
-    } else {
-        stop
-    };
-    tracing::info!(
-        ?stop,
-        arrivals = up_stats.arrivals.load(Ordering::Relaxed),
-        departures = up_stats.departures.load(Ordering::Relaxed),
-        drops = up_stats.drops.load(Ordering::Relaxed),
-        bypassed = up_stats.bypassed.load(Ordering::Relaxed),
-        "stopping"
-    );
-    match stop {
-        Stop::WorkerPanicked => bail!("a worker thread panicked"),
-        Stop::Signal(_) | Stop::Duration | Stop::TraceEnd => Ok(()),
-    }
+    announce_and_wait(args, ready, duration, &trace_ended, &up_stats)
 }
