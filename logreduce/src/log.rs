@@ -1,11 +1,11 @@
 //! A log file read in pieces of whole lines and reduced; the cache archive written.
 
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Read, Seek, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use crate::npz::{npy_header_of, Column, ZipWriter};
+use crate::npz::{Column, NpzWriter};
 use crate::parse::{event_at, Declined, Header};
 use crate::reduce::{Reducer, Reduction, COLUMNS};
 
@@ -137,21 +137,18 @@ pub fn meta_json(r: &Reduction, stamp: Stamp, cache_version: u32) -> String {
 }
 
 /// Writes the cache archive of `r` (its arrays, then `meta`) to `w`, one array in memory at a time.
+/// `w` is sought back within what was written (each entry's sizes go into its header).
 pub fn write_cache(
-    w: &mut impl Write,
+    w: impl Write + Seek,
     r: &Reduction,
     stamp: Stamp,
     cache_version: u32,
 ) -> io::Result<()> {
-    let mut zip = ZipWriter::new(w);
+    let mut npz = NpzWriter::new(w);
     for (k, name) in COLUMNS.iter().enumerate() {
-        let col = r.column(k);
-        zip.entry(
-            &format!("{name}.npy"),
-            &[&npy_header_of(&col), &col.le_bytes()],
-        )?;
+        npz.array(name, &r.column(k))?;
     }
     let meta = Column::U8(meta_json(r, stamp, cache_version).into_bytes());
-    zip.entry("meta.npy", &[&npy_header_of(&meta), &meta.le_bytes()])?;
-    zip.finish().map(drop)
+    npz.array("meta", &meta)?;
+    npz.finish().map(drop)
 }

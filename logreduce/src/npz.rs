@@ -1,13 +1,13 @@
 //! numpy arrays (`.npy`, format 1.0) in an uncompressed zip archive (`.npz`),
 //! as `numpy.savez` writes them and `numpy.load` reads them.
 //!
-//! The formats: numpy's `numpy/lib/format.py` (a magic string, a version, a
-//! little-endian u16 header length, a Python-literal header padded to a
-//! multiple of 64 bytes, then the raw values) and PKWARE's APPNOTE.TXT for the
-//! zip container (stored entries: local headers, central directory, end record;
-//! every entry with its CRC-32, which Python's zipfile checks on reading).
+//! The `.npy` format is numpy's `numpy/lib/format.py` (a magic string, a
+//! version, a little-endian u16 header length, a Python-literal header padded
+//! to a multiple of 64 bytes, then the raw values), written here; the zip
+//! container (PKWARE's APPNOTE.TXT: stored entries, each with the CRC-32 that
+//! Python's zipfile checks on reading) is the `zip` crate's.
 
-use std::io::{self, Write};
+use std::io::{self, Seek, Write};
 
 /// A one-dimensional array in one of the dtypes the cache uses.
 #[derive(Debug, Clone, PartialEq)]
@@ -157,97 +157,47 @@ pub fn npy(column: &Column) -> Vec<u8> {
     out
 }
 
-/// An uncompressed zip archive written entry by entry (names ASCII, each entry and the archive below
-/// 4 GiB: no zip64), then `finish`ed with its central directory.
-pub struct ZipWriter<W: Write> {
-    w: W,
-    central: Vec<u8>,
-    offset: u64,
-    entries: u16,
+/// An `.npz` archive written array by array: numpy's uncompressed archive (`numpy.savez`), each array a
+/// stored (uncompressed) zip entry `NAME.npy`, then `finish`ed with its central directory.
+///
+/// The zip container is the `zip` crate's. Entries are stored and carry no data descriptor (the writer
+/// seeks back to put each entry's CRC-32 and size into its local header), so a reader may map the
+/// file and find an array's bytes from the local header alone, as `transient.cache` does. Every entry
+/// has one fixed modification time (1980-01-01 00:00, zip's first day) so the same arrays make the same
+/// bytes. Each entry's data starts at a multiple of [`ALIGN`] bytes from the archive's start (padding
+/// in the local header's extra field, APPNOTE's 0xa11e record); with `.npy` headers padded to that same
+/// multiple, an array viewed in place in a mapped archive is aligned for its dtype. An entry of
+/// 4 GiB or more is an error; an archive past 4 GiB gets zip64 records.
+pub struct NpzWriter<W: Write + Seek> {
+    zip: zip::ZipWriter<W>,
 }
 
-const DOS_TIME: u16 = 0; // 00:00:00
-const DOS_DATE: u16 = 1 << 5 | 1; // 1980-01-01, zip's first day
+/// Where each entry's data starts: a multiple of this many bytes, numpy's own `.npy` header alignment
+/// (`numpy.lib.format.ARRAY_ALIGN`).
+pub const ALIGN: u16 = 64;
 
-fn too_big() -> io::Error {
-    io::Error::new(
-        io::ErrorKind::InvalidInput,
-        "zip entry or archive of 4 GiB or more (no zip64)",
-    )
-}
-
-impl<W: Write> ZipWriter<W> {
+impl<W: Write + Seek> NpzWriter<W> {
     pub fn new(w: W) -> Self {
-        ZipWriter {
-            w,
-            central: Vec::new(),
-            offset: 0,
-            entries: 0,
+        NpzWriter {
+            zip: zip::ZipWriter::new(w),
         }
     }
 
-    /// One stored entry whose content is the concatenation of `parts`.
-    pub fn entry(&mut self, name: &str, parts: &[&[u8]]) -> io::Result<()> {
-        let size: u32 = parts
-            .iter()
-            .map(|p| p.len())
-            .sum::<usize>()
-            .try_into()
-            .map_err(|_| too_big())?;
-        let at: u32 = self.offset.try_into().map_err(|_| too_big())?;
-        let mut crc = crc32fast::Hasher::new();
-        for p in parts {
-            crc.update(p);
-        }
-        let crc = crc.finalize();
-        let mut local = Vec::with_capacity(30 + name.len());
-        local.extend_from_slice(&0x0403_4b50u32.to_le_bytes());
-        for v in [20u16, 0, 0, DOS_TIME, DOS_DATE] {
-            local.extend_from_slice(&v.to_le_bytes()); // version needed, flags, method (stored), time, date
-        }
-        for v in [crc, size, size] {
-            local.extend_from_slice(&v.to_le_bytes());
-        }
-        local.extend_from_slice(&(name.len() as u16).to_le_bytes());
-        local.extend_from_slice(&0u16.to_le_bytes());
-        local.extend_from_slice(name.as_bytes());
-        self.w.write_all(&local)?;
-        for p in parts {
-            self.w.write_all(p)?;
-        }
-        let c = &mut self.central;
-        c.extend_from_slice(&0x0201_4b50u32.to_le_bytes());
-        for v in [20u16, 20, 0, 0, DOS_TIME, DOS_DATE] {
-            c.extend_from_slice(&v.to_le_bytes()); // made by, needed, flags, method, time, date
-        }
-        for v in [crc, size, size] {
-            c.extend_from_slice(&v.to_le_bytes());
-        }
-        for v in [name.len() as u16, 0, 0, 0, 0] {
-            c.extend_from_slice(&v.to_le_bytes()); // name, extra, comment lengths, disk, internal attrs
-        }
-        c.extend_from_slice(&0u32.to_le_bytes()); // external attributes
-        c.extend_from_slice(&at.to_le_bytes());
-        c.extend_from_slice(name.as_bytes());
-        self.offset += local.len() as u64 + size as u64;
-        self.entries = self.entries.checked_add(1).ok_or_else(too_big)?;
+    /// Writes `column` as the entry `NAME.npy`. Errors: the writer's, or an entry of 4 GiB or more.
+    pub fn array(&mut self, name: &str, column: &Column) -> io::Result<()> {
+        let options = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Stored)
+            .last_modified_time(zip::DateTime::default())
+            .with_alignment(ALIGN);
+        self.zip.start_file(format!("{name}.npy"), options)?;
+        self.zip.write_all(&npy_header_of(column))?;
+        self.zip.write_all(&column.le_bytes())?;
         Ok(())
     }
 
     /// Writes the central directory and the end record; returns the writer.
-    pub fn finish(mut self) -> io::Result<W> {
-        let at: u32 = self.offset.try_into().map_err(|_| too_big())?;
-        self.w.write_all(&self.central)?;
-        let mut end = Vec::with_capacity(22);
-        end.extend_from_slice(&0x0605_4b50u32.to_le_bytes());
-        for v in [0u16, 0, self.entries, self.entries] {
-            end.extend_from_slice(&v.to_le_bytes()); // this disk, the directory's disk, entries here, entries
-        }
-        end.extend_from_slice(&(self.central.len() as u32).to_le_bytes());
-        end.extend_from_slice(&at.to_le_bytes());
-        end.extend_from_slice(&0u16.to_le_bytes()); // comment length
-        self.w.write_all(&end)?;
-        Ok(self.w)
+    pub fn finish(self) -> io::Result<W> {
+        Ok(self.zip.finish()?)
     }
 }
 
@@ -293,16 +243,74 @@ mod tests {
         assert_eq!(&b[10 + hlen..], &[1, 0, 2, 0, 3, 0]);
     }
 
+    fn archive(columns: &[(&str, Column)]) -> Vec<u8> {
+        let mut npz = NpzWriter::new(io::Cursor::new(Vec::new()));
+        for (name, col) in columns {
+            npz.array(name, col).unwrap();
+        }
+        npz.finish().unwrap().into_inner()
+    }
+
+    fn le16(b: &[u8], at: usize) -> usize {
+        u16::from_le_bytes([b[at], b[at + 1]]) as usize
+    }
+
+    fn le32(b: &[u8], at: usize) -> u32 {
+        u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
+    }
+
     #[test]
-    fn zip_lists_every_entry_and_ends_with_the_end_record() {
-        let mut z = ZipWriter::new(Vec::new());
-        z.entry("a.npy", &[b"x", b"yz"]).unwrap();
-        z.entry("b.npy", &[]).unwrap();
-        let out = z.finish().unwrap();
-        let end = &out[out.len() - 22..];
-        assert_eq!(&end[..4], &0x0605_4b50u32.to_le_bytes());
-        assert_eq!(u16::from_le_bytes([end[10], end[11]]), 2);
-        let crc = u32::from_le_bytes(out[14..18].try_into().unwrap());
-        assert_eq!(crc, crc32fast::hash(b"xyz"));
+    fn entries_are_stored_aligned_and_found_from_their_local_headers() {
+        let columns = [
+            ("a", Column::U8(vec![7; 3])),
+            ("b", Column::U32(vec![1, 2, 70000])),
+            ("empty", Column::I64(vec![])),
+            ("c", Column::F32(vec![0.5, f32::NAN])),
+        ];
+        let out = archive(&columns);
+        let mut zip = zip::ZipArchive::new(io::Cursor::new(&out)).unwrap();
+        assert_eq!(zip.len(), columns.len());
+        for (i, (name, col)) in columns.iter().enumerate() {
+            let entry = zip.by_index(i).unwrap();
+            assert_eq!(entry.name(), format!("{name}.npy"));
+            assert_eq!(entry.compression(), zip::CompressionMethod::Stored);
+            let want = npy(col);
+            // as transient.cache reads it: the local header at the central directory's offset, its
+            // sizes and CRC-32 filled in (no data descriptor), the data after its name and extra field
+            let at = entry.header_start() as usize;
+            assert_eq!(le32(&out, at), 0x0403_4b50);
+            assert_eq!(le16(&out, at + 6) & 0x08, 0, "{name}: a data descriptor");
+            assert_eq!(le16(&out, at + 8), 0, "{name}: not stored");
+            assert_eq!(le32(&out, at + 14), crc32fast::hash(&want));
+            assert_eq!(le32(&out, at + 18) as usize, want.len());
+            assert_eq!(le32(&out, at + 22) as usize, want.len());
+            let start = at + 30 + le16(&out, at + 26) + le16(&out, at + 28);
+            assert_eq!(start as u64, entry.data_start().unwrap());
+            assert_eq!(start % ALIGN as usize, 0, "{name}: data at {start}");
+            assert_eq!(&out[start..start + want.len()], &want[..]);
+        }
+        // no zip64 end records for a small archive: the end record alone, at the very end
+        assert_eq!(le32(&out, out.len() - 22), 0x0605_4b50);
+        assert_eq!(le16(&out, out.len() - 22 + 10), columns.len());
+        assert!(!out.windows(4).any(|w| w == 0x0606_4b50u32.to_le_bytes()));
+    }
+
+    #[test]
+    fn the_same_arrays_make_the_same_bytes() {
+        let columns = [
+            ("x", Column::U16(vec![1, 2, 3])),
+            ("meta", Column::U8(b"{}".to_vec())),
+        ];
+        let first = archive(&columns);
+        assert_eq!(archive(&columns), first);
+        // not the clock's time: 00:00 on 1980-01-01 in every local header
+        let mut zip = zip::ZipArchive::new(io::Cursor::new(&first)).unwrap();
+        for i in 0..zip.len() {
+            let at = zip.by_index(i).unwrap().header_start() as usize;
+            assert_eq!(
+                (le16(&first, at + 10), le16(&first, at + 12)),
+                (0, 1 << 5 | 1)
+            );
+        }
     }
 }
