@@ -163,11 +163,12 @@ pub fn npy(column: &Column) -> Vec<u8> {
 /// The zip container is the `zip` crate's. Entries are stored and carry no data descriptor (the writer
 /// seeks back to put each entry's CRC-32 and size into its local header), so a reader may map the
 /// file and find an array's bytes from the local header alone, as `transient.cache` does. Every entry
-/// has one fixed modification time (1980-01-01 00:00, zip's first day) so the same arrays make the same
-/// bytes. Each entry's data starts at a multiple of [`ALIGN`] bytes from the archive's start (padding
-/// in the local header's extra field, APPNOTE's 0xa11e record); with `.npy` headers padded to that same
-/// multiple, an array viewed in place in a mapped archive is aligned for its dtype. An entry of
-/// 4 GiB or more is an error; an archive past 4 GiB gets zip64 records.
+/// has one fixed modification time (the earliest a zip header can hold, its DOS-date epoch) so the
+/// same arrays make the same bytes. Each entry's data starts at a multiple of [`ALIGN`] bytes from
+/// the archive's start (padding in the local header's extra field, APPNOTE's 0xa11e record); with
+/// `.npy` headers padded to that same multiple, an array viewed in place in a mapped archive is
+/// aligned for its dtype. An entry of 4 GiB or more is an error; an archive past 4 GiB gets zip64
+/// records.
 pub struct NpzWriter<W: Write + Seek> {
     zip: zip::ZipWriter<W>,
 }
@@ -303,7 +304,7 @@ mod tests {
         ];
         let first = archive(&columns);
         assert_eq!(archive(&columns), first);
-        // not the clock's time: 00:00 on 1980-01-01 in every local header
+        // not the clock's time: the DOS-date epoch in every local header
         let mut zip = zip::ZipArchive::new(io::Cursor::new(&first)).unwrap();
         for i in 0..zip.len() {
             let at = zip.by_index(i).unwrap().header_start() as usize;
