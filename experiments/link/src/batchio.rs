@@ -385,11 +385,18 @@ fn socket_for(cell: &VethCell) -> io::Result<OwnedFd> {
             tracing::warn!("cannot enlarge a socket buffer: {}", io::Error::last_os_error());
         }
     }
+    bind_to_interface(&fd, proto, cell.index as i32)?;
+    Ok(fd)
+}
+
+/// Binds the AF_PACKET socket `fd` to the interface `ifindex` for
+/// `protocol` (network order), in the namespace the socket was opened in.
+pub(crate) fn bind_to_interface(fd: &OwnedFd, protocol: u16, ifindex: i32) -> io::Result<()> {
     // SAFETY: zeroed sockaddr_ll is valid; fields set below.
     let mut addr: libc::sockaddr_ll = unsafe { mem::zeroed() };
     addr.sll_family = libc::AF_PACKET as u16;
-    addr.sll_protocol = proto;
-    addr.sll_ifindex = cell.index as i32;
+    addr.sll_protocol = protocol;
+    addr.sll_ifindex = ifindex;
     // SAFETY: addr is a sockaddr_ll of the size given.
     let r = unsafe {
         libc::bind(
@@ -401,7 +408,7 @@ fn socket_for(cell: &VethCell) -> io::Result<OwnedFd> {
     if r < 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(fd)
+    Ok(())
 }
 
 /// Frames the kernel dropped on `fd` since the last call (PACKET_STATISTICS

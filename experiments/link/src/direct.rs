@@ -186,22 +186,7 @@ fn packet_socket(ifindex: i32, protocol: u16) -> io::Result<OwnedFd> {
     }
     // SAFETY: raw is a fresh descriptor nobody else owns.
     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    // SAFETY: zeroed sockaddr_ll is valid; fields set below.
-    let mut addr: libc::sockaddr_ll = unsafe { mem::zeroed() };
-    addr.sll_family = libc::AF_PACKET as u16;
-    addr.sll_protocol = protocol;
-    addr.sll_ifindex = ifindex;
-    // SAFETY: addr is a sockaddr_ll of the size given.
-    let r = unsafe {
-        libc::bind(
-            fd.as_raw_fd(),
-            &addr as *const libc::sockaddr_ll as *const libc::sockaddr,
-            mem::size_of::<libc::sockaddr_ll>() as u32,
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    crate::batchio::bind_to_interface(&fd, protocol, ifindex)?;
     Ok(fd)
 }
 

@@ -319,6 +319,28 @@ struct LinkPlan<'a> {
     down_log: Option<MmLog>,
 }
 
+/// The uplink cell's settings: the trace's delivery opportunities, the
+/// queue limit, the log (flows keyed by destination port) and `--once`.
+fn uplink_config(
+    args: &Args,
+    uplink: &Trace,
+    limit: QueueLimit,
+    up_log: &MmLog,
+    trace_ended: &Arc<AtomicBool>,
+) -> LinkCellConfig {
+    LinkCellConfig {
+        schedule: uplink.timestamps().into(),
+        limit,
+        sets_clock0: args.trace_start == TraceStart::FirstPacket,
+        log: Some(up_log.clone()),
+        key_side: PortSide::Destination,
+        // Fault injection used by the cleanup test only.
+        inject_panic: std::env::var_os("CCPLAB_LINK_FAULT").is_some_and(|v| v == "panic-on-packet"),
+        once: args.once,
+        trace_ended: trace_ended.clone(),
+    }
+}
+
 fn run_link(args: &Args, plan: LinkPlan<'_>) -> Result<()> {
     let outcome = match args.io {
         Io::Direct => run_direct(args, plan),
@@ -414,17 +436,7 @@ fn serve_direct(
     .context("cannot open the veths' packet sockets")?;
     let (rx_left, tx_left, rx_right, tx_right) = sockets;
 
-    let up_cfg = LinkCellConfig {
-        schedule: uplink.timestamps().into(),
-        limit,
-        sets_clock0: args.trace_start == TraceStart::FirstPacket,
-        log: Some(up_log.clone()),
-        key_side: PortSide::Destination,
-        // Fault injection used by the cleanup test only.
-        inject_panic: std::env::var_os("CCPLAB_LINK_FAULT").is_some_and(|v| v == "panic-on-packet"),
-        once: args.once,
-        trace_ended: trace_ended.clone(),
-    };
+    let up_cfg = uplink_config(args, uplink, limit, &up_log, &trace_ended);
     let up = Pipeline::new(vec![
         Stage::Link(LinkCore::new(up_cfg, clock0.clone(), up_stats.clone())),
         Stage::Delay(DelayLine::new(delay)),
@@ -584,17 +596,7 @@ where
     let up_stats = Arc::new(LinkStats::default());
     let delay = Duration::from_millis(args.one_way_delay_ms);
 
-    let up_cfg = LinkCellConfig {
-        schedule: uplink.timestamps().into(),
-        limit,
-        sets_clock0: args.trace_start == TraceStart::FirstPacket,
-        log: Some(up_log.clone()),
-        key_side: PortSide::Destination,
-        // Fault injection used by the cleanup test only.
-        inject_panic: std::env::var_os("CCPLAB_LINK_FAULT").is_some_and(|v| v == "panic-on-packet"),
-        once: args.once,
-        trace_ended: trace_ended.clone(),
-    };
+    let up_cfg = uplink_config(args, uplink, limit, &up_log, &trace_ended);
     let (c0, st) = (clock0.clone(), up_stats.clone());
     radix
         .build_cell("up".into(), move |rt| {
