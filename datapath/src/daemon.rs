@@ -581,9 +581,16 @@ impl Loop {
         }
     }
 
-    /// After a stop signal: log the summary, unregister `ccp`, close the
-    /// maps and remove the socket file. Returns the summary's figures.
+    /// After a stop signal: handle the flow events still in the ring, log
+    /// the summary, unregister `ccp`, close the maps and remove the socket
+    /// file. Returns the summary's figures.
+    ///
+    /// The last drain matters: a run's sender closes its sockets as it
+    /// exits, just before the runner's SIGTERM, so their release records
+    /// (each flow's control evidence, read by experiments/ccplab/control.py)
+    /// are often still in the ring when the signal wakes the loop.
     fn shutdown(mut self) -> Stats {
+        self.handle_events();
         tracing::info!("signal received; unregistering {CA_NAME}");
         let stats = self.summary(true);
         self.bpf.unregister();

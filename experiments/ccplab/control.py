@@ -85,6 +85,17 @@ def control_evidence(log: Path, policy: ValidityPolicy) -> dict:
     return entry
 
 
+def unreleased_flows(log: Path) -> set[int]:
+    """The datapath's flow ids in ``log`` with a creation line and no release line yet (all of them
+    while the log cannot be read): the flows whose control evidence is still to come."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return {-1}
+    created = {int(f) for f, _, _ in _CREATED.findall(text)}
+    return created - {int(f) for f, _, _ in _RELEASED.findall(text)}
+
+
 def flow_evidence(log: Path, policy: ValidityPolicy) -> dict[int, dict]:
     """Each ccp flow's control evidence in a datapath log, by destination port: the algorithm the
     datapath's rules picked (``algorithm``), ``delivered_pkts``, ``fallback_pkts``, ``fallback_share``

@@ -94,7 +94,7 @@ from .binaries import REPO_ROOT, project_binary, system_binary
 from .cca import Cca, DATAPATH_CA, PORTUS_SOCKET, kernel_ccs
 from .flows import BASE_PORT, FlowSpec, check_flows, flows_label, port_of, single_flow
 from .errors import CcplabError
-from .control import InvalidRunError, ValidityPolicy, control_evidence, flow_evidence
+from .control import InvalidRunError, ValidityPolicy, control_evidence, flow_evidence, unreleased_flows
 from .cleanup import find_leftovers, remove_stale_partials
 from .plumbing.locks import ccp_host_claim
 from .plumbing.netns import listening, netns_exec, remove_namespace
@@ -305,6 +305,8 @@ def _run_flows(flows: Sequence[FlowSpec], scenario: Scenario, rundir: Path) -> t
         alive = [d.running() for d in ccp_daemons]
         if ended_by == "flows" and not link.running():
             raise CcplabError(f"the emulated link died during the run:\n{link.log_tail()}")
+        if ccp and ended_by == "flows":
+            _wait_for_releases(rundir / "datapath.log", _release_wait_s(flows, scenario))
         # Stop the link (and so its log) as the flow ends, as mm-link ends with its
         # command: stopping the daemons first would add idle time to the log. The ccp
         # daemons stop with it (the flows are over), their clean-ups overlapping the link's.
@@ -315,6 +317,27 @@ def _run_flows(flows: Sequence[FlowSpec], scenario: Scenario, rundir: Path) -> t
     daemons = {d.name: {"alive_at_end": up, "exit_status": d.proc.returncode if d.proc else None}
                for d, up in zip(ccp_daemons, alive)}
     return results, {"acks": "every-segment" if scenario.quickack else "delayed", **counters.as_json()}, ended_by, daemons
+
+
+def _release_wait_s(flows: Sequence[FlowSpec], scenario: Scenario) -> float:
+    """How long the runner waits for the ccp sockets' release records after the clients exit, s: two
+    of the longest base RTTs and 100 ms, the FIN exchange of a socket closed as its client exits."""
+    longest_rtt_ms = 2 * scenario.one_way_delay_ms + max(f.extra_delay_ms for f in flows)
+    return (2 * longest_rtt_ms + 100) / 1000.0
+
+
+def _wait_for_releases(log: Path, timeout_s: float) -> bool:
+    """Wait until every flow the datapath logged as created in ``log`` is logged as released (each
+    release carries that flow's control evidence, `ccplab.control.flow_evidence`), at most ``timeout_s``;
+    True when all were. The clients close their sockets as they exit, so the last release is usually
+    logged already; a socket still draining its send buffer is not waited for beyond the timeout (its
+    flow then has no per-flow evidence)."""
+    deadline = time.monotonic() + timeout_s
+    while unreleased_flows(log):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 def set_quickack(netns: str) -> None:

@@ -5,6 +5,7 @@ analysis lists such a run apart instead of scoring it. No network: real runs rec
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import transient
@@ -100,3 +101,22 @@ def test_one_flow_the_fallback_drove_makes_the_run_invalid_naming_it(tmp_path):
     assert out[1]["control"]["valid"] and out[1]["control"]["algorithm"] == "cubic"
     assert out[2]["control"]["fallback_share"] == 0.9
     assert not control["valid"] and "flow 2 (ccp:bbr, port 5202)" in control["reason"] and "9000 of 10000" in control["reason"]
+
+
+def test_the_runner_waits_for_release_records_only_while_some_are_missing(tmp_path):
+    from ccplab.control import unreleased_flows
+    from ccplab.run import _wait_for_releases
+
+    log = _log(tmp_path, CREATED.format(f=1, port=5201, alg="cubic"), CREATED.format(f=2, port=5202, alg="bbr"),
+               RELEASED.format(f=2, d=10, b=0))
+    assert unreleased_flows(log) == {1}
+    assert unreleased_flows(tmp_path / "absent.log"), "an unreadable log shows no flow released"
+    started = time.monotonic()
+    assert not _wait_for_releases(log, 0.2)
+    assert time.monotonic() - started >= 0.2, "waited the whole timeout for flow 1"
+    with log.open("a") as f:
+        f.write(RELEASED.format(f=1, d=20, b=0))
+    assert unreleased_flows(log) == set()
+    started = time.monotonic()
+    assert _wait_for_releases(log, 5.0)
+    assert time.monotonic() - started < 1.0, "no wait once every flow is released"
