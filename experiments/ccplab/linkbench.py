@@ -14,11 +14,21 @@ that rate while the machine is as loaded as it is. Offloads (TSO, GSO, GRO)
 are off on every veth of that path, as ccplab-link's namespaces have them,
 so both carry MTU-sized packets.
 
-Each run records the iperf3 receiver's throughput (Mbit/s) and, for
-ccplab-link, its process's CPU: user + system time of all its threads
-(psutil, /proc/PID/stat), sampled every 0.25 s from 2 s after the link
-appeared (slow start excluded) to its last sample, over the same wall time:
-1.0 = one core busy. The link's send threads also run the receiving
+What "achieved" means: the rate the bottleneck delivered, in the units the
+trace offers, once slow start is over (``STEADY_SKIP_S`` after the flow's
+first packet). Through ccplab-link it is mahimahi's throughput measure: the
+bytes of the link log's departures (1504 per full packet, as a delivery
+opportunity counts them) from that time to the flow's last packet, over
+that span. Through the kernel path it is what the shaper sent: iperf3's
+receiver goodput with ``--omit`` of the same seconds, scaled from TCP
+payload (1448 bytes) to the frames tbf counts (1514). Each run also records
+iperf3's receiver goodput: over the whole flow through ccplab-link (slow
+start included), after the omitted seconds through the kernel path.
+
+For ccplab-link each run records its process's CPU: user + system time of
+all its threads (psutil, /proc/PID/stat), sampled every 0.25 s from 2 s
+after the link appeared (slow start excluded) to its last sample, over the
+same wall time: 1.0 = one core busy. The link's send threads also run the receiving
 namespace's TCP work (a veth delivers in the sender's softirq), so that work
 is counted in the link's CPU.
 
@@ -66,6 +76,14 @@ TARGET_RATIO = 0.95
 TARGET_UP_TO_MBPS = 1000
 CPU_SKIP_S = 2.0
 """Seconds after the link appears before its CPU is counted (setup, slow start)."""
+STEADY_SKIP_S = 2
+"""Seconds after a flow's first packet left out of its achieved rate (slow start)."""
+MAHIMAHI_PACKET_BYTES = 1504
+"""Bytes of a full packet in a link log and of one delivery opportunity (1500 IP + 4 TUN)."""
+TCP_PAYLOAD_BYTES = 1448
+"""TCP payload of a full-size segment (1500 MTU less IP, TCP and timestamp headers)."""
+KERNEL_FRAME_BYTES = 1514
+"""Bytes tbf counts for a full-size segment on a veth (the IP packet and its Ethernet header)."""
 KERNEL = "kernel"
 """Label of the kernel-forwarding path in the table and the JSON."""
 IPERF_PORT = 5201
@@ -73,12 +91,14 @@ IPERF_PORT = 5201
 
 @dataclass
 class Sample:
-    """One run: ``variant`` (a link's label or ``kernel``), offered and achieved rates (Mbit/s), the
-    link's CPU in cores (None for the kernel path), the repetition (0-based)."""
+    """One run: ``variant`` (a link's label or ``kernel``), the offered rate, the achieved rate after slow
+    start and iperf3's receiver goodput over the whole flow (Mbit/s), the link's CPU in cores (None for
+    the kernel path), the repetition (0-based)."""
 
     variant: str
     offered_mbps: float
     achieved_mbps: float
+    goodput_mbps: float
     link_cpu: float | None
     rep: int
 
@@ -156,9 +176,10 @@ def _link_cpu_time(runner_pid: int):
     return None
 
 
-def link_run(variant_dir: Path, trace: Path, duration_s: int, out: Path) -> tuple[float, float | None]:
-    """One ``ccplab run --cca kernel:cubic`` through the link in ``variant_dir``: (receiver Mbit/s,
-    link CPU in cores or None). CcplabError with the runner's stderr when the run fails."""
+def link_run(variant_dir: Path, trace: Path, duration_s: int, out: Path) -> tuple[float, float, float | None]:
+    """One ``ccplab run --cca kernel:cubic`` through the link in ``variant_dir``: (achieved Mbit/s after
+    slow start, `link_delivered_mbps`; the iperf3 receiver's Mbit/s; link CPU in cores or None).
+    CcplabError with the runner's stderr when the run fails."""
     import psutil
 
     argv = [sys.executable, "-m", "ccplab.cli", "run", "--cca", "kernel:cubic", "--trace", str(trace),
@@ -186,7 +207,25 @@ def link_run(variant_dir: Path, trace: Path, duration_s: int, out: Path) -> tupl
     mbps = meta["flows"][0]["iperf3_receiver_mbps"]
     if mbps is None:
         raise CcplabError(f"run {out}: iperf3 reported no receiver throughput")
-    return float(mbps), cpu_cores(samples)
+    return link_delivered_mbps(out), float(mbps), cpu_cores(samples)
+
+
+def link_delivered_mbps(run_dir: Path, skip_s: float = STEADY_SKIP_S) -> float:
+    """What the link delivered in a run directory's ``uplink.log``, Mbit/s: the bytes of its departures
+    from ``skip_s`` after the flow's first packet to its last one (metadata.json's ``flow_start_s``,
+    ``flow_end_s``), over that span, as mm-throughput-graph counts throughput. CcplabError when the
+    flow is shorter than ``skip_s`` plus one second."""
+    from transient.mahimahi import EVENT_KINDS, read_link_columns
+
+    flow = json.loads((run_dir / "metadata.json").read_text())["flows"][0]
+    start_s, end_s = flow["flow_start_s"] + skip_s, flow["flow_end_s"]
+    if end_s - start_s < 1.0:
+        raise CcplabError(f"run {run_dir}: the flow lasted {flow['flow_end_s'] - flow['flow_start_s']:.1f} s, "
+                          f"too short to leave out its first {skip_s:g} s")
+    cols = read_link_columns(run_dir / "uplink.log", cache=False)
+    t_s = cols.time_ms / 1000.0
+    departed = (cols.code == EVENT_KINDS.index("departure")) & (t_s >= start_s) & (t_s < end_s)
+    return float(cols.nbytes[departed].sum()) * 8 / (end_s - start_s) / 1e6
 
 
 def tbf_args(rate_mbps: float) -> list[str]:
@@ -197,11 +236,12 @@ def tbf_args(rate_mbps: float) -> list[str]:
     return ["tbf", "rate", f"{rate_mbps:g}mbit", "burst", str(burst), "limit", str(QUEUE_PACKETS * 1514)]
 
 
-def kernel_run(rate_mbps: float, duration_s: int) -> float:
+def kernel_run(rate_mbps: float, duration_s: int) -> tuple[float, float]:
     """One kernel cubic flow through three namespaces routed by the kernel (no emulator process), the
-    middle one shaping the data direction to ``rate_mbps`` (`tbf_args`); receiver Mbit/s. No added
-    delay: this needs no netem, which not every kernel has. Namespaces are removed on exit, also
-    after an error."""
+    middle one shaping the data direction to ``rate_mbps`` (`tbf_args`): (achieved Mbit/s, the frames
+    tbf sent after slow start: iperf3's receiver goodput with ``--omit STEADY_SKIP_S`` scaled from TCP
+    payload to frame bytes; that goodput, Mbit/s). No added delay: this needs no netem, which not
+    every kernel has. Namespaces are removed on exit, also after an error."""
     tag = f"{os.getpid()}"
     snd, mid, rcv = f"lb-snd-{tag}", f"lb-mid-{tag}", f"lb-rcv-{tag}"
     try:
@@ -223,29 +263,35 @@ def kernel_run(rate_mbps: float, duration_s: int) -> float:
         run_tool(["ip", "-n", rcv, "route", "add", "default", "via", "10.211.2.2"], "receiver route")
         run_tool(["tc", "-n", mid, "qdisc", "add", "dev", "vr", "root", *tbf_args(rate_mbps)],
                  "tbf on the data direction")
-        server = subprocess.Popen(netns_exec(rcv, system_binary("iperf3"), "-s", "-1", "-p", IPERF_PORT),
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            deadline = time.monotonic() + 10
-            while not listening(rcv, IPERF_PORT, server.pid):
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise CcplabError("the kernel path's iperf3 server did not start listening")
-                time.sleep(0.05)  # ss offers no event to wait on
-            done = subprocess.run(netns_exec(snd, "iperf3", "-c", "10.211.2.1", "-p", IPERF_PORT, "-C", "cubic",
-                                             "-t", duration_s, "-J"), capture_output=True, text=True,
-                                  timeout=duration_s + 30)
-        finally:
-            server.kill()
-            server.wait()
-        try:
-            result = json.loads(done.stdout)
-            return result["end"]["sum_received"]["bits_per_second"] / 1e6
-        except (json.JSONDecodeError, KeyError) as exc:
-            raise CcplabError(f"kernel path: iperf3 gave no result ({exc}): "
-                              f"{(done.stderr or done.stdout).strip()[:300]}") from None
+        goodput = _kernel_iperf(snd, rcv, duration_s - STEADY_SKIP_S, ["--omit", str(STEADY_SKIP_S)])
+        return goodput * KERNEL_FRAME_BYTES / TCP_PAYLOAD_BYTES, goodput
     finally:
         for ns in (snd, mid, rcv):
             remove_namespace(ns)
+
+
+def _kernel_iperf(snd: str, rcv: str, duration_s: int, extra: list[str]) -> float:
+    """One iperf3 cubic flow of ``duration_s`` (plus ``extra`` client arguments) from namespace ``snd``
+    to a one-shot server in ``rcv``: the receiver's goodput, Mbit/s."""
+    server = subprocess.Popen(netns_exec(rcv, system_binary("iperf3"), "-s", "-1", "-p", IPERF_PORT),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while not listening(rcv, IPERF_PORT, server.pid):
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise CcplabError("the kernel path's iperf3 server did not start listening")
+            time.sleep(0.05)  # ss offers no event to wait on
+        done = subprocess.run(netns_exec(snd, "iperf3", "-c", "10.211.2.1", "-p", IPERF_PORT, "-C", "cubic",
+                                         "-t", duration_s, *extra, "-J"), capture_output=True, text=True,
+                              timeout=duration_s + 30)
+    finally:
+        server.kill()
+        server.wait()
+    try:
+        return json.loads(done.stdout)["end"]["sum_received"]["bits_per_second"] / 1e6
+    except (json.JSONDecodeError, KeyError) as exc:
+        raise CcplabError(f"kernel path: iperf3 gave no result ({exc}): "
+                          f"{(done.stderr or done.stdout).strip()[:300]}") from None
 
 
 def spread(values: Sequence[float]) -> str:
@@ -257,8 +303,9 @@ def results_table(samples: Sequence[Sample], labels: Sequence[str]) -> str:
     """A Markdown table: one row per offered rate and path (variants, then the kernel), with the median
     achieved Mbit/s [min..max], its ratio to the offered rate, the link's median CPU (cores) and the
     target verdict (PASS/MISS for offered rates up to TARGET_UP_TO_MBPS, else ``-``)."""
-    rows = ["| offered Mbit/s | path | achieved Mbit/s, median [min..max] | achieved / offered | link CPU (cores) "
-            "| runs | target >= 0.95x |", "|---:|---|---:|---:|---:|---:|---|"]
+    rows = ["| offered Mbit/s | path | achieved Mbit/s, median [min..max] | achieved / offered "
+            "| iperf3 goodput Mbit/s | link CPU (cores) | runs | target >= 0.95x |",
+            "|---:|---|---:|---:|---:|---:|---:|---|"]
     for rate in sorted({s.offered_mbps for s in samples}):
         for label in [*labels, KERNEL]:
             mine = [s for s in samples if s.offered_mbps == rate and s.variant == label]
@@ -269,7 +316,8 @@ def results_table(samples: Sequence[Sample], labels: Sequence[str]) -> str:
             cpus = [s.link_cpu for s in mine if s.link_cpu is not None]
             cpu = f"{statistics.median(cpus):.2f}" if cpus else "-"
             verdict = ("PASS" if ratio >= TARGET_RATIO else "MISS") if rate <= TARGET_UP_TO_MBPS else "-"
-            rows.append(f"| {rate:g} | {label} | {spread(achieved)} | {ratio:.3f} | {cpu} | {len(mine)} "
+            goodput = spread([s.goodput_mbps for s in mine])
+            rows.append(f"| {rate:g} | {label} | {spread(achieved)} | {ratio:.3f} | {goodput} | {cpu} | {len(mine)} "
                         f"| {verdict} |")
     return "\n".join(rows)
 
@@ -318,17 +366,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                     shift = (rep + i) % len(paths)
                     for label in paths[shift:] + paths[:shift]:
                         if label == KERNEL:
-                            mbps, cpu = kernel_run(rate, args.duration_s), None
+                            (mbps, goodput), cpu = kernel_run(rate, args.duration_s), None
                         else:
                             out = (args.keep or tmp / "runs") / f"{label}-{rate:g}-{rep}"
                             out.parent.mkdir(parents=True, exist_ok=True)
-                            mbps, cpu = link_run(dirs[label], traces[rate], args.duration_s, out)
+                            mbps, goodput, cpu = link_run(dirs[label], traces[rate], args.duration_s, out)
                             if not args.keep:
                                 shutil.rmtree(out, ignore_errors=True)
-                        samples.append(Sample(label, rate, mbps, cpu, rep))
+                        samples.append(Sample(label, rate, mbps, goodput, cpu, rep))
                         cpu_text = f", link CPU {cpu:.2f} cores" if cpu is not None else ""
-                        print(f"  rep {rep + 1} {rate:g} Mbit/s {label:<10} {mbps:8.1f} Mbit/s{cpu_text}",
-                              flush=True)
+                        print(f"  rep {rep + 1} {rate:g} Mbit/s {label:<10} {mbps:8.1f} Mbit/s achieved, "
+                              f"{goodput:8.1f} goodput{cpu_text}", flush=True)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     except CcplabError as exc:
@@ -339,6 +387,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"kernel cubic through the link: {ONE_WAY_DELAY_MS} ms each way, {QUEUE_PACKETS}-packet queue, "
           f"{args.duration_s} s flows, {args.reps} repetitions; the kernel path: routed namespaces, tbf at "
           "the same rate and queue, no added delay")
+    print(f"achieved: what the bottleneck delivered from {STEADY_SKIP_S} s after the flow's first packet (link: "
+          f"the link log's departures, {MAHIMAHI_PACKET_BYTES} bytes per full packet; kernel: iperf3 --omit "
+          f"{STEADY_SKIP_S} goodput x {KERNEL_FRAME_BYTES}/{TCP_PAYLOAD_BYTES}); iperf3 goodput: the receiver's, "
+          "whole flow (kernel: after the omitted seconds)")
     for v in variants:
         print(f"  {v.label}: {' '.join(v.argv)}")
     print(results_table(samples, [v.label for v in variants]))

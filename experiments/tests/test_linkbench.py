@@ -4,6 +4,7 @@ table with its target verdicts (no root needed)."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from ccplab import linkbench
+from ccplab.errors import CcplabError
 from ccplab.linkbench import KERNEL, Sample, Variant
 
 
@@ -58,13 +60,13 @@ def test_the_variant_directory_runs_its_command_and_keeps_the_other_binaries(tmp
 
 
 def test_the_table_gives_median_spread_ratio_and_verdicts():
-    samples = [Sample("link", 100, a, 0.3, k) for k, a in enumerate((96.0, 94.0, 97.0))]
-    samples += [Sample("link", 1000, a, 0.9, k) for k, a in enumerate((900.0, 940.0, 930.0))]
-    samples += [Sample("link", 2000, a, 1.1, k) for k, a in enumerate((1200.0, 1300.0, 1250.0))]
-    samples += [Sample(KERNEL, 1000, a, None, k) for k, a in enumerate((990.0, 985.0, 992.0))]
+    samples = [Sample("link", 100, a, a * 0.9, 0.3, k) for k, a in enumerate((96.0, 94.0, 97.0))]
+    samples += [Sample("link", 1000, a, a * 0.9, 0.9, k) for k, a in enumerate((900.0, 940.0, 930.0))]
+    samples += [Sample("link", 2000, a, a * 0.9, 1.1, k) for k, a in enumerate((1200.0, 1300.0, 1250.0))]
+    samples += [Sample(KERNEL, 1000, a, a * 0.9, None, k) for k, a in enumerate((990.0, 985.0, 992.0))]
     rows = {(line.split("|")[1].strip(), line.split("|")[2].strip()): line
             for line in linkbench.results_table(samples, ["link"]).splitlines()[2:]}
-    assert "96.0 [94.0..97.0]" in rows[("100", "link")] and "| 0.960 |" in rows[("100", "link")]
+    assert "96.0 [94.0..97.0] | 0.960 | 86.4 [84.6..87.3] |" in rows[("100", "link")]
     assert rows[("100", "link")].endswith("| PASS |")
     assert "| 0.930 |" in rows[("1000", "link")] and rows[("1000", "link")].endswith("| MISS |")
     assert rows[("2000", "link")].endswith("| - |"), "no target above 1000 Mbit/s"
@@ -83,3 +85,18 @@ def test_the_kernel_shaper_holds_a_tick_of_the_rate_and_the_queue_in_bytes():
     assert int(args[args.index("burst") + 1]) == 500_000, "4 ms at 1 Gbit/s"
     assert int(linkbench.tbf_args(12)[4]) == 65536, "never under 64 KiB"
     assert args[args.index("limit") + 1] == str(linkbench.QUEUE_PACKETS * 1514)
+
+
+def test_the_link_achieved_rate_counts_departures_after_slow_start(tmp_path):
+    """One 1504-byte departure per ms for 6 s, twice as many in the first 2 s (slow start's burst is
+    left out): 1504 * 8 bits per ms = 12.032 Mbit/s from 2 s after the flow's first packet to its end."""
+    lines = ["# base timestamp: 0"]
+    for t in range(6000):
+        lines.append(f"{t} + 1504")
+        lines += [f"{t} - 1504 20"] * (2 if t < 2000 else 1)
+    (tmp_path / "uplink.log").write_text("\n".join(lines) + "\n")
+    (tmp_path / "metadata.json").write_text(json.dumps({"flows": [{"flow_start_s": 0.0, "flow_end_s": 6.0}]}))
+    assert linkbench.link_delivered_mbps(tmp_path) == pytest.approx(12.032)
+    assert linkbench.link_delivered_mbps(tmp_path, skip_s=0) == pytest.approx(12.032 * 8 / 6)
+    with pytest.raises(CcplabError, match="too short"):
+        linkbench.link_delivered_mbps(tmp_path, skip_s=5.5)
