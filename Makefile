@@ -112,10 +112,12 @@ bench: build
 	set -o pipefail && $(PY) -m transient.bench --flows results/bench-flows/16-flows results/bench-flows/1-flow \
 	    | tee results/bench-analysis-flows-$$(date +%Y%m%d-%H%M%S).txt
 	# what a run costs beyond its flow, kernel:cubic and ccp:cubic alternating (about 2 minutes)
-	$(NETLAB_LOCK) $(PY) -m ccplab.runbench --runs 5 --duration-s 5
+	set -o pipefail && $(NETLAB_LOCK) $(PY) -m ccplab.runbench --runs 5 --duration-s 5 \
+	    | tee results/bench-run-$$(date +%Y%m%d-%H%M%S).txt
 	# the link's capacity: kernel cubic through ccplab-link at 12..2000 Mbit/s offered, beside the kernel
 	# forwarding alone shaped to the same rate and queue (tbf, no added delay), 3 repetitions (about 10 minutes)
-	$(NETLAB_LOCK) $(PY) -m ccplab.linkbench --reps 3 --json results/bench-link-$$(date +%Y%m%d-%H%M%S).json
+	set -o pipefail && stamp=$$(date +%Y%m%d-%H%M%S) && $(NETLAB_LOCK) $(PY) -m ccplab.linkbench --reps 3 \
+	    --json results/bench-link-$$stamp.json | tee results/bench-link-$$stamp.txt
 	CCPLAB_FUZZ_CASES=1000000 $(CARGO) test --release -p ccp-datapath --test fuzz_messages -- --nocapture
 	# 1,000,000 structurally valid messages to the datapath during a real flow (the control guard)
 	CCPLAB_GUARD_FUZZ_MESSAGES=1000000 $(NETLAB_LOCK) $(CARGO) test --release -p ccp-datapath --test control_guard -- --include-ignored --nocapture

@@ -6,10 +6,13 @@ One page per benchmark, each replaced whole (nothing of an earlier page survives
     python docs/gen_results.py fidelity results/<fidelity out>            # its fidelity.csv
     python docs/gen_results.py contest results/<contest out>              # leaderboard.csv, contest.json
     python docs/gen_results.py analysis-speed results/bench-analysis-<stamp>.txt [results/bench-analysis-flows-<stamp>.txt]
+    python docs/gen_results.py link-speed results/bench-link-<stamp>.txt
+    python docs/gen_results.py run-overhead results/bench-run-<stamp>.txt
 
 Inputs: ``python -m ccplab.dpbench --json FILE`` (the datapath benchmark; its tables are
 printed again by ``dpbench --from FILE``), ``ccplab fidelity --out DIR``, ``ccplab contest --out
-DIR``, and the text ``python -m transient.bench`` printed (``make bench`` saves it). Each page
+DIR``, and the text ``python -m transient.bench``, ``python -m ccplab.linkbench`` and ``python -m
+ccplab.runbench`` printed (``make bench`` saves each). Each page
 says which file it came from, the commit (``--commit``, default the repository's HEAD: run the
 generator on the commit that was benchmarked) and the date the file was written (its mtime,
 UTC). Writes ``docs/results/<page>.md``; exits 2 naming the file when an input is missing or
@@ -35,6 +38,8 @@ PAGES = {
     "fidelity": ("Fidelity: kernel against CCP", "fidelity.md"),
     "contest": ("Contest leaderboard", "contest.md"),
     "analysis-speed": ("Analysis speed", "analysis-speed.md"),
+    "link-speed": ("Link speed", "link-speed.md"),
+    "run-overhead": ("Run overhead", "run-overhead.md"),
 }
 
 
@@ -179,8 +184,38 @@ def render_analysis_speed(text_path: Path, commit: str, more: list[Path] = ()) -
             + "".join("```text\n" + t + "\n```\n\n" for t in texts).rstrip() + "\n")
 
 
+def _printed_page(kind: str, text_path: Path, commit: str, how: str, about: str) -> str:
+    """A page holding what a benchmark printed (``text_path``), under its header and one line on where
+    its columns are explained (``about``)."""
+    if not text_path.is_file():
+        raise InputError(f"{text_path}: no such file")
+    text = text_path.read_text().rstrip()
+    if not text:
+        raise InputError(f"{text_path}: empty")
+    return _header(kind, text_path, commit, how) + about + "\n\n```text\n" + text + "\n```\n"
+
+
+def render_link_speed(text_path: Path, commit: str) -> str:
+    """The link-speed page from the text ``python -m ccplab.linkbench`` printed."""
+    return _printed_page("link-speed", text_path, commit, "`make bench` saves the output of "
+                         "`python -m ccplab.linkbench` to `results/bench-link-<stamp>.txt`; then "
+                         "`python docs/gen_results.py link-speed FILE`.",
+                         "What \"achieved\" and the CPU column mean: the docstring of "
+                         "`experiments/ccplab/linkbench.py` (`python -m ccplab.linkbench --help`).")
+
+
+def render_run_overhead(text_path: Path, commit: str) -> str:
+    """The run-overhead page from the text ``python -m ccplab.runbench`` printed."""
+    return _printed_page("run-overhead", text_path, commit, "`make bench` saves the output of "
+                         "`python -m ccplab.runbench` to `results/bench-run-<stamp>.txt`; then "
+                         "`python docs/gen_results.py run-overhead FILE`.",
+                         "A run's overhead is the wall time of `ccplab run` less its flow's duration: "
+                         "`python -m ccplab.runbench --help`.")
+
+
 RENDER = {"datapath": render_datapath, "fidelity": render_fidelity, "contest": render_contest,
-          "analysis-speed": render_analysis_speed}
+          "analysis-speed": render_analysis_speed, "link-speed": render_link_speed,
+          "run-overhead": render_run_overhead}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -64,7 +64,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
-from .binaries import bin_dir, project_binary, system_binary
+from .binaries import REPO_ROOT, bin_dir, project_binary, system_binary
 from .errors import CcplabError
 from .plumbing.netns import listening, netns_exec, remove_namespace
 from .plumbing.processes import run_tool
@@ -79,7 +79,8 @@ CPU_SKIP_S = 2.0
 STEADY_SKIP_S = 2
 """Seconds after a flow's first packet left out of its achieved rate (slow start)."""
 MAHIMAHI_PACKET_BYTES = 1504
-"""Bytes of a full packet in a link log and of one delivery opportunity (1500 IP + 4 TUN)."""
+"""Bytes of a full packet in a link log (1500 IP + 4 TUN), as mahimahi logs it. A trace's rate counts
+1500 bytes per delivery opportunity, so a saturated link reads 1504/1500 = 1.003 of its offered rate."""
 TCP_PAYLOAD_BYTES = 1448
 """TCP payload of a full-size segment (1500 MTU less IP, TCP and timestamp headers)."""
 KERNEL_FRAME_BYTES = 1514
@@ -322,6 +323,15 @@ def results_table(samples: Sequence[Sample], labels: Sequence[str]) -> str:
     return "\n".join(rows)
 
 
+def _shown_path(arg: str) -> str:
+    """A variant's argument as printed: a path inside the repository relative to it (the output goes
+    into a results page, which names no machine's directories), anything else unchanged."""
+    try:
+        return str(Path(arg).resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return arg
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m ccplab.linkbench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -392,7 +402,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{STEADY_SKIP_S} goodput x {KERNEL_FRAME_BYTES}/{TCP_PAYLOAD_BYTES}); iperf3 goodput: the receiver's, "
           "whole flow (kernel: after the omitted seconds)")
     for v in variants:
-        print(f"  {v.label}: {' '.join(v.argv)}")
+        print(f"  {v.label}: {' '.join(_shown_path(a) for a in v.argv)}")
     print(results_table(samples, [v.label for v in variants]))
     return 0
 

@@ -153,11 +153,25 @@ def test_results_pages_render_from_benchmark_output(tmp_path):
     assert "down V.down" in page and "/some/host" not in page, "a machine's path on the page"
 
 
-@pytest.mark.parametrize("page", ["fidelity", "contest", "datapath", "analysis-speed"])
+@pytest.mark.parametrize("page", ["fidelity", "contest", "datapath", "analysis-speed", "link-speed", "run-overhead"])
 def test_results_generator_names_a_missing_input(tmp_path, capsys, page):
     assert GEN.main([page, str(tmp_path / "nothing"), "--out-dir", str(tmp_path / "out")]) == 2
     assert "nothing" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("page, printed", [
+    ("link-speed", "| 1000 | link | 993.1 [749.4..994.9] | 0.993 | 938.8 [682.7..939.5] | 0.87 | 3 | PASS |"),
+    ("run-overhead", "  ccp:cubic      median 0.93 s (min 0.90, max 1.01, IQR 0.05; 5 runs)")])
+def test_printed_benchmark_pages_quote_the_output_whole(tmp_path, page, printed):
+    out = tmp_path / f"bench-{page}.txt"
+    out.write_text(f"header line\n{printed}\n")
+    assert GEN.main([page, str(out), "--commit", "abc1234", "--out-dir", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / GEN.PAGES[page][1]).read_text()
+    assert text.startswith(GEN.MARKER) and "commit `abc1234`" in text and f"bench-{page}.txt" in text
+    assert f"```text\nheader line\n{printed}\n```" in text
+    out.write_text("")
+    assert GEN.main([page, str(out), "--out-dir", str(tmp_path / "out")]) == 2, "an empty output is no page"
 
 
 def test_datapath_page_names_its_run_file_without_this_machines_path(tmp_path):
