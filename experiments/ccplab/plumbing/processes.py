@@ -109,7 +109,8 @@ class Daemon:
         return self.proc is not None and self.proc.poll() is None
 
     def wait_ready(self, is_ready: Callable[[], bool], timeout_s: float) -> None:
-        """Poll ``is_ready`` every 20 ms; CcplabError if the daemon exits or time runs out."""
+        """Poll ``is_ready`` every 5 ms (a ready file is a stat, and each poll period adds half of it to
+        the run on average); CcplabError if the daemon exits or time runs out."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if is_ready():
@@ -119,7 +120,7 @@ class Daemon:
                     f"{self.name} exited with status {self.proc.returncode} before it was ready:\n"
                     f"{self.log_tail()}"
                 )
-            time.sleep(0.02)
+            time.sleep(0.005)
         raise CcplabError(f"{self.name} was not ready after {timeout_s:.0f} s:\n{self.log_tail()}")
 
     def terminate(self) -> None:
