@@ -66,7 +66,7 @@ const PROGRAM: &str = "
 (def (Report (volatile acked 0) (volatile timeout 0)))
 (when true
     (:= Report.acked (+ Report.acked Ack.bytes_acked))
-    (:= Report.timeout (+ Report.timeout Flow.was_timeout))
+    (:= Report.timeout (if Flow.was_timeout 1))
     (fallthrough))
 (when (> Micros Flow.rtt_sample_us)
     (report)
