@@ -516,8 +516,10 @@ void BPF_PROG(ccp_set_state, struct sock *sk, __u8 new_state)
 		/* the algorithm's answer is awaited if it commanded the flow
 		 * until now, or if its answer to an earlier RTO still is
 		 * (within that await's bound): a flow the fallback already ran
-		 * for another reason awaits nothing new */
-		if (!(ca->flags & PRIV_FALLBACK) || (ca->flags & PRIV_RTO_AWAIT)) {
+		 * for another reason, or that no command reached yet, awaits
+		 * nothing new */
+		if ((ca->flags & (PRIV_CMD_SEEN | PRIV_FALLBACK)) == PRIV_CMD_SEEN ||
+		    (ca->flags & PRIV_RTO_AWAIT)) {
 			ca->flags |= PRIV_RTO_AWAIT;
 			ca->rto_await_since = 0;
 		}
