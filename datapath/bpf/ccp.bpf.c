@@ -60,10 +60,14 @@ char LICENSE[] SEC("license") = "GPL";
 #define PRIV_FALLBACK 4  /* the last ACK ran the fallback (kernel cubic) */
 #define PRIV_KERNEL_PACING 8 /* the socket came with TCP-internal pacing on: keep it, at the kernel's rate */
 #define PRIV_IDLE 16     /* the fallback's last ACK left nothing in flight (ccp_priv.idle_lsndtime) */
+#define PRIV_RTO_AWAIT 32 /* the algorithm's answer to an RTO is awaited (count_rto_await) */
 #define USEC_PER_SEC_X8 8000000ULL /* us per s, times 8 (srtt_us is SRTT << 3) */
 
 /* Event record, one layout for all kinds (unused fields are zero).
- * 128 bytes; wire.rs mirrors it (checked at build time from BTF). */
+ * 152 bytes; wire.rs mirrors it (checked at build time from BTF). A release
+ * (EV_RELEASE) carries the flow's control evidence in three fields:
+ * delivered = tp->delivered, acked_sacked = ccp_priv.fallback_pkts,
+ * sacked_out = ccp_priv.rto_await_pkts. */
 struct ccp_event {
 	__u32 kind;            /*   0 */
 	__u32 flow_id;         /*   4 */
@@ -118,23 +122,28 @@ struct ccp_cmd {
 _Static_assert(sizeof(struct ccp_cmd) == 16, "ccp_cmd layout");
 
 /* icsk_ca_priv (13 u64s) holds the kernel cubic's `struct bictcp` first,
- * where tcp_cubic.c's kfuncs look for it (inet_csk_ca), then ours. */
-#define CUBIC_PRIV_BYTES 64
+ * where tcp_cubic.c's kfuncs look for it (inet_csk_ca), then ours: bictcp
+ * is 60 bytes (15 u32s, checked below against the kernel's BTF), and ours
+ * needs every 4-byte word after it. */
+#define CUBIC_PRIV_BYTES 60
 
 /* Per-flow state in icsk_ca_priv, after cubic's. */
 struct ccp_priv {
 	__u32 flow_id;
-	__u32 ca_state;
+	__u16 ca_state;		/* TCP_CA_* (< 8) */
+	__u16 flags;		/* PRIV_* */
 	__u32 ecn_bytes;
 	__u32 timeouts;
 	__u32 last_snd_una;
-	__u32 flags;
 	__u32 fold_slot;	/* --fold kernel: the flow's slot in fold_flows (fold_ccp.h's) */
 	__u32 idle_lsndtime;	/* PRIV_IDLE: tp->lsndtime (jiffies) when the pipe emptied */
 	__u32 max_packets_out;	/* largest tp->packets_out a command saw: the cwnd ceiling's base */
 	__u32 fallback_pkts;	/* packets ACKed (rs->acked_sacked) while the fallback ran: who controlled the flow */
+	__u32 rto_await_pkts;	/* of fallback_pkts, those ACKed while the algorithm's answer to an RTO was awaited (count_rto_await) */
+	__u32 rto_await_since;	/* PRIV_RTO_AWAIT: fold_ctl_clock of the await's first ACK | 1; 0: no ACK yet */
 };
 _Static_assert(sizeof(struct bictcp) <= CUBIC_PRIV_BYTES, "bictcp fits before ccp_priv");
+_Static_assert(CUBIC_PRIV_BYTES % _Alignof(struct ccp_priv) == 0, "ccp_priv aligned after bictcp");
 _Static_assert(CUBIC_PRIV_BYTES + sizeof(struct ccp_priv) <=
 	       sizeof(((struct inet_connection_sock *)0)->icsk_ca_priv), "icsk_ca_priv too small");
 
@@ -207,7 +216,8 @@ __u64 last_wake_ns = 0;
 	__u64 stale_command_acks;	\
 	__u64 guard_fallbacks;	\
 	__u64 cwnd_clamped;	\
-	__u64 rate_floored;
+	__u64 rate_floored;	\
+	__u64 rto_await_acks;
 
 /* tcp_input.c's FLAG_ECE (a #define, not in BTF): the ACK carried ECE. */
 #define TCP_ACK_FLAG_ECE 0x40
@@ -363,6 +373,8 @@ void BPF_PROG(ccp_init, struct sock *sk)
 	ca->fold_slot = FOLD_NO_SLOT;
 	ca->max_packets_out = 0;
 	ca->fallback_pkts = 0;
+	ca->rto_await_pkts = 0;
+	ca->rto_await_since = 0;
 	cubictcp_init(sk);	/* the fallback's state, ready whenever it is needed */
 	/* A CA set before us (e.g. bbr, the namespace default, before iperf3's
 	 * TCP_CONGESTION) may have left TCP-internal pacing on. The kernel keeps
@@ -420,10 +432,12 @@ void BPF_PROG(ccp_release, struct sock *sk)
 	fold_flow_end(sk, id);
 	ev = reserve_event(EV_RELEASE, id, bpf_ktime_get_ns());
 	if (ev) {
-		/* the flow's control evidence: packets delivered in all, and
-		 * ACKed while the fallback ran */
+		/* the flow's control evidence: packets delivered in all,
+		 * ACKed while the fallback ran, and of those, ACKed while the
+		 * algorithm's answer to an RTO was awaited */
 		ev->delivered = tcp_sk(sk)->delivered;
 		ev->acked_sacked = ca->fallback_pkts;
+		ev->sacked_out = ca->rto_await_pkts;
 		bpf_ringbuf_submit(ev, BPF_RB_FORCE_WAKEUP);
 	}
 }
@@ -499,6 +513,16 @@ void BPF_PROG(ccp_set_state, struct sock *sk, __u8 new_state)
 	cubictcp_state(sk, new_state);	/* an RTO resets cubic's epoch */
 	if (new_state == TCP_CA_Loss && old != TCP_CA_Loss) {
 		ca->timeouts++;
+		/* the algorithm's answer is awaited if it commanded the flow
+		 * until now, or if its answer to an earlier RTO still is
+		 * (within that await's bound): a flow the fallback already ran
+		 * for another reason, or that no command reached yet, awaits
+		 * nothing new */
+		if ((ca->flags & (PRIV_CMD_SEEN | PRIV_FALLBACK)) == PRIV_CMD_SEEN ||
+		    (ca->flags & PRIV_RTO_AWAIT)) {
+			ca->flags |= PRIV_RTO_AWAIT;
+			ca->rto_await_since = 0;
+		}
 		if (ca->flow_id)
 			drop_staged_controls(ca->flow_id);
 	}
@@ -827,17 +851,23 @@ static __always_inline void guard_event(struct tcp_sock *tp, __u32 flow_id, __u3
 	bpf_ringbuf_submit(ev, BPF_RB_FORCE_WAKEUP);
 }
 
+/* The guard's bound for this flow, ns: max(CTL_GUARD_RTTS x SRTT, floor). */
+static __always_inline __u64 ctl_guard_bound(const struct tcp_sock *tp)
+{
+	__u64 bound = (__u64)(tp->srtt_us >> 3) * 1000 * CTL_GUARD_RTTS;
+
+	return bound < ctl_guard_floor_ns ? ctl_guard_floor_ns : bound;
+}
+
 /* 1: the algorithm keeps the flow; 0: run the fallback (the guard took it). */
 static __always_inline int control_guard(struct tcp_sock *tp, struct ccp_priv *ca, struct fold_flow *ff,
 					 const struct rate_sample *rs, __u64 now)
 {
 	__u32 seen = ff->ctl_seen, clock = fold_ctl_clock(now), cause;
-	__u64 bound = (__u64)(tp->srtt_us >> 3) * 1000 * CTL_GUARD_RTTS;
+	__u64 bound = ctl_guard_bound(tp);
 	struct fold_counters *c;
 	int ret;
 
-	if (bound < ctl_guard_floor_ns)
-		bound = ctl_guard_floor_ns;
 	if (seen & FOLD_CTL_GUARDED) {
 		if (!(seen & FOLD_CTL_ALG_SPOKE)) {
 			/* the program's own Cwnd, not the algorithm: keep the flow */
@@ -875,6 +905,40 @@ static __always_inline int control_guard(struct tcp_sock *tp, struct ccp_priv *c
 	return 0;
 }
 
+/*
+ * rto_await: a fallback ACK that came while the algorithm's answer to an RTO
+ * was awaited (PRIV_RTO_AWAIT, set by ccp_set_state), with the algorithm
+ * present. After an RTO the command made before it is stale, and the
+ * kernel's loss window stands, grown by the fallback as the kernel would,
+ * until the algorithm answers: what any datapath does (ccp-kernel too),
+ * since no algorithm can answer an RTO before it hears of it. The ACKs that
+ * arrive meanwhile (after an outage, a burst that lasts about the round
+ * trip to the algorithm) are counted apart (rto_await_pkts, rto_await_acks)
+ * so the runner can tell them from a fallback that ran for want of an
+ * algorithm. Bounded: the await ends with the algorithm's first valid
+ * command, and at the latest the control guard's bound (ctl_guard_bound)
+ * after its first ACK; later ACKs on the fallback are plain fallback, so an
+ * algorithm that never answers an RTO gets its flow counted as the
+ * fallback's. Counts only: the caller has run the fallback either way.
+ */
+static __always_inline void count_rto_await(const struct tcp_sock *tp, struct ccp_priv *ca,
+					    const struct rate_sample *rs, __u64 now, struct fold_counters *c)
+{
+	__u32 clock = fold_ctl_clock(now), since = ca->rto_await_since;
+
+	if (!(ca->flags & PRIV_RTO_AWAIT))
+		return;
+	if (!since) {
+		ca->rto_await_since = clock | 1;
+	} else if (((__u64)(__u32)(clock - (since & ~FOLD_CTL_FLAGS)) << 10) > ctl_guard_bound(tp)) {
+		ca->flags &= ~PRIV_RTO_AWAIT;
+		return;
+	}
+	ca->rto_await_pkts += rs->acked_sacked;
+	if (c)
+		c->rto_await_acks++;
+}
+
 /* --fold kernel, after the flow's main section returned `err`: what the
  * algorithm set is applied while the daemon's heartbeat is fresh (it
  * forwards the reports) and the control guard keeps the flow with it, else
@@ -885,13 +949,19 @@ static __always_inline void fold_cong_control_end(struct sock *sk, struct tcp_so
 {
 	struct fold_counters *c;
 	struct ccp_cmd cmd = {};
-	__u64 now, hb;
+	int alg = 0, fresh = 0;
+	__u64 now = 0, hb;
 
-	if (ff && fold_ack_end(ff, ca->flow_id, err, compiled, tp->mss_cache, pacing_floor(tp->mss_cache),
-				 &cmd.cwnd_bytes, &cmd.rate_bytes_per_sec)) {
+	if (ff) {
+		alg = fold_ack_end(ff, ca->flow_id, err, compiled, tp->mss_cache, pacing_floor(tp->mss_cache),
+				   &cmd.cwnd_bytes, &cmd.rate_bytes_per_sec);
 		now = fold_ack_now(ff);
 		hb = heartbeat_ns;
-		if (hb && (hb > now || now - hb < stale_after_ns) && control_guard(tp, ca, ff, rs, now)) {
+		fresh = hb && (hb > now || now - hb < stale_after_ns);
+	}
+	if (alg) {
+		ca->flags &= ~PRIV_RTO_AWAIT;	/* the algorithm has answered */
+		if (fresh && control_guard(tp, ca, ff, rs, now)) {
 			apply_command(sk, tp, ca, &cmd);
 			ff->unflushed.includer++;	/* command_acks, flushed by fold_ccp.h */
 			return;
@@ -901,6 +971,9 @@ static __always_inline void fold_cong_control_end(struct sock *sk, struct tcp_so
 	c = counters();
 	if (c)
 		c->fallback_acks++;
+	/* awaiting the algorithm (fold_ack_end's `awaiting`), which is there */
+	if (!alg && fresh)
+		count_rto_await(tp, ca, rs, now, c);
 }
 
 /* The second half of cong_control after a compiled main section: it left
@@ -925,6 +998,7 @@ void BPF_PROG(ccp_cong_control, struct sock *sk, __u32 ack, int flag, const stru
 	struct ccp_cmd *cmd = NULL;
 	struct fold_counters *c;
 	__u32 id = ca->flow_id;
+	int stale = 0;
 
 	account_ecn(tp, ca, flag);
 	/* An active open's SYN-ACK is acked before init() ran (tcp_ack in
@@ -960,10 +1034,12 @@ void BPF_PROG(ccp_cong_control, struct sock *sk, __u32 ack, int flag, const stru
 	c = counters();
 	if (cmd && cmd->epoch != ca->timeouts) {
 		cmd = NULL;
+		stale = 1;
 		if (c)
 			c->stale_command_acks++;
 	}
 	if (cmd) {
+		ca->flags &= ~PRIV_RTO_AWAIT;	/* the algorithm has answered */
 		apply_command(sk, tp, ca, cmd);
 		if (c)
 			c->command_acks++;
@@ -971,6 +1047,8 @@ void BPF_PROG(ccp_cong_control, struct sock *sk, __u32 ack, int flag, const stru
 		fallback(sk, tp, ca, ack, rs);
 		if (c)
 			c->fallback_acks++;
+		if (stale)	/* the algorithm is there, its answer to the RTO is not yet */
+			count_rto_await(tp, ca, rs, now, c);
 	}
 }
 

@@ -82,6 +82,10 @@ pub struct BpfStats {
     pub dropped_events: u64,
     /// cong_control calls that ran the fallback (kernel cubic).
     pub fallback_acks: u64,
+    /// Of `fallback_acks`, those while the algorithm's answer to an RTO
+    /// was awaited, within the control guard's bound (ccp.bpf.c
+    /// count_rto_await): the kernel's RTO response, not the algorithm's absence.
+    pub rto_await_acks: u64,
     /// cong_control calls that applied a command.
     pub command_acks: u64,
     /// Flows seen (ids handed out).
@@ -380,11 +384,12 @@ impl BpfDatapath {
         let flows = unsafe { std::ptr::addr_of!((*bss).next_flow_id).read_volatile() };
         // struct fold_counters: its u64 fields in order, then ccp.bpf.c's
         // (FOLD_INCLUDER_COUNTERS)
-        let [fold_invocations, fold_aborts, fold_reports, fold_reports_dropped, fold_compiled_runs, fold_no_state_flows, dropped_events, fallback_acks, command_acks, _stale, guard_fallbacks, cwnd_clamped, rate_floored] =
-            sum_per_cpu::<13>(&self.skel.maps.fold_counters);
+        let [fold_invocations, fold_aborts, fold_reports, fold_reports_dropped, fold_compiled_runs, fold_no_state_flows, dropped_events, fallback_acks, command_acks, _stale, guard_fallbacks, cwnd_clamped, rate_floored, rto_await_acks] =
+            sum_per_cpu::<14>(&self.skel.maps.fold_counters);
         BpfStats {
             dropped_events,
             fallback_acks,
+            rto_await_acks,
             command_acks,
             flows,
             fold_invocations,

@@ -206,7 +206,7 @@ impl Loop {
             tracing::warn!(flow = flow_id, "flow's release record was lost; releasing it");
             self.resynced_flows += 1;
             // its record lost, its counts too: 0 of 0 says "no evidence"
-            self.handle(Event::Released { flow_id, ts_ns: now, delivered_pkts: 0, fallback_pkts: 0 });
+            self.handle(Event::Released { flow_id, ts_ns: now, delivered_pkts: 0, fallback_pkts: 0, rto_await_pkts: 0 });
         }
     }
 
@@ -273,13 +273,13 @@ impl Loop {
                     "control guard: flow not commanded within the bound; it runs the kernel's cubic until the algorithm commands it again"
                 );
             }
-            Event::Released { flow_id, delivered_pkts, fallback_pkts, .. } => {
+            Event::Released { flow_id, delivered_pkts, fallback_pkts, rto_await_pkts, .. } => {
                 self.known.remove(&flow_id);
                 self.announced.remove(&flow_id);
                 self.bpf.delete_command(flow_id);
                 self.backend.flow_released(flow_id);
                 // the runner reads these per flow (experiments/ccplab/control.py)
-                tracing::info!(flow = flow_id, delivered_pkts, fallback_pkts, "flow released");
+                tracing::info!(flow = flow_id, delivered_pkts, fallback_pkts, rto_await_pkts, "flow released");
             }
         }
     }
@@ -364,6 +364,7 @@ impl Loop {
             bpf: BpfCounters {
                 command_acks: b.command_acks,
                 fallback_acks: b.fallback_acks,
+                rto_await_acks: b.rto_await_acks,
                 guard_fallbacks: b.guard_fallbacks + self.user_guard_fallbacks,
                 cwnd_clamped: b.cwnd_clamped,
                 rate_floored: b.rate_floored,

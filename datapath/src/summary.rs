@@ -40,6 +40,9 @@ impl Serialize for Micros {
 pub struct BpfCounters {
     pub command_acks: u64,
     pub fallback_acks: u64,
+    /// Of `fallback_acks`, those while the algorithm's answer to an RTO
+    /// was awaited (within the control guard's bound).
+    pub rto_await_acks: u64,
     pub guard_fallbacks: u64,
     pub cwnd_clamped: u64,
     pub rate_floored: u64,
@@ -141,8 +144,8 @@ impl fmt::Display for Stats {
         )?;
         write!(
             f,
-            "bpf: command_acks={} fallback_acks={} guard_fallbacks={} cwnd_clamped={} rate_floored={} dropped_events={} ",
-            b.command_acks, b.fallback_acks, b.guard_fallbacks, b.cwnd_clamped, b.rate_floored, b.dropped_events,
+            "bpf: command_acks={} fallback_acks={} rto_await_acks={} guard_fallbacks={} cwnd_clamped={} rate_floored={} dropped_events={} ",
+            b.command_acks, b.fallback_acks, b.rto_await_acks, b.guard_fallbacks, b.cwnd_clamped, b.rate_floored, b.dropped_events,
         )?;
         write!(f, "bad_records={} refused_msgs={} untrusted_msgs={} ", self.bad_records, self.refused_msgs, self.untrusted_msgs)?;
         write!(f, "outbox: deferred={} peak={} dropped={} ", o.deferred, o.peak, o.dropped)?;
@@ -194,7 +197,15 @@ mod tests {
             bad_records: 15,
             refused_msgs: 16,
             untrusted_msgs: 17,
-            bpf: BpfCounters { command_acks: 9, fallback_acks: 10, guard_fallbacks: 11, cwnd_clamped: 12, rate_floored: 13, dropped_events: 14 },
+            bpf: BpfCounters {
+                command_acks: 9,
+                fallback_acks: 10,
+                rto_await_acks: 43,
+                guard_fallbacks: 11,
+                cwnd_clamped: 12,
+                rate_floored: 13,
+                dropped_events: 14,
+            },
             outbox: OutboxCounters { deferred: 18, peak: 19, dropped: 20 },
             user_ack_cost_us: AckCost { mean: Micros(Some(21_001)), p50: Micros(Some(22_020)), p99: Micros(Some(23)) },
             event_to_command_us: Latency { p50: Micros(Some(24_000)), p99: Micros(None), n: 26 },
@@ -218,7 +229,7 @@ mod tests {
         assert_eq!(
             s.to_string(),
             "flows=1 (bpf ids 2) active=3 resynced=4 invokes=5 commands=6 skipped_invalid=7 unknown_flow_acks=8 \
-             bpf: command_acks=9 fallback_acks=10 guard_fallbacks=11 cwnd_clamped=12 rate_floored=13 dropped_events=14 \
+             bpf: command_acks=9 fallback_acks=10 rto_await_acks=43 guard_fallbacks=11 cwnd_clamped=12 rate_floored=13 dropped_events=14 \
              bad_records=15 refused_msgs=16 untrusted_msgs=17 outbox: deferred=18 peak=19 dropped=20 \
              per-ACK user cost us: mean=21.001 p50=22.020 p99=0.023; event->command us: p50=24.000 p99=- (n=26) \
              kernel fold: invocations=27 compiled_runs=28 aborted=29 reports=30 reports_dropped=31 no_state_flows=32 \

@@ -289,9 +289,11 @@ pub struct AckSample {
 pub enum Event {
     Created(FlowCreated),
     Ack(AckSample),
-    /// The flow closed: packets it delivered (tp->delivered) and of them
-    /// ACKed while the kernel's cubic fallback ran (its control evidence).
-    Released { flow_id: u32, ts_ns: u64, delivered_pkts: u32, fallback_pkts: u32 },
+    /// The flow closed: packets it delivered (tp->delivered), of them those
+    /// ACKed while the kernel's cubic fallback ran, and of those, the ones
+    /// ACKed while the algorithm's answer to an RTO was awaited within the
+    /// control guard's bound (its control evidence, ccp.bpf.c count_rto_await).
+    Released { flow_id: u32, ts_ns: u64, delivered_pkts: u32, fallback_pkts: u32, rto_await_pkts: u32 },
     /// `--fold kernel`: the control guard took the flow from its program
     /// (it runs the fallback) or handed it back ([`GuardCause::Resumed`]).
     Guard { flow_id: u32, cause: GuardCause, cwnd_pkts: u32, bound_us: u64 },
@@ -404,6 +406,7 @@ pub fn decode_event(b: &[u8]) -> Result<Event> {
             ts_ns: raw.ts_ns,
             delivered_pkts: raw.delivered as u32,
             fallback_pkts: raw.acked_sacked,
+            rto_await_pkts: raw.sacked_out,
         },
         EV_GUARD => Event::Guard {
             flow_id: raw.flow_id,
@@ -535,9 +538,10 @@ mod tests {
             decode_event(&record(EV_RELEASE, 5, |r| {
                 r.delivered = 1000;
                 r.acked_sacked = 12;
+                r.sacked_out = 7;
             }))
             .unwrap(),
-            Event::Released { flow_id: 5, ts_ns: 77, delivered_pkts: 1000, fallback_pkts: 12 }
+            Event::Released { flow_id: 5, ts_ns: 77, delivered_pkts: 1000, fallback_pkts: 12, rto_await_pkts: 7 }
         );
     }
 
@@ -557,7 +561,7 @@ mod tests {
     fn decodes_unaligned_records() {
         let mut b = vec![0u8; 1];
         b.extend(record(EV_RELEASE, 6, |_| {}));
-        assert_eq!(decode_event(&b[1..]).unwrap(), Event::Released { flow_id: 6, ts_ns: 77, delivered_pkts: 0, fallback_pkts: 0 });
+        assert_eq!(decode_event(&b[1..]).unwrap(), Event::Released { flow_id: 6, ts_ns: 77, delivered_pkts: 0, fallback_pkts: 0, rto_await_pkts: 0 });
     }
 
     #[test]

@@ -22,7 +22,7 @@ use common::process::{uniq, DatapathProc};
 
 /// The stats file's figures as JSON pointers, in the order the summary
 /// line prints them.
-const SCHEMA: [&str; 42] = [
+const SCHEMA: [&str; 43] = [
     "/flows_created",
     "/bpf_flow_ids",
     "/active",
@@ -33,6 +33,7 @@ const SCHEMA: [&str; 42] = [
     "/unknown_flow_acks",
     "/bpf/command_acks",
     "/bpf/fallback_acks",
+    "/bpf/rto_await_acks",
     "/bpf/guard_fallbacks",
     "/bpf/cwnd_clamped",
     "/bpf/rate_floored",
@@ -150,6 +151,7 @@ fn stats_file_holds_the_summary_lines_figures() {
         bpf: BpfCounters {
             command_acks: n(),
             fallback_acks: n(),
+            rto_await_acks: n(),
             guard_fallbacks: n(),
             cwnd_clamped: n(),
             rate_floored: n(),

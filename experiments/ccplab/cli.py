@@ -76,7 +76,9 @@ def _validity_args(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--max-fallback-share", type=number(0.0, 1.0), default=DEFAULT_MAX_FALLBACK_SHARE,
                    help="largest share of the ccp flows' ACKs the datapath's kernel-cubic fallback may drive for "
-                        "the run to count as a result of its algorithm (default %(default)s)")
+                        "the run to count as a result of its algorithm, leaving out the ACKs that came while the "
+                        "datapath awaited the algorithm's answer to an RTO (within the control guard's bound) "
+                        "(default %(default)s)")
     p.add_argument("--keep-invalid", action="store_true",
                    help="save a ccp run beyond --max-fallback-share marked invalid (listed apart by the "
                         "analysis) instead of failing it")

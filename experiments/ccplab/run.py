@@ -258,9 +258,10 @@ def _with_flow_control(entries: list[dict], flows: Sequence[FlowSpec], log: Path
             if ev is not None and not ev["valid"] and control.get("valid", False):
                 control = {**control, "valid": False, "reason": (
                     f"the kernel's cubic fallback drove {ev['fallback_share']:.1%} of flow {entry['index']} "
-                    f"({entry['label']}, port {entry['port']})'s packets ({ev['fallback_pkts']} of "
-                    f"{ev['delivered_pkts']} in {log.name}), more than the {policy.max_fallback_share:.1%} "
-                    "allowed (--max-fallback-share)")}
+                    f"({entry['label']}, port {entry['port']})'s packets beyond awaiting the algorithm's answers "
+                    f"to RTOs ({ev['fallback_pkts']} of {ev['delivered_pkts']} on the fallback, "
+                    f"{ev['rto_await_pkts']} of them awaiting, in {log.name}), more than the "
+                    f"{policy.max_fallback_share:.1%} allowed (--max-fallback-share)")}
         out.append(entry)
     return out, control
 

@@ -42,6 +42,33 @@ def test_a_run_the_fallback_drove_is_invalid_and_says_why(tmp_path):
     assert not control_evidence(just_over, ValidityPolicy())["valid"]  # 2 % > 1 %
 
 
+SUMMARY_RTO = ("2026-11-27T05:57:14Z  INFO ccp_datapath: flows=0 (bpf ids 2) active=0 invokes=0 commands=0 bpf: "
+               "command_acks={c} fallback_acks={f} rto_await_acks={r} guard_fallbacks=0 cwnd_clamped=0 "
+               "rate_floored=0 dropped_events=0 kernel fold: invocations=9\n")
+
+
+def test_acks_awaiting_the_answer_to_an_rto_are_left_out_of_the_share_and_reported(tmp_path):
+    # fixed-window on a trace with outages: 300 of 27,000 ACKs on the fallback, 280 of them while the
+    # datapath awaited the algorithm's answer to an RTO: 20 beyond it, 0.07 %
+    entry = control_evidence(_log(tmp_path, SUMMARY_RTO.format(c=26700, f=300, r=280)), ValidityPolicy())
+    assert entry["valid"], entry
+    assert (entry["fallback_acks"], entry["rto_await_acks"], entry["fallback_share"]) == (300, 280, round(20 / 27000, 6))
+    # without the await left out the same run would be invalid (1.1 %)
+    assert not control_evidence(_log(tmp_path, SUMMARY_RTO.format(c=26700, f=300, r=0)), ValidityPolicy())["valid"]
+    # the fallback beyond the await counts in full, and the reason names all three counters
+    bad = control_evidence(_log(tmp_path, SUMMARY_RTO.format(c=9000, f=1000, r=250)), ValidityPolicy())
+    assert not bad["valid"] and bad["fallback_share"] == 0.075
+    assert "command_acks=9000 fallback_acks=1000 rto_await_acks=250" in bad["reason"], bad["reason"]
+    # a count beyond the fallback's (never written by the datapath) cannot make the share negative
+    odd = control_evidence(_log(tmp_path, SUMMARY_RTO.format(c=100, f=5, r=9)), ValidityPolicy())
+    assert odd["rto_await_acks"] == 5 and odd["fallback_share"] == 0.0
+
+
+def test_a_summary_without_rto_await_leaves_nothing_out(tmp_path):
+    entry = control_evidence(_log(tmp_path, SUMMARY.format(c=980, f=20, g=0)), ValidityPolicy())
+    assert entry["rto_await_acks"] == 0 and entry["fallback_share"] == 0.02 and not entry["valid"]
+
+
 def test_a_datapath_without_a_summary_leaves_no_evidence(tmp_path):
     entry = control_evidence(_log(tmp_path, "started\nkilled\n"), ValidityPolicy())
     assert not entry["valid"] and "no exit summary" in entry["reason"]
@@ -80,10 +107,27 @@ def test_each_ccp_flow_has_its_own_evidence_by_port(tmp_path):
                RELEASED.format(f=3, d=20000, b=400))  # flow 4 never released: no evidence
     ev = flow_evidence(log, ValidityPolicy())
     assert set(ev) == {5201, 5202}
-    assert ev[5201] == {"algorithm": "cubic", "delivered_pkts": 30000, "fallback_pkts": 0, "fallback_share": 0.0,
-                        "valid": True}
+    assert ev[5201] == {"algorithm": "cubic", "delivered_pkts": 30000, "fallback_pkts": 0, "rto_await_pkts": 0,
+                        "fallback_share": 0.0, "valid": True}
     assert ev[5202]["algorithm"] == "bbr" and ev[5202]["fallback_share"] == 0.02 and not ev[5202]["valid"]
     assert flow_evidence(log, ValidityPolicy(max_fallback_share=0.05))[5202]["valid"]
+
+
+RELEASED_RTO = ("2026-11-27T08:41:35Z  INFO ccp_datapath: flow released flow={f} delivered_pkts={d} fallback_pkts={b} "
+                "rto_await_pkts={r}\n")
+
+
+def test_a_flows_packets_awaiting_the_answer_to_an_rto_are_left_out_of_its_share(tmp_path):
+    from ccplab.control import flow_evidence
+
+    log = _log(tmp_path,
+               CREATED.format(f=1, port=5201, alg="fixed-window"), CREATED.format(f=2, port=5202, alg="fixed-window"),
+               RELEASED_RTO.format(f=1, d=27000, b=310, r=290),   # answered its RTOs: 20 beyond, valid
+               RELEASED_RTO.format(f=2, d=27000, b=5000, r=250))  # never answered: the bound cut the await
+    ev = flow_evidence(log, ValidityPolicy())
+    assert ev[5201]["rto_await_pkts"] == 290 and ev[5201]["fallback_share"] == round(20 / 27000, 6) and ev[5201]["valid"]
+    assert ev[5202]["rto_await_pkts"] == 250 and ev[5202]["fallback_share"] == round(4750 / 27000, 6)
+    assert not ev[5202]["valid"]
 
 
 def test_one_flow_the_fallback_drove_makes_the_run_invalid_naming_it(tmp_path):

@@ -196,7 +196,7 @@ _COUNT, _US = "a whole number", "a number of us or null"
 STATS_SCHEMA: dict = {
     **dict.fromkeys(["flows_created", "bpf_flow_ids", "active", "resynced", "invokes", "commands",
                      "skipped_invalid", "unknown_flow_acks", "bad_records", "refused_msgs", "untrusted_msgs"], _COUNT),
-    "bpf": dict.fromkeys(["command_acks", "fallback_acks", "guard_fallbacks", "cwnd_clamped", "rate_floored",
+    "bpf": dict.fromkeys(["command_acks", "fallback_acks", "rto_await_acks", "guard_fallbacks", "cwnd_clamped", "rate_floored",
                           "dropped_events"], _COUNT),
     "outbox": dict.fromkeys(["deferred", "peak", "dropped"], _COUNT),
     "user_ack_cost_us": dict.fromkeys(["mean", "p50", "p99"], _US),
