@@ -55,11 +55,15 @@ test-python:
 build: deps
 	$(CARGO) build --release --workspace
 
-# Only what `ccplab demo` runs: the link, the trace tool, the datapath and the suite's one binary.
+# Only what `ccplab demo` runs: the link, the trace tool, the datapath and the suite's one binary,
+# and the link without its default `rattan` feature (the demo runs the link's direct path, which
+# needs none of rattan-core's crates; `make build` builds it whole, and a later `make build` or
+# `make test` rebuilds it so). --no-default-features reaches every package built here, and only
+# the link has default features.
 DEMO_BINARIES := ccplab-link ccplab-trace ccp-datapath ccp-algorithms
 
 build-demo: deps-apt deps-rust
-	$(CARGO) build --release $(addprefix --bin ,$(DEMO_BINARIES))
+	$(CARGO) build --release --no-default-features $(addprefix --bin ,$(DEMO_BINARIES))
 
 deps: deps-apt deps-rust deps-python
 

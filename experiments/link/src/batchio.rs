@@ -1,6 +1,7 @@
 //! Our AF_PACKET driver for rattan's veth cells: batched receive
 //! (`recvmmsg`) on the runtime's worker and batched send (`sendmmsg`) on a
-//! thread of its own per interface.
+//! thread of its own per interface (feature `rattan`); its frame helpers
+//! and counters also serve the direct datapath.
 //!
 //! rattan-core's `AfPacketDriver` makes one `recvfrom` and one `sendto` per
 //! packet, both on the runtime's worker. A `sendto` into a veth also runs
@@ -22,18 +23,21 @@
 //! dropped are counted ([`SocketCounters`]) and reported at exit.
 
 use std::{
+    io, mem,
+    os::fd::{AsRawFd, OwnedFd, RawFd},
+    sync::{atomic::AtomicU64, OnceLock},
+};
+#[cfg(feature = "rattan")]
+use std::{
     collections::VecDeque,
-    io,
-    mem,
-    os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd},
-    sync::{
-        atomic::{AtomicU64, Ordering},
-        Arc, OnceLock,
-    },
+    os::fd::FromRawFd,
+    sync::{atomic::Ordering, Arc},
     thread::JoinHandle,
 };
 
+#[cfg(feature = "rattan")]
 use crossbeam_channel::{Receiver, Sender, TrySendError};
+#[cfg(feature = "rattan")]
 use rattan_core::{
     cells::{Packet, StdPacket},
     metal::{
@@ -41,18 +45,23 @@ use rattan_core::{
         io::common::{InterfaceDriver, InterfaceReceiver, InterfaceSender},
     },
 };
+#[cfg(feature = "rattan")]
 use rattan_env::veth::VethCell;
 
+#[cfg(feature = "rattan")]
 /// Frames taken per `recvmmsg`.
 pub const RX_BATCH: usize = 64;
 /// Frames given per `sendmmsg` at most.
 pub const TX_BATCH: usize = 64;
+#[cfg(feature = "rattan")]
 /// Largest frame received whole (as rattan's driver: a 64 KiB GRO frame
 /// fits); a longer one is truncated by the kernel and dropped here.
 const RX_SLOT: usize = 65_537;
+#[cfg(feature = "rattan")]
 /// Frames waiting for the send thread; beyond it a frame is dropped and
 /// counted (a NIC's full transmit ring), never blocking the worker.
 const TX_QUEUE: usize = 65_536;
+#[cfg(feature = "rattan")]
 /// Socket buffer sizes asked for (bytes; the kernel doubles them).
 const SOCKET_BUFFER: libc::c_int = 8 << 20;
 const ETH_HEADER: usize = 14;
@@ -99,6 +108,7 @@ pub fn readdress(frame: &mut [u8], dst: [u8; 6], src: [u8; 6]) -> bool {
     true
 }
 
+#[cfg(feature = "rattan")]
 /// Moves up to `max` items into `batch`: `first`, then whatever is queued
 /// in `rx` at once (no waiting).
 pub fn fill_batch<T>(first: T, rx: &Receiver<T>, batch: &mut Vec<T>, max: usize) {
@@ -175,6 +185,7 @@ pub fn sendmmsg_frames(fd: RawFd, ifindex: i32, frames: &[&[u8]]) -> io::Result<
     }
 }
 
+#[cfg(feature = "rattan")]
 /// The send side of one interface: hands frames to its send thread.
 pub struct BatchSender {
     tx: Option<Sender<StdPacket>>,
@@ -183,6 +194,7 @@ pub struct BatchSender {
     peer_mac: [u8; 6],
 }
 
+#[cfg(feature = "rattan")]
 impl BatchSender {
     fn spawn(fd: Arc<OwnedFd>, cell: &VethCell) -> io::Result<Self> {
         let (tx, rx) = crossbeam_channel::bounded::<StdPacket>(TX_QUEUE);
@@ -199,6 +211,7 @@ impl BatchSender {
     }
 }
 
+#[cfg(feature = "rattan")]
 fn send_thread(fd: &OwnedFd, ifindex: i32, rx: &Receiver<StdPacket>) {
     let c = counters();
     let mut batch = Vec::with_capacity(TX_BATCH);
@@ -215,6 +228,7 @@ fn send_thread(fd: &OwnedFd, ifindex: i32, rx: &Receiver<StdPacket>) {
     }
 }
 
+#[cfg(feature = "rattan")]
 impl InterfaceSender<StdPacket> for BatchSender {
     fn send(&self, mut packet: StdPacket) -> io::Result<()> {
         if !readdress(packet.as_raw_buffer(), self.peer_mac, self.mac) {
@@ -252,6 +266,7 @@ impl InterfaceSender<StdPacket> for BatchSender {
     }
 }
 
+#[cfg(feature = "rattan")]
 impl Drop for BatchSender {
     fn drop(&mut self) {
         // disconnect first, so the thread's recv returns and it can be joined
@@ -262,6 +277,7 @@ impl Drop for BatchSender {
     }
 }
 
+#[cfg(feature = "rattan")]
 /// The receive side of one interface: frames of the last `recvmmsg` not
 /// yet handed out, and the buffers it reads into.
 pub struct BatchReceiver {
@@ -270,6 +286,7 @@ pub struct BatchReceiver {
     slab: Vec<u8>,
 }
 
+#[cfg(feature = "rattan")]
 impl BatchReceiver {
     fn new(fd: Arc<OwnedFd>) -> Self {
         Self {
@@ -332,6 +349,7 @@ impl BatchReceiver {
     }
 }
 
+#[cfg(feature = "rattan")]
 impl InterfaceReceiver<StdPacket> for BatchReceiver {
     /// The next frame; `Ok(None)` when a batch held only frames that are
     /// not input; `WouldBlock` when the socket is empty (which clears the
@@ -351,6 +369,7 @@ impl InterfaceReceiver<StdPacket> for BatchReceiver {
     }
 }
 
+#[cfg(feature = "rattan")]
 /// An AF_PACKET socket bound to one veth, its receive side and the handle
 /// of its send thread.
 pub struct BatchDriver {
@@ -359,6 +378,7 @@ pub struct BatchDriver {
     receiver: BatchReceiver,
 }
 
+#[cfg(feature = "rattan")]
 fn socket_for(cell: &VethCell) -> io::Result<OwnedFd> {
     let proto = (libc::ETH_P_ALL as u16).to_be();
     // Blocking for sends (the send thread waits for buffer space); receives
@@ -433,6 +453,7 @@ pub fn kernel_drops(fd: RawFd) -> u64 {
     }
 }
 
+#[cfg(feature = "rattan")]
 impl Drop for BatchReceiver {
     fn drop(&mut self) {
         // rattan keeps only the receiver of a driver: count here (the
@@ -443,6 +464,7 @@ impl Drop for BatchReceiver {
     }
 }
 
+#[cfg(feature = "rattan")]
 impl InterfaceDriver for BatchDriver {
     type Packet = StdPacket;
     type Sender = BatchSender;
@@ -514,6 +536,7 @@ mod tests {
         assert_eq!(runt, vec![0u8; 13], "a runt is left as it is");
     }
 
+    #[cfg(feature = "rattan")]
     #[test]
     fn fill_batch_takes_what_is_queued_up_to_the_limit_in_order() {
         let (tx, rx) = crossbeam_channel::unbounded();

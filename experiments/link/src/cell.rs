@@ -1,6 +1,7 @@
-//! A rattan `Cell` that runs [`LinkQueue`] in real time: our replacement
-//! for rattan 0.1.1's BwReplay cell (which panics on zero capacity and
-//! cannot log opportunities or drops).
+//! [`LinkCore`] runs [`LinkQueue`] in real time for the direct datapath and,
+//! as a rattan `Cell` (feature `rattan`), for rattan's runtime: our
+//! replacement for rattan 0.1.1's BwReplay cell (which panics on zero
+//! capacity and cannot log opportunities or drops).
 //!
 //! Time 0 ("base") is shared by the uplink and downlink cells. In
 //! first-packet mode the uplink sets it on its first IPv4 packet; in now
@@ -18,18 +19,24 @@ use std::{
     time::Duration,
 };
 
+#[cfg(feature = "rattan")]
 use async_trait::async_trait;
+#[cfg(feature = "rattan")]
 use rattan_core::{
-    cells::{Cell, ControlInterface, Egress, Ingress, Packet},
+    cells::{Cell, ControlInterface, Egress, Ingress},
     error::Error,
 };
-use tokio::{sync::mpsc, time::Instant};
+#[cfg(feature = "rattan")]
+use tokio::sync::mpsc;
+use tokio::time::Instant;
 
+#[cfg(feature = "rattan")]
+use crate::{packet::RattanPacket, timer::LazyTimer};
 use crate::{
     flowkey::{flow_key, PortSide},
     mmlog::{unix_ms_now, MmLog},
+    packet::Packet,
     queue::{Delivered, LinkQueue, NullSink, QueueLimit, OPPORTUNITY_BYTES},
-    timer::LazyTimer,
 };
 
 /// Time 0 of the trace replay, shared by all cells and main.
@@ -82,13 +89,15 @@ pub struct LinkCellConfig {
 
 /// The ingress of a [`ChannelCell`]: packets go down an unbounded channel
 /// to its egress.
-pub struct ChannelIngress<P: Packet> {
+#[cfg(feature = "rattan")]
+pub struct ChannelIngress<P: RattanPacket> {
     tx: mpsc::UnboundedSender<P>,
     /// The cell's name in the error once its egress is gone.
     cell: &'static str,
 }
 
-impl<P: Packet + Send + Sync> Ingress<P> for ChannelIngress<P> {
+#[cfg(feature = "rattan")]
+impl<P: RattanPacket> Ingress<P> for ChannelIngress<P> {
     fn enqueue(&self, packet: P) -> Result<(), Error> {
         self.tx
             .send(packet)
@@ -120,8 +129,7 @@ pub const CLOCK0_RECHECK: Duration = Duration::from_millis(50);
 
 /// IP packet length + 4 (mahimahi's TUN header), or None if not IPv4.
 fn mm_size<P: Packet>(p: &P) -> Option<u32> {
-    let ip = p.ip_hdr()?;
-    Some(ip.total_len as u32 + 4)
+    Some(u32::from(p.ipv4_total_len()?) + 4)
 }
 
 impl<P: Packet> LinkCore<P> {
@@ -272,14 +280,16 @@ impl<P: Packet> LinkCore<P> {
 }
 
 /// The rattan egress of a [`LinkCell`]: a [`LinkCore`] fed by a channel.
-pub struct LinkCellEgress<P: Packet> {
+#[cfg(feature = "rattan")]
+pub struct LinkCellEgress<P: RattanPacket> {
     rx: mpsc::UnboundedReceiver<P>,
     core: LinkCore<P>,
     timer: LazyTimer,
 }
 
+#[cfg(feature = "rattan")]
 #[async_trait]
-impl<P: Packet + Send + Sync> Egress<P> for LinkCellEgress<P> {
+impl<P: RattanPacket> Egress<P> for LinkCellEgress<P> {
     async fn dequeue(&mut self) -> Option<P> {
         loop {
             if let Some(p) = self.core.pop() {
@@ -312,8 +322,10 @@ impl<P: Packet + Send + Sync> Egress<P> for LinkCellEgress<P> {
 }
 
 /// No runtime configuration; `()` keeps rattan's optional serde bound happy.
+#[cfg(feature = "rattan")]
 pub struct LinkCellControl;
 
+#[cfg(feature = "rattan")]
 impl ControlInterface for LinkCellControl {
     type Config = ();
     fn set_config(&self, _config: ()) -> Result<(), Error> {
@@ -325,13 +337,15 @@ impl ControlInterface for LinkCellControl {
 /// `E` reads the other end of the channel; no runtime configuration. The
 /// link's cells ([`LinkCell`], `flowdelay::FlowDelayCell`) are this with
 /// their own egress.
-pub struct ChannelCell<P: Packet, E> {
+#[cfg(feature = "rattan")]
+pub struct ChannelCell<P: RattanPacket, E> {
     ingress: Arc<ChannelIngress<P>>,
     egress: E,
     control: Arc<LinkCellControl>,
 }
 
-impl<P: Packet, E> ChannelCell<P, E> {
+#[cfg(feature = "rattan")]
+impl<P: RattanPacket, E> ChannelCell<P, E> {
     /// A cell named `cell` (in errors) whose egress `egress` builds from the
     /// channel's receiving end.
     pub fn with_egress(
@@ -347,7 +361,8 @@ impl<P: Packet, E> ChannelCell<P, E> {
     }
 }
 
-impl<P: Packet + Send + Sync, E: Egress<P> + 'static> Cell<P> for ChannelCell<P, E> {
+#[cfg(feature = "rattan")]
+impl<P: RattanPacket, E: Egress<P> + 'static> Cell<P> for ChannelCell<P, E> {
     type IngressType = ChannelIngress<P>;
     type EgressType = E;
     type ControlInterfaceType = LinkCellControl;
@@ -367,9 +382,11 @@ impl<P: Packet + Send + Sync, E: Egress<P> + 'static> Cell<P> for ChannelCell<P,
 }
 
 /// The trace-driven link of one direction.
+#[cfg(feature = "rattan")]
 pub type LinkCell<P> = ChannelCell<P, LinkCellEgress<P>>;
 
-impl<P: Packet + Send + Sync> ChannelCell<P, LinkCellEgress<P>> {
+#[cfg(feature = "rattan")]
+impl<P: RattanPacket> ChannelCell<P, LinkCellEgress<P>> {
     /// Must be called inside the rattan runtime (the timer registers with
     /// its reactor).
     pub fn new(

@@ -12,14 +12,20 @@
 
 use std::{collections::VecDeque, time::Duration};
 
+#[cfg(feature = "rattan")]
 use async_trait::async_trait;
-use rattan_core::{
-    cells::{Egress, Packet},
-    error::Error,
-};
-use tokio::{sync::mpsc, time::Instant};
+#[cfg(feature = "rattan")]
+use rattan_core::{cells::Egress, error::Error};
+#[cfg(feature = "rattan")]
+use tokio::sync::mpsc;
+use tokio::time::Instant;
 
-use crate::{cell::ChannelCell, timer::LazyTimer};
+#[cfg(feature = "rattan")]
+use crate::{
+    cell::ChannelCell,
+    packet::{Packet, RattanPacket},
+    timer::LazyTimer,
+};
 
 /// Packets waiting out a fixed delay, in order, with their due times.
 pub struct DelayLine<P> {
@@ -60,22 +66,25 @@ impl<P> DelayLine<P> {
     }
 }
 
-pub struct DelayEgress<P: Packet> {
+/// The rattan egress of a [`DelayCell`]: a [`DelayLine`] fed by a channel.
+#[cfg(feature = "rattan")]
+pub struct DelayEgress<P: RattanPacket> {
     rx: mpsc::UnboundedReceiver<P>,
     line: DelayLine<P>,
     timer: LazyTimer,
 }
 
+#[cfg(feature = "rattan")]
 #[async_trait]
-impl<P: Packet + Send + Sync> Egress<P> for DelayEgress<P> {
+impl<P: RattanPacket> Egress<P> for DelayEgress<P> {
     async fn dequeue(&mut self) -> Option<P> {
         loop {
             // take everything already sent to us before deciding to wait
             while let Ok(p) = self.rx.try_recv() {
-                self.line.admit(p.get_timestamp(), p);
+                self.line.admit(Packet::get_timestamp(&p), p);
             }
             if let Some((due, mut p)) = self.line.pop_due(Instant::now()) {
-                p.delay_until(due);
+                Packet::delay_until(&mut p, due);
                 return Some(p);
             }
             let next = self.line.next_due();
@@ -86,7 +95,7 @@ impl<P: Packet + Send + Sync> Egress<P> for DelayEgress<P> {
                 biased;
                 p = self.rx.recv() => {
                     let p = p?;
-                    self.line.admit(p.get_timestamp(), p);
+                    self.line.admit(Packet::get_timestamp(&p), p);
                 }
                 r = self.timer.fired(), if next.is_some() => r.expect("read of our own timerfd"),
             }
@@ -95,9 +104,11 @@ impl<P: Packet + Send + Sync> Egress<P> for DelayEgress<P> {
 }
 
 /// A fixed one-way delay.
+#[cfg(feature = "rattan")]
 pub type DelayCell<P> = ChannelCell<P, DelayEgress<P>>;
 
-impl<P: Packet + Send + Sync> ChannelCell<P, DelayEgress<P>> {
+#[cfg(feature = "rattan")]
+impl<P: RattanPacket> ChannelCell<P, DelayEgress<P>> {
     /// Must be called inside the rattan runtime (the timer registers with
     /// its reactor).
     pub fn new(delay: Duration) -> Result<Self, Error> {
@@ -134,6 +145,7 @@ mod tests {
         assert_eq!(line.next_due(), None);
     }
 
+    #[cfg(feature = "rattan")]
     #[test]
     fn the_cell_delays_through_its_channel() {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -143,7 +155,8 @@ mod tests {
             let ingress = cell.sender();
             let start = Instant::now();
             for k in 0..3u8 {
-                ingress.enqueue(StdPacket::from_raw_buffer(&[k; 60])).unwrap();
+                let p = <StdPacket as rattan_core::cells::Packet>::from_raw_buffer(&[k; 60]);
+                ingress.enqueue(p).unwrap();
             }
             let egress = cell.receiver();
             for k in 0..3u8 {

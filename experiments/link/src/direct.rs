@@ -35,7 +35,6 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-use rattan_core::cells::{Packet, StdPacket};
 use tokio::time::Instant;
 
 use crate::{
@@ -43,6 +42,7 @@ use crate::{
     cell::{LinkCore, CLOCK0_RECHECK},
     delay::DelayLine,
     flowdelay::FlowDelays,
+    packet::{Packet, StdPacket},
 };
 
 /// Largest frame received whole; longer ones are truncated by the kernel,

@@ -11,18 +11,20 @@
 
 use std::{collections::VecDeque, time::Duration};
 
+#[cfg(feature = "rattan")]
 use async_trait::async_trait;
-use rattan_core::{
-    cells::{Egress, Packet},
-    error::Error,
-};
-use tokio::{sync::mpsc, time::Instant};
+#[cfg(feature = "rattan")]
+use rattan_core::{cells::Egress, error::Error};
+#[cfg(feature = "rattan")]
+use tokio::sync::mpsc;
+use tokio::time::Instant;
 
+#[cfg(feature = "rattan")]
+use crate::{cell::ChannelCell, packet::RattanPacket, timer::LazyTimer};
 use crate::{
-    cell::ChannelCell,
     flowkey::{flow_key, PortSide},
+    packet::Packet,
     queue::FlowKey,
-    timer::LazyTimer,
 };
 
 /// One FIFO of packets that share an extra delay: (due time, packet).
@@ -105,14 +107,16 @@ impl<P: Packet> FlowDelays<P> {
 }
 
 /// The rattan egress of a [`FlowDelayCell`].
-pub struct FlowDelayEgress<P: Packet> {
+#[cfg(feature = "rattan")]
+pub struct FlowDelayEgress<P: RattanPacket> {
     rx: mpsc::UnboundedReceiver<P>,
     delays: FlowDelays<P>,
     timer: LazyTimer,
 }
 
+#[cfg(feature = "rattan")]
 #[async_trait]
-impl<P: Packet + Send + Sync> Egress<P> for FlowDelayEgress<P> {
+impl<P: RattanPacket> Egress<P> for FlowDelayEgress<P> {
     async fn dequeue(&mut self) -> Option<P> {
         loop {
             while let Ok(p) = self.rx.try_recv() {
@@ -135,9 +139,11 @@ impl<P: Packet + Send + Sync> Egress<P> for FlowDelayEgress<P> {
 }
 
 /// The per-flow ACK delay.
+#[cfg(feature = "rattan")]
 pub type FlowDelayCell<P> = ChannelCell<P, FlowDelayEgress<P>>;
 
-impl<P: Packet + Send + Sync> ChannelCell<P, FlowDelayEgress<P>> {
+#[cfg(feature = "rattan")]
+impl<P: RattanPacket> ChannelCell<P, FlowDelayEgress<P>> {
     /// `extra`: (receiver port, extra one-way delay) pairs, ports distinct.
     /// Must be called inside the rattan runtime (the timer registers with
     /// its reactor).

@@ -16,14 +16,17 @@ mod batchio;
 mod cell;
 mod delay;
 mod direct;
+#[cfg(feature = "rattan")]
 mod emulator;
 mod flowdelay;
 mod flowkey;
 mod linkenv;
 mod mmlog;
 mod netns;
+mod packet;
 mod queue;
 mod signals;
+#[cfg(feature = "rattan")]
 mod timer;
 
 use std::{
@@ -41,16 +44,18 @@ use anyhow::{bail, Context, Result};
 use ccplab_traces::Trace;
 use ccplab_util::fs::write_atomically;
 use clap::Parser;
+#[cfg(feature = "rattan")]
 use rattan_core::{
     cells::StdPacket,
     metal::io::{af_packet::AfPacketDriver, common::InterfaceDriver},
 };
 
+#[cfg(feature = "rattan")]
+use crate::{cell::LinkCell, delay::DelayCell, emulator::Emulator, flowdelay::FlowDelayCell};
 use crate::{
-    cell::{Clock0, LinkCell, LinkCellConfig, LinkCore, LinkStats},
-    delay::{DelayCell, DelayLine},
-    emulator::Emulator,
-    flowdelay::{parse_ack_delay, FlowDelayCell, FlowDelays},
+    cell::{Clock0, LinkCellConfig, LinkCore, LinkStats},
+    delay::DelayLine,
+    flowdelay::{parse_ack_delay, FlowDelays},
     linkenv::LinkEnv,
     flowkey::PortSide,
     mmlog::{display_path, LogBase, LogHeader, MmLog},
@@ -158,7 +163,8 @@ struct Args {
     log_base: LogBase,
     /// How frames cross the emulator: `direct` (one thread per direction
     /// running receive, cells and send) or through rattan's runtime and
-    /// routing (`batched`, `per-packet`).
+    /// routing (`batched`, `per-packet`; only in a build with the `rattan`
+    /// feature, which is on by default).
     #[arg(long, value_enum, default_value_t = Io::Direct)]
     io: Io,
     /// Worker threads of the emulator's runtime (receive, cells, timers;
@@ -344,8 +350,16 @@ fn uplink_config(
 fn run_link(args: &Args, plan: LinkPlan<'_>) -> Result<()> {
     let outcome = match args.io {
         Io::Direct => run_direct(args, plan),
+        #[cfg(feature = "rattan")]
         Io::Batched => run_link_on::<batchio::BatchDriver>(args, plan),
+        #[cfg(feature = "rattan")]
         Io::PerPacket => run_link_on::<AfPacketDriver>(args, plan),
+        #[cfg(not(feature = "rattan"))]
+        Io::Batched | Io::PerPacket => bail!(
+            "--io {} runs on rattan's runtime, which this ccplab-link was built without \
+             (its `rattan` feature, on by default: `cargo build --release -p ccplab-link`)",
+            clap::ValueEnum::to_possible_value(&args.io).map_or_else(String::new, |v| v.get_name().to_owned())
+        ),
     };
     if args.io != Io::PerPacket {
         let c = batchio::counters();
@@ -547,6 +561,7 @@ fn announce_and_wait(
     }
 }
 
+#[cfg(feature = "rattan")]
 fn run_link_on<D>(args: &Args, plan: LinkPlan<'_>) -> Result<()>
 where
     D: InterfaceDriver<Packet = StdPacket>,
@@ -571,6 +586,7 @@ where
     outcome
 }
 
+#[cfg(feature = "rattan")]
 fn serve<D>(
     args: &Args,
     radix: &mut Emulator<D>,
