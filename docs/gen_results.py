@@ -195,22 +195,20 @@ def _printed_page(kind: str, text_path: Path, commit: str, how: str, about: str)
     return _header(kind, text_path, commit, how) + about + "\n\n```text\n" + text + "\n```\n"
 
 
-def render_link_speed(text_path: Path, commit: str) -> str:
-    """The link-speed page from the text ``python -m ccplab.linkbench`` printed."""
-    return _printed_page("link-speed", text_path, commit, "`make bench` saves the output of "
-                         "`python -m ccplab.linkbench` to `results/bench-link-<stamp>.txt`; then "
-                         "`python docs/gen_results.py link-speed FILE`.",
-                         "What \"achieved\" and the CPU column mean: the docstring of "
-                         "`experiments/ccplab/linkbench.py` (`python -m ccplab.linkbench --help`).")
+def _printed_benchmark_page(kind: str, module: str, stem: str, about: str):
+    """A renderer of the ``kind`` page from the text ``python -m MODULE`` printed, which ``make bench``
+    saves to ``results/STEM-<stamp>.txt``; ``about`` says where its columns are explained."""
+    how = (f"`make bench` saves the output of `python -m {module}` to `results/{stem}-<stamp>.txt`; then "
+           f"`python docs/gen_results.py {kind} FILE`.")
+    return lambda text_path, commit: _printed_page(kind, text_path, commit, how, about)
 
 
-def render_run_overhead(text_path: Path, commit: str) -> str:
-    """The run-overhead page from the text ``python -m ccplab.runbench`` printed."""
-    return _printed_page("run-overhead", text_path, commit, "`make bench` saves the output of "
-                         "`python -m ccplab.runbench` to `results/bench-run-<stamp>.txt`; then "
-                         "`python docs/gen_results.py run-overhead FILE`.",
-                         "A run's overhead is the wall time of `ccplab run` less its flow's duration: "
-                         "`python -m ccplab.runbench --help`.")
+render_link_speed = _printed_benchmark_page(
+    "link-speed", "ccplab.linkbench", "bench-link", "What \"achieved\" and the CPU column mean: the docstring "
+    "of `experiments/ccplab/linkbench.py` (`python -m ccplab.linkbench --help`).")
+render_run_overhead = _printed_benchmark_page(
+    "run-overhead", "ccplab.runbench", "bench-run", "A run's overhead is the wall time of `ccplab run` less its "
+    "flow's duration: `python -m ccplab.runbench --help`.")
 
 
 RENDER = {"datapath": render_datapath, "fidelity": render_fidelity, "contest": render_contest,
