@@ -998,7 +998,7 @@ void BPF_PROG(ccp_cong_control, struct sock *sk, __u32 ack, int flag, const stru
 	struct ccp_cmd *cmd = NULL;
 	struct fold_counters *c;
 	__u32 id = ca->flow_id;
-	int stale = 0;
+	int fresh;
 
 	account_ecn(tp, ca, flag);
 	/* An active open's SYN-ACK is acked before init() ran (tcp_ack in
@@ -1027,14 +1027,14 @@ void BPF_PROG(ccp_cong_control, struct sock *sk, __u32 ack, int flag, const stru
 	emit_ack(sk, tp, ca, rs, now);
 
 	/* hb > now can happen when user space stamped between our two reads */
-	if (hb && (hb > now || now - hb < stale_after_ns))
+	fresh = hb && (hb > now || now - hb < stale_after_ns);
+	if (fresh)
 		cmd = bpf_map_lookup_elem(&commands, &id);
 	/* A command made before the last RTO is stale: the loss window stands
 	 * (fallback grows it as the kernel would) until the algorithm answers. */
 	c = counters();
 	if (cmd && cmd->epoch != ca->timeouts) {
 		cmd = NULL;
-		stale = 1;
 		if (c)
 			c->stale_command_acks++;
 	}
@@ -1047,7 +1047,10 @@ void BPF_PROG(ccp_cong_control, struct sock *sk, __u32 ack, int flag, const stru
 		fallback(sk, tp, ca, ack, rs);
 		if (c)
 			c->fallback_acks++;
-		if (stale)	/* the algorithm is there, its answer to the RTO is not yet */
+		/* the algorithm is there, its answer to the RTO is not yet (its
+		 * command predates the RTO, or the guard took the flow): as
+		 * fold_cong_control_end's `!alg && fresh` */
+		if (fresh)
 			count_rto_await(tp, ca, rs, now, c);
 	}
 }

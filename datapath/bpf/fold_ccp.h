@@ -542,6 +542,11 @@ static __always_inline struct fold_flow *fold_ack_begin(struct sock *sk, const s
 		ff->awaiting = 1;
 		ff->req_cwnd = 0;
 		ff->req_rate = 0;
+		/* an RTO is a new question to the algorithm: the guard's bound
+		 * applies to its answer from this ACK (the first it can have
+		 * heard of), not to the silence that led to the timeout */
+		if (prims[14])
+			fold_ctl_commanded(ff, now, 0);
 	}
 	ff->pend.seed = ff->req_cwnd ? ff->req_cwnd : fold_sat_mul(tp->snd_cwnd, a.mss ? a.mss : 1);
 	gen = fold_staged_gen_now(ff, slot, flow_id);

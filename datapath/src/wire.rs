@@ -282,6 +282,9 @@ pub struct AckSample {
     pub app_limited: bool,
     /// The socket's smoothed RTT, us (0 before any sample).
     pub srtt_us: u32,
+    /// An entry into Recovery or Loss announced when it happened (EV_STATE),
+    /// not an ACK: an RTO's comes from the retransmission timer, between ACKs.
+    pub state_only: bool,
 }
 
 /// One ring-buffer record.
@@ -387,6 +390,7 @@ impl From<&RawEvent> for AckSample {
             lost: r.lost,
             app_limited: r.app_limited != 0,
             srtt_us: r.srtt_us,
+            state_only: r.kind == EV_STATE,
         }
     }
 }

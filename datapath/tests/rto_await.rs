@@ -222,9 +222,6 @@ fn answering(fold: &str) {
 }
 
 fn silent(fold: &str) {
-    // (the await may count nothing: under --fold userspace the control guard
-    // can take the silent flow during the outage, and a flow the fallback
-    // already runs awaits no answer)
     let ev = through_an_outage(fold, true, Duration::from_secs(2));
     // the await ends within the guard's bound after its first ACK: what the
     // link can deliver in it (and a sampling slack) is the most it may count

@@ -304,10 +304,13 @@ impl FoldEngine {
         // A flow the guard holds stays held: only the algorithm hands it back.
         // Not under a commanded rate: the silence may be the rate's own doing.
         let paced = flow.last_cmd.is_some_and(|c| c.rate_bytes_per_sec != 0);
-        if flow.guarded_at.is_none() && !paced && now_ns.saturating_sub(flow.last_ack_ns) > 2 * self.guard_floor_ns {
-            flow.commanded_ns = flow.commanded_ns.max(now_ns);
+        // (An RTO's announcement is not an ACK: the silence goes on.)
+        if !s.state_only {
+            if flow.guarded_at.is_none() && !paced && now_ns.saturating_sub(flow.last_ack_ns) > 2 * self.guard_floor_ns {
+                flow.commanded_ns = flow.commanded_ns.max(now_ns);
+            }
+            flow.last_ack_ns = now_ns;
         }
-        flow.last_ack_ns = now_ns;
         // Re-announce a flow whose create message was lost.
         if let Some(t) = flow.create_failed_at {
             if now_ns.saturating_sub(t) < CREATE_RETRY_NS {
@@ -338,9 +341,13 @@ impl FoldEngine {
             // An RTO: what the algorithm asked for before it is stale. Forget it,
             // so libccp's Cwnd register is seeded from the kernel's loss window,
             // and send nothing until the algorithm answers the timeout report.
+            // The timeout is a new question to the algorithm: the guard's
+            // bound applies to its answer from here, as the kernel fold's
+            // (fold_ack_begin), and not to the silence that led to it.
             self.stats.timeouts += 1;
             flow.awaiting_alg = true;
             flow.updates_at_rto = self.updates_received;
+            flow.commanded_ns = flow.commanded_ns.max(now_ns);
         }
         if flow.awaiting_alg {
             conn.cwnd_bytes = None;
@@ -693,6 +700,46 @@ mod tests {
         // a later silence does not hand the taken flow back: only the algorithm does
         assert_eq!(eng.on_ack(&ack_at(41), 2000 * MS), None);
         assert!(eng.take_guard_events().is_empty());
+    }
+
+    #[test]
+    fn a_retransmission_timeout_restarts_the_control_guards_clock() {
+        const MS: u64 = 1_000_000;
+        let (mut eng, _out, sc, sid) = flow_running_program(250);
+        let m = serialize::update_field::Msg { sid, num_fields: 1, fields: vec![(sc.get("Cwnd").unwrap().clone(), 40 * u64::from(MSS))] };
+        eng.recv_msg(&mut serialize::serialize(&m).unwrap(), 0).unwrap();
+        let at = |timeouts: u32, state_only: bool| AckSample { srtt_us: 10_000, state_only, ..ack(0, timeouts, true) };
+        assert_eq!(eng.on_ack(&at(0, false), MS).map(|c| c.cwnd_bytes), Some(40 * MSS));
+        // an outage: the RTO fires 240 ms after the last ACK (announced by
+        // set_state, no ACK), and the ACKs after it come 300..490 ms in:
+        // within the bound of the timeout, though 250 ms past the last command
+        assert_eq!(eng.on_ack(&at(1, true), 240 * MS), None);
+        for t in [300, 400, 489] {
+            assert_eq!(eng.on_ack(&at(1, false), t * MS), None, "no answer to the RTO yet at {t} ms");
+        }
+        assert!(eng.take_guard_events().is_empty(), "the silence before the RTO was charged to the algorithm");
+        // an algorithm that never answers it is taken a bound after the timeout
+        eng.on_ack(&at(1, false), 491 * MS);
+        assert_eq!(eng.take_guard_events(), vec![GuardEvent::Took { flow_id: 1, bound_ns: 250 * MS, program_failing: false }]);
+    }
+
+    #[test]
+    fn an_rto_announced_during_an_outage_does_not_end_its_silence() {
+        const MS: u64 = 1_000_000;
+        let (mut eng, _out, sc, sid) = flow_running_program(250);
+        let m = serialize::update_field::Msg { sid, num_fields: 1, fields: vec![(sc.get("Cwnd").unwrap().clone(), 40 * u64::from(MSS))] };
+        eng.recv_msg(&mut serialize::serialize(&m).unwrap(), 0).unwrap();
+        let at = |timeouts: u32, state_only: bool| AckSample { srtt_us: 10_000, state_only, ..ack(0, timeouts, true) };
+        assert_eq!(eng.on_ack(&at(0, false), MS).map(|c| c.cwnd_bytes), Some(40 * MSS));
+        // the RTO at 240 ms is lost on the dead link, the backed-off one at
+        // 720 ms is ACKed: 720 ms without an ACK, the clock restarts there
+        eng.on_ack(&at(1, true), 240 * MS);
+        for t in [720, 800, 960] {
+            eng.on_ack(&at(1, false), t * MS);
+        }
+        assert!(eng.take_guard_events().is_empty(), "the RTO's announcement was taken for an ACK");
+        eng.on_ack(&at(1, false), 972 * MS);
+        assert_eq!(eng.take_guard_events().len(), 1, "not taken a bound after the outage's first ACK");
     }
 
     #[test]
