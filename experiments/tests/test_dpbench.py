@@ -419,3 +419,14 @@ def test_a_run_saved_before_the_steady_window_loads_with_no_whole_run_figure(tmp
     assert m.own_cpu_run is None and m.own_cpu == 0.05
     assert cli.main(["--from", str(saved)]) == 0
     assert "run%" in capsys.readouterr().out
+
+
+def test_pin_cpu_takes_one_of_this_hosts_cpus_and_is_free_by_default(capsys):
+    assert cli.build_parser().parse_args([]).pin_cpu is None
+    mine = sorted(os.sched_getaffinity(0))
+    assert cli.build_parser().parse_args(["--pin-cpu", str(mine[-1])]).pin_cpu == mine[-1]
+    for bad, why in (("-1", "is not a CPU number"), ("x", "is not a CPU number"),
+                     (str(max(mine) + 1), "is not one this process may run on")):
+        with pytest.raises(SystemExit):
+            cli.build_parser().parse_args(["--pin-cpu", bad])
+        assert why in capsys.readouterr().err

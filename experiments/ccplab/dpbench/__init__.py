@@ -21,6 +21,11 @@ What it measures, on this host, in one run:
   which only caps the rate the congestion control sets, at a level of its
   own. ``-b`` limits the application's writes the same way under every
   congestion control, which "equal paced throughput" needs.
+* with ``--pin-cpu N``, every iperf3 client and the server's side of its test
+  on CPU N (``iperf3 -A N,N``; the veth's softirq work runs where the sender
+  does): the runs then compare the stacks' cost per byte on one core, while
+  with placement left free (the default) one flow's throughput also depends
+  on where the scheduler put sender, receiver and softirq.
 
 Per run it records: throughput (iperf3 receiver, Gbit/s); busy CPU of the
 host's cores over the run's steady window (``--omit-s`` seconds after the

@@ -57,13 +57,14 @@ def run_bench(args: argparse.Namespace) -> int:
         if args.keep_logs:
             stack.callback(_copy_logs, workdir, args.keep_logs)
         stack.enter_context(bpf_stats_enabled())
-        bench = Bench(stack, workdir, args.duration_s, params, args.omit_s)
+        bench = Bench(stack, workdir, args.duration_s, params, args.omit_s, args.pin_cpu)
         idle = background_busy()
         print(f"datapath benchmark: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, commit {_commit()}"
               f"{'' if bin_dir() == REPO_ROOT / 'target' / 'release' else f' (binaries from {bin_dir()})'}, "
               f"{os.cpu_count()} cores, veth MTU {MTU} ({offloads(bench.snd)}), iperf3 -t {args.duration_s} "
               f"(CPU over {window[0]:g}-{window[1]:g} s of each run), "
               f"algorithm ccp-algorithms {ALGORITHM} {params} (RUST_LOG={ALGORITHM_LOG_FILTER}); "
+              f"{'' if args.pin_cpu is None else f'iperf3 client and server on CPU {args.pin_cpu}, '}"
               f"paced = iperf3 -b per stream, "
               f"{PACED_TOTAL_MBPS / 1000:g} Gbit/s in total; background busy {100 * idle:.1f}% before the runs",
               flush=True)
@@ -142,6 +143,15 @@ def _whole_number(minimum: int, what: str) -> Callable[[str], int]:
     return parse
 
 
+def _cpu(text: str) -> int:
+    """argparse type of --pin-cpu: the number of one of this host's CPUs."""
+    cpu = _whole_number(0, "a CPU number")(text)
+    if cpu not in os.sched_getaffinity(0):
+        raise argparse.ArgumentTypeError(f"CPU {cpu} is not one this process may run on "
+                                         f"({', '.join(map(str, sorted(os.sched_getaffinity(0))))})")
+    return cpu
+
+
 _positive = _whole_number(1, "a positive integer")
 _non_negative = _whole_number(0, "a whole number of seconds >= 0")
 
@@ -171,6 +181,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--algorithm-param", type=_param, action="append", default=[], metavar="FLAG=VALUE",
                    help=f"a flag of ccp-algorithms {ALGORITHM} (without --) over ALGORITHM_PARAMS "
                         f"{ALGORITHM_PARAMS}; repeatable; printed in the header")
+    p.add_argument("--pin-cpu", type=_cpu, metavar="N",
+                   help="run every iperf3 client and its server's side of the test on CPU N (iperf3 -A N,N; the "
+                        "veth's softirq work follows the sender): a run then measures the stack's cost per byte "
+                        "on one core, not where the scheduler put sender, receiver and softirq (one flow's "
+                        "throughput spreads by a third between runs with placement left free). Default: free")
     p.add_argument("--json", type=Path, help="also write every measurement to this JSON file")
     p.add_argument("--keep-logs", type=Path, metavar="DIR",
                    help="copy the daemons' logs and the datapath's stats files into DIR")

@@ -144,8 +144,9 @@ class Bench:
     Portus algorithm and ccp-datapath (fresh per run, so their counters cover that run only)."""
 
     def __init__(self, stack: ExitStack, workdir: Path, duration_s: int, algorithm_params: dict[str, str],
-                 omit_s: int = OMIT_S):
+                 omit_s: int = OMIT_S, pin_cpu: int | None = None):
         self.workdir = workdir
+        self.pin_cpu = pin_cpu
         self.duration_s = duration_s
         self.window = steady_window(duration_s, omit_s)
         self.algorithm_params = algorithm_params
@@ -206,7 +207,8 @@ class Bench:
         ``omit_s`` after its start to ``WINDOW_TAIL_S`` before its end, :func:`steady_window`) and
         over its whole lifetime."""
         argv = netns_exec(self.snd, "iperf3", "-c", RECEIVER_IP, "-p", IPERF_PORT, "-t", self.duration_s,
-                          "-P", flows, "-C", cc, "-J", *(["-b", paced_stream_rate(flows)] if paced else []))
+                          "-P", flows, "-C", cc, "-J", *(["-b", paced_stream_rate(flows)] if paced else []),
+                          *([] if self.pin_cpu is None else ["-A", f"{self.pin_cpu},{self.pin_cpu}"]))
         limit_s = self.duration_s + CLIENT_GRACE_S
         window_start_s, window_end_s = self.window
         # iperf3 3.x refuses a client while the server still finishes a test ("the server is busy")
