@@ -138,11 +138,23 @@ bench: build bytecode
 	$(CARGO) test --release -p ccp-datapath --test fold_jit -- --ignored --nocapture
 	$(NETLAB_LOCK) $(VENV)/bin/ccplab fidelity --runs 5 --duration-s 20 \
 	    --out results/bench-fidelity-$$(date +%Y%m%d-%H%M%S)
-	# eight repetitions (about 30 minutes): one repetition's ratio spreads by +-15 % here
-	$(NETLAB_LOCK) $(PY) -m ccplab.dpbench --reps 8 --json results/bench-datapath-$$(date +%Y%m%d-%H%M%S).json
-	# the noisiest cell, own CPU at one paced flow (+-20 % a repetition), again with 24 (8 minutes)
-	$(NETLAB_LOCK) $(PY) -m ccplab.dpbench --loads paced --flows 1 --modes kernel,ccp-kernel-fold --reps 24 \
+	# eight repetitions of kernel cubic, bpf-cubic and --fold kernel (about 30 minutes), iperf3 on one
+	# CPU: with placement left free one flow's throughput spreads by a third from run to run here
+	$(NETLAB_LOCK) $(PY) -m ccplab.dpbench --reps 8 --modes kernel,bpf-cubic,ccp-kernel-fold --pin-cpu 1 \
+	    --json results/bench-datapath-$$(date +%Y%m%d-%H%M%S).json
+	# ten flows at full speed, the cell whose eight repetitions straddled the throughput target, with 16
+	# (about 9 minutes)
+	$(NETLAB_LOCK) $(PY) -m ccplab.dpbench --reps 16 --modes kernel,bpf-cubic,ccp-kernel-fold --flows 10 --loads full \
+	    --pin-cpu 1 --json results/bench-datapath-10full-$$(date +%Y%m%d-%H%M%S).json
+	# one flow at full speed with placement left free, for comparison (about 5 minutes)
+	$(NETLAB_LOCK) $(PY) -m ccplab.dpbench --reps 8 --modes kernel,bpf-cubic,ccp-kernel-fold --flows 1 --loads full \
+	    --json results/bench-datapath-1free-$$(date +%Y%m%d-%H%M%S).json
+	# the noisiest CPU cells, own CPU at 1 and 100 paced flows (+-20 % a repetition), again with 24 and 16
+	# (8 and 6 minutes)
+	$(NETLAB_LOCK) $(PY) -m ccplab.dpbench --loads paced --flows 1 --modes kernel,ccp-kernel-fold --reps 24 --pin-cpu 1 \
 	    --json results/bench-datapath-1paced-$$(date +%Y%m%d-%H%M%S).json
+	$(NETLAB_LOCK) $(PY) -m ccplab.dpbench --loads paced --flows 100 --modes kernel,ccp-kernel-fold --reps 16 --pin-cpu 1 \
+	    --json results/bench-datapath-100paced-$$(date +%Y%m%d-%H%M%S).json
 
 # The suite on the real ccp-kernel module (docs/ccp-kernel.md): builds ccp-cong.ko from
 # CCP_KERNEL_SRC (a ccp-kernel checkout with its libccp submodule) for Debian's 6.1 and 6.12

@@ -2,7 +2,7 @@
 
 One page per benchmark, each replaced whole (nothing of an earlier page survives):
 
-    python docs/gen_results.py datapath results/bench-datapath-<stamp>.json
+    python docs/gen_results.py datapath results/bench-datapath-<stamp>.json [results/bench-datapath-<cell>-<stamp>.json ...]
     python docs/gen_results.py fidelity results/<fidelity out>            # its fidelity.csv
     python docs/gen_results.py contest results/<contest out>              # leaderboard.csv, contest.json
     python docs/gen_results.py analysis-speed results/bench-analysis-<stamp>.txt [results/bench-analysis-flows-<stamp>.txt]
@@ -148,8 +148,8 @@ def render_contest(out_dir: Path, commit: str) -> str:
             + setup + _md_table(table, list(rows[0].keys())))
 
 
-def render_datapath(json_path: Path, commit: str) -> str:
-    """The datapath page from a ``dpbench --json`` file, its tables printed by ``dpbench --from``."""
+def _dpbench_tables(json_path: Path) -> str:
+    """What ``dpbench --from`` prints for a ``dpbench --json`` file: its tables and targets."""
     if not json_path.is_file():
         raise InputError(f"{json_path}: no such file")
     env = dict(os.environ)
@@ -159,11 +159,22 @@ def render_datapath(json_path: Path, commit: str) -> str:
                          capture_output=True, text=True, env=env, cwd=json_path.resolve().parent)
     if out.returncode != 0:
         raise InputError(f"{json_path}: dpbench --from failed: {out.stderr.strip()[-400:]}")
-    return (_header("datapath", json_path, commit, "`make bench` (or `python -m ccplab.dpbench --json FILE` "
-                    "under the host lock), then `python docs/gen_results.py datapath FILE`.")
+    return "```text\n" + out.stdout.rstrip() + "\n```\n"
+
+
+def render_datapath(json_path: Path, commit: str, more: list[Path] = ()) -> str:
+    """The datapath page from a ``dpbench --json`` file, its tables printed by ``dpbench --from``;
+    then those of each file in ``more`` (the cells ``make bench`` runs again with more
+    repetitions, or with iperf3's placement left free), each under its name."""
+    tables = [_dpbench_tables(path) for path in [json_path, *more]]  # every file checked first
+    page = (_header("datapath", json_path, commit, "`make bench` (or `python -m ccplab.dpbench --json FILE` "
+                    "under the host lock), then `python docs/gen_results.py datapath FILE [MORE...]`.")
             + "What each column and target means: [The datapath](../datapath.md#performance) and the "
               "docstring of `experiments/ccplab/dpbench/__init__.py`.\n\n"
-            + "```text\n" + out.stdout.rstrip() + "\n```\n")
+            + tables[0])
+    for path, table in zip(more, tables[1:]):
+        page += f"\n## {path.name}\n\nWritten {_stamp(path)}.\n\n" + table
+    return page
 
 
 def render_analysis_speed(text_path: Path, commit: str, more: list[Path] = ()) -> str:
@@ -220,20 +231,21 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("page", choices=sorted(RENDER))
     p.add_argument("source", type=Path, nargs="+",
-                   help="the benchmark's output (file or directory, see above; analysis-speed takes one or two)")
+                   help="the benchmark's output (file or directory, see above; analysis-speed takes one or two, "
+                        "datapath one or more)")
     p.add_argument("--commit", help="the commit that was benchmarked (default: HEAD)")
     p.add_argument("--out-dir", type=Path, default=OUT_DIR, help="where the page goes (default docs/results)")
     p.add_argument("--note", default="", help="one sentence on the run's conditions, printed under the header")
     args = p.parse_args(argv)
     global NOTE
     NOTE = args.note
-    most = 2 if args.page == "analysis-speed" else 1
+    most = {"analysis-speed": 2, "datapath": len(args.source)}.get(args.page, 1)
     if len(args.source) > most:
         p.error(f"{args.page} takes at most {most} source(s)")
     try:
         commit = args.commit or _head_commit()
-        if args.page == "analysis-speed":
-            text = render_analysis_speed(args.source[0], commit, args.source[1:])
+        if args.page in ("analysis-speed", "datapath"):
+            text = RENDER[args.page](args.source[0], commit, args.source[1:])
         else:
             text = RENDER[args.page](args.source[0], commit)
     except InputError as exc:

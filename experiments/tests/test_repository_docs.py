@@ -184,3 +184,17 @@ def test_datapath_page_names_its_run_file_without_this_machines_path(tmp_path):
     page = GEN.render_datapath(saved, "abc1234")
     assert "saved run bench-datapath.json: 4 measurements" in page
     assert str(tmp_path) not in page
+
+
+def test_datapath_page_adds_each_further_run_under_its_name_and_refuses_a_missing_one(tmp_path, capsys):
+    src = ROOT / "experiments" / "tests" / "data" / "dpbench-mini.json"
+    main, cell = tmp_path / "bench-datapath-main.json", tmp_path / "bench-datapath-1free-x.json"
+    main.write_bytes(src.read_bytes())
+    cell.write_bytes(src.read_bytes())
+    out = tmp_path / "out"
+    assert GEN.main(["datapath", str(main), str(cell), "--out-dir", str(out), "--commit", "abc1234"]) == 0
+    page = (out / "datapath.md").read_text()
+    assert page.index("saved run bench-datapath-main.json") < page.index("## bench-datapath-1free-x.json")
+    assert "saved run bench-datapath-1free-x.json: 4 measurements" in page
+    assert GEN.main(["datapath", str(main), str(tmp_path / "gone.json"), "--out-dir", str(out)]) == 2
+    assert "gone.json: no such file" in capsys.readouterr().err
