@@ -680,15 +680,23 @@ mod tests {
         assert!(eng.take_guard_events().is_empty(), "an algorithm answering every 200 ms was taken");
     }
 
+    /// A flow whose program runs (guard floor 250 ms), commanded a cwnd of
+    /// 40 packets by an update at 0 ms, applied at its first ACK, at 1 ms
+    /// (srtt 10 ms: the guard's bound is its floor).
+    fn commanded_flow() -> FoldEngine {
+        let (mut eng, _out, sc, sid) = flow_running_program(250);
+        let m = serialize::update_field::Msg { sid, num_fields: 1, fields: vec![(sc.get("Cwnd").unwrap().clone(), 40 * u64::from(MSS))] };
+        eng.recv_msg(&mut serialize::serialize(&m).unwrap(), 0).unwrap();
+        let first = AckSample { srtt_us: 10_000, ..ack(0, 0, true) };
+        assert_eq!(eng.on_ack(&first, 1_000_000).map(|c| c.cwnd_bytes), Some(40 * MSS));
+        eng
+    }
+
     #[test]
     fn a_silence_without_acks_is_not_charged_to_the_algorithm() {
         const MS: u64 = 1_000_000;
-        let (mut eng, _out, sc, sid) = flow_running_program(250);
-        let cwnd_reg = sc.get("Cwnd").unwrap().clone();
-        let m = serialize::update_field::Msg { sid, num_fields: 1, fields: vec![(cwnd_reg, 40 * u64::from(MSS))] };
-        eng.recv_msg(&mut serialize::serialize(&m).unwrap(), 0).unwrap();
+        let mut eng = commanded_flow();
         let ack_at = |cwnd_pkts: u32| AckSample { srtt_us: 10_000, snd_cwnd: cwnd_pkts, ..ack(0, 0, true) };
-        assert_eq!(eng.on_ack(&ack_at(10), MS).map(|c| c.cwnd_bytes), Some(40 * MSS));
         // an outage: no ACK for 1 s; the ACKs after it come within the bound of its end
         for t in [1001, 1100, 1200, 1250] {
             eng.on_ack(&ack_at(40), t * MS);
@@ -705,11 +713,8 @@ mod tests {
     #[test]
     fn a_retransmission_timeout_restarts_the_control_guards_clock() {
         const MS: u64 = 1_000_000;
-        let (mut eng, _out, sc, sid) = flow_running_program(250);
-        let m = serialize::update_field::Msg { sid, num_fields: 1, fields: vec![(sc.get("Cwnd").unwrap().clone(), 40 * u64::from(MSS))] };
-        eng.recv_msg(&mut serialize::serialize(&m).unwrap(), 0).unwrap();
+        let mut eng = commanded_flow();
         let at = |timeouts: u32, state_only: bool| AckSample { srtt_us: 10_000, state_only, ..ack(0, timeouts, true) };
-        assert_eq!(eng.on_ack(&at(0, false), MS).map(|c| c.cwnd_bytes), Some(40 * MSS));
         // an outage: the RTO fires 240 ms after the last ACK (announced by
         // set_state, no ACK), and the ACKs after it come 300..490 ms in:
         // within the bound of the timeout, though 250 ms past the last command
@@ -726,11 +731,8 @@ mod tests {
     #[test]
     fn an_rto_announced_during_an_outage_does_not_end_its_silence() {
         const MS: u64 = 1_000_000;
-        let (mut eng, _out, sc, sid) = flow_running_program(250);
-        let m = serialize::update_field::Msg { sid, num_fields: 1, fields: vec![(sc.get("Cwnd").unwrap().clone(), 40 * u64::from(MSS))] };
-        eng.recv_msg(&mut serialize::serialize(&m).unwrap(), 0).unwrap();
+        let mut eng = commanded_flow();
         let at = |timeouts: u32, state_only: bool| AckSample { srtt_us: 10_000, state_only, ..ack(0, timeouts, true) };
-        assert_eq!(eng.on_ack(&at(0, false), MS).map(|c| c.cwnd_bytes), Some(40 * MSS));
         // the RTO at 240 ms is lost on the dead link, the backed-off one at
         // 720 ms is ACKed: 720 ms without an ACK, the clock restarts there
         eng.on_ack(&at(1, true), 240 * MS);
