@@ -471,14 +471,18 @@ def _add_contest_doc_parser(sub) -> None:
         "page: a leaderboard per trace and receiver, the scores under both receivers side by side, the best "
         "value of each sweep (with the default's score when a leaderboard holds it) and every sweep's values, "
         "each table with the command that reproduces it.")
-    doc.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="a finished `ccplab contest` directory")
+    doc.add_argument("dirs", nargs="*", type=Path, metavar="DIR", help="a finished `ccplab contest` directory")
+    doc.add_argument("--data", type=Path, metavar="FILE", help="the page's data file (JSON): the results kept there "
+                     "are rendered with the DIRs given (a DIR replaces the kept result of the same directory name) "
+                     "and all of them are written back, so the page grows without the earlier directories "
+                     "(docs/results/contest.json for docs/results/contest.md); created when missing")
     doc.add_argument("--out", type=Path, help="the page to write (default: print it)")
 
 
 def cmd_contest_doc(args) -> int:
     from .contest_doc import contest_doc_command
 
-    page = contest_doc_command(args.dirs, args.out)
+    page = contest_doc_command(args.dirs, args.out, args.data)
     print(f"page: {args.out}" if args.out else page, end="\n" if args.out else "")
     return 0
 

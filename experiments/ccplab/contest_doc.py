@@ -17,8 +17,17 @@ order:
   same trace and receiver holds it).
 * **Sweeps**: every swept value's score (the fixed-window curve, ...).
 
-Each table says the command that reproduces it (from ``contest.json``). The
-numbers are those of ``runs.csv``: the page adds no measurement of its own.
+Each table says the command that reproduces it (from ``contest.json``), and
+its ``note`` when the setup carries one. The numbers are those of
+``runs.csv``: the page adds no measurement of its own.
+Sweeps of one algorithm's parameter on the same trace, receiver and duration
+(a declared range, then a wider one) are one sweep on the page: their values
+together, the best among all of them.
+
+The page's data file (``--data``, JSON) keeps what the page was made from:
+each directory's setup, runs and provenance, without its logs. The page can
+then be made again, and grown by a new directory, without the directories of
+earlier measurements (results/ is not kept in the repository).
 """
 
 from __future__ import annotations
@@ -47,6 +56,8 @@ class ContestResult:
     path: Path
     setup: dict
     rows: list[dict]
+    kept_provenance: str | None = None
+    """The provenance line, when the result comes from a data file (its rows name no run directory)."""
 
     @property
     def receiver(self) -> str:
@@ -109,7 +120,10 @@ def _head(res: ContestResult) -> str:
 
 def provenance(res: ContestResult) -> str:
     """"N runs, YYYY-MM-DD HH:MM to HH:MM UTC, ccplab commit C, Linux K" from the
-    runs' metadata.json (`started_at`, `finished_at`, `host`); "" when no run has them."""
+    runs' metadata.json (`started_at`, `finished_at`, `host`), or the line kept in a data file;
+    "" when no run has them."""
+    if res.kept_provenance is not None:
+        return res.kept_provenance
     metas = []
     for r in res.rows:
         try:
@@ -179,7 +193,7 @@ def render(results: Sequence[ContestResult]) -> str:
         for res in sorted(boards, key=lambda r: r.key):
             when = provenance(res)
             out += [f"### {_head(res)}", "", f"`{res.command()}`", "", *([f"{when}.", ""] if when else []),
-                    *leaderboard_table(res), ""]
+                    *_note(res), *leaderboard_table(res), ""]
     pairs = _receiver_pairs(boards)
     if pairs:
         out += ["## Receivers compared", ""]
@@ -193,10 +207,11 @@ def render(results: Sequence[ContestResult]) -> str:
                 ratio = se / sd if sd and not math.isnan(sd) and not math.isnan(se) else float("nan")
                 out.append(f"| {cca} | {_f(sd, '.2f')} | {_f(se, '.2f')} | {_f(ratio, '.2f')}x |")
             out.append("")
-    if sweeps:
+    groups = sweep_groups(sweeps)
+    if groups:
         out += ["## Best settings", "", "| algorithm | trace | receiver | duration (s) | best setting | throughput "
                 "(Mbit/s) | p95 signal delay (ms) | score | score at the default |", "|---|---|---|---|---|---|---|---|---|"]
-        for res in sorted(sweeps, key=lambda r: (r.setup["sweep"]["base"], r.key)):
+        for res in groups:
             best = best_of(res)
             if best is None:
                 continue
@@ -207,11 +222,12 @@ def render(results: Sequence[ContestResult]) -> str:
                        f"{_f(best['p95_signal_delay_ms'], '.0f')} | **{_f(best['power_score'], '.2f')}** | "
                        f"{_f(dflt, '.2f') if dflt is not None else 'n/a'} |")
         out += ["", "## Sweeps", ""]
-        for res in sorted(sweeps, key=lambda r: (r.setup["sweep"]["base"], r.key)):
+        for res in groups:
             sw = res.setup["sweep"]
             board = {r["value"]: r for r in leaderboard(res.rows)}
             best = best_of(res)
-            out += [f"### {sw['base']}: {sw['param']} on {_head(res)}", "", f"`{res.command()}`", "",
+            commands = [f"`{c}`" for c in res.setup["commands"]]
+            out += [f"### {sw['base']}: {sw['param']} on {_head(res)}", "", "<br>\n".join(commands), "", *_note(res),
                     f"| {sw['param']} | throughput (Mbit/s) | p95 signal delay (ms) | score |", "|---|---|---|---|"]
             for v in sw["values"]:
                 r = board.get(v)
@@ -222,6 +238,37 @@ def render(results: Sequence[ContestResult]) -> str:
                            f"| {_f(r['power_score'], '.2f')} |")
             out.append("")
     return "\n".join(out).rstrip() + "\n"
+
+
+def sweep_groups(sweeps: Sequence[ContestResult]) -> list[ContestResult]:
+    """Sweeps of the same algorithm and parameter under the same key (trace, receiver, duration,
+    datapath settings), each group as one result: values of all (numeric order), rows of all, and in
+    ``setup["commands"]`` the command of each; sorted by algorithm, then key."""
+    by: dict = {}
+    for res in sweeps:
+        sw = res.setup["sweep"]
+        by.setdefault((sw["base"], sw["param"], res.key), []).append(res)
+    merged = []
+    for (base, param, _), group in sorted(by.items(), key=lambda kv: (kv[0][0], kv[0][2], kv[0][1])):
+        values = sorted({v for g in group for v in g.setup["sweep"]["values"]}, key=_numeric)
+        notes = list(dict.fromkeys(g.setup["note"] for g in group if g.setup.get("note")))
+        setup = {**group[0].setup, "sweep": {"base": base, "param": param, "values": values},
+                 "commands": [g.command() for g in group], "note": " ".join(notes)}
+        merged.append(ContestResult(group[0].path, setup, [r for g in group for r in g.rows],
+                                    "; ".join(p for p in (provenance(g) for g in group) if p) or None))
+    return merged
+
+
+def _numeric(value: str):
+    try:
+        return (0, float(value), value)
+    except ValueError:
+        return (1, 0.0, value)
+
+
+def _note(res: ContestResult) -> list[str]:
+    """The setup's ``note`` (what a reader must know about where the numbers come from), as page lines."""
+    return [f"*{res.setup['note']}*", ""] if res.setup.get("note") else []
 
 
 def _nz(x: float) -> float:
@@ -239,9 +286,66 @@ def _receiver_pairs(boards: Sequence[ContestResult]) -> dict:
     return {k: tuple(v) for k, v in by.items() if v[0] is not None and v[1] is not None}
 
 
-def contest_doc_command(dirs: Sequence[Path], out: Path | None) -> str:
-    """Render the page of ``dirs``; write it to ``out`` (atomically) when given. Returns the page."""
-    page = render([load(d) for d in dirs])
+DATA_FORMAT = "ccplab contest-doc data 1"
+MACHINE_PATHS = ("down", "up")
+"""contest.json's keys that hold a path of the machine that ran it (the page shows the trace by name)."""
+
+
+def to_record(res: ContestResult) -> dict:
+    """One result as the data file keeps it: name (the directory's), setup, provenance line and runs;
+    without what names this machine's paths (the setup's trace files, the runs' ``run_dir``); NaN as
+    null."""
+    rows = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items() if k != "run_dir"}
+            for r in res.rows]
+    setup = {k: v for k, v in res.setup.items() if k not in MACHINE_PATHS}
+    return {"name": res.path.name, "setup": setup, "provenance": provenance(res), "rows": rows}
+
+
+def from_record(rec: dict, source: Path) -> ContestResult:
+    """A result of the data file ``source``; CcplabError names the file and what is missing."""
+    try:
+        rows = [{**r, **{m: float("nan") if r.get(m) is None else float(r[m]) for m in (*NUMERIC, "segments_per_ack")}}
+                for r in rec["rows"]]
+        return ContestResult(Path(rec["name"]), rec["setup"], rows, rec.get("provenance") or "")
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CcplabError(f"{source}: a result without a valid name, setup or runs ({exc!r})") from exc
+
+
+def load_data(path: Path) -> list[ContestResult]:
+    """The results kept in the data file ``path`` ([] when it does not exist); CcplabError when it is
+    not one."""
+    if not path.exists():
+        return []
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise CcplabError(f"{path}: not a contest-doc data file ({exc})") from exc
+    if not isinstance(data, dict) or data.get("format") != DATA_FORMAT:
+        raise CcplabError(f"{path}: not a contest-doc data file (no \"format\": \"{DATA_FORMAT}\")")
+    return [from_record(rec, path) for rec in data.get("results", [])]
+
+
+def save_data(path: Path, results: Sequence[ContestResult]) -> None:
+    """Write ``results`` to the data file ``path`` (atomically), sorted by name."""
+    data = {"format": DATA_FORMAT, "results": [to_record(r) for r in sorted(results, key=lambda r: r.path.name)]}
+    write_atomic(path, json.dumps(data, indent=1) + "\n")
+
+
+def contest_doc_command(dirs: Sequence[Path], out: Path | None, data: Path | None = None) -> str:
+    """Render the page of ``dirs`` and, with ``data``, of the results kept there (a directory replaces the
+    kept result of its name); write the page to ``out`` and all results back to ``data`` (each
+    atomically) when given. Returns the page. CcplabError: a directory or the data file is not readable,
+    or there is nothing to render."""
+    results = {r.path.name: r for r in (load_data(data) if data is not None else [])}
+    for d in dirs:
+        res = load(d)
+        results[res.path.name] = res
+    if not results:
+        raise CcplabError("contest-doc: no contest directory given and no result kept in the data file "
+                          f"{data}" if data is not None else "contest-doc: no contest directory given")
+    page = render(list(results.values()))
     if out is not None:
         write_atomic(out, page)
+    if data is not None:
+        save_data(data, list(results.values()))
     return page

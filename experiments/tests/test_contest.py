@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import shutil
 
 import pytest
 
@@ -255,9 +256,23 @@ def test_every_declared_best_setting_sweep_is_valid_for_its_algorithm():
         ct.best_sweep("vegas")
 
 
-def test_contest_doc_page_has_both_receivers_best_settings_and_sweeps(tmp_path):
-    from ccplab import contest_doc
+def _fake_sweep_dir(sw, setup, values, best, floor=20):
+    """A sweep directory as --sweep writes it, with a fake parameter on a kernel CCA's runs; the queue
+    is ``floor`` packets at ``best`` and grows with the distance from it."""
+    sweep = ct.ContestSetup(setup.trace_name, setup.down, setup.up, 3, 1, (ct.parse_cca("kernel:cubic"),))
+    fake = ct.Sweep("ccp:fake", "k", values)
+    for v in values:
+        _fake_run(sw / "runs" / f"ccp-fake-k-{v}" / "run-1", 0.3, _log(300, abs(int(v) - best) * 5 + floor))
+    (sw / "contest.json").write_text(json.dumps({**sweep.to_json(), "sweep": {"base": fake.base, "param": "k",
+                                                                                "values": list(values)}}))
+    rows = [{"cca": f"ccp:fake:k={v}", "run": 1, "value": v,
+             **ct.run_metrics(sw / "runs" / f"ccp-fake-k-{v}" / "run-1", sweep)} for v in values]
+    ct._write_csv(sw / "runs.csv", rows, list(ct.RUN_COLUMNS))
+    return sw
 
+
+def _contest_doc_dirs(tmp_path):
+    """Two leaderboards (delayed ACKs, ACK every segment) of kernel cubic and reno, and a sweep."""
     trace = str(_trace_pair(tmp_path))
 
     def runner(cca, scenario, run_dir, k):
@@ -271,24 +286,20 @@ def test_contest_doc_page_has_both_receivers_best_settings_and_sweeps(tmp_path):
         d = tmp_path / f"board-{quick}"
         ct.run_contest(setup, d, runner=runner)
         dirs.append(d)
-    sweep = ct.ContestSetup(setup.trace_name, setup.down, setup.up, 3, 1, (ct.parse_cca("kernel:cubic"),))
-    # a sweep directory as --sweep writes it, with a fake parameter on a kernel CCA's runs
-    sw = tmp_path / "sweep"
-    values = ("5", "10", "20")
-    fake = ct.Sweep("ccp:fake", "k", values)
-    for v in values:
-        _fake_run(sw / "runs" / f"ccp-fake-k-{v}" / "run-1", 0.3, _log(300, abs(int(v) - 10) * 5 + 20))
-    (sw / "contest.json").write_text(json.dumps({**sweep.to_json(), "sweep": {"base": fake.base, "param": "k",
-                                                                                "values": list(values)}}))
-    rows = [{"cca": f"ccp:fake:k={v}", "run": 1, "value": v,
-             **ct.run_metrics(sw / "runs" / f"ccp-fake-k-{v}" / "run-1", sweep)} for v in values]
-    ct._write_csv(sw / "runs.csv", rows, list(ct.RUN_COLUMNS))
+    sw = _fake_sweep_dir(tmp_path / "sweep", setup, ("5", "10", "20"), best=10)
     for k, run in enumerate(sorted((dirs[1] / "runs").glob("*/run-1"))):
         meta = json.loads((run / "metadata.json").read_text())
         meta.update(started_at=f"2026-01-02T10:0{k}:00+00:00", finished_at=f"2026-01-02T10:0{k}:30+00:00",
                     host={"ccplab_commit": "abc1234", "kernel": "6.18.0"})
         (run / "metadata.json").write_text(json.dumps(meta))
-    page = contest_doc.contest_doc_command([*dirs, sw], tmp_path / "page.md")
+    return [*dirs, sw], setup
+
+
+def test_contest_doc_page_has_both_receivers_best_settings_and_sweeps(tmp_path):
+    from ccplab import contest_doc
+
+    dirs, _ = _contest_doc_dirs(tmp_path)
+    page = contest_doc.contest_doc_command(dirs, tmp_path / "page.md")
     assert (tmp_path / "page.md").read_text() == page
     assert "2 runs, 2026-01-02 10:00 to 10:01 UTC, ccplab commit abc1234, Linux 6.18.0." in page
     assert page.count(" runs, ") == 1, "a board whose runs carry no times says nothing"
@@ -302,6 +313,49 @@ def test_contest_doc_page_has_both_receivers_best_settings_and_sweeps(tmp_path):
     best = page.split("## Best settings")[1].split("## Sweeps")[0]
     assert "| ccp:fake | t3 | ACK every segment | 3 | k=10 |" in best
     assert "| 10 (best) |" in page.split("## Sweeps")[1]
+
+
+def test_contest_doc_data_file_remakes_the_page_without_the_directories_and_grows_it(tmp_path):
+    from ccplab import contest_doc
+
+    dirs, setup = _contest_doc_dirs(tmp_path)
+    data, page_path = tmp_path / "page.json", tmp_path / "page.md"
+    page = contest_doc.contest_doc_command(dirs, page_path, data)
+    kept = json.loads(data.read_text())
+    assert sorted(r["name"] for r in kept["results"]) == ["board-False", "board-True", "sweep"]
+    assert all("run_dir" not in row for r in kept["results"] for row in r["rows"]), "no machine's paths"
+    assert str(tmp_path) not in data.read_text(), "no machine's paths"
+    for d in dirs:
+        shutil.rmtree(d)
+    assert contest_doc.contest_doc_command([], None, data) == page, "the data file alone gives the same page"
+    # A setup's note (where its numbers come from) is shown under its table.
+    kept["results"][0]["setup"]["note"] = "Recovered from an earlier page."
+    data.write_text(json.dumps(kept))
+    noted = contest_doc.contest_doc_command([], None, data)
+    assert noted.count("*Recovered from an earlier page.*") == 1 and noted.replace(
+        "*Recovered from an earlier page.*\n\n", "") == page
+    # A wider sweep of the same parameter joins the first: one table, the best over both.
+    wide = _fake_sweep_dir(tmp_path / "sweep-wide", setup, ("20", "30", "40"), best=30, floor=10)
+    grown = contest_doc.contest_doc_command([wide], page_path, data)
+    assert page_path.read_text() == grown and len(json.loads(data.read_text())["results"]) == 4
+    best = grown.split("## Best settings")[1].split("## Sweeps")[0]
+    assert best.count("| ccp:fake |") == 1 and "| k=30 |" in best
+    sweeps = grown.split("## Sweeps")[1]
+    assert sweeps.count("### ccp:fake") == 1 and "--out sweep`" in sweeps and "--out sweep-wide`" in sweeps
+    values = [line.split("|")[1].strip() for line in sweeps.splitlines() if line.startswith("| ") and
+              line[2].isdigit()]
+    assert values == ["5", "10", "20", "30 (best)", "40"], "every value once, in numeric order"
+
+
+def test_contest_doc_refuses_a_file_that_is_not_its_data(tmp_path):
+    from ccplab import contest_doc
+
+    bad = tmp_path / "page.json"
+    bad.write_text(json.dumps({"results": []}))
+    with pytest.raises(CcplabError, match="page.json: not a contest-doc data file"):
+        contest_doc.contest_doc_command([], None, bad)
+    with pytest.raises(CcplabError, match="no contest directory given"):
+        contest_doc.contest_doc_command([], None, tmp_path / "missing.json")
 
 
 # ---------------------------------------------------------------- legible plots
