@@ -137,7 +137,7 @@ struct ccp_priv {
 	__u32 last_snd_una;
 	__u32 fold_slot;	/* --fold kernel: the flow's slot in fold_flows (fold_ccp.h's) */
 	__u32 idle_lsndtime;	/* PRIV_IDLE: tp->lsndtime (jiffies) when the pipe emptied */
-	__u32 max_packets_out;	/* largest tp->packets_out a command saw: the cwnd ceiling's base */
+	__u32 max_packets_out;	/* most packets in flight before an ACK that a command saw: the cwnd ceiling's base */
 	__u32 fallback_pkts;	/* packets ACKed (rs->acked_sacked) while the fallback ran: who controlled the flow */
 	__u32 rto_await_pkts;	/* of fallback_pkts, those ACKed while the algorithm's answer to an RTO was awaited (count_rto_await) */
 	__u32 rto_await_since;	/* PRIV_RTO_AWAIT: fold_ctl_clock of the await's first ACK | 1; 0: no ACK yet */
@@ -585,7 +585,10 @@ static __always_inline void stop_commanded_pacing(struct sock *sk, struct ccp_pr
 }
 
 /* The largest cwnd a command may set, packets: twice the most packets the
- * flow has had in flight under commands, and at least 256 (a flow that
+ * flow has had in flight under commands (counted before each ACK: after it,
+ * a flow whose every ACK covers half its window, as a receiver that reads in
+ * big batches sends, never shows more than half, and twice that would hold
+ * the window where it stands), and at least 256 (a flow that
  * paces itself or sends little never fills its cwnd: a fixed 40-packet
  * window with SO_MAX_PACING_RATE at a quarter of the link never had more
  * than 10 in flight, and 2x that overruled its algorithm for nothing). A cwnd beyond what the flow ever filled cannot be a measured
@@ -614,18 +617,19 @@ static __always_inline __u64 pacing_floor(__u32 mss)
 }
 
 static __always_inline void apply_command(struct sock *sk, struct tcp_sock *tp, struct ccp_priv *ca,
-					  const struct ccp_cmd *cmd)
+					  const struct rate_sample *rs, const struct ccp_cmd *cmd)
 {
 	__u32 mss = tp->mss_cache ? tp->mss_cache : 1;
 
 	if (cmd->cwnd_bytes) {
 		/* bytes -> packets, as ccp-kernel's do_set_cwnd; at least 1 */
 		__u32 cwnd = cmd->cwnd_bytes / mss;
-
+		/* in flight before this ACK (tcp_ack's prior_in_flight) */
+		__u32 filled = rs->prior_in_flight > tp->packets_out ? rs->prior_in_flight : tp->packets_out;
 		__u32 ceiling;
 
-		if (tp->packets_out > ca->max_packets_out)
-			ca->max_packets_out = tp->packets_out;
+		if (filled > ca->max_packets_out)
+			ca->max_packets_out = filled;
 		ceiling = cwnd_ceiling(ca->max_packets_out);
 		if (cwnd < 1)
 			cwnd = 1;
@@ -962,7 +966,7 @@ static __always_inline void fold_cong_control_end(struct sock *sk, struct tcp_so
 	if (alg) {
 		ca->flags &= ~PRIV_RTO_AWAIT;	/* the algorithm has answered */
 		if (fresh && control_guard(tp, ca, ff, rs, now)) {
-			apply_command(sk, tp, ca, &cmd);
+			apply_command(sk, tp, ca, rs, &cmd);
 			ff->unflushed.includer++;	/* command_acks, flushed by fold_ccp.h */
 			return;
 		}
@@ -1040,7 +1044,7 @@ void BPF_PROG(ccp_cong_control, struct sock *sk, __u32 ack, int flag, const stru
 	}
 	if (cmd) {
 		ca->flags &= ~PRIV_RTO_AWAIT;	/* the algorithm has answered */
-		apply_command(sk, tp, ca, cmd);
+		apply_command(sk, tp, ca, rs, cmd);
 		if (c)
 			c->command_acks++;
 	} else {
