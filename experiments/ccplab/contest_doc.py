@@ -13,8 +13,8 @@ order:
   and ACK every segment), each CCA's score under both and their ratio.
 * **Best settings**: per swept algorithm, trace and receiver, the value with
   the best median score, its throughput and delay, and the score at the
-  algorithm's default (when the sweep's directory or a leaderboard of the
-  same trace and receiver holds it).
+  algorithm's default (from a leaderboard of the same trace, receiver and
+  duration, else from the sweep's run at the flag's default value).
 * **Sweeps**: every swept value's score (the fixed-window curve, ...).
 
 Each table says the command that reproduces it (from ``contest.json``), and
@@ -103,7 +103,31 @@ def load(path: Path) -> ContestResult:
             r[m] = float(r[m]) if r.get(m) not in (None, "") else float("nan")
     if not rows:
         raise CcplabError(f"{path}: runs.csv has no finished run")
-    return ContestResult(path, setup, rows)
+    return ContestResult(path, with_swept_default(setup), rows)
+
+
+def with_swept_default(setup: dict) -> dict:
+    """``setup`` with ``sweep["default"]`` set, when it is a sweep that lacks it: the swept flag's default
+    from the suite's registry (``ccp-algorithms --list-json``), None when the registry does not answer
+    (binaries not built) or has no such flag. Kept in the data file, so a page made from it alone does
+    not ask the registry again."""
+    sw = setup.get("sweep")
+    if not sw or "default" in sw:
+        return setup
+    return {**setup, "sweep": {**sw, "default": swept_default(sw["base"], sw["param"])}}
+
+
+def swept_default(base: str, param: str) -> str | None:
+    """The default of ``--PARAM`` of the algorithm of ``base`` (``ccp:NAME[:fixed=value...]``)."""
+    from . import registry
+
+    name = base.removeprefix("ccp:").split(":")[0]
+    try:
+        flags = registry.lookup(name).flags
+    except CcplabError:
+        return None
+    return next((str(f["default"]) for f in flags if f.get("flag") == f"--{param}" and f.get("default") is not None),
+                None)
 
 
 def _f(x: float, fmt: str) -> str:
@@ -171,13 +195,20 @@ def best_of(res: ContestResult) -> dict | None:
 
 def default_score(res: ContestResult, others: Sequence[ContestResult]) -> float | None:
     """The swept algorithm's median score at its default flags: from a leaderboard of the same trace,
-    receiver and duration holding ``ccp:NAME`` (None: none does)."""
+    receiver and duration holding ``ccp:NAME``, else from the sweep's own run at the swept flag's
+    default value (``sweep["default"]``, compared as numbers) when it swept that value (None: neither)."""
     name = res.setup["sweep"]["base"]
     for o in others:
         if o.key == res.key and not o.setup.get("sweep"):
             for r in leaderboard(o.rows):
                 if r["cca"] == name:
                     return r["power_score"]
+    default = res.setup["sweep"].get("default")
+    if default is None:
+        return None
+    for r in leaderboard(res.rows):
+        if _numeric(str(r["value"]))[:2] == _numeric(default)[:2]:
+            return r["power_score"]
     return None
 
 
@@ -217,10 +248,11 @@ def render(results: Sequence[ContestResult]) -> str:
                 continue
             sw = res.setup["sweep"]
             dflt = default_score(res, boards)
+            at = f" ({sw['param']}={sw['default']})" if dflt is not None and sw.get("default") is not None else ""
             out.append(f"| {sw['base']} | {res.setup['trace']} | {res.receiver} | {res.setup['duration_s']} | "
                        f"{sw['param']}={best['value']} | {_f(best['throughput_mbps'], '.2f')} | "
                        f"{_f(best['p95_signal_delay_ms'], '.0f')} | **{_f(best['power_score'], '.2f')}** | "
-                       f"{_f(dflt, '.2f') if dflt is not None else 'n/a'} |")
+                       f"{_f(dflt, '.2f') + at if dflt is not None else 'n/a'} |")
         out += ["", "## Sweeps", ""]
         for res in groups:
             sw = res.setup["sweep"]
@@ -252,7 +284,8 @@ def sweep_groups(sweeps: Sequence[ContestResult]) -> list[ContestResult]:
     for (base, param, _), group in sorted(by.items(), key=lambda kv: (kv[0][0], kv[0][2], kv[0][1])):
         values = sorted({v for g in group for v in g.setup["sweep"]["values"]}, key=_numeric)
         notes = list(dict.fromkeys(g.setup["note"] for g in group if g.setup.get("note")))
-        setup = {**group[0].setup, "sweep": {"base": base, "param": param, "values": values},
+        setup = {**group[0].setup, "sweep": {"base": base, "param": param, "values": values,
+                                             "default": group[0].setup["sweep"].get("default")},
                  "commands": [g.command() for g in group], "note": " ".join(notes)}
         merged.append(ContestResult(group[0].path, setup, [r for g in group for r in g.rows],
                                     "; ".join(p for p in (provenance(g) for g in group) if p) or None))
@@ -306,7 +339,7 @@ def from_record(rec: dict, source: Path) -> ContestResult:
     try:
         rows = [{**r, **{m: float("nan") if r.get(m) is None else float(r[m]) for m in (*NUMERIC, "segments_per_ack")}}
                 for r in rec["rows"]]
-        return ContestResult(Path(rec["name"]), rec["setup"], rows, rec.get("provenance") or "")
+        return ContestResult(Path(rec["name"]), with_swept_default(rec["setup"]), rows, rec.get("provenance") or "")
     except (KeyError, TypeError, ValueError) as exc:
         raise CcplabError(f"{source}: a result without a valid name, setup or runs ({exc!r})") from exc
 

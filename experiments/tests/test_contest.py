@@ -347,6 +347,31 @@ def test_contest_doc_data_file_remakes_the_page_without_the_directories_and_grow
     assert values == ["5", "10", "20", "30 (best)", "40"], "every value once, in numeric order"
 
 
+def test_contest_doc_scores_the_default_from_the_sweep_when_it_swept_the_flags_default(tmp_path):
+    from ccplab import contest_doc
+
+    dirs, _ = _contest_doc_dirs(tmp_path)
+    sweep = dirs[-1]
+    setup = json.loads((sweep / "contest.json").read_text())
+    setup["sweep"]["default"] = "20.0"  # compared as a number with the swept "20"
+    (sweep / "contest.json").write_text(json.dumps(setup))
+    page = contest_doc.contest_doc_command(dirs, None)
+    row = next(line for line in page.split("## Best settings")[1].splitlines() if line.startswith("| ccp:fake"))
+    at_20 = next(line for line in page.split("## Sweeps")[1].splitlines() if line.startswith("| 20 |"))
+    assert row.endswith(f"| {at_20.split('|')[4].strip()} (k=20.0) |"), (row, at_20)
+    assert "| k=10 |" in row, "the best is still the best"
+
+
+def test_the_swept_flags_default_comes_from_the_registry():
+    from ccplab.contest_doc import swept_default
+
+    require_binaries("ccp-algorithms")
+    assert swept_default("ccp:fixed-window", "window") == "12"
+    assert swept_default("ccp:sprout-ewma:alpha=0.5", "target-delay-ms") == "60", "fixed flags do not matter"
+    assert swept_default("ccp:fixed-window", "no-such-flag") is None
+    assert swept_default("ccp:no-such-algorithm", "window") is None
+
+
 def test_contest_doc_refuses_a_file_that_is_not_its_data(tmp_path):
     from ccplab import contest_doc
 
