@@ -12,7 +12,8 @@ order:
 * **Receivers compared**: for a trace run with both receivers (delayed ACKs
   and ACK every segment), each CCA's score under both and their ratio.
 * **Best settings**: per swept algorithm, trace and receiver, the value with
-  the best median score, its throughput and delay, and the score at the
+  the best median score (marked when it is the first or last value swept:
+  the best may lie beyond), its throughput and delay, and the score at the
   algorithm's default (from a leaderboard of the same trace, receiver and
   duration, else from the sweep's run at the flag's default value).
 * **Sweeps**: every swept value's score (the fixed-window curve, ...).
@@ -249,8 +250,10 @@ def render(results: Sequence[ContestResult]) -> str:
             sw = res.setup["sweep"]
             dflt = default_score(res, boards)
             at = f" ({sw['param']}={sw['default']})" if dflt is not None and sw.get("default") is not None else ""
+            # a best at either end of the range may lie beyond it: the reader should sweep wider
+            edge = " (range's edge)" if best["value"] in (sw["values"][0], sw["values"][-1]) else ""
             out.append(f"| {sw['base']} | {res.setup['trace']} | {res.receiver} | {res.setup['duration_s']} | "
-                       f"{sw['param']}={best['value']} | {_f(best['throughput_mbps'], '.2f')} | "
+                       f"{sw['param']}={best['value']}{edge} | {_f(best['throughput_mbps'], '.2f')} | "
                        f"{_f(best['p95_signal_delay_ms'], '.0f')} | **{_f(best['power_score'], '.2f')}** | "
                        f"{_f(dflt, '.2f') + at if dflt is not None else 'n/a'} |")
         out += ["", "## Sweeps", ""]

@@ -335,10 +335,14 @@ def test_contest_doc_data_file_remakes_the_page_without_the_directories_and_grow
     assert noted.count("*Recovered from an earlier page.*") == 1 and noted.replace(
         "*Recovered from an earlier page.*\n\n", "") == page
     # A wider sweep of the same parameter joins the first: one table, the best over both.
+    edge = _fake_sweep_dir(tmp_path / "sweep-edge", setup, ("20", "30", "40"), best=40, floor=10)
+    edged = contest_doc.contest_doc_command([edge], None, None)
+    assert "| k=40 (range's edge) |" in edged, "a best at the end of the range is marked"
     wide = _fake_sweep_dir(tmp_path / "sweep-wide", setup, ("20", "30", "40"), best=30, floor=10)
     grown = contest_doc.contest_doc_command([wide], page_path, data)
     assert page_path.read_text() == grown and len(json.loads(data.read_text())["results"]) == 4
     best = grown.split("## Best settings")[1].split("## Sweeps")[0]
+    assert "| k=10 |" in page, "a best inside the range is not marked"
     assert best.count("| ccp:fake |") == 1 and "| k=30 |" in best
     sweeps = grown.split("## Sweeps")[1]
     assert sweeps.count("### ccp:fake") == 1 and "--out sweep`" in sweeps and "--out sweep-wide`" in sweeps
