@@ -469,8 +469,9 @@ def _add_contest_doc_parser(sub) -> None:
         "receivers compared, each swept algorithm's best setting, every sweep's curve",
         description="Read contest directories (contest.json + runs.csv of `ccplab contest`) and write one Markdown "
         "page: a leaderboard per trace and receiver, the scores under both receivers side by side, the best "
-        "value of each sweep (with the default's score when a leaderboard holds it) and every sweep's values, "
-        "each table with the command that reproduces it.")
+        "value of each sweep (with the default's score when a leaderboard holds it or the sweep ran the default "
+        "value; marked when it is the first or last value swept) and every sweep's values, each table with the "
+        "command that reproduces it; sweeps of one parameter under one setup show as one.")
     doc.add_argument("dirs", nargs="*", type=Path, metavar="DIR", help="a finished `ccplab contest` directory")
     doc.add_argument("--data", type=Path, metavar="FILE", help="the page's data file (JSON): the results kept there "
                      "are rendered with the DIRs given (a DIR replaces the kept result of the same directory name) "

@@ -207,10 +207,8 @@ def default_score(res: ContestResult, others: Sequence[ContestResult]) -> float 
     default = res.setup["sweep"].get("default")
     if default is None:
         return None
-    for r in leaderboard(res.rows):
-        if _numeric(str(r["value"]))[:2] == _numeric(default)[:2]:
-            return r["power_score"]
-    return None
+    return next((r["power_score"] for r in leaderboard(res.rows) if _numeric(str(r["value"])) == _numeric(default)),
+                None)
 
 
 def render(results: Sequence[ContestResult]) -> str:
@@ -296,8 +294,9 @@ def sweep_groups(sweeps: Sequence[ContestResult]) -> list[ContestResult]:
 
 
 def _numeric(value: str):
+    """Sort and comparison key of a swept value: numbers by value ("20" == "20.0"), then other text."""
     try:
-        return (0, float(value), value)
+        return (0, float(value), "")
     except ValueError:
         return (1, 0.0, value)
 
