@@ -64,6 +64,31 @@ def test_cpu_ticks_of_a_live_process_grow_with_its_threads_work_and_a_gone_one_i
         measure.cpu_ticks_of([child.pid])
 
 
+SNMP = """Ip: Forwarding DefaultTTL InReceives
+Ip: 1 64 22907
+Tcp: RtoAlgorithm RtoMin RtoMax MaxConn ActiveOpens PassiveOpens AttemptFails EstabResets CurrEstab InSegs OutSegs RetransSegs InErrs OutRsts InCsumErrors
+Tcp: 1 200 120000 -1 2 0 0 0 0 15335 694255 0 0 0 0
+Udp: InDatagrams NoPorts
+Udp: 0 0
+"""
+
+
+def test_tcp_segments_reads_the_tcp_lines_and_differences_subtract():
+    segs = measure.tcp_segments(SNMP)
+    assert (segs.in_segs, segs.out_segs) == (15335, 694255)
+    assert segs - measure.TcpSegments(335, 4255) == measure.TcpSegments(15000, 690000)
+    with pytest.raises(CcplabError, match="no Tcp: header"):
+        measure.tcp_segments("Ip: a b\nIp: 1 2\n")
+    with pytest.raises(CcplabError, match="InSegs or OutSegs"):
+        measure.tcp_segments("Tcp: RtoMin InErrs\nTcp: 200 0\n")
+
+
+def test_bpf_cpu_share_is_ns_per_ack_times_acks_over_all_cores():
+    # 1,900 ACKs/s at 600 ns: 1.14 ms of BPF per second, 0.057 % of two cores
+    assert measure.bpf_cpu_share(600.0, 1900.0, 2) == pytest.approx(0.00057)
+    assert measure.bpf_cpu_share(None, 1900.0, 2) is None and measure.bpf_cpu_share(600.0, None, 2) is None
+
+
 def test_busy_fraction_of_two_samples():
     before = measure.CpuCounters(busy=1000, total=5000)
     after = measure.CpuCounters(busy=1600, total=6000)
@@ -298,6 +323,12 @@ def test_paced_rate_splits_one_gigabit_over_the_streams_and_tables_render():
     assert "20.00" in table and "ccp-kernel-fold" in table and "ccp-userspace-fold" not in table
     kernel_row, ccp_row = table.splitlines()[2:4]
     assert " 85.0 " in ccp_row and " 21.2 " in ccp_row, "own% and dmn% (own / 4) of the ccp row"
+    assert kernel_row.split()[-1] == ccp_row.split()[-1] == "-", "no ACK count in these measurements"
+    counted = [dataclasses.replace(m, acks_per_s=1900.0, bpf_cpu=measure.bpf_cpu_share(m.bpf_ns_per_ack, 1900.0, 2))
+               for m in ms]
+    kernel_row, ccp_row = targets.results_table(counted, flows=[1]).splitlines()[2:4]
+    assert ccp_row.split()[-1] == kernel_row.split()[-1] == "1.9", "kACK/s"
+    assert " 0.11 " in ccp_row and " 0.11 " not in kernel_row, "bpf% of the ccp row only (1200 ns x 1900/s / 2)"
     assert "MISS" in targets.targets_table(targets.evaluate_targets(ms, flows=[1]))
 
 

@@ -80,12 +80,14 @@ def run_bench(args: argparse.Namespace) -> int:
     print(targets_table(evaluate_targets(measurements, args.flows)))
     print("\nbusy% = share of both cores (/proc/stat) over the steady window of each run; own% = the part of it "
           "used by iperf3 client and server, ccp-datapath, the algorithm and ksoftirqd (scheduler run time; busy% is "
-          "tick-sampled), dmn% = ccp-datapath + algorithm; run% = own% over the whole run, setup and teardown "
+          "tick-sampled), dmn% = ccp-datapath + algorithm; bpf% = BPF time (bpf ns/ACK x ACKs/s) on the same "
+          "scale; run% = own% over the whole run, setup and teardown "
           "included; cc ns = BPF ns per ccp_cong_control call "
           "(what it tail-calls included); bpf ns/ACK = BPF ns of the ccp programs that run per ACK (all but "
           "init and release) per cong_control call; msg = kernel-to-user records "
           "(userspace fold: per-ACK snapshots; kernel fold: reports); cmd lat = report->cwnd (kernel fold) or "
-          "event->command (userspace fold), us.")
+          "event->command (userspace fold), us; kACK/s = TCP segments the senders received per second "
+          "(/proc/net/snmp InSegs).")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(args.json, json.dumps([asdict(m) for m in measurements], indent=1))

@@ -24,7 +24,8 @@ from ..plumbing.processes import READY_TIMEOUT_S, Daemon, appears, child_env, ru
 from .measure import (PROC_STAT, IperfFigures, Measurement, RunCpu, WindowSample, bpf_ns_per_ack,
                       bpf_ns_per_ack_by_prog, busy_fraction, ccp_prog_costs, children_ticks, command_latency_us,
                       cpu_counters, cpu_ticks_of, crossing_messages, datapath_stats, iperf_figures, ksoftirqd_pids, max_prog_id,
-                      own_fraction, per_flow_rates, reference_costs, reference_ns_per_ack)
+                      own_fraction, per_flow_rates, reference_costs, reference_ns_per_ack, TcpSegments, tcp_segments,
+                      bpf_cpu_share)
 from .plan import (ALGORITHM, ALGORITHM_LOG_FILTER, DATAPATH_ARGS_OF_MODE, DEFAULT_MODES, FOLD_OF_MODE,
                    NAMESPACE_SYSCTLS, OMIT_S, REFERENCE_CA, REFERENCE_MODE, REFERENCE_SOURCE, paced_stream_rate,
                    steady_window)
@@ -139,6 +140,14 @@ def datapath_argv(mode: str, ready_file: Path, stats_file: Path) -> list[str]:
             "--ready-file", str(ready_file), "--stats-file", str(stats_file)]
 
 
+def _segment_rates(segs: TcpSegments, fig: IperfFigures, ns_per_ack: float | None) -> dict[str, float | None]:
+    """Measurement's segment fields: ACKs and data segments per second of the iperf3 run, and the
+    BPF time they imply as a share of all cores."""
+    acks_per_s = segs.in_segs / fig.seconds if fig.seconds > 0 else None
+    return {"acks_per_s": acks_per_s, "segs_out_per_s": segs.out_segs / fig.seconds if fig.seconds > 0 else None,
+            "bpf_cpu": bpf_cpu_share(ns_per_ack, acks_per_s, os.cpu_count() or 1)}
+
+
 class Bench:
     """The host side of one benchmark: namespaces, a persistent iperf3 server, and per run the
     Portus algorithm and ccp-datapath (fresh per run, so their counters cover that run only)."""
@@ -165,16 +174,16 @@ class Bench:
         if mode == REFERENCE_MODE:
             first_id = max_prog_id(_bpftool_progs())
             with registered_reference(self.workdir):
-                result, cpu = self._client(REFERENCE_CA, flows, paced, [])
+                result, cpu, segs = self._client(REFERENCE_CA, flows, paced, [])
                 ns = reference_ns_per_ack(reference_costs(_bpftool_progs(), first_id))
             fig = self._checked(result, REFERENCE_CA, flows)
             return Measurement(mode, flows, paced, rep, fig.gbps, cpu.busy, cpu.own, fig.mean_rtt_us,
-                               bpf_ns_per_ack=ns, own_cpu_run=cpu.own_run)
+                               bpf_ns_per_ack=ns, own_cpu_run=cpu.own_run, **_segment_rates(segs, fig, ns))
         if fold is None:
-            result, cpu = self._client("cubic", flows, paced, [])
+            result, cpu, segs = self._client("cubic", flows, paced, [])
             fig = self._checked(result, "cubic", flows)
             return Measurement(mode, flows, paced, rep, fig.gbps, cpu.busy, cpu.own, fig.mean_rtt_us,
-                               own_cpu_run=cpu.own_run)
+                               own_cpu_run=cpu.own_run, **_segment_rates(segs, fig, None))
         log = self.workdir / f"run{self.runs:02d}-{mode}-{flows}-{'paced' if paced else 'full'}-datapath.log"
         stats_file = log.with_name(log.name.replace("datapath.log", STATS_SUFFIX))
         with ExitStack() as stack:
@@ -187,7 +196,7 @@ class Bench:
             ready = self.workdir / ".datapath-ready.json"
             datapath = stack.enter_context(started(
                 Daemon("ccp-datapath", datapath_argv(mode, ready, stats_file), log), appears(ready)))
-            result, cpu = self._client(DATAPATH_CA, flows, paced, [datapath.proc.pid, algorithm.proc.pid])
+            result, cpu, segs = self._client(DATAPATH_CA, flows, paced, [datapath.proc.pid, algorithm.proc.pid])
             costs = ccp_prog_costs(_bpftool_progs(), first_id, datapath.proc.pid)
             status = datapath.stop()
         fig = self._checked(result, DATAPATH_CA, flows)
@@ -200,12 +209,14 @@ class Bench:
         p50, p99 = command_latency_us(stats, fold)
         return Measurement(mode, flows, paced, rep, fig.gbps, cpu.busy, cpu.own, fig.mean_rtt_us, cpu.daemons,
                            cc_ns, all_ns, per_s, per_rtt, p50, p99, by_prog,
-                           own_cpu_run=cpu.own_run, daemons_cpu_run=cpu.daemons_run)
+                           own_cpu_run=cpu.own_run, daemons_cpu_run=cpu.daemons_run,
+                           **_segment_rates(segs, fig, all_ns))
 
-    def _client(self, cc: str, flows: int, paced: bool, daemon_pids: list[int]) -> tuple[dict, "RunCpu"]:
-        """Run the iperf3 client; its JSON result and the CPU shares over the steady window (from
+    def _client(self, cc: str, flows: int, paced: bool,
+                daemon_pids: list[int]) -> tuple[dict, "RunCpu", TcpSegments]:
+        """Run the iperf3 client; its JSON result, the CPU shares over the steady window (from
         ``omit_s`` after its start to ``WINDOW_TAIL_S`` before its end, :func:`steady_window`) and
-        over its whole lifetime."""
+        over its whole lifetime, and the sender namespace's TCP segments over that lifetime."""
         argv = netns_exec(self.snd, "iperf3", "-c", RECEIVER_IP, "-p", IPERF_PORT, "-t", self.duration_s,
                           "-P", flows, "-C", cc, "-J", *(["-b", paced_stream_rate(flows)] if paced else []),
                           *([] if self.pin_cpu is None else ["-A", f"{self.pin_cpu},{self.pin_cpu}"]))
@@ -213,6 +224,7 @@ class Bench:
         window_start_s, window_end_s = self.window
         # iperf3 3.x refuses a client while the server still finishes a test ("the server is busy")
         wait_no_connections(self.rcv, IPERF_PORT, READY_TIMEOUT_S)
+        segs_before = self._sender_segments()
         pids = [self.server_pid, *self.ksoftirqd_pids]
         before, pids_before, daemons_before = cpu_counters(PROC_STAT.read_text()), cpu_ticks_of(pids), cpu_ticks_of(daemon_pids)
         child_before = children_ticks()
@@ -234,6 +246,7 @@ class Bench:
                 client.wait()
         whole_client = children_ticks() - child_before
         after, pids_after, daemons_after = cpu_counters(PROC_STAT.read_text()), cpu_ticks_of(pids), cpu_ticks_of(daemon_pids)
+        segs = self._sender_segments() - segs_before
         if w0 is None or w1 is None:
             raise CcplabError(f"iperf3 client ({flows} flows, {cc}) ended before its steady window "
                               f"({window_start_s:g}-{window_end_s:g} s), status {client.returncode}: {err.strip()[-500:]}")
@@ -245,9 +258,13 @@ class Bench:
                      own_run=own_fraction(before, after, whole_client + pids_after - pids_before + daemons),
                      daemons_run=own_fraction(before, after, daemons) if daemon_pids else None)
         try:
-            return json.loads(out), cpu
+            return json.loads(out), cpu, segs
         except ValueError:
             raise CcplabError(f"iperf3 client failed (status {client.returncode}): {err.strip()}") from None
+
+    def _sender_segments(self) -> TcpSegments:
+        return tcp_segments(run_tool(netns_exec(self.snd, "cat", "/proc/net/snmp"),
+                                     f"reading /proc/net/snmp in namespace {self.snd}"))
 
     @staticmethod
     def _window_sample(client: subprocess.Popen, pids: Sequence[int], daemon_pids: Sequence[int]) -> "WindowSample | None":

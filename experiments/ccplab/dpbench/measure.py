@@ -360,6 +360,40 @@ class RunCpu:
     daemons_run: float | None
 
 
+def bpf_cpu_share(ns_per_ack: float | None, acks_per_s: float | None, cores: int) -> float | None:
+    """BPF time as a share of all ``cores`` (0..1): ``ns_per_ack`` (ns per cong_control call) x
+    ``acks_per_s``; None when either is unknown."""
+    if ns_per_ack is None or acks_per_s is None:
+        return None
+    return ns_per_ack * acks_per_s / 1e9 / cores
+
+
+@dataclass(frozen=True)
+class TcpSegments:
+    """A network namespace's TCP segment counters, /proc/net/snmp ``Tcp: InSegs OutSegs`` (RFC 1213's
+    tcpInSegs, tcpOutSegs; Linux counts a TSO/GSO packet as the MSS-sized segments it carries)."""
+
+    in_segs: int
+    out_segs: int
+
+    def __sub__(self, earlier: "TcpSegments") -> "TcpSegments":
+        return TcpSegments(self.in_segs - earlier.in_segs, self.out_segs - earlier.out_segs)
+
+
+def tcp_segments(snmp: str) -> TcpSegments:
+    """Parse /proc/net/snmp text (a ``Tcp:`` header line, then a ``Tcp:`` values line).
+
+    Raises CcplabError when there is no such pair or it lacks InSegs or OutSegs."""
+    rows = [line.split() for line in snmp.splitlines() if line.startswith("Tcp:")]
+    if len(rows) < 2:
+        raise CcplabError("/proc/net/snmp: no Tcp: header and values lines")
+    fields = dict(zip(rows[0][1:], rows[1][1:]))
+    try:
+        return TcpSegments(int(fields["InSegs"]), int(fields["OutSegs"]))
+    except (KeyError, ValueError):
+        raise CcplabError(f"/proc/net/snmp: the Tcp: lines lack a numeric InSegs or OutSegs: {rows[0][:12]}") from None
+
+
 @dataclass(frozen=True)
 class WindowSample:
     """CPU counters at one edge of the steady window: /proc/stat, and in clock ticks (ns resolution)
@@ -397,6 +431,13 @@ class Measurement:
     # whole-lifetime figures, in own_cpu and daemons_cpu, and None here)
     own_cpu_run: float | None = None
     daemons_cpu_run: float | None = None
+    # the sender namespace's TCP segments over the client's whole lifetime, per second of its
+    # iperf3 run (TcpSegments): what packet work the run did, the same for every mode at a paced
+    # load, so a CPU difference there is the congestion control's own
+    acks_per_s: float | None = None
+    segs_out_per_s: float | None = None
+    # ccp's BPF time as a share of all cores, the scale of own_cpu (bpf_cpu_share)
+    bpf_cpu: float | None = None
 
 
 def load_measurements(path: Path) -> list[Measurement]:

@@ -208,9 +208,9 @@ def _fmt(v: float | None, spec: str) -> str:
 def results_table(ms: Sequence[Measurement], flows: Sequence[int] = FLOWS) -> str:
     """The per-configuration table: one row per flow count x load x mode, figures as means over
     repetitions except Gbit/s, which lists each repetition in run order, then the mean."""
-    head = (f"{'flows':>5} {'load':<6} {'mode':<19} {'Gbit/s (each run)':<24} {'mean':>6} {'busy%':>6} {'own%':>6} {'dmn%':>5} {'run%':>5} "
+    head = (f"{'flows':>5} {'load':<6} {'mode':<19} {'Gbit/s (each run)':<24} {'mean':>6} {'busy%':>6} {'own%':>6} {'dmn%':>5} {'bpf%':>5} {'run%':>5} "
             f"{'cc ns':>6} {'bpf ns/ACK':>10} {'msg/s/flow':>11} {'msg/RTT':>8} {'RTT us':>8} "
-            f"{'cmd lat p50/p99 us':>19}")
+            f"{'cmd lat p50/p99 us':>19} {'kACK/s':>7}")
     lines = [head, "-" * len(head)]
     for n in flows:
         for paced in (False, True):
@@ -221,6 +221,8 @@ def results_table(ms: Sequence[Measurement], flows: Sequence[int] = FLOWS) -> st
                 runs = " ".join(f"{m.gbps:.2f}" for m in rs)
                 busy, own = _mean([m.busy for m in rs]), _mean([m.own_cpu for m in rs])
                 dmn = _mean([m.daemons_cpu for m in rs])
+                bpf = _mean([m.bpf_cpu for m in rs])
+                acks = _mean([m.acks_per_s for m in rs])
                 run = _mean([m.own_cpu_run for m in rs])
                 lat = (f"{_fmt(_mean([m.latency_p50_us for m in rs]), '.0f')}/"
                        f"{_fmt(_mean([m.latency_p99_us for m in rs]), '.0f')}") if mode in FOLD_OF_MODE else "-"
@@ -229,12 +231,14 @@ def results_table(ms: Sequence[Measurement], flows: Sequence[int] = FLOWS) -> st
                     f"{_fmt(_mean([m.gbps for m in rs]), '.2f'):>6} {_fmt(None if busy is None else 100 * busy, '.1f'):>6} "
                     f"{_fmt(None if own is None else 100 * own, '.1f'):>6} "
                     f"{'-' if dmn is None else f'{100 * dmn:.1f}':>5} "
+                    f"{'-' if bpf is None else f'{100 * bpf:.2f}':>5} "
                     f"{'-' if run is None else f'{100 * run:.1f}':>5} "
                     f"{_fmt(_mean([m.cong_control_ns for m in rs]), '.0f'):>6} "
                     f"{_fmt(_mean([m.bpf_ns_per_ack for m in rs]), '.0f'):>10} "
                     f"{_fmt(_mean([m.msgs_per_s_per_flow for m in rs]), '.0f'):>11} "
                     f"{_fmt(_mean([m.msgs_per_rtt_per_flow for m in rs]), '.2f'):>8} "
-                    f"{_fmt(_mean([m.rtt_us for m in rs]), '.0f'):>8} {lat:>19}")
+                    f"{_fmt(_mean([m.rtt_us for m in rs]), '.0f'):>8} {lat:>19} "
+                    f"{'-' if acks is None else f'{acks / 1000:.1f}':>7}")
     return "\n".join(lines)
 
 
