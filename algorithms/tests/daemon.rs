@@ -90,6 +90,24 @@ fn list_json_describes_the_whole_suite() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown algorithm \"nosuch\""));
 }
 
+/// Seconds since midnight (UTC) of the first log line containing `needle`, read from its
+/// RFC 3339 timestamp (`2026-11-29T05:29:04.213232Z  INFO ccp: ...`); None without such a line.
+fn log_time_s(log: &str, needle: &str) -> Option<f64> {
+    let line = log.lines().find(|l| l.contains(needle))?;
+    let clock = line.split_whitespace().next()?.split('T').nth(1)?.trim_end_matches('Z');
+    let mut parts = clock.split(':').map(|p| p.parse::<f64>().ok());
+    Some(parts.next()?? * 3600.0 + parts.next()?? * 60.0 + parts.next()??)
+}
+
+#[test]
+fn log_time_reads_the_timestamp_of_the_first_matching_line() {
+    let log = "2026-11-29T05:29:04.213232Z  INFO ccp: signal 15: stopping\n\
+               2026-11-29T05:29:04.413365Z  INFO ccp: stopped alg=cubic\n";
+    let (a, b) = (log_time_s(log, "stopping").unwrap(), log_time_s(log, "stopped").unwrap());
+    assert!((a - (5.0 * 3600.0 + 29.0 * 60.0 + 4.213232)).abs() < 1e-9 && (b - a - 0.200133).abs() < 1e-9);
+    assert_eq!(log_time_s(log, "absent"), None);
+}
+
 /// Kills the daemon and removes the socket files when dropped (also on panic).
 struct Daemon {
     child: Option<Child>,
@@ -246,9 +264,8 @@ fn cubic_daemon_over_unix_socket() {
     // SIGTERM: clean exit 0 at once (the signal wakes the receive; not at Portus's 1 s receive
     // timeout), socket removed.
     let child = daemon.child.as_mut().unwrap();
-    let sent = Instant::now();
-    let st = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
-    assert!(st.success());
+    // SAFETY: kill(2) on our own child's pid, which it still is (not yet waited for).
+    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) }, 0);
     let deadline = Instant::now() + Duration::from_secs(5);
     let status = loop {
         if let Some(s) = child.try_wait().unwrap() {
@@ -257,12 +274,16 @@ fn cubic_daemon_over_unix_socket() {
         assert!(Instant::now() < deadline, "daemon did not stop within 5 s of SIGTERM");
         std::thread::sleep(Duration::from_millis(20));
     };
-    let took = sent.elapsed();
     daemon.child = None;
     assert!(status.success(), "exit status {status:?}\n{}", daemon.log_text());
-    // 100 ms is the goal; the bound leaves room for a loaded 2-core machine and still fails a
-    // daemon that waits out its 1 s receive timeout four times in five
-    assert!(took < Duration::from_millis(200), "stopped {took:?} after SIGTERM\n{}", daemon.log_text());
+    // From the signal thread's "stopping" to the main loop's "stopped", by the daemon's own clock:
+    // the wake-up's work, whatever a loaded machine adds before the signal thread runs. 100 ms is
+    // the goal; a daemon that waits out its 1 s receive timeout fails four times in five.
+    let log = daemon.log_text();
+    let took = log_time_s(&log, "signal 15: stopping").zip(log_time_s(&log, "stopped alg=cubic"));
+    let (signalled, stopped) = took.unwrap_or_else(|| panic!("no stopping/stopped lines:\n{log}"));
+    let gap = (stopped - signalled).rem_euclid(86_400.0); // a run across midnight
+    assert!(gap < 0.2, "stopped {gap:.3} s after the signal thread ran\n{log}");
     assert!(!portus_path.exists(), "socket file removed on exit");
     assert!(daemon.log_text().contains("stopped alg=cubic"));
     drop(conn);
