@@ -143,8 +143,10 @@ def datapath_argv(mode: str, ready_file: Path, stats_file: Path) -> list[str]:
 def _segment_rates(segs: TcpSegments, fig: IperfFigures, ns_per_ack: float | None) -> dict[str, float | None]:
     """Measurement's segment fields: ACKs and data segments per second of the iperf3 run, and the
     BPF time they imply as a share of all cores."""
-    acks_per_s = segs.in_segs / fig.seconds if fig.seconds > 0 else None
-    return {"acks_per_s": acks_per_s, "segs_out_per_s": segs.out_segs / fig.seconds if fig.seconds > 0 else None,
+    if fig.seconds <= 0:
+        return {"acks_per_s": None, "segs_out_per_s": None, "bpf_cpu": None}
+    acks_per_s = segs.in_segs / fig.seconds
+    return {"acks_per_s": acks_per_s, "segs_out_per_s": segs.out_segs / fig.seconds,
             "bpf_cpu": bpf_cpu_share(ns_per_ack, acks_per_s, os.cpu_count() or 1)}
 
 
